@@ -1,0 +1,504 @@
+//! The history: drift's JSON Lines record of a run (DESIGN.md, normative).
+//!
+//! One operation per line. The reader streams and validates line by line,
+//! so a history of any length is read in constant memory per line and every
+//! error names the file and the line. Validation here is *syntactic and
+//! per-line* (JSON, fields, `type`, dense `index`); the pairing rules
+//! (completion without invoke, second invoke on a busy process) live in
+//! [`crate::pairing`], which consumes this reader.
+//!
+//! The writer appends one line per operation and flushes after each, so a
+//! crash of the controller leaves a checkable prefix.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Longest history line the reader accepts. A longer line is an error, not
+/// an allocation the size of whatever the file holds (a final read of a set
+/// with a million elements is about 8 MiB).
+pub const LINE_BYTES_MAX: usize = 64 << 20;
+
+/// The kind of a history line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpType {
+    Invoke,
+    Ok,
+    Fail,
+    Info,
+}
+
+impl OpType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpType::Invoke => "invoke",
+            OpType::Ok => "ok",
+            OpType::Fail => "fail",
+            OpType::Info => "info",
+        }
+    }
+}
+
+/// Who performed an operation: a logical single-threaded client, or the
+/// nemesis (node-side events and faults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Process {
+    Client(u64),
+    Nemesis,
+}
+
+impl fmt::Display for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Process::Client(p) => write!(f, "{p}"),
+            Process::Nemesis => f.write_str("nemesis"),
+        }
+    }
+}
+
+impl Serialize for Process {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Process::Client(p) => s.serialize_u64(*p),
+            Process::Nemesis => s.serialize_str("nemesis"),
+        }
+    }
+}
+
+/// One line of a history.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Op {
+    pub index: u64,
+    pub time: i64,
+    pub process: Process,
+    #[serde(rename = "type")]
+    pub kind: OpType,
+    pub f: String,
+    pub value: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Where a history came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    pub file: PathBuf,
+    /// 1-based line number.
+    pub line: u64,
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file.display(), self.line)
+    }
+}
+
+/// A history that cannot be read: what is wrong and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryError {
+    pub at: Location,
+    pub reason: String,
+}
+
+impl fmt::Display for HistoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.at, self.reason)
+    }
+}
+
+impl std::error::Error for HistoryError {}
+
+/// Streams validated [`Op`]s out of a JSONL history file.
+///
+/// Guarantees for every op it yields: the line was one JSON object with all
+/// required fields of the right types, `type` is one of the four kinds, and
+/// `index` equals the number of ops before it (dense from 0). Blank lines
+/// are skipped. After the first error the reader yields nothing more.
+pub struct HistoryReader<R> {
+    input: R,
+    file: PathBuf,
+    line: u64,
+    next_index: u64,
+    buf: Vec<u8>,
+    failed: bool,
+}
+
+impl HistoryReader<BufReader<File>> {
+    /// Opens a history file. An unreadable file is an error at line 0.
+    pub fn open(path: &Path) -> Result<Self, HistoryError> {
+        let file = File::open(path).map_err(|e| HistoryError {
+            at: Location {
+                file: path.to_path_buf(),
+                line: 0,
+            },
+            reason: format!("cannot open: {e}"),
+        })?;
+        Ok(Self::new(BufReader::with_capacity(1 << 16, file), path))
+    }
+}
+
+impl<R: BufRead> HistoryReader<R> {
+    pub fn new(input: R, file: &Path) -> Self {
+        HistoryReader {
+            input,
+            file: file.to_path_buf(),
+            line: 0,
+            next_index: 0,
+            buf: Vec::new(),
+            failed: false,
+        }
+    }
+
+    /// Number of ops yielded so far.
+    pub fn ops_read(&self) -> u64 {
+        self.next_index
+    }
+
+    /// The location of the line most recently read.
+    pub fn location(&self) -> Location {
+        Location {
+            file: self.file.clone(),
+            line: self.line,
+        }
+    }
+
+    fn error(&mut self, reason: String) -> HistoryError {
+        self.failed = true;
+        HistoryError {
+            at: self.location(),
+            reason,
+        }
+    }
+
+    /// Reads one raw line into `self.buf`; false at end of input.
+    fn read_line(&mut self) -> Result<Option<bool>, HistoryError> {
+        self.buf.clear();
+        let mut limited = std::io::Read::take(&mut self.input, LINE_BYTES_MAX as u64 + 1);
+        let n = limited.read_until(b'\n', &mut self.buf).map_err(|e| {
+            let line = self.line + 1;
+            self.failed = true;
+            HistoryError {
+                at: Location {
+                    file: self.file.clone(),
+                    line,
+                },
+                reason: format!("read error: {e}"),
+            }
+        })?;
+        if n == 0 {
+            return Ok(None);
+        }
+        self.line += 1;
+        if self.buf.len() > LINE_BYTES_MAX {
+            return Err(self.error(format!(
+                "line longer than {LINE_BYTES_MAX} bytes (LINE_BYTES_MAX)"
+            )));
+        }
+        let terminated = self.buf.last() == Some(&b'\n');
+        Ok(Some(terminated))
+    }
+}
+
+impl<R: BufRead> Iterator for HistoryReader<R> {
+    type Item = Result<Op, HistoryError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        loop {
+            let terminated = match self.read_line() {
+                Ok(Some(t)) => t,
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            let text = match std::str::from_utf8(&self.buf) {
+                Ok(t) => t.trim(),
+                Err(e) => {
+                    return Some(Err(self.error(format!("not UTF-8: {e}"))));
+                }
+            };
+            if text.is_empty() {
+                continue;
+            }
+            let parsed = parse_op(text, self.next_index);
+            return Some(match parsed {
+                Ok(op) => {
+                    self.next_index += 1;
+                    Ok(op)
+                }
+                Err(reason) => {
+                    let reason = if !terminated && reason.starts_with("not JSON") {
+                        format!("truncated line (no newline at end of file): {reason}")
+                    } else {
+                        reason
+                    };
+                    Err(self.error(reason))
+                }
+            });
+        }
+    }
+}
+
+/// Parses and validates one non-empty line. `expected_index` is the dense
+/// position this op must carry.
+fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let Value::Object(mut m) = v else {
+        return Err("not a JSON object".to_string());
+    };
+    let mut take = |name: &str| {
+        m.remove(name)
+            .ok_or_else(|| format!("missing field `{name}`"))
+    };
+
+    let index = take("index")?;
+    let index = index
+        .as_u64()
+        .ok_or_else(|| format!("field `index` must be a non-negative integer, got {index}"))?;
+    if index != expected_index {
+        return Err(format!(
+            "index {index} is not dense: expected {expected_index}"
+        ));
+    }
+    let time = take("time")?;
+    let time = time
+        .as_i64()
+        .ok_or_else(|| format!("field `time` must be an integer (nanoseconds), got {time}"))?;
+    let process = match take("process")? {
+        Value::Number(n) => Process::Client(n.as_u64().ok_or_else(|| {
+            format!("field `process` must be a non-negative integer or \"nemesis\", got {n}")
+        })?),
+        Value::String(s) if s == "nemesis" => Process::Nemesis,
+        other => {
+            return Err(format!(
+                "field `process` must be a non-negative integer or \"nemesis\", got {other}"
+            ))
+        }
+    };
+    let kind = match take("type")? {
+        Value::String(s) => match s.as_str() {
+            "invoke" => OpType::Invoke,
+            "ok" => OpType::Ok,
+            "fail" => OpType::Fail,
+            "info" => OpType::Info,
+            _ => {
+                return Err(format!(
+                    "unknown type \"{s}\": expected invoke, ok, fail or info"
+                ))
+            }
+        },
+        other => return Err(format!("field `type` must be a string, got {other}")),
+    };
+    let f = match take("f")? {
+        Value::String(s) => s,
+        other => return Err(format!("field `f` must be a string, got {other}")),
+    };
+    let value = take("value")?;
+    let key = match m.remove("key") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(other) => {
+            return Err(format!(
+                "field `key` must be a string (or an integer), got {other}"
+            ))
+        }
+    };
+    let opt_string = |m: &mut serde_json::Map<String, Value>, name: &str| match m.remove(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(format!("field `{name}` must be a string, got {other}")),
+    };
+    let node = opt_string(&mut m, "node")?;
+    let error = match m.remove("error") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        // Jepsen writes structured errors; keep them readable.
+        Some(other) => Some(other.to_string()),
+    };
+    Ok(Op {
+        index,
+        time,
+        process,
+        kind,
+        f,
+        value,
+        key,
+        node,
+        error,
+    })
+}
+
+/// Appends ops to a history file, one line each, assigning dense indices.
+///
+/// Every append is flushed to the OS before it returns, so a crash of the
+/// controller leaves every appended line readable (the OS, not drift, then
+/// owns durability; call [`HistoryWriter::sync`] where that matters).
+pub struct HistoryWriter {
+    out: BufWriter<File>,
+    path: PathBuf,
+    next_index: u64,
+}
+
+impl HistoryWriter {
+    /// Creates (or truncates) a history file.
+    pub fn create(path: &Path) -> std::io::Result<Self> {
+        let file = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(path)?;
+        Ok(HistoryWriter {
+            out: BufWriter::new(file),
+            path: path.to_path_buf(),
+            next_index: 0,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The index the next appended op will get.
+    pub fn next_index(&self) -> u64 {
+        self.next_index
+    }
+
+    /// Appends `op` with its `index` replaced by the next dense index, and
+    /// returns that index.
+    pub fn append(&mut self, op: &Op) -> std::io::Result<u64> {
+        let index = self.next_index;
+        let mut line = serde_json::to_vec(&Op {
+            index,
+            ..op.clone()
+        })
+        .map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.out.write_all(&line)?;
+        self.out.flush()?;
+        self.next_index += 1;
+        Ok(index)
+    }
+
+    /// Forces appended lines to stable storage.
+    pub fn sync(&mut self) -> std::io::Result<()> {
+        self.out.flush()?;
+        self.out.get_ref().sync_data()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_str(s: &str) -> Vec<Result<Op, HistoryError>> {
+        HistoryReader::new(s.as_bytes(), Path::new("h.jsonl")).collect()
+    }
+
+    #[test]
+    fn reads_valid_lines_and_skips_blank_ones() {
+        let ops = read_str(
+            "{\"index\":0,\"time\":0,\"process\":0,\"type\":\"invoke\",\"f\":\"read\",\"value\":null}\n\n\
+             {\"index\":1,\"time\":5,\"process\":\"nemesis\",\"type\":\"info\",\"f\":\"kill\",\"value\":[\"n1\"],\"key\":7}\n",
+        );
+        assert_eq!(ops.len(), 2);
+        let b = ops[1].as_ref().unwrap();
+        assert_eq!(b.process, Process::Nemesis);
+        assert_eq!(b.key.as_deref(), Some("7"));
+    }
+
+    #[test]
+    fn error_names_file_and_line() {
+        let ops = read_str(
+            "{\"index\":0,\"time\":0,\"process\":0,\"type\":\"invoke\",\"f\":\"read\",\"value\":null}\n\
+             {\"index\":1,\"time\":0,\"process\":0,\"type\":\"bogus\",\"f\":\"read\",\"value\":null}\n",
+        );
+        let e = ops[1].as_ref().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h.jsonl:2: unknown type \"bogus\": expected invoke, ok, fail or info"
+        );
+    }
+
+    #[test]
+    fn index_must_be_dense() {
+        let ops = read_str("{\"index\":1,\"time\":0,\"process\":0,\"type\":\"invoke\",\"f\":\"r\",\"value\":null}\n");
+        assert!(ops[0].as_ref().unwrap_err().reason.contains("not dense"));
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let ops =
+            read_str("{\"index\":0,\"time\":0,\"type\":\"invoke\",\"f\":\"r\",\"value\":null}\n");
+        assert_eq!(
+            ops[0].as_ref().unwrap_err().reason,
+            "missing field `process`"
+        );
+    }
+
+    #[test]
+    fn truncated_last_line_is_reported_as_truncated() {
+        let ops = read_str("{\"index\":0,\"time\":0,\"process\":0,\"ty");
+        let e = ops[0].as_ref().unwrap_err();
+        assert_eq!(e.at.line, 1);
+        assert!(e.reason.starts_with("truncated line"), "{}", e.reason);
+    }
+
+    #[test]
+    fn reader_stops_after_first_error() {
+        let ops = read_str("x\n{}\n");
+        assert_eq!(ops.len(), 1);
+    }
+
+    #[test]
+    fn writer_output_reads_back_identically() {
+        let dir = std::env::temp_dir().join(format!("drift-hist-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let mut w = HistoryWriter::create(&path).unwrap();
+        let op = Op {
+            index: 99,
+            time: 12,
+            process: Process::Client(3),
+            kind: OpType::Invoke,
+            f: "cas".into(),
+            value: serde_json::json!([1, 2]),
+            key: Some("k".into()),
+            node: Some("n1".into()),
+            error: None,
+        };
+        assert_eq!(w.append(&op).unwrap(), 0);
+        assert_eq!(
+            w.append(&Op {
+                kind: OpType::Ok,
+                ..op.clone()
+            })
+            .unwrap(),
+            1
+        );
+        w.sync().unwrap();
+        let back: Vec<Op> = HistoryReader::open(&path)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(back.len(), 2);
+        assert_eq!(
+            back[0],
+            Op {
+                index: 0,
+                ..op.clone()
+            }
+        );
+        assert_eq!(back[1].kind, OpType::Ok);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

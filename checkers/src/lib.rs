@@ -1,0 +1,30 @@
+//! drift-checkers: the history model and the checkers that judge it.
+//!
+//! Users run these on their own recorded histories (`drift check`), and
+//! `drift test` runs them on the histories it records.
+//!
+//! # Layout
+//! * [`history`] — the JSONL format: streaming reader, appending writer,
+//!   per-line validation with file:line errors
+//! * [`pairing`] — invokes paired with completions; split by key
+//! * [`checker`] — the `Checker` trait, verdicts and their composition
+//! * [`linear`] — linearizability (cas-register, kv)
+//! * [`unique_ids`], [`set`], [`counter`], [`queue`], [`stats`] — Jepsen's
+//!   other classic checkers
+//! * [`registry`] — checkers by name, as the CLI names them
+
+pub mod checker;
+pub mod counter;
+mod fxhash;
+pub mod history;
+pub mod linear;
+pub mod pairing;
+pub mod queue;
+pub mod registry;
+pub mod set;
+pub mod stats;
+pub mod unique_ids;
+
+pub use checker::{check_all, CheckContext, CheckResult, Checker, Composed, Verdict};
+pub use history::{HistoryError, HistoryReader, HistoryWriter, Op, OpType, Process};
+pub use pairing::{History, Operation, Outcome};

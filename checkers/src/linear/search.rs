@@ -1,0 +1,262 @@
+//! The linearizability search: depth-first, just-in-time, memoised.
+//!
+//! A *configuration* is (r, s, bits): the search has passed the first `r`
+//! returns of ok ops, the model is in state `s`, and `bits` says which open
+//! ok ops (by slot) and which indeterminate ops (by class prefix) are
+//! already linearized. Every op returned before return `r` is linearized and
+//! no op invoked after it is, so a configuration determines the set of
+//! linearized ops: memoising configurations is WGL's memoisation of
+//! (linearized set, state), and keeps it to the ops that can differ.
+//!
+//! From a configuration at return `r` (of op X, not yet linearized) the
+//! search either linearizes X — moving to return r+1 — or first linearizes
+//! another op that is open or indeterminate and already invoked (Lowe's
+//! just-in-time linearization: an op is only placed when a return forces a
+//! choice). X is tried first, so a linearizable history usually runs
+//! straight through.
+//!
+//! Limits: the explicit stack and the memo table are the only growth; the
+//! memo table's bytes are checked against `Limits::mem_bytes_max` and the
+//! clock against `Limits::deadline`, and running out of either ends in
+//! [`Outcome::Unknown`] with the reason, never an out-of-memory kill.
+//!
+//! What it does *not* verify: that the history is well formed (pairing and
+//! shapes are checked before a problem is built), or anything across keys.
+
+use super::memo::{Config, Insert, Memo};
+use super::model::Model;
+use super::problem::Problem;
+use std::time::Instant;
+
+/// Most configuration bits (open-op slots + indeterminate ops on one key)
+/// a search handles. Each configuration stores them, so this bounds a memo
+/// entry at 512 bytes; past it the answer is `unknown`, with this reason.
+pub const CONFIG_BITS_MAX: usize = 4096;
+
+/// How often (in configurations) the search looks at the clock.
+const CLOCK_CHECK_EVERY: u64 = 1 << 10;
+
+/// Most distinct model states remembered for the explanation of a failure.
+const STATES_AT_FAILURE_MAX: usize = 32;
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub deadline: Option<Instant>,
+    pub mem_bytes_max: usize,
+    /// Most configurations to explore (`u64::MAX`: no limit).
+    pub configs_max: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Linearizable,
+    /// No linearization passes return `deepest`; `states` are model states
+    /// of configurations that reached it.
+    NotLinearizable {
+        deepest: u32,
+        states: Vec<u32>,
+    },
+    Unknown {
+        reason: String,
+        deepest: u32,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Search {
+    pub outcome: Outcome,
+    pub configurations: u64,
+}
+
+/// Runs the search on `p` with model `m`.
+pub(crate) fn search<M: Model>(p: &Problem, m: &mut M, limits: &Limits) -> Search {
+    let words = p.bits().div_ceil(64);
+    match words {
+        0 | 1 => run::<M, 1>(p, m, limits),
+        2 => run::<M, 2>(p, m, limits),
+        3 | 4 => run::<M, 4>(p, m, limits),
+        5..=8 => run::<M, 8>(p, m, limits),
+        9..=16 => run::<M, 16>(p, m, limits),
+        17..=32 => run::<M, 32>(p, m, limits),
+        33..=64 => run::<M, 64>(p, m, limits),
+        _ => Search {
+            outcome: Outcome::Unknown {
+                reason: format!(
+                    "{} open and indeterminate operations on one key exceed the search's limit of {CONFIG_BITS_MAX} (CONFIG_BITS_MAX)",
+                    p.bits()
+                ),
+                deepest: 0,
+            },
+            configurations: 0,
+        },
+    }
+}
+
+struct Frame<const W: usize> {
+    config: Config<W>,
+    /// Next candidate to try: 0 is the returning op, then the open ops,
+    /// then the active classes.
+    next: u32,
+}
+
+fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Search {
+    let n = p.returns.len() as u32;
+    let mut memo: Memo<W> = Memo::new(p.n_slots);
+    let frame_bytes = std::mem::size_of::<Frame<W>>();
+    let mut stack: Vec<Frame<W>> = Vec::new();
+    let mut configurations = 0u64;
+    let mut deepest = 0u32;
+    let mut states: Vec<u32> = Vec::new();
+
+    let start = advance(
+        p,
+        Config {
+            r: 0,
+            s: m.init(),
+            bits: [0; W],
+        },
+    );
+    if start.r == n {
+        return Search {
+            outcome: Outcome::Linearizable,
+            configurations,
+        };
+    }
+    memo.insert(start, usize::MAX);
+    stack.push(Frame {
+        config: start,
+        next: 0,
+    });
+    states.push(start.s);
+
+    while let Some(top) = stack.last_mut() {
+        let c = top.config;
+        let ret = &p.returns[c.r as usize];
+        let open = ret.pending.1 - ret.pending.0;
+        let total = 1 + open + ret.classes_active;
+        if top.next >= total {
+            stack.pop();
+            continue;
+        }
+        let k = top.next;
+        top.next += 1;
+
+        let child = if k == 0 {
+            match m.step(c.s, ret.code) {
+                Some(s) => advance(p, Config { r: c.r + 1, s, ..c }),
+                None => continue,
+            }
+        } else if k <= open {
+            let o = p.pending[(ret.pending.0 + k - 1) as usize];
+            if c.has(o.slot) {
+                continue;
+            }
+            match m.step(c.s, o.code) {
+                Some(s) => Config { s, ..c }.with(o.slot),
+                None => continue,
+            }
+        } else {
+            let class = p.classes[(k - 1 - open) as usize];
+            let Some(j) = first_unused(&c, p.n_slots, class.start, class.end) else {
+                continue;
+            };
+            if p.info_invoke[j as usize] > ret.pos {
+                continue;
+            }
+            match m.step(c.s, class.code) {
+                Some(s) => Config { s, ..c }.with(p.n_slots + j),
+                None => continue,
+            }
+        };
+
+        if child.r == n {
+            return Search {
+                outcome: Outcome::Linearizable,
+                configurations,
+            };
+        }
+        match memo.insert(
+            child,
+            limits
+                .mem_bytes_max
+                .saturating_sub(stack.capacity() * frame_bytes),
+        ) {
+            Insert::New => {}
+            Insert::Dominated => continue,
+            Insert::Full => {
+                return Search {
+                    outcome: Outcome::Unknown {
+                        reason: format!(
+                            "memory cap of {} MiB reached after {} configurations",
+                            limits.mem_bytes_max >> 20,
+                            memo.len()
+                        ),
+                        deepest,
+                    },
+                    configurations,
+                };
+            }
+        }
+        configurations += 1;
+        if child.r > deepest {
+            deepest = child.r;
+            states.clear();
+        }
+        if child.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&child.s)
+        {
+            states.push(child.s);
+        }
+        if configurations > limits.configs_max {
+            return Search {
+                outcome: Outcome::Unknown {
+                    reason: format!("configuration budget of {} exhausted", limits.configs_max),
+                    deepest,
+                },
+                configurations,
+            };
+        }
+        if configurations.is_multiple_of(CLOCK_CHECK_EVERY) && past_deadline(limits) {
+            return Search {
+                outcome: Outcome::Unknown {
+                    reason: "time budget exhausted".to_string(),
+                    deepest,
+                },
+                configurations,
+            };
+        }
+        stack.push(Frame {
+            config: child,
+            next: 0,
+        });
+    }
+    states.sort_unstable();
+    Search {
+        outcome: Outcome::NotLinearizable { deepest, states },
+        configurations,
+    }
+}
+
+/// Moves past returns of ops that are already linearized, freeing their
+/// slots, so every configuration in the memo sits at a return it must act on.
+#[inline]
+fn advance<const W: usize>(p: &Problem, mut c: Config<W>) -> Config<W> {
+    while let Some(ret) = p.returns.get(c.r as usize) {
+        if !c.has(ret.slot) {
+            break;
+        }
+        c = c.without(ret.slot);
+        c.r += 1;
+    }
+    c
+}
+
+/// The first member of a class not yet linearized (classes are used as
+/// prefixes), as an index into the indeterminate ops.
+#[inline]
+fn first_unused<const W: usize>(c: &Config<W>, base: u32, start: u32, end: u32) -> Option<u32> {
+    (start..end).find(|&j| !c.has(base + j))
+}
+
+fn past_deadline(limits: &Limits) -> bool {
+    limits.deadline.is_some_and(|d| Instant::now() >= d)
+}

@@ -1,0 +1,327 @@
+//! Pairing: turns the line-by-line history into operations, each an invoke
+//! and the completion that follows it on the same process.
+//!
+//! Rules (DESIGN.md): a completion pairs with the previous invoke of the same
+//! process; a process is single-threaded, so a second invoke while its op is
+//! still open is an error, and so is a completion with no open invoke. An
+//! invoke with no completion by the end is indeterminate ([`Outcome::Pending`],
+//! treated like `info` by every checker). The nemesis is exempt from the
+//! single-thread rule: its events may be lone `info` lines.
+
+use crate::history::{HistoryError, HistoryReader, Location, Op, OpType, Process};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+/// How an operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    Ok,
+    /// Definitely did not happen.
+    Fail,
+    /// May or may not have happened.
+    Info,
+    /// No completion in the history: same meaning as `Info`.
+    Pending,
+}
+
+impl Outcome {
+    /// `info` or no completion: the op may take effect any time after its
+    /// invoke, or never.
+    pub fn is_indeterminate(self) -> bool {
+        matches!(self, Outcome::Info | Outcome::Pending)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Fail => "fail",
+            Outcome::Info => "info",
+            Outcome::Pending => "pending",
+        }
+    }
+}
+
+/// One client operation: an invoke and its completion, by position in
+/// [`History::ops`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operation {
+    pub process: Process,
+    pub invoke: usize,
+    pub complete: Option<usize>,
+    pub outcome: Outcome,
+}
+
+/// A whole history, read and paired.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub file: PathBuf,
+    /// Every line, in order (`ops[i].index == i`).
+    pub ops: Vec<Op>,
+    /// The 1-based line of each op in the file.
+    pub lines: Vec<u64>,
+    /// Client operations, in invoke order.
+    pub operations: Vec<Operation>,
+    /// Positions of nemesis lines (faults and node-side events).
+    pub nemesis: Vec<usize>,
+}
+
+impl History {
+    /// Reads, validates and pairs a history file.
+    pub fn load(path: &Path) -> Result<History, HistoryError> {
+        let mut reader = HistoryReader::open(path)?;
+        let mut ops = Vec::new();
+        let mut lines = Vec::new();
+        while let Some(op) = reader.next() {
+            ops.push(op?);
+            lines.push(reader.location().line);
+        }
+        History::from_ops(path, ops, lines)
+    }
+
+    /// Pairs already-parsed ops; `lines` gives each op's line for errors.
+    pub fn from_ops(path: &Path, ops: Vec<Op>, lines: Vec<u64>) -> Result<History, HistoryError> {
+        if ops.is_empty() {
+            return Err(HistoryError {
+                at: Location {
+                    file: path.to_path_buf(),
+                    line: 1,
+                },
+                reason: "empty history: no operations".to_string(),
+            });
+        }
+        let err = |i: usize, reason: String| HistoryError {
+            at: Location {
+                file: path.to_path_buf(),
+                line: lines[i],
+            },
+            reason,
+        };
+        let mut operations: Vec<Operation> = Vec::new();
+        let mut nemesis = Vec::new();
+        // process -> index into `operations` of its open op
+        let mut open: HashMap<u64, usize> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let Process::Client(p) = op.process else {
+                nemesis.push(i);
+                continue;
+            };
+            match op.kind {
+                OpType::Invoke => {
+                    if let Some(&o) = open.get(&p) {
+                        let prev = operations[o].invoke;
+                        return Err(err(
+                            i,
+                            format!(
+                                "process {p} invoked `{}` while its `{}` from line {} has not completed",
+                                op.f, ops[prev].f, lines[prev]
+                            ),
+                        ));
+                    }
+                    open.insert(p, operations.len());
+                    operations.push(Operation {
+                        process: op.process,
+                        invoke: i,
+                        complete: None,
+                        outcome: Outcome::Pending,
+                    });
+                }
+                kind => {
+                    let Some(o) = open.remove(&p) else {
+                        return Err(err(
+                            i,
+                            format!(
+                                "completion ({}) of `{}` for process {p} without an invoke",
+                                kind.as_str(),
+                                op.f
+                            ),
+                        ));
+                    };
+                    let inv = &ops[operations[o].invoke];
+                    if inv.f != op.f {
+                        return Err(err(
+                            i,
+                            format!(
+                                "completion `{}` of process {p} does not match its invoke `{}` (line {})",
+                                op.f,
+                                inv.f,
+                                lines[operations[o].invoke]
+                            ),
+                        ));
+                    }
+                    if op.key.is_some() && op.key != inv.key {
+                        return Err(err(
+                            i,
+                            format!(
+                                "completion key {:?} of process {p} differs from its invoke key {:?}",
+                                op.key, inv.key
+                            ),
+                        ));
+                    }
+                    operations[o].complete = Some(i);
+                    operations[o].outcome = match kind {
+                        OpType::Ok => Outcome::Ok,
+                        OpType::Fail => Outcome::Fail,
+                        _ => Outcome::Info,
+                    };
+                }
+            }
+        }
+        Ok(History {
+            file: path.to_path_buf(),
+            ops,
+            lines,
+            operations,
+            nemesis,
+        })
+    }
+
+    /// The invoke line of an operation.
+    pub fn invoke_op(&self, o: &Operation) -> &Op {
+        &self.ops[o.invoke]
+    }
+
+    /// The completion line of an operation, if any.
+    pub fn complete_op(&self, o: &Operation) -> Option<&Op> {
+        o.complete.map(|c| &self.ops[c])
+    }
+
+    /// The value an operation is judged by: the completion's value when the
+    /// op completed `ok` (reads carry their result there), else the invoke's.
+    pub fn value_of(&self, o: &Operation) -> &Value {
+        match (o.outcome, self.complete_op(o)) {
+            (Outcome::Ok, Some(c)) if !c.value.is_null() => &c.value,
+            _ => &self.invoke_op(o).value,
+        }
+    }
+
+    pub fn f_of(&self, o: &Operation) -> &str {
+        &self.invoke_op(o).f
+    }
+
+    /// The location of an op, for messages.
+    pub fn location(&self, pos: usize) -> Location {
+        Location {
+            file: self.file.clone(),
+            line: self.lines[pos],
+        }
+    }
+
+    /// Client operations grouped by `key` (ops without a key under `None`),
+    /// as indices into [`History::operations`], each group in invoke order.
+    pub fn by_key(&self) -> BTreeMap<Option<String>, Vec<usize>> {
+        let mut groups: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
+        for (i, o) in self.operations.iter().enumerate() {
+            groups
+                .entry(self.ops[o.invoke].key.clone())
+                .or_default()
+                .push(i);
+        }
+        groups
+    }
+
+    /// Number of distinct keys among client operations (at least 1).
+    pub fn key_count(&self) -> usize {
+        self.by_key().len().max(1)
+    }
+}
+
+/// Builds histories for tests: `(process, type, f, value)` per line.
+#[cfg(test)]
+pub(crate) fn test_history(lines: &[(u64, &str, &str, Value)]) -> History {
+    let ops: Vec<Op> = lines
+        .iter()
+        .enumerate()
+        .map(|(i, (p, t, f, v))| Op {
+            index: i as u64,
+            time: i as i64 * 1000,
+            process: Process::Client(*p),
+            kind: match *t {
+                "invoke" => OpType::Invoke,
+                "ok" => OpType::Ok,
+                "fail" => OpType::Fail,
+                "info" => OpType::Info,
+                other => panic!("bad type {other}"),
+            },
+            f: f.to_string(),
+            value: v.clone(),
+            key: None,
+            node: None,
+            error: None,
+        })
+        .collect();
+    let n = ops.len() as u64;
+    History::from_ops(Path::new("test.jsonl"), ops, (1..=n).collect()).expect("valid test history")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(index: u64, process: u64, kind: OpType, f: &str) -> Op {
+        Op {
+            index,
+            time: index as i64,
+            process: Process::Client(process),
+            kind,
+            f: f.into(),
+            value: Value::Null,
+            key: None,
+            node: None,
+            error: None,
+        }
+    }
+
+    fn pair(ops: Vec<Op>) -> Result<History, HistoryError> {
+        let lines = (1..=ops.len() as u64).collect();
+        History::from_ops(Path::new("h"), ops, lines)
+    }
+
+    #[test]
+    fn completion_pairs_with_previous_invoke_of_same_process() {
+        let h = pair(vec![
+            op(0, 1, OpType::Invoke, "read"),
+            op(1, 2, OpType::Invoke, "write"),
+            op(2, 1, OpType::Ok, "read"),
+        ])
+        .unwrap();
+        assert_eq!(h.operations.len(), 2);
+        assert_eq!(h.operations[0].complete, Some(2));
+        assert_eq!(h.operations[1].outcome, Outcome::Pending);
+    }
+
+    #[test]
+    fn completion_without_invoke_is_an_error() {
+        let e = pair(vec![op(0, 1, OpType::Ok, "read")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "h:1: completion (ok) of `read` for process 1 without an invoke"
+        );
+    }
+
+    #[test]
+    fn second_invoke_on_busy_process_is_an_error() {
+        let e = pair(vec![
+            op(0, 1, OpType::Invoke, "read"),
+            op(1, 1, OpType::Invoke, "write"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.at.line, 2);
+        assert!(e.reason.contains("has not completed"));
+    }
+
+    #[test]
+    fn empty_history_is_an_error() {
+        assert!(pair(vec![]).unwrap_err().reason.contains("empty history"));
+    }
+
+    #[test]
+    fn mismatched_completion_f_is_an_error() {
+        let e = pair(vec![
+            op(0, 1, OpType::Invoke, "read"),
+            op(1, 1, OpType::Ok, "write"),
+        ])
+        .unwrap_err();
+        assert!(e.reason.contains("does not match"));
+    }
+}

@@ -1,0 +1,93 @@
+//! `total-queue`: every acknowledged enqueue comes out exactly once, and
+//! nothing comes out that was never put in (Jepsen's total-queue checker).
+//! Dequeued = `ok` dequeue values plus every element of `ok` drains.
+//! * lost — enqueued `ok`, never dequeued;
+//! * duplicated — dequeued more than once (counting repeats);
+//! * unexpected — dequeued, never attempted;
+//! * recovered — enqueue indeterminate, yet dequeued (fine, reported).
+//!
+//! A run must end with a drain for `lost` to mean anything; the checker
+//! cannot tell a lost element from one still queued.
+
+use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
+use crate::history::HistoryError;
+use crate::pairing::{History, Outcome};
+use crate::set::listed;
+use serde_json::json;
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+pub struct TotalQueue;
+
+impl Checker for TotalQueue {
+    fn name(&self) -> &str {
+        "total-queue"
+    }
+
+    fn check(&self, h: &History, _ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
+        let started = Instant::now();
+        let mut attempted = BTreeSet::new();
+        let mut acked = BTreeSet::new();
+        let mut dequeued: BTreeMap<String, u64> = BTreeMap::new();
+        for o in &h.operations {
+            match (h.f_of(o), o.outcome) {
+                (_, Outcome::Fail) => {}
+                ("enqueue", outcome) => {
+                    let e = h.invoke_op(o).value.to_string();
+                    attempted.insert(e.clone());
+                    if outcome == Outcome::Ok {
+                        acked.insert(e);
+                    }
+                }
+                ("dequeue", Outcome::Ok) => {
+                    *dequeued.entry(h.value_of(o).to_string()).or_default() += 1;
+                }
+                ("drain", Outcome::Ok) => {
+                    let v = h.value_of(o);
+                    let Some(items) = v.as_array() else {
+                        return Err(HistoryError {
+                            at: h.location(o.complete.unwrap_or(o.invoke)),
+                            reason: format!("drain must return an array, got {v}"),
+                        });
+                    };
+                    for e in items {
+                        *dequeued.entry(e.to_string()).or_default() += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let out: BTreeSet<String> = dequeued.keys().cloned().collect();
+        let lost: BTreeSet<String> = acked.difference(&out).cloned().collect();
+        let unexpected: BTreeSet<String> = out.difference(&attempted).cloned().collect();
+        let duplicated: BTreeSet<String> = dequeued
+            .iter()
+            .filter(|(_, &n)| n > 1)
+            .map(|(e, _)| e.clone())
+            .collect();
+        let recovered: BTreeSet<String> = out
+            .intersection(&attempted)
+            .filter(|e| !acked.contains(*e))
+            .cloned()
+            .collect();
+        let valid = lost.is_empty() && unexpected.is_empty() && duplicated.is_empty();
+        Ok(CheckResult {
+            checker: self.name().into(),
+            verdict: if valid {
+                Verdict::Valid
+            } else {
+                Verdict::Invalid
+            },
+            reason: None,
+            elapsed_ms: elapsed_ms(started),
+            details: json!({
+                "attempted": attempted.len(), "acknowledged": acked.len(),
+                "dequeued": dequeued.values().sum::<u64>(),
+                "lost_count": lost.len(), "lost": listed(&lost),
+                "duplicated_count": duplicated.len(), "duplicated": listed(&duplicated),
+                "unexpected_count": unexpected.len(), "unexpected": listed(&unexpected),
+                "recovered_count": recovered.len(), "recovered": listed(&recovered),
+            }),
+        })
+    }
+}

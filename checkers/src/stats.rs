@@ -1,0 +1,71 @@
+//! `stats`: counts of ok / fail / info per `f` (Jepsen's stats checker).
+//! Invalid when some `f` was attempted yet never succeeded — a workload
+//! that never gets an op through tests nothing.
+
+use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
+use crate::history::HistoryError;
+use crate::pairing::{History, Outcome};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+pub struct Stats;
+
+#[derive(Default)]
+struct Counts {
+    ok: u64,
+    fail: u64,
+    info: u64,
+}
+
+impl Checker for Stats {
+    fn name(&self) -> &str {
+        "stats"
+    }
+
+    fn check(&self, h: &History, _ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
+        let started = Instant::now();
+        let mut by_f: BTreeMap<&str, Counts> = BTreeMap::new();
+        for o in &h.operations {
+            let c = by_f.entry(h.f_of(o)).or_default();
+            match o.outcome {
+                Outcome::Ok => c.ok += 1,
+                Outcome::Fail => c.fail += 1,
+                Outcome::Info | Outcome::Pending => c.info += 1,
+            }
+        }
+        let never_ok: Vec<&str> = by_f
+            .iter()
+            .filter(|(_, c)| c.ok == 0)
+            .map(|(f, _)| *f)
+            .collect();
+        let total = by_f.values().fold(Counts::default(), |t, c| Counts {
+            ok: t.ok + c.ok,
+            fail: t.fail + c.fail,
+            info: t.info + c.info,
+        });
+        let by_f_json: serde_json::Map<String, serde_json::Value> = by_f
+            .iter()
+            .map(|(f, c)| {
+                (
+                    f.to_string(),
+                    json!({"ok": c.ok, "fail": c.fail, "info": c.info}),
+                )
+            })
+            .collect();
+        Ok(CheckResult {
+            checker: self.name().into(),
+            verdict: if never_ok.is_empty() {
+                Verdict::Valid
+            } else {
+                Verdict::Invalid
+            },
+            reason: None,
+            elapsed_ms: elapsed_ms(started),
+            details: json!({
+                "ok": total.ok, "fail": total.fail, "info": total.info,
+                "by_f": by_f_json, "never_ok": never_ok,
+            }),
+        })
+    }
+}

@@ -1,0 +1,277 @@
+//! `drift check`: run checkers on a recorded history and store the results.
+//!
+//! Input: a history file, or a run directory (its `history.jsonl`).
+//! Output: `results.json` and one picture per linearizability violation —
+//! in the run directory when given one (or when the file sits in one),
+//! else in a new run `check-<name>` under the store; `--out` overrides.
+//! Exit: the composed verdict's code, or 3 for bad input or arguments.
+
+use crate::cli::CheckArgs;
+use crate::fail::Failure;
+use drift_checkers::linear::model::ModelKind;
+use drift_checkers::linear::LinearReport;
+use drift_checkers::{check_all, registry, CheckContext, Checker, Composed, History};
+use drift_results::files::{ResultsFile, RunInfo, Versions};
+use drift_results::store::{self, RunDir, Store};
+use drift_results::{picture, time};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Longest budget accepted: a week. A larger number is a typo.
+const BUDGET_S_MAX: f64 = 7.0 * 86_400.0;
+
+pub fn run(args: CheckArgs) -> Result<i32, Failure> {
+    let checkers = build_checkers(&args)?;
+    let budget = parse_budget(args.budget_s)?;
+    if args.mem_mb == 0 {
+        return Err(Failure::new("--mem-mb must be at least 1"));
+    }
+    let (history_path, run_dir) = resolve_input(&args.input)?;
+
+    let history = History::load(&history_path).map_err(|e| Failure::new(e.to_string()))?;
+    let ctx = CheckContext::new(budget, (args.mem_mb as usize) << 20);
+    let started = Instant::now();
+    let composed = check_all(&checkers, &history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
+    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+
+    let (out, new_run) = output_dir(&args, run_dir, &history_path)?;
+    let artifacts = write_pictures(&out, &composed, &history_path)?;
+    let results = ResultsFile {
+        verdict: composed.verdict,
+        history: history_path.display().to_string(),
+        ops: history.ops.len() as u64,
+        operations: history.operations.len() as u64,
+        keys: history.key_count(),
+        checked_at: time::rfc3339(SystemTime::now()),
+        elapsed_ms,
+        checkers: composed.results.clone(),
+        artifacts: artifacts.iter().map(|(name, _)| name.clone()).collect(),
+    };
+    let results_path = out
+        .write_json(store::RESULTS_JSON, &results)
+        .map_err(|e| Failure::new(format!("{}: cannot write results: {e}", out.path.display())))?;
+    if let Some(store) = new_run {
+        write_run_json(&out, &args, &history_path)?;
+        store.set_latest(&out).map_err(|e| {
+            Failure::new(format!(
+                "{}: cannot update latest: {e}",
+                store.root().display()
+            ))
+        })?;
+    }
+
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&results).expect("results serialize")
+        );
+    } else {
+        print_summary(&results, &composed, &artifacts, &results_path);
+    }
+    Ok(composed.verdict.exit_code())
+}
+
+fn build_checkers(args: &CheckArgs) -> Result<Vec<Box<dyn Checker>>, Failure> {
+    let model = ModelKind::parse(&args.model).ok_or_else(|| {
+        let known: Vec<&str> = ModelKind::ALL.iter().map(|m| m.name()).collect();
+        Failure::new(format!(
+            "unknown --model `{}` (known: {})",
+            args.model,
+            known.join(", ")
+        ))
+    })?;
+    let mut names: Vec<&str> = Vec::new();
+    for name in &args.checkers {
+        let name = name.trim();
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| registry::build(n, Some(model)).map_err(Failure::new))
+        .collect()
+}
+
+fn parse_budget(budget_s: Option<f64>) -> Result<Option<Duration>, Failure> {
+    match budget_s {
+        None => Ok(None),
+        Some(s) if s.is_finite() && s > 0.0 && s <= BUDGET_S_MAX => {
+            Ok(Some(Duration::from_secs_f64(s)))
+        }
+        Some(s) => Err(Failure::new(format!(
+            "--budget-s must be a number of seconds in (0, {BUDGET_S_MAX}], got {s}"
+        ))),
+    }
+}
+
+/// The history file to read and, when the input is a run, its directory.
+fn resolve_input(input: &Path) -> Result<(PathBuf, Option<RunDir>), Failure> {
+    if input.is_dir() {
+        let run = RunDir::open(input).map_err(Failure::new)?;
+        return Ok((run.history(), Some(run)));
+    }
+    if !input.exists() {
+        return Err(Failure::new(format!(
+            "{}: no such file or directory",
+            input.display()
+        )));
+    }
+    let parent = input
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let in_run = input.file_name() == Some(store::HISTORY.as_ref())
+        && parent.join(store::RUN_JSON).is_file();
+    let run = if in_run {
+        RunDir::open(parent).ok()
+    } else {
+        None
+    };
+    Ok((input.to_path_buf(), run))
+}
+
+/// Where results go; `Some(store)` when a new run was made in it.
+fn output_dir(
+    args: &CheckArgs,
+    run_dir: Option<RunDir>,
+    history: &Path,
+) -> Result<(RunDir, Option<Store>), Failure> {
+    if let Some(out) = &args.out {
+        std::fs::create_dir_all(out)
+            .map_err(|e| Failure::new(format!("{}: cannot create: {e}", out.display())))?;
+        return Ok((RunDir { path: out.clone() }, None));
+    }
+    if let Some(run) = run_dir {
+        return Ok((run, None));
+    }
+    let store = Store::new(&args.store);
+    let stem: String = history
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("history")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let run = store.create_run(&format!("check-{stem}")).map_err(|e| {
+        Failure::new(format!(
+            "{}: cannot create a run: {e}",
+            store.root().display()
+        ))
+    })?;
+    Ok((run, Some(store)))
+}
+
+fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), Failure> {
+    let info = RunInfo {
+        test: out
+            .path
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("check")
+            .to_string(),
+        kind: "check".into(),
+        created_at: time::rfc3339(SystemTime::now()),
+        seed: None,
+        config: serde_json::json!({
+            "checkers": args.checkers,
+            "model": args.model,
+            "budget_s": args.budget_s,
+            "mem_mb": args.mem_mb,
+        }),
+        versions: Versions::current(env!("CARGO_PKG_VERSION"), option_env!("DRIFT_GIT_SHA")),
+        source: Some(history.display().to_string()),
+        hosts: Vec::new(),
+        nemesis_schedule: Vec::new(),
+    };
+    out.write_json(store::RUN_JSON, &info).map_err(|e| {
+        Failure::new(format!(
+            "{}: cannot write run.json: {e}",
+            out.path.display()
+        ))
+    })?;
+    Ok(())
+}
+
+/// Writes one picture per explained violation; returns (file name, key).
+fn write_pictures(
+    out: &RunDir,
+    composed: &Composed,
+    history: &Path,
+) -> Result<Vec<(String, Option<String>)>, Failure> {
+    let mut written = Vec::new();
+    for r in &composed.results {
+        if r.checker != "linearizable" {
+            continue;
+        }
+        let Ok(report) = serde_json::from_value::<LinearReport>(r.details.clone()) else {
+            continue;
+        };
+        for (n, v) in report.violations.iter().enumerate() {
+            let name = format!("linearizable-{}.html", n + 1);
+            let html = picture::render(v, &history.display().to_string());
+            out.write_file(&name, html.as_bytes()).map_err(|e| {
+                Failure::new(format!("{}: cannot write {name}: {e}", out.path.display()))
+            })?;
+            written.push((name, v.key.clone()));
+        }
+    }
+    Ok(written)
+}
+
+fn print_summary(
+    results: &ResultsFile,
+    composed: &Composed,
+    artifacts: &[(String, Option<String>)],
+    results_path: &Path,
+) {
+    println!(
+        "history  {}  ({} lines, {} operations, {} key{})",
+        results.history,
+        results.ops,
+        results.operations,
+        results.keys,
+        if results.keys == 1 { "" } else { "s" }
+    );
+    for r in &composed.results {
+        println!(
+            "checker  {:<13} {:<8} {:>9.2} ms",
+            r.checker,
+            r.verdict.as_str(),
+            r.elapsed_ms
+        );
+        if let Some(reason) = &r.reason {
+            println!("         {reason}");
+        }
+        if let Ok(report) = serde_json::from_value::<LinearReport>(r.details.clone()) {
+            if let Some(v) = report.violations.first() {
+                for line in v.explanation.lines() {
+                    println!("         {line}");
+                }
+            }
+            if report.keys_invalid > 1 {
+                println!(
+                    "         {} of {} keys are not linearizable",
+                    report.keys_invalid, report.keys
+                );
+            }
+        }
+    }
+    let dir = results_path.parent().unwrap_or(Path::new("."));
+    for (name, _) in artifacts {
+        println!("picture  {}", dir.join(name).display());
+    }
+    println!(
+        "verdict  {}  ({:.2} ms)",
+        results.verdict.as_str().to_uppercase(),
+        results.elapsed_ms
+    );
+    println!("results  {}", results_path.display());
+}

@@ -1,0 +1,116 @@
+//! The command line: raw options as clap parses them. Validation that
+//! needs more than a type (paths exist, names are known) happens in the
+//! command that uses them.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "drift",
+    version,
+    about = "Jepsen-style consistency testing and benchmarks for replicated systems",
+    long_about = None,
+    after_help = "Exit codes: 0 valid, 1 invalid, 2 unknown (a checker ran out of budget), 3 the run itself failed (bad input, bad arguments, setup)."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a campaign: deploy a cluster, drive a workload under faults, check the history.
+    Test(Unbuilt),
+    /// Check a recorded history (a history.jsonl file or a run directory).
+    Check(CheckArgs),
+    /// Run a stored run again with its seed and nemesis schedule.
+    Replay(Unbuilt),
+    /// Compare stored runs across versions.
+    Compare(Unbuilt),
+    /// Benchmarks: `drift bench checker [DIR]`.
+    Bench(BenchArgs),
+    /// Serve the result store over HTTP.
+    Serve(Unbuilt),
+    /// Run one node of the replicated stack.
+    Node(Unbuilt),
+    /// Run a local cluster to play with: up, status, down.
+    Cluster(Unbuilt),
+}
+
+/// Arguments of a subcommand that is not built yet: accepted as given, so
+/// the command can say so instead of failing on its options.
+#[derive(Args, Debug)]
+pub struct Unbuilt {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// A history.jsonl file, or a run directory holding one.
+    pub input: PathBuf,
+    /// Checker to run; repeat or comma-separate for several
+    /// (linearizable, unique-ids, set, counter, total-queue, stats).
+    #[arg(
+        long = "checker",
+        value_delimiter = ',',
+        default_value = "linearizable"
+    )]
+    pub checkers: Vec<String>,
+    /// Model for the linearizable checker: cas-register or kv.
+    #[arg(long, default_value = "cas-register")]
+    pub model: String,
+    /// Time budget for the whole check, in seconds; past it the verdict is unknown.
+    #[arg(long = "budget-s")]
+    pub budget_s: Option<f64>,
+    /// Memory cap for a search, in MiB; past it the verdict is unknown.
+    #[arg(long = "mem-mb", default_value_t = 2048)]
+    pub mem_mb: u64,
+    /// Print results.json to stdout instead of the summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Directory for results.json and pictures (default: the run directory
+    /// for a run, else a new run under the store).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Root of the result store.
+    #[arg(long, default_value = "store")]
+    pub store: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    pub what: BenchWhat,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchWhat {
+    /// Time the linearizability checker on every history of a folder
+    /// (parsing excluded; median of --runs).
+    Checker(BenchCheckerArgs),
+    /// Merkle repair costs (hashes, bytes, rounds, streamed entries).
+    Repair(Unbuilt),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchCheckerArgs {
+    /// Folder of *.jsonl histories [default: ../shared/data/histories/etcd].
+    pub dir: Option<PathBuf>,
+    /// Model to check against.
+    #[arg(long, default_value = "cas-register")]
+    pub model: String,
+    /// Timed runs per file; the median is reported.
+    #[arg(long, default_value_t = 5)]
+    pub runs: u32,
+    /// Per-file time budget in seconds.
+    #[arg(long = "budget-s", default_value_t = 60.0)]
+    pub budget_s: f64,
+    /// Also time the explanation of violations.
+    #[arg(long)]
+    pub explain: bool,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}

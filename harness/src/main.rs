@@ -1,0 +1,43 @@
+//! `drift`: the one binary. This file only parses arguments, dispatches,
+//! and maps outcomes to exit codes (0 valid, 1 invalid, 2 unknown, 3 the
+//! run itself failed).
+
+mod bench;
+mod check;
+mod cli;
+mod fail;
+
+use clap::Parser;
+use cli::{BenchWhat, Cli, Command};
+use fail::Failure;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { fail::EXIT_FAILED } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let outcome = match cli.command {
+        Command::Check(args) => check::run(args),
+        Command::Bench(b) => match b.what {
+            BenchWhat::Checker(args) => bench::checker(args),
+            BenchWhat::Repair(_) => Err(Failure::unbuilt("bench repair")),
+        },
+        Command::Test(_) => Err(Failure::unbuilt("test")),
+        Command::Replay(_) => Err(Failure::unbuilt("replay")),
+        Command::Compare(_) => Err(Failure::unbuilt("compare")),
+        Command::Serve(_) => Err(Failure::unbuilt("serve")),
+        Command::Node(_) => Err(Failure::unbuilt("node")),
+        Command::Cluster(_) => Err(Failure::unbuilt("cluster")),
+    };
+    match outcome {
+        Ok(code) => std::process::exit(code),
+        Err(f) => {
+            eprintln!("drift: {}", f.message);
+            std::process::exit(f.code);
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! `drift check` as a user runs it: the real binary, real files, exit codes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn drift() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_drift"))
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("drift-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    std::fs::create_dir_all(&p).unwrap();
+    p
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("drift runs");
+    (
+        status.code().expect("drift exits, not killed"),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn etcd_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/histories/etcd");
+    if dir.join("EXPECTED.tsv").is_file() {
+        Some(dir)
+    } else {
+        eprintln!(
+            "NOT RUN: {} is absent; the etcd histories are read in place from ../shared (present in CI and on development machines)",
+            dir.display()
+        );
+        None
+    }
+}
+
+#[test]
+fn every_etcd_history_gets_its_expected_verdict() {
+    let Some(dir) = etcd_dir() else { return };
+    let out = scratch("etcd");
+    let expected = std::fs::read_to_string(dir.join("EXPECTED.tsv")).unwrap();
+    let mut checked = 0;
+    for line in expected.lines().skip(1).filter(|l| !l.trim().is_empty()) {
+        let cells: Vec<&str> = line.split('\t').collect();
+        let (file, want) = (cells[0], cells[1]);
+        let want_code = match want {
+            "linearizable" => 0,
+            "not-linearizable" => 1,
+            other => panic!("unknown expectation {other}"),
+        };
+        let run_out = out.join(file);
+        let (code, stdout, stderr) = run(drift()
+            .arg("check")
+            .arg(dir.join(file))
+            .args([
+                "--checker",
+                "linearizable",
+                "--model",
+                "cas-register",
+                "--json",
+                "--out",
+            ])
+            .arg(&run_out));
+        assert_eq!(
+            code, want_code,
+            "{file}: expected {want}\n{stdout}\n{stderr}"
+        );
+        let results: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+        let verdict = if want_code == 0 { "valid" } else { "invalid" };
+        assert_eq!(results["verdict"], verdict, "{file}");
+        let stored: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(run_out.join("results.json")).unwrap()).unwrap();
+        assert_eq!(stored["verdict"], verdict, "{file}: results.json");
+        if want_code == 1 {
+            let html = std::fs::read_to_string(run_out.join("linearizable-1.html")).unwrap();
+            assert!(
+                html.contains("<svg") && html.contains("longest linearizable prefix"),
+                "{file}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 102);
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+/// Writes `content` to a file and checks it; returns (code, stderr, path).
+fn check_bad(tag: &str, content: &str, extra: &[&str]) -> (i32, String, String) {
+    let dir = scratch(tag);
+    let path = dir.join("history.jsonl");
+    std::fs::write(&path, content).unwrap();
+    let (code, _, stderr) = run(drift()
+        .arg("check")
+        .arg(&path)
+        .args(extra)
+        .arg("--out")
+        .arg(&dir));
+    assert!(!stderr.contains("panicked"), "{tag}: panicked\n{stderr}");
+    (code, stderr, path.display().to_string())
+}
+
+const INVOKE0: &str = r#"{"index":0,"time":0,"process":0,"type":"invoke","f":"read","value":null}"#;
+
+#[test]
+fn bad_input_exits_3_naming_file_line_and_reason() {
+    let cases: [(&str, String, &str, &str); 9] = [
+        (
+            "truncated",
+            format!("{INVOKE0}\n{{\"index\":1,\"time\":5,\"pro"),
+            ":2:",
+            "truncated line",
+        ),
+        ("not-json", "hello world\n".into(), ":1:", "not JSON"),
+        (
+            "unknown-type",
+            r#"{"index":0,"time":0,"process":0,"type":"begin","f":"read","value":null}"#
+                .to_string()
+                + "\n",
+            ":1:",
+            "unknown type \"begin\"",
+        ),
+        (
+            "no-invoke",
+            r#"{"index":0,"time":0,"process":4,"type":"ok","f":"read","value":1}"#.to_string()
+                + "\n",
+            ":1:",
+            "without an invoke",
+        ),
+        ("empty", String::new(), ":1:", "empty history"),
+        (
+            "busy",
+            format!(
+                "{INVOKE0}\n{}\n",
+                r#"{"index":1,"time":1,"process":0,"type":"invoke","f":"write","value":2}"#
+            ),
+            ":2:",
+            "has not completed",
+        ),
+        (
+            "not-dense",
+            format!(
+                "{INVOKE0}\n{}\n",
+                r#"{"index":2,"time":1,"process":0,"type":"ok","f":"read","value":null}"#
+            ),
+            ":2:",
+            "not dense",
+        ),
+        (
+            "missing-field",
+            r#"{"index":0,"time":0,"process":0,"type":"invoke","value":null}"#.to_string() + "\n",
+            ":1:",
+            "missing field `f`",
+        ),
+        (
+            "wrong-shape",
+            format!(
+                "{}\n{}\n",
+                r#"{"index":0,"time":0,"process":0,"type":"invoke","f":"cas","value":7}"#,
+                r#"{"index":1,"time":1,"process":0,"type":"ok","f":"cas","value":7}"#
+            ),
+            ":2:",
+            "[expected, new]",
+        ),
+    ];
+    for (tag, content, line, reason) in cases {
+        let (code, stderr, path) = check_bad(tag, &content, &[]);
+        assert_eq!(code, 3, "{tag}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{path}{line}")),
+            "{tag}: no file:line in {stderr:?}"
+        );
+        assert!(
+            stderr.contains(reason),
+            "{tag}: no reason {reason:?} in {stderr:?}"
+        );
+    }
+}
+
+#[test]
+fn bad_arguments_exit_3() {
+    let Some(dir) = etcd_dir() else { return };
+    let file = dir.join("etcd_000.jsonl");
+    let out = scratch("args");
+    let cases: [(&[&str], &str); 6] = [
+        (&["--checker", "bogus"], "unknown checker `bogus`"),
+        (&["--model", "queue"], "unknown --model `queue`"),
+        (&["--budget-s=-1"], "--budget-s"),
+        (&["--budget-s", "nan"], "--budget-s"),
+        (&["--frobnicate"], "--frobnicate"),
+        (&["--mem-mb", "0"], "--mem-mb"),
+    ];
+    for (args, said) in cases {
+        let (code, _, stderr) = run(drift()
+            .arg("check")
+            .arg(&file)
+            .args(args)
+            .arg("--out")
+            .arg(&out));
+        assert_eq!(code, 3, "{args:?}: {stderr}");
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let (code, _, stderr) = run(drift().args(["check", "/nonexistent/history.jsonl"]));
+    assert_eq!(code, 3);
+    assert!(
+        stderr.contains("/nonexistent/history.jsonl: no such file"),
+        "{stderr}"
+    );
+    let (code, _, _) = run(drift().arg("check"));
+    assert_eq!(code, 3);
+}
+
+#[test]
+fn unbuilt_subcommands_say_so_and_exit_3() {
+    for args in [
+        &["test", "--workload", "register"][..],
+        &["replay", "store/latest"],
+        &["compare"],
+        &["serve"],
+        &["node", "--id", "1"],
+        &["cluster", "up"],
+        &["bench", "repair"],
+    ] {
+        let (code, stdout, stderr) = run(drift().args(args));
+        assert_eq!(code, 3, "{args:?}");
+        assert!(stdout.is_empty(), "{args:?} printed {stdout:?}");
+        assert!(stderr.contains("not implemented yet"), "{args:?}: {stderr}");
+    }
+}
+
+/// A history that takes an exhaustive search far longer than a second:
+/// 16 concurrent writes of distinct values and 16 concurrent reads, each
+/// read seeing one write, all ok — then a read of a value nobody wrote.
+/// The search must try every interleaving of write/read pairs (3^16 sets)
+/// before it may say "invalid".
+fn hard_history() -> String {
+    const PAIRS: usize = 16;
+    let mut lines = Vec::new();
+    let mut push = |p: usize, t: &str, f: &str, v: String| {
+        let i = lines.len();
+        lines.push(format!(
+            r#"{{"index":{i},"time":{i},"process":{p},"type":"{t}","f":"{f}","value":{v}}}"#
+        ));
+    };
+    for i in 0..PAIRS {
+        push(i, "invoke", "write", (i + 1).to_string());
+    }
+    for i in 0..PAIRS {
+        push(PAIRS + i, "invoke", "read", "null".into());
+    }
+    for i in 0..PAIRS {
+        push(i, "ok", "write", (i + 1).to_string());
+    }
+    for i in 0..PAIRS {
+        push(PAIRS + i, "ok", "read", (i + 1).to_string());
+    }
+    push(2 * PAIRS, "invoke", "read", "null".into());
+    push(2 * PAIRS, "ok", "read", "0".into());
+    lines.join("\n") + "\n"
+}
+
+#[test]
+fn hard_history_with_1s_budget_is_unknown_within_about_1s() {
+    let dir = scratch("budget");
+    let path = dir.join("hard.jsonl");
+    std::fs::write(&path, hard_history()).unwrap();
+    let started = Instant::now();
+    let (code, stdout, stderr) = run(drift()
+        .arg("check")
+        .arg(&path)
+        .args(["--budget-s", "1", "--out"])
+        .arg(&dir));
+    let took = started.elapsed();
+    assert_eq!(code, 2, "{stdout}\n{stderr}");
+    assert!(stdout.contains("time budget exhausted"), "{stdout}");
+    assert!(took < Duration::from_secs(4), "took {took:?}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["verdict"], "unknown");
+}
+
+/// Peak resident memory of a running process, in KiB.
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[test]
+fn memory_cap_ends_in_unknown_and_memory_stays_bounded() {
+    let dir = scratch("mem");
+    let path = dir.join("hard.jsonl");
+    std::fs::write(&path, hard_history()).unwrap();
+    let cap_mib = 48;
+    let mut child = drift()
+        .arg("check")
+        .arg(&path)
+        .args([
+            "--budget-s",
+            "120",
+            "--mem-mb",
+            &cap_mib.to_string(),
+            "--out",
+        ])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut peak = 0;
+    let deadline = Instant::now() + Duration::from_secs(100);
+    let status = loop {
+        if let Some(kib) = peak_rss_kib(child.id()) {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "memory cap never reached");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert_eq!(status.code(), Some(2), "{stdout}");
+    assert!(stdout.contains("memory cap"), "{stdout}");
+    // The cap bounds the search's tables; allow the binary, its other
+    // data and allocator slack on top.
+    assert!(
+        peak < (cap_mib + 40) * 1024,
+        "peak RSS {peak} KiB with a {cap_mib} MiB cap"
+    );
+    assert!(
+        peak > 8 * 1024,
+        "peak RSS {peak} KiB: the search never used its memory"
+    );
+}
+
+#[test]
+fn checking_into_the_store_makes_a_run_and_points_latest_at_it() {
+    let Some(dir) = etcd_dir() else { return };
+    let root = scratch("store");
+    let store = root.join("store");
+    let (code, stdout, _) = run(drift()
+        .arg("check")
+        .arg(dir.join("etcd_001.jsonl"))
+        .args(["--checker", "linearizable,stats", "--store"])
+        .arg(&store));
+    assert_eq!(code, 1, "{stdout}");
+    let latest = store.join("latest");
+    let run_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(latest.join("run.json")).unwrap()).unwrap();
+    assert_eq!(run_json["kind"], "check");
+    assert_eq!(run_json["test"], "check-etcd_001");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(latest.join("results.json")).unwrap()).unwrap();
+    let names: Vec<&str> = results["checkers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["checker"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["linearizable", "stats"]);
+    assert_eq!(
+        results["checkers"][1]["details"]["by_f"]["cas"]["ok"]
+            .as_u64()
+            .map(|n| n > 0),
+        Some(true)
+    );
+    assert!(latest.join("linearizable-1.html").is_file());
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn a_run_directory_is_checked_in_place() {
+    let Some(dir) = etcd_dir() else { return };
+    let run_dir = scratch("rundir");
+    std::fs::copy(dir.join("etcd_002.jsonl"), run_dir.join("history.jsonl")).unwrap();
+    let (code, stdout, stderr) = run(drift().arg("check").arg(&run_dir));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("verdict  VALID"), "{stdout}");
+    assert!(run_dir.join("results.json").is_file());
+    std::fs::remove_dir_all(&run_dir).unwrap();
+}
