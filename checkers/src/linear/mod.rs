@@ -28,6 +28,10 @@ use search::{Limits, Outcome as SearchOutcome};
 use serde::{Deserialize, Serialize};
 use std::time::Instant;
 
+/// Longest one explanation may shrink for; past it the core is reported
+/// as found so far (still valid, perhaps not minimal).
+pub const EXPLAIN_TIME_MAX: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Most failing keys explained in detail; the others are only counted.
 /// Each explanation runs many small searches.
 pub const EXPLAINED_KEYS_MAX: usize = 4;
@@ -286,7 +290,12 @@ fn explain_violation<M: Model>(
     model: &mut M,
     limits: &Limits,
 ) -> Violation {
-    let shrunk = explain::shrink(&prepared.ops, failing, model, limits);
+    let cap = Instant::now() + EXPLAIN_TIME_MAX;
+    let shrink_limits = Limits {
+        deadline: Some(limits.deadline.map_or(cap, |d| d.min(cap))),
+        ..*limits
+    };
+    let shrunk = explain::shrink(&prepared.ops, failing, model, &shrink_limits);
     let as_ref = |i: usize, model: &M| {
         op_ref(
             history,
