@@ -1,6 +1,42 @@
-//! drift-keeper: the ZooKeeper-compatible coordination service under test.
+//! drift-keeper: the ZooKeeper-compatible coordination service under
+//! test, as a deterministic, sans-IO state machine (seed 000: ClickHouse
+//! Keeper). No clock, randomness, threads or files in here: time and zxid
+//! come from log entries, files go through the [`disk::Disk`] trait whose
+//! real implementation lives in `nodes/node`.
 //!
-//! This crate will hold the sans-IO keeper core: the znode tree with its
-//! replicated digest, the changelog, snapshots, the Raft glue and the
-//! ZooKeeper wire codec (see DESIGN.md). It has no code yet; `drift node`
-//! and `drift cluster` say "not implemented yet" and exit 3 until it does.
+//! # Layout
+//! * [`path`], [`acl`], [`node`], [`error`] — ZooKeeper's data model
+//! * [`digest`] — per-node SipHash, the tree digest as a wrapping sum
+//! * [`request`] — writes (logged) and reads, with the log encoding
+//! * [`state`] — the committed tree, sessions and digest
+//! * `plan` — a write → its deltas and response, against a view
+//! * [`storage`] — preprocess / commit / rollback over an overlay
+//! * [`watch`], [`session`] — per-server watches; leader session expiry
+//! * [`entry`] — the log entry with zxid, time and digest
+//! * [`disk`] — the file seam, and an in-memory disk with faults
+//! * [`changelog`] — segmented, checksummed, compressed log files
+//! * [`snapshot`] — deterministic, versioned, compressed snapshots
+
+pub mod acl;
+pub mod changelog;
+mod codec;
+pub mod digest;
+pub mod disk;
+pub mod entry;
+pub mod error;
+pub mod node;
+pub mod path;
+mod plan;
+pub mod request;
+pub mod session;
+pub mod snapshot;
+pub mod state;
+pub mod storage;
+pub mod watch;
+
+pub use codec::DecodeError;
+pub use digest::Digest;
+pub use entry::{DigestMismatch, Entry, Phase};
+pub use error::ZkError;
+pub use request::{Create, CreateMode, Op, OpResult, Read, Response, Write};
+pub use storage::{Committed, DigestMode, Storage};

@@ -1,0 +1,351 @@
+//! The committed, replicated state: the znode tree, sessions, and the
+//! tree digest — everything a snapshot holds.
+//!
+//! It changes only through [`State::apply`] of a [`Delta`], in log order.
+//! Invariants (checked by `check_invariants`, which tests call after
+//! every apply): every node's parent exists; a node's `num_children`
+//! equals its children in the map; `ephemerals` indexes exactly the
+//! ephemeral nodes by owner; `digest_sum` is the wrapping sum of node
+//! digests when digests are on.
+
+use crate::acl::{Acl, Id};
+use crate::digest::{self, Digest, DIGEST_VERSION};
+use crate::node::{Node, Stat};
+use crate::path;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// A client session as replicated: its timeout and the ids it has
+/// authenticated as (sorted, no duplicates).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub timeout_ms: i32,
+    pub auth: Vec<Id>,
+}
+
+/// One change to the state, with the value it replaces so it can be
+/// undone and its digest change computed without a lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delta {
+    Node {
+        path: String,
+        before: Option<Node>,
+        after: Option<Node>,
+    },
+    Session {
+        id: i64,
+        before: Option<Session>,
+        after: Option<Session>,
+    },
+    NextSessionId {
+        before: i64,
+        after: i64,
+    },
+}
+
+impl Delta {
+    /// What this delta adds to the tree's digest sum.
+    pub fn digest_change(&self) -> u64 {
+        match self {
+            Delta::Node { before, after, .. } => {
+                let add = after.as_ref().map_or(0, |n| n.digest);
+                let sub = before.as_ref().map_or(0, |n| n.digest);
+                add.wrapping_sub(sub)
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// System nodes every tree starts with, as in ZooKeeper.
+pub const SYSTEM_PATHS: [&str; 3] = ["/", "/zookeeper", "/zookeeper/quota"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct State {
+    pub(crate) nodes: BTreeMap<String, Node>,
+    pub(crate) sessions: BTreeMap<i64, Session>,
+    pub(crate) next_session_id: i64,
+    /// Ephemeral paths by owning session.
+    pub(crate) ephemerals: BTreeMap<i64, BTreeSet<String>>,
+    pub(crate) digest_sum: u64,
+    pub(crate) digest_on: bool,
+    /// zxid of the last committed entry.
+    pub(crate) last_zxid: i64,
+}
+
+impl State {
+    /// The initial tree: the system nodes with open ACLs at zxid 0.
+    pub fn new(digest_on: bool) -> State {
+        let mut s = State {
+            nodes: BTreeMap::new(),
+            sessions: BTreeMap::new(),
+            next_session_id: 1,
+            ephemerals: BTreeMap::new(),
+            digest_sum: 0,
+            digest_on,
+            last_zxid: 0,
+        };
+        let acl: Arc<[Acl]> = Acl::open().into();
+        for p in SYSTEM_PATHS {
+            let children = SYSTEM_PATHS
+                .iter()
+                .filter(|c| **c != "/" && **c != p && path::parent(c) == p)
+                .count() as i32;
+            let stat = Stat {
+                num_children: children,
+                ..Stat::default()
+            };
+            let node = make_node(p, Arc::from(&b""[..]), stat, acl.clone(), 0, digest_on);
+            s.digest_sum = s.digest_sum.wrapping_add(node.digest);
+            s.nodes.insert(p.to_string(), node);
+        }
+        s
+    }
+
+    pub fn get(&self, path: &str) -> Option<&Node> {
+        self.nodes.get(path)
+    }
+
+    pub fn session(&self, id: i64) -> Option<&Session> {
+        self.sessions.get(&id)
+    }
+
+    pub fn sessions(&self) -> &BTreeMap<i64, Session> {
+        &self.sessions
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn last_zxid(&self) -> i64 {
+        self.last_zxid
+    }
+
+    pub fn digest_on(&self) -> bool {
+        self.digest_on
+    }
+
+    /// The committed tree's digest.
+    pub fn digest(&self) -> Digest {
+        if self.digest_on {
+            Digest {
+                version: DIGEST_VERSION,
+                value: digest::tree_value(self.digest_sum),
+            }
+        } else {
+            Digest::NONE
+        }
+    }
+
+    /// The digest recomputed from every node's fields.
+    pub fn recompute_digest(&self) -> u64 {
+        self.nodes.iter().fold(0u64, |sum, (p, n)| {
+            sum.wrapping_add(digest::recompute(p, n))
+        })
+    }
+
+    /// Names of `path`'s children, sorted. Walks the path-ordered map,
+    /// jumping over each child's own subtree.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        let prefix = path::child_prefix(path);
+        let mut out = Vec::new();
+        let mut from = prefix.clone();
+        while let Some((key, _)) = self.nodes.range(from.clone()..).next() {
+            if !key.starts_with(&prefix) {
+                break;
+            }
+            let rest = &key[prefix.len()..];
+            if rest.is_empty() {
+                // only "/" itself has an empty rest; skip it
+                from = format!("{key}\u{0}");
+                continue;
+            }
+            match rest.find('/') {
+                None => {
+                    out.push(rest.to_string());
+                    from = format!("{key}\u{0}");
+                }
+                Some(i) => {
+                    // a descendant of a child we have not seen: the child
+                    // itself sorts before it, so this only skips subtrees
+                    from = format!("{}{}", &key[..prefix.len() + i], '0');
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies one delta. The caller guarantees it was planned against
+    /// exactly this state (its `before` values are current).
+    pub fn apply(&mut self, delta: &Delta) {
+        match delta {
+            Delta::Node {
+                path,
+                before,
+                after,
+            } => {
+                debug_assert_eq!(
+                    self.nodes.get(path),
+                    before.as_ref(),
+                    "stale delta for {path}"
+                );
+                if let Some(owner) = before.as_ref().and_then(ephemeral_owner) {
+                    if let Some(set) = self.ephemerals.get_mut(&owner) {
+                        set.remove(path);
+                        if set.is_empty() {
+                            self.ephemerals.remove(&owner);
+                        }
+                    }
+                }
+                match after {
+                    Some(n) => {
+                        if let Some(owner) = ephemeral_owner(n) {
+                            self.ephemerals
+                                .entry(owner)
+                                .or_default()
+                                .insert(path.clone());
+                        }
+                        self.nodes.insert(path.clone(), n.clone());
+                    }
+                    None => {
+                        self.nodes.remove(path);
+                    }
+                }
+                self.digest_sum = self.digest_sum.wrapping_add(delta.digest_change());
+            }
+            Delta::Session { id, after, .. } => match after {
+                Some(s) => {
+                    self.sessions.insert(*id, s.clone());
+                }
+                None => {
+                    self.sessions.remove(id);
+                }
+            },
+            Delta::NextSessionId { after, .. } => self.next_session_id = *after,
+        }
+    }
+
+    /// Checks the invariants in the module header; panics naming the first
+    /// broken one. O(tree): for tests and the full-digest mode.
+    pub fn check_invariants(&self) {
+        let mut children: BTreeMap<&str, i32> = BTreeMap::new();
+        let mut ephemerals: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+        for (p, n) in &self.nodes {
+            assert_eq!(
+                n.stat.data_length as usize,
+                n.data.len(),
+                "{p}: data_length"
+            );
+            if p != "/" {
+                let parent = path::parent(p);
+                assert!(self.nodes.contains_key(parent), "{p}: parent missing");
+                *children.entry(parent).or_default() += 1;
+            }
+            if let Some(owner) = ephemeral_owner(n) {
+                ephemerals.entry(owner).or_default().insert(p.clone());
+            }
+        }
+        for (p, n) in &self.nodes {
+            let have = children.get(p.as_str()).copied().unwrap_or(0);
+            assert_eq!(n.stat.num_children, have, "{p}: num_children");
+        }
+        assert_eq!(ephemerals, self.ephemerals, "ephemeral index");
+        if self.digest_on {
+            assert_eq!(self.recompute_digest(), self.digest_sum, "digest sum");
+        }
+    }
+}
+
+fn ephemeral_owner(n: &Node) -> Option<i64> {
+    match n.kind() {
+        crate::node::Kind::Ephemeral { owner } => Some(owner),
+        _ => None,
+    }
+}
+
+/// Builds a node value with its digest (0 when digests are off).
+pub fn make_node(
+    path: &str,
+    data: Arc<[u8]>,
+    stat: Stat,
+    acl: Arc<[Acl]>,
+    seq: i64,
+    digest_on: bool,
+) -> Node {
+    debug_assert_eq!(stat.data_length as usize, data.len());
+    let digest = if digest_on {
+        digest::node_digest(path, &data, &stat, seq)
+    } else {
+        0
+    };
+    Node {
+        data,
+        stat,
+        acl,
+        seq,
+        digest,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn add(s: &mut State, p: &str) {
+        let parent = path::parent(p).to_string();
+        let mut pn = s.get(&parent).unwrap().clone();
+        let before = pn.clone();
+        pn.stat.num_children += 1;
+        let pn = make_node(
+            &parent,
+            pn.data.clone(),
+            pn.stat,
+            pn.acl.clone(),
+            pn.seq,
+            true,
+        );
+        s.apply(&Delta::Node {
+            path: parent,
+            before: Some(before),
+            after: Some(pn),
+        });
+        let n = make_node(
+            p,
+            Arc::from(&b""[..]),
+            Stat::default(),
+            Acl::open().into(),
+            0,
+            true,
+        );
+        s.apply(&Delta::Node {
+            path: p.to_string(),
+            before: None,
+            after: Some(n),
+        });
+    }
+
+    #[test]
+    fn children_lists_direct_children_only_in_order() {
+        let mut s = State::new(true);
+        for p in [
+            "/a", "/a/b", "/a/b/c", "/a-b", "/a/b-c", "/a/b/c/d", "/a/z", "/b",
+        ] {
+            add(&mut s, p);
+        }
+        s.check_invariants();
+        assert_eq!(s.children("/"), ["a", "a-b", "b", "zookeeper"]);
+        assert_eq!(s.children("/a"), ["b", "b-c", "z"]);
+        assert_eq!(s.children("/a/b"), ["c"]);
+        assert!(s.children("/a/b/c/d").is_empty());
+        assert!(s.children("/missing").is_empty());
+    }
+
+    #[test]
+    fn initial_tree_has_the_system_nodes_and_a_consistent_digest() {
+        let s = State::new(true);
+        s.check_invariants();
+        assert_eq!(s.children("/zookeeper"), ["quota"]);
+        assert_eq!(s.digest().version, DIGEST_VERSION);
+    }
+}
