@@ -1,1 +1,483 @@
+//! The changelog: Raft's log on disk (seed 000).
+//!
+//! Segment files are named by the index of their first record,
+//! `changelog_<first:020>.bin`; a new segment starts every
+//! `rotate_interval` entries. A record is
+//! `magic u32 | len u32 | crc32 u32 | zstd(index u64, term u64, kind u8, data)`
+//! with the CRC over the compressed payload.
+//!
+//! Guarantees: [`Changelog::append`] returns only after every touched
+//! segment is synced, so an acknowledged entry survives a crash. On open,
+//! a torn or corrupt tail of the last segment (what a crash mid-append
+//! leaves) is truncated to the last good record and reported; corruption
+//! anywhere else — an earlier segment, or a bad record followed by good
+//! ones — refuses to load, naming the file and offset, because truncating
+//! there would drop entries this replica acknowledged.
+//!
+//! An I/O error from a mutating call leaves the files in an unknown state:
+//! the caller must stop and re-open (the driver aborts the process).
 
+use crate::disk::Disk;
+use std::collections::VecDeque;
+use std::fmt;
+
+pub const PREFIX: &str = "changelog_";
+const SUFFIX: &str = ".bin";
+const MAGIC: u32 = 0xD71F_7C0A;
+const HEADER_BYTES: usize = 12;
+/// Largest entry payload accepted: a ZooKeeper packet is at most 1 MiB,
+/// and an entry is one request plus a small header.
+pub const ENTRY_DATA_BYTES_MAX: usize = 4 << 20;
+/// Largest compressed record accepted when reading.
+const RECORD_BYTES_MAX: usize = ENTRY_DATA_BYTES_MAX + (64 << 10);
+
+/// One Raft log entry as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRecord {
+    pub index: u64,
+    pub term: u64,
+    /// Raft's entry type (normal, configuration change, …).
+    pub kind: u8,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    /// Entries per segment file.
+    pub rotate_interval: u64,
+    /// Entries kept below a snapshot when compacting.
+    pub reserved_log_items: u64,
+    pub zstd_level: i32,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            rotate_interval: 100_000,
+            reserved_log_items: 100_000,
+            zstd_level: 1,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum ChangelogError {
+    Io {
+        file: String,
+        error: std::io::Error,
+    },
+    /// Damage that cannot be a torn tail.
+    Corrupt {
+        file: String,
+        offset: u64,
+        reason: String,
+    },
+    /// A caller error: a gap, an overwrite below the start, an oversized entry.
+    Invalid(String),
+}
+
+impl fmt::Display for ChangelogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChangelogError::Io { file, error } => write!(f, "changelog {file}: {error}"),
+            ChangelogError::Corrupt {
+                file,
+                offset,
+                reason,
+            } => {
+                write!(
+                    f,
+                    "changelog {file} is corrupt at offset {offset}: {reason}"
+                )
+            }
+            ChangelogError::Invalid(s) => write!(f, "changelog: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for ChangelogError {}
+
+/// A torn tail found and cut off at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    pub file: String,
+    pub offset: u64,
+    pub bytes_dropped: u64,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoadReport {
+    pub torn_tail: Option<TornTail>,
+    pub segments: usize,
+    pub records: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Segment {
+    name: String,
+    first: u64,
+    len: u64,
+}
+
+pub struct Changelog {
+    config: Config,
+    segments: Vec<Segment>,
+    /// Retained records, indices `start..next`.
+    records: VecDeque<LogRecord>,
+    /// (segment first index, byte offset) of each retained record.
+    positions: VecDeque<(u64, u64)>,
+    start: u64,
+    next: u64,
+}
+
+fn io_err(file: &str) -> impl FnOnce(std::io::Error) -> ChangelogError + '_ {
+    move |error| ChangelogError::Io {
+        file: file.to_string(),
+        error,
+    }
+}
+
+pub fn segment_name(first: u64) -> String {
+    format!("{PREFIX}{first:020}{SUFFIX}")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    name.strip_prefix(PREFIX)?
+        .strip_suffix(SUFFIX)?
+        .parse()
+        .ok()
+}
+
+/// Encodes one record, checking its checksum right before it is handed out.
+pub fn encode_record(r: &LogRecord, level: i32) -> Vec<u8> {
+    let mut plain = Vec::with_capacity(17 + r.data.len());
+    plain.extend_from_slice(&r.index.to_be_bytes());
+    plain.extend_from_slice(&r.term.to_be_bytes());
+    plain.push(r.kind);
+    plain.extend_from_slice(&r.data);
+    let payload = zstd::bulk::compress(&plain, level).expect("zstd compresses in memory");
+    let crc = crc32fast::hash(&payload);
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
+    out.extend_from_slice(&MAGIC.to_be_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc.to_be_bytes());
+    out.extend_from_slice(&payload);
+    debug_assert_eq!(crc32fast::hash(&out[HEADER_BYTES..]), crc);
+    out
+}
+
+/// Decodes the record at `at`: the record and its size, or why not.
+fn decode_record(bytes: &[u8], at: usize) -> Result<(LogRecord, usize), String> {
+    let rest = &bytes[at..];
+    if rest.len() < HEADER_BYTES {
+        return Err(format!(
+            "{} bytes: shorter than a record header",
+            rest.len()
+        ));
+    }
+    let word = |i: usize| u32::from_be_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
+    if word(0) != MAGIC {
+        return Err("no record magic".into());
+    }
+    let len = word(4) as usize;
+    if len > RECORD_BYTES_MAX {
+        return Err(format!("record length {len} exceeds the limit"));
+    }
+    if rest.len() < HEADER_BYTES + len {
+        return Err(format!(
+            "record of {len} bytes cut short at {}",
+            rest.len() - HEADER_BYTES
+        ));
+    }
+    let payload = &rest[HEADER_BYTES..HEADER_BYTES + len];
+    if crc32fast::hash(payload) != word(8) {
+        return Err("checksum mismatch".into());
+    }
+    let plain = zstd::bulk::decompress(payload, ENTRY_DATA_BYTES_MAX + 17)
+        .map_err(|e| format!("payload does not decompress: {e}"))?;
+    if plain.len() < 17 {
+        return Err("payload shorter than a record".into());
+    }
+    let index = u64::from_be_bytes(plain[0..8].try_into().expect("8 bytes"));
+    let term = u64::from_be_bytes(plain[8..16].try_into().expect("8 bytes"));
+    Ok((
+        LogRecord {
+            index,
+            term,
+            kind: plain[16],
+            data: plain[17..].to_vec(),
+        },
+        HEADER_BYTES + len,
+    ))
+}
+
+impl Changelog {
+    /// Opens the changelog on `disk`, repairing a torn tail.
+    pub fn open(
+        disk: &mut dyn Disk,
+        config: Config,
+    ) -> Result<(Changelog, LoadReport), ChangelogError> {
+        assert!(
+            config.rotate_interval > 0,
+            "rotate_interval must be positive"
+        );
+        let names = disk.list().map_err(io_err("(directory)"))?;
+        let mut firsts: Vec<(u64, String)> = names
+            .into_iter()
+            .filter_map(|n| parse_segment_name(&n).map(|f| (f, n)))
+            .collect();
+        firsts.sort();
+        let mut log = Changelog {
+            config,
+            segments: Vec::new(),
+            records: VecDeque::new(),
+            positions: VecDeque::new(),
+            start: 1,
+            next: 1,
+        };
+        let mut report = LoadReport::default();
+        let count = firsts.len();
+        for (k, (first, name)) in firsts.into_iter().enumerate() {
+            let last_segment = k + 1 == count;
+            let bytes = disk.read(&name).map_err(io_err(&name))?;
+            if k == 0 {
+                log.start = first;
+                log.next = first;
+            } else if first != log.next {
+                return Err(ChangelogError::Corrupt {
+                    file: name,
+                    offset: 0,
+                    reason: format!("segment starts at index {first}, expected {}", log.next),
+                });
+            }
+            let mut offset = 0usize;
+            while offset < bytes.len() {
+                let parsed = decode_record(&bytes, offset).and_then(|(r, size)| {
+                    if r.index == log.next {
+                        Ok((r, size))
+                    } else {
+                        Err(format!(
+                            "record index {} where {} was expected",
+                            r.index, log.next
+                        ))
+                    }
+                });
+                match parsed {
+                    Ok((r, size)) => {
+                        log.positions.push_back((first, offset as u64));
+                        log.records.push_back(r);
+                        log.next += 1;
+                        offset += size;
+                    }
+                    Err(reason) => {
+                        if !last_segment || valid_record_after(&bytes, offset + 1) {
+                            return Err(ChangelogError::Corrupt {
+                                file: name,
+                                offset: offset as u64,
+                                reason,
+                            });
+                        }
+                        disk.truncate(&name, offset as u64).map_err(io_err(&name))?;
+                        disk.sync(&name).map_err(io_err(&name))?;
+                        report.torn_tail = Some(TornTail {
+                            file: name.clone(),
+                            offset: offset as u64,
+                            bytes_dropped: (bytes.len() - offset) as u64,
+                            reason,
+                        });
+                        break;
+                    }
+                }
+            }
+            let len = (offset as u64).min(bytes.len() as u64);
+            log.segments.push(Segment { name, first, len });
+        }
+        report.segments = log.segments.len();
+        report.records = log.records.len() as u64;
+        Ok((log, report))
+    }
+
+    /// Index of the first retained record (= `next_index` when empty).
+    pub fn start_index(&self) -> u64 {
+        self.start
+    }
+
+    /// The index the next appended record must have.
+    pub fn next_index(&self) -> u64 {
+        self.next
+    }
+
+    pub fn last_index(&self) -> Option<u64> {
+        (self.next > self.start).then(|| self.next - 1)
+    }
+
+    pub fn get(&self, index: u64) -> Option<&LogRecord> {
+        if index < self.start || index >= self.next {
+            return None;
+        }
+        self.records.get((index - self.start) as usize)
+    }
+
+    /// Records `lo..hi` (clamped to what is retained).
+    pub fn range(&self, lo: u64, hi: u64) -> impl Iterator<Item = &LogRecord> {
+        let lo = lo.max(self.start);
+        let hi = hi.min(self.next).max(lo);
+        self.records
+            .range((lo - self.start) as usize..(hi - self.start) as usize)
+    }
+
+    pub fn segment_names(&self) -> Vec<String> {
+        self.segments.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// Appends contiguous records, first overwriting any retained records
+    /// from `records[0].index` on (Raft replacing a conflicting suffix).
+    /// Returns after every touched segment is synced: one sync per file
+    /// per batch.
+    pub fn append(
+        &mut self,
+        disk: &mut dyn Disk,
+        records: &[LogRecord],
+    ) -> Result<(), ChangelogError> {
+        let Some(first) = records.first() else {
+            return Ok(());
+        };
+        for w in records.windows(2) {
+            if w[1].index != w[0].index + 1 {
+                return Err(ChangelogError::Invalid(format!(
+                    "batch not contiguous: {} then {}",
+                    w[0].index, w[1].index
+                )));
+            }
+        }
+        if records.iter().any(|r| r.data.len() > ENTRY_DATA_BYTES_MAX) {
+            return Err(ChangelogError::Invalid(
+                "entry larger than ENTRY_DATA_BYTES_MAX".into(),
+            ));
+        }
+        if self.records.is_empty() && self.segments.is_empty() {
+            self.start = first.index;
+            self.next = first.index;
+        }
+        if first.index < self.next {
+            self.truncate_from(disk, first.index)?;
+        }
+        if first.index != self.next {
+            return Err(ChangelogError::Invalid(format!(
+                "append at {} leaves a gap after {}",
+                first.index, self.next
+            )));
+        }
+        let mut touched: Vec<String> = Vec::new();
+        for r in records {
+            let rotate = match self.segments.last() {
+                None => true,
+                Some(s) => r.index - s.first >= self.config.rotate_interval,
+            };
+            if rotate {
+                self.segments.push(Segment {
+                    name: segment_name(r.index),
+                    first: r.index,
+                    len: 0,
+                });
+            }
+            let seg = self.segments.last_mut().expect("a segment exists");
+            let bytes = encode_record(r, self.config.zstd_level);
+            disk.append(&seg.name, &bytes).map_err(io_err(&seg.name))?;
+            self.positions.push_back((seg.first, seg.len));
+            seg.len += bytes.len() as u64;
+            if touched.last() != Some(&seg.name) {
+                touched.push(seg.name.clone());
+            }
+            self.records.push_back(r.clone());
+            self.next += 1;
+        }
+        for name in &touched {
+            disk.sync(name).map_err(io_err(name))?;
+        }
+        Ok(())
+    }
+
+    /// Removes retained records with index >= `index`.
+    pub fn truncate_from(&mut self, disk: &mut dyn Disk, index: u64) -> Result<(), ChangelogError> {
+        if index >= self.next {
+            return Ok(());
+        }
+        if index < self.start {
+            return Err(ChangelogError::Invalid(format!(
+                "cannot truncate at {index}: records start at {}",
+                self.start
+            )));
+        }
+        let (seg_first, offset) = self.positions[(index - self.start) as usize];
+        while let Some(last) = self.segments.last() {
+            if last.first > seg_first {
+                disk.remove(&last.name).map_err(io_err(&last.name))?;
+                self.segments.pop();
+            } else {
+                break;
+            }
+        }
+        let seg = self
+            .segments
+            .last_mut()
+            .expect("the record's segment exists");
+        disk.truncate(&seg.name, offset)
+            .map_err(io_err(&seg.name))?;
+        disk.sync(&seg.name).map_err(io_err(&seg.name))?;
+        seg.len = offset;
+        let keep = (index - self.start) as usize;
+        self.records.truncate(keep);
+        self.positions.truncate(keep);
+        self.next = index;
+        Ok(())
+    }
+
+    /// Drops whole segments below a snapshot at `snapshot_index`, keeping
+    /// at least `reserved_log_items` records before it and never the
+    /// segment being appended to.
+    pub fn compact(
+        &mut self,
+        disk: &mut dyn Disk,
+        snapshot_index: u64,
+    ) -> Result<usize, ChangelogError> {
+        let keep_from = (snapshot_index + 1).saturating_sub(self.config.reserved_log_items);
+        let mut removed = 0;
+        while self.segments.len() > 1 {
+            let next_first = self.segments[1].first;
+            if next_first > keep_from {
+                break;
+            }
+            let seg = self.segments.remove(0);
+            disk.remove(&seg.name).map_err(io_err(&seg.name))?;
+            let drop = (next_first - self.start) as usize;
+            self.records.drain(..drop);
+            self.positions.drain(..drop);
+            self.start = next_first;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
+    /// Drops everything and restarts the log at `next_index` (after a
+    /// snapshot from the leader replaced the state).
+    pub fn reset(&mut self, disk: &mut dyn Disk, next_index: u64) -> Result<(), ChangelogError> {
+        for s in self.segments.drain(..) {
+            disk.remove(&s.name).map_err(io_err(&s.name))?;
+        }
+        self.records.clear();
+        self.positions.clear();
+        self.start = next_index;
+        self.next = next_index;
+        Ok(())
+    }
+}
+
+/// Whether any well-formed record starts at or after `from`.
+fn valid_record_after(bytes: &[u8], from: usize) -> bool {
+    let magic = MAGIC.to_be_bytes();
+    (from..bytes.len().saturating_sub(HEADER_BYTES - 1))
+        .filter(|&i| bytes[i..i + 4] == magic)
+        .any(|i| decode_record(bytes, i).is_ok())
+}

@@ -102,6 +102,43 @@ impl State {
         s
     }
 
+    /// Assembles a state from loaded parts, deriving the ephemeral index
+    /// and the digest sum from the nodes (whose digests must be set).
+    pub fn from_parts(
+        nodes: BTreeMap<String, Node>,
+        sessions: BTreeMap<i64, Session>,
+        next_session_id: i64,
+        last_zxid: i64,
+        digest_on: bool,
+    ) -> State {
+        let mut ephemerals: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+        let mut digest_sum = 0u64;
+        for (p, n) in &nodes {
+            if let Some(owner) = ephemeral_owner(n) {
+                ephemerals.entry(owner).or_default().insert(p.clone());
+            }
+            digest_sum = digest_sum.wrapping_add(n.digest);
+        }
+        State {
+            nodes,
+            sessions,
+            next_session_id,
+            ephemerals,
+            digest_sum,
+            digest_on,
+            last_zxid,
+        }
+    }
+
+    /// Every node in path order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&String, &Node)> {
+        self.nodes.iter()
+    }
+
+    pub fn next_session_id(&self) -> i64 {
+        self.next_session_id
+    }
+
     pub fn get(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path)
     }

@@ -1,0 +1,386 @@
+//! Changelog and snapshots on a disk that crashes and rots.
+
+use drift_keeper::acl::Acl;
+use drift_keeper::changelog::{self, Changelog, ChangelogError, Config, LogRecord};
+use drift_keeper::disk::{Disk, DiskOp, MemDisk};
+use drift_keeper::snapshot::{self, SnapshotError, SnapshotMeta, Snapshots};
+use drift_keeper::{Create, CreateMode, DigestMode, Op, Storage, Write};
+
+fn rec(index: u64, term: u64) -> LogRecord {
+    LogRecord {
+        index,
+        term,
+        kind: 0,
+        data: format!("entry {index} term {term}").into_bytes(),
+    }
+}
+
+fn config(rotate: u64) -> Config {
+    Config {
+        rotate_interval: rotate,
+        reserved_log_items: 0,
+        zstd_level: 1,
+    }
+}
+
+fn indices(log: &Changelog) -> Vec<(u64, u64)> {
+    log.range(0, u64::MAX).map(|r| (r.index, r.term)).collect()
+}
+
+#[test]
+fn append_returns_after_one_sync_per_segment_and_survives_a_crash() {
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(100)).unwrap();
+    let batch: Vec<LogRecord> = (1..=10).map(|i| rec(i, 1)).collect();
+    log.append(&mut disk, &batch).unwrap();
+    assert_eq!(disk.syncs, 1, "one fsync for the whole batch");
+    disk.crash();
+    let (log, report) = Changelog::open(&mut disk, config(100)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(log.last_index(), Some(10));
+    assert_eq!(log.get(7), Some(&rec(7, 1)));
+}
+
+#[test]
+fn segments_rotate_every_rotate_interval_entries() {
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(4)).unwrap();
+    let batch: Vec<LogRecord> = (1..=10).map(|i| rec(i, 1)).collect();
+    log.append(&mut disk, &batch).unwrap();
+    assert_eq!(
+        log.segment_names(),
+        [
+            changelog::segment_name(1),
+            changelog::segment_name(5),
+            changelog::segment_name(9)
+        ]
+    );
+    assert_eq!(disk.syncs, 3);
+    let (reopened, _) = Changelog::open(&mut disk, config(4)).unwrap();
+    assert_eq!(indices(&reopened), indices(&log));
+}
+
+#[test]
+fn crash_at_any_byte_keeps_exactly_the_whole_records_before_it() {
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+    for i in 1..=6 {
+        log.append(&mut disk, &[rec(i, 1)]).unwrap();
+    }
+    let name = changelog::segment_name(1);
+    let bytes = disk.read(&name).unwrap();
+    // record boundaries
+    let mut ends = vec![0usize];
+    for i in 1..=6 {
+        ends.push(ends.last().unwrap() + changelog::encode_record(&rec(i, 1), 1).len());
+    }
+    assert_eq!(*ends.last().unwrap(), bytes.len());
+    for cut in 0..=bytes.len() {
+        let mut d = MemDisk::new();
+        d.write(&name, &bytes[..cut]).unwrap();
+        d.sync(&name).unwrap();
+        let (log, report) = Changelog::open(&mut d, config(1000)).unwrap();
+        let whole = ends.iter().filter(|&&e| e <= cut).count() as u64 - 1;
+        assert_eq!(log.last_index().unwrap_or(0), whole, "cut at {cut}");
+        let at_boundary = ends.contains(&cut);
+        assert_eq!(report.torn_tail.is_some(), !at_boundary, "cut at {cut}");
+        if let Some(t) = report.torn_tail {
+            assert_eq!(
+                (t.file.as_str(), t.offset),
+                (name.as_str(), ends[whole as usize] as u64)
+            );
+            // the repair is durable: a second open finds nothing to repair
+            let (_, again) = Changelog::open(&mut d, config(1000)).unwrap();
+            assert_eq!(again.torn_tail, None);
+        }
+    }
+}
+
+#[test]
+fn interrupted_append_loses_only_the_unacknowledged_entry() {
+    for keep in [0, 5, 13, 40, 10_000] {
+        let mut disk = MemDisk::new();
+        let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+        for i in 1..=4 {
+            log.append(&mut disk, &[rec(i, 1)]).unwrap();
+        }
+        disk.fail_next(DiskOp::Sync);
+        assert!(
+            log.append(&mut disk, &[rec(5, 1)]).is_err(),
+            "not acknowledged"
+        );
+        disk.crash_keeping(|_, _| keep);
+        let (log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+        let last = log.last_index().unwrap();
+        assert!(
+            last == 4 || (last == 5 && log.get(5) == Some(&rec(5, 1))),
+            "keep {keep}: last {last}"
+        );
+    }
+}
+
+#[test]
+fn flipped_byte_anywhere_is_detected_with_file_and_offset() {
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(3)).unwrap();
+    let batch: Vec<LogRecord> = (1..=6).map(|i| rec(i, 1)).collect();
+    log.append(&mut disk, &batch).unwrap();
+    let original = indices(&log);
+    for name in log.segment_names() {
+        let len = disk.len(&name).unwrap() as usize;
+        let is_last = name == changelog::segment_name(4);
+        for offset in 0..len {
+            let mut d = disk.clone();
+            d.flip(&name, offset, 0x40);
+            match Changelog::open(&mut d, config(3)) {
+                Err(ChangelogError::Corrupt {
+                    file, offset: at, ..
+                }) => {
+                    assert_eq!(file, name);
+                    assert!(
+                        at as usize <= offset,
+                        "reported {at} after the flip at {offset}"
+                    );
+                }
+                Ok((loaded, report)) => {
+                    // only a damaged last record of the last segment may be cut off, and it is reported
+                    assert!(
+                        is_last,
+                        "{name}@{offset}: loaded a corrupt non-final segment"
+                    );
+                    let t = report
+                        .torn_tail
+                        .unwrap_or_else(|| panic!("{name}@{offset}: loaded silently"));
+                    assert_eq!(t.file, name);
+                    assert_eq!(indices(&loaded), original[..5]);
+                }
+                Err(e) => panic!("{name}@{offset}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn overwriting_a_suffix_replaces_conflicting_entries() {
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(4)).unwrap();
+    log.append(&mut disk, &(1..=10).map(|i| rec(i, 1)).collect::<Vec<_>>())
+        .unwrap();
+    log.append(&mut disk, &[rec(6, 2), rec(7, 2)]).unwrap();
+    let want: Vec<(u64, u64)> = (1..=5).map(|i| (i, 1)).chain([(6, 2), (7, 2)]).collect();
+    assert_eq!(indices(&log), want);
+    let (reopened, report) = Changelog::open(&mut disk, config(4)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(indices(&reopened), want);
+    assert!(matches!(
+        log.append(&mut disk, &[rec(20, 2)]),
+        Err(ChangelogError::Invalid(_))
+    ));
+}
+
+#[test]
+fn compaction_drops_whole_segments_below_the_snapshot_keeping_reserved_items() {
+    let mut disk = MemDisk::new();
+    let cfg = Config {
+        rotate_interval: 4,
+        reserved_log_items: 2,
+        zstd_level: 1,
+    };
+    let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
+    log.append(&mut disk, &(1..=20).map(|i| rec(i, 1)).collect::<Vec<_>>())
+        .unwrap();
+    assert_eq!(log.compact(&mut disk, 15).unwrap(), 3);
+    assert_eq!(log.start_index(), 13);
+    assert!(log.get(12).is_none() && log.get(13).is_some());
+    let (reopened, _) = Changelog::open(&mut disk, cfg).unwrap();
+    assert_eq!(reopened.start_index(), 13);
+    assert_eq!(reopened.last_index(), Some(20));
+}
+
+fn sample_storage() -> Storage {
+    let mut s = Storage::new(DigestMode::Full);
+    let mut z = 0;
+    let mut w = |s: &mut Storage, session: i64, req: Write| {
+        z += 1;
+        s.preprocess(session, z, 1000 + z, &req);
+        s.commit(z);
+    };
+    w(&mut s, 0, Write::CreateSession { timeout_ms: 5000 });
+    w(
+        &mut s,
+        1,
+        Write::AddAuth {
+            scheme: "digest".into(),
+            auth: b"u:p".to_vec(),
+        },
+    );
+    for (p, mode) in [
+        ("/a", CreateMode::Persistent),
+        ("/a/s-", CreateMode::PersistentSequential),
+        ("/e", CreateMode::Ephemeral),
+        ("/c", CreateMode::Container),
+    ] {
+        let op = Op::Create(Create {
+            path: p.into(),
+            data: p.as_bytes().to_vec(),
+            acl: Acl::open(),
+            mode,
+            ttl_ms: 0,
+        });
+        w(&mut s, 1, Write::Op(op));
+    }
+    let auth_acl = vec![Acl {
+        perms: 31,
+        id: drift_keeper::acl::Id {
+            scheme: "auth".into(),
+            id: String::new(),
+        },
+    }];
+    let op = Op::Create(Create {
+        path: "/p".into(),
+        data: vec![1; 3000],
+        acl: auth_acl,
+        mode: CreateMode::Persistent,
+        ttl_ms: 0,
+    });
+    w(&mut s, 1, Write::Op(op));
+    s
+}
+
+fn meta_of(s: &Storage, index: u64) -> SnapshotMeta {
+    SnapshotMeta {
+        last_index: index,
+        last_term: 3,
+        zxid: s.state().last_zxid(),
+        digest: s.digest(),
+    }
+}
+
+#[test]
+fn snapshot_round_trips_compressed_and_raw() {
+    let s = sample_storage();
+    let meta = meta_of(&s, 7);
+    for compress in [true, false] {
+        let bytes = snapshot::encode(s.state(), &meta, compress, 3);
+        assert_eq!(bytes.starts_with(&[0x28, 0xB5, 0x2F, 0xFD]), compress);
+        let (state, m) = snapshot::decode("x", &bytes, true).unwrap();
+        assert_eq!(m, meta);
+        assert_eq!(&state, s.state());
+        state.check_invariants();
+    }
+}
+
+#[test]
+fn flipped_snapshot_byte_is_never_loaded_silently() {
+    let s = sample_storage();
+    let meta = meta_of(&s, 7);
+    for compress in [true, false] {
+        let bytes = snapshot::encode(s.state(), &meta, compress, 3);
+        for offset in 0..bytes.len() {
+            let mut b = bytes.clone();
+            b[offset] ^= 0x10;
+            match snapshot::decode("snap", &b, true) {
+                Ok((state, m)) => assert!(
+                    state == *s.state() && m == meta,
+                    "compress {compress}: flip at {offset} loaded a different state"
+                ),
+                Err(SnapshotError::Corrupt {
+                    file, offset: at, ..
+                }) => {
+                    assert_eq!(file, "snap");
+                    assert!(at as usize <= offset, "flip at {offset} reported at {at}");
+                }
+                Err(SnapshotError::UnsupportedVersion { .. }) => {
+                    panic!("flip at {offset} taken for a newer version")
+                }
+                Err(SnapshotError::DigestMismatch { .. }) => {}
+                Err(e) => panic!("flip at {offset}: {e}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn newer_snapshot_format_is_refused_with_a_clear_error() {
+    let s = sample_storage();
+    let mut bytes = snapshot::encode(s.state(), &meta_of(&s, 7), false, 3);
+    // what a newer build writes: the same prologue with a higher version
+    bytes[8] = snapshot::FORMAT_VERSION + 1;
+    let crc = crc32fast::hash(&bytes[..9]).to_be_bytes();
+    bytes[9..13].copy_from_slice(&crc);
+    let e = snapshot::decode("snapshot_x.bin", &bytes, true).unwrap_err();
+    assert!(matches!(
+        e,
+        SnapshotError::UnsupportedVersion { version: 2, .. }
+    ));
+    assert!(e.to_string().contains("newer than this build reads"), "{e}");
+}
+
+#[test]
+fn snapshot_whose_tree_does_not_match_its_digest_is_refused() {
+    let s = sample_storage();
+    let mut meta = meta_of(&s, 7);
+    meta.digest.value ^= 1;
+    let bytes = snapshot::encode(s.state(), &meta, true, 3);
+    assert!(matches!(
+        snapshot::decode("x", &bytes, true),
+        Err(SnapshotError::DigestMismatch { .. })
+    ));
+}
+
+#[test]
+fn interrupted_snapshot_write_is_cleaned_up_at_start() {
+    let s = sample_storage();
+    let snaps = Snapshots::new(snapshot::Config {
+        snapshots_to_keep: 2,
+        ..Default::default()
+    });
+    let mut disk = MemDisk::new();
+    snaps.write(&mut disk, s.state(), &meta_of(&s, 5)).unwrap();
+    // the next write dies before its file is durable: the marker is
+    // durable, the file is not, and start-up removes what is left
+    let mut broken = disk.clone();
+    broken.fail_next_on(DiskOp::Sync, &snapshot::file_name(6, 3));
+    assert!(snaps
+        .write(&mut broken, s.state(), &meta_of(&s, 6))
+        .is_err());
+    broken.crash();
+    assert!(broken
+        .list()
+        .unwrap()
+        .contains(&format!("tmp_{}", snapshot::file_name(6, 3))));
+    assert_eq!(
+        snaps.clean_incomplete(&mut broken).unwrap(),
+        [format!("tmp_{}", snapshot::file_name(6, 3))]
+    );
+    assert_eq!(
+        snaps
+            .load_latest(&broken, true)
+            .unwrap()
+            .unwrap()
+            .1
+            .last_index,
+        5
+    );
+    // a crash after the file but before the marker's removal
+    let mut d = disk.clone();
+    d.write("tmp_snapshot_x.bin", b"").unwrap();
+    d.write("snapshot_x.bin", b"partial").unwrap();
+    let removed = snaps.clean_incomplete(&mut d).unwrap();
+    assert_eq!(removed, ["snapshot_x.bin", "tmp_snapshot_x.bin"]);
+    assert_eq!(snaps.list(&d).unwrap().len(), 1);
+    let (state, meta, _) = snaps.load_latest(&d, true).unwrap().unwrap();
+    assert_eq!((meta.last_index, &state), (5, s.state()));
+    // keeping two: a third write prunes the oldest
+    for i in 6..=8 {
+        snaps.write(&mut disk, s.state(), &meta_of(&s, i)).unwrap();
+    }
+    let kept: Vec<u64> = snaps
+        .list(&disk)
+        .unwrap()
+        .into_iter()
+        .map(|(i, _, _)| i)
+        .collect();
+    assert_eq!(kept, [7, 8]);
+    assert!(disk.list().unwrap().iter().all(|n| !n.starts_with("tmp_")));
+}
