@@ -92,6 +92,28 @@ pub enum BenchWhat {
     Checker(BenchCheckerArgs),
     /// Merkle repair costs (hashes, bytes, rounds, streamed entries).
     Repair(Unbuilt),
+    /// Keeper core costs: apply throughput by digest mode, snapshot
+    /// write/load, changelog appends with fsync.
+    Keeper(BenchKeeperArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchKeeperArgs {
+    /// Creates, sets and deletes per apply phase.
+    #[arg(long, default_value_t = 100_000)]
+    pub ops: usize,
+    /// Nodes in the snapshot tree.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub nodes: usize,
+    /// Apply runs per mode (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Directory for snapshot and changelog files (default: a temporary one, removed after).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -3,6 +3,7 @@
 //! run itself failed).
 
 mod bench;
+mod bench_keeper;
 mod check;
 mod cli;
 mod fail;
@@ -25,6 +26,7 @@ fn main() {
         Command::Bench(b) => match b.what {
             BenchWhat::Checker(args) => bench::checker(args),
             BenchWhat::Repair(_) => Err(Failure::unbuilt("bench repair")),
+            BenchWhat::Keeper(args) => bench_keeper::keeper(args),
         },
         Command::Test(_) => Err(Failure::unbuilt("test")),
         Command::Replay(_) => Err(Failure::unbuilt("replay")),

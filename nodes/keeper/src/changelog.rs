@@ -122,6 +122,7 @@ struct Segment {
 
 pub struct Changelog {
     config: Config,
+    compressor: zstd::bulk::Compressor<'static>,
     segments: Vec<Segment>,
     /// Retained records, indices `start..next`.
     records: VecDeque<LogRecord>,
@@ -151,12 +152,19 @@ fn parse_segment_name(name: &str) -> Option<u64> {
 
 /// Encodes one record, checking its checksum right before it is handed out.
 pub fn encode_record(r: &LogRecord, level: i32) -> Vec<u8> {
+    let mut z = zstd::bulk::Compressor::new(level).expect("zstd level is valid");
+    encode_record_with(&mut z, r)
+}
+
+/// [`encode_record`] with a reused compression context (a fresh context
+/// per record costs more than compressing a small record).
+fn encode_record_with(z: &mut zstd::bulk::Compressor<'static>, r: &LogRecord) -> Vec<u8> {
     let mut plain = Vec::with_capacity(17 + r.data.len());
     plain.extend_from_slice(&r.index.to_be_bytes());
     plain.extend_from_slice(&r.term.to_be_bytes());
     plain.push(r.kind);
     plain.extend_from_slice(&r.data);
-    let payload = zstd::bulk::compress(&plain, level).expect("zstd compresses in memory");
+    let payload = z.compress(&plain).expect("zstd compresses in memory");
     let crc = crc32fast::hash(&payload);
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
     out.extend_from_slice(&MAGIC.to_be_bytes());
@@ -169,6 +177,15 @@ pub fn encode_record(r: &LogRecord, level: i32) -> Vec<u8> {
 
 /// Decodes the record at `at`: the record and its size, or why not.
 fn decode_record(bytes: &[u8], at: usize) -> Result<(LogRecord, usize), String> {
+    let mut z = zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?;
+    decode_record_with(&mut z, bytes, at)
+}
+
+fn decode_record_with(
+    z: &mut zstd::bulk::Decompressor<'static>,
+    bytes: &[u8],
+    at: usize,
+) -> Result<(LogRecord, usize), String> {
     let rest = &bytes[at..];
     if rest.len() < HEADER_BYTES {
         return Err(format!(
@@ -194,7 +211,8 @@ fn decode_record(bytes: &[u8], at: usize) -> Result<(LogRecord, usize), String> 
     if crc32fast::hash(payload) != word(8) {
         return Err("checksum mismatch".into());
     }
-    let plain = zstd::bulk::decompress(payload, ENTRY_DATA_BYTES_MAX + 17)
+    let plain = z
+        .decompress(payload, ENTRY_DATA_BYTES_MAX + 17)
         .map_err(|e| format!("payload does not decompress: {e}"))?;
     if plain.len() < 17 {
         return Err("payload shorter than a record".into());
@@ -230,6 +248,9 @@ impl Changelog {
         firsts.sort();
         let mut log = Changelog {
             config,
+            compressor: zstd::bulk::Compressor::new(config.zstd_level).map_err(|e| {
+                ChangelogError::Invalid(format!("zstd level {}: {e}", config.zstd_level))
+            })?,
             segments: Vec::new(),
             records: VecDeque::new(),
             positions: VecDeque::new(),
@@ -237,6 +258,8 @@ impl Changelog {
             next: 1,
         };
         let mut report = LoadReport::default();
+        let mut unzstd =
+            zstd::bulk::Decompressor::new().map_err(|e| ChangelogError::Invalid(e.to_string()))?;
         let count = firsts.len();
         for (k, (first, name)) in firsts.into_iter().enumerate() {
             let last_segment = k + 1 == count;
@@ -253,16 +276,17 @@ impl Changelog {
             }
             let mut offset = 0usize;
             while offset < bytes.len() {
-                let parsed = decode_record(&bytes, offset).and_then(|(r, size)| {
-                    if r.index == log.next {
-                        Ok((r, size))
-                    } else {
-                        Err(format!(
-                            "record index {} where {} was expected",
-                            r.index, log.next
-                        ))
-                    }
-                });
+                let parsed =
+                    decode_record_with(&mut unzstd, &bytes, offset).and_then(|(r, size)| {
+                        if r.index == log.next {
+                            Ok((r, size))
+                        } else {
+                            Err(format!(
+                                "record index {} where {} was expected",
+                                r.index, log.next
+                            ))
+                        }
+                    });
                 match parsed {
                     Ok((r, size)) => {
                         log.positions.push_back((first, offset as u64));
@@ -369,13 +393,22 @@ impl Changelog {
                 first.index, self.next
             )));
         }
+        // One write per segment touched, then one sync per segment.
         let mut touched: Vec<String> = Vec::new();
+        let mut pending: Vec<u8> = Vec::new();
         for r in records {
             let rotate = match self.segments.last() {
                 None => true,
                 Some(s) => r.index - s.first >= self.config.rotate_interval,
             };
             if rotate {
+                if let Some(seg) = self.segments.last() {
+                    if !pending.is_empty() {
+                        disk.append(&seg.name, &pending)
+                            .map_err(io_err(&seg.name))?;
+                        pending.clear();
+                    }
+                }
                 self.segments.push(Segment {
                     name: segment_name(r.index),
                     first: r.index,
@@ -383,15 +416,21 @@ impl Changelog {
                 });
             }
             let seg = self.segments.last_mut().expect("a segment exists");
-            let bytes = encode_record(r, self.config.zstd_level);
-            disk.append(&seg.name, &bytes).map_err(io_err(&seg.name))?;
+            let bytes = encode_record_with(&mut self.compressor, r);
             self.positions.push_back((seg.first, seg.len));
             seg.len += bytes.len() as u64;
+            pending.extend_from_slice(&bytes);
             if touched.last() != Some(&seg.name) {
                 touched.push(seg.name.clone());
             }
             self.records.push_back(r.clone());
             self.next += 1;
+        }
+        if let Some(seg) = self.segments.last() {
+            if !pending.is_empty() {
+                disk.append(&seg.name, &pending)
+                    .map_err(io_err(&seg.name))?;
+            }
         }
         for name in &touched {
             disk.sync(name).map_err(io_err(name))?;

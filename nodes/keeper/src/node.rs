@@ -6,9 +6,10 @@
 //! ephemeral, `i64::MIN` for a container, and `0xFF << 56 | ttl` for a TTL
 //! node. Session ids are positive, so the encodings never collide.
 //!
-//! Invariants: `stat.data_length == data.len()`; `digest` is the node's
-//! digest at its path (see `digest`), computed when the node value is made
-//! and never stale, because nodes are replaced, never mutated in place.
+//! Invariants: `stat.data_length == data.len()`; `content` and `digest`
+//! are the node's hashes at its path (see `digest`), computed when the
+//! node value is made and never stale, because nodes are replaced, never
+//! mutated in place.
 
 use crate::acl::Acl;
 use std::sync::Arc;
@@ -80,13 +81,33 @@ pub struct Node {
     pub acl: Arc<[Acl]>,
     /// The number the next sequential child gets.
     pub seq: i64,
-    /// This node's digest at its path.
+    /// SipHash of path and data (0 when digests are off).
+    pub content: u64,
+    /// This node's digest at its path (0 when digests are off).
     pub digest: u64,
 }
 
 impl Node {
     pub fn kind(&self) -> Kind {
         Kind::from_owner_field(self.stat.ephemeral_owner)
+    }
+
+    /// The same path and data with new stat, ACL and counter: reuses the
+    /// cached content hash.
+    pub fn restat(&self, stat: Stat, acl: Arc<[Acl]>, seq: i64, digest_on: bool) -> Node {
+        debug_assert_eq!(stat.data_length as usize, self.data.len());
+        Node {
+            data: self.data.clone(),
+            stat,
+            acl,
+            seq,
+            content: self.content,
+            digest: if digest_on {
+                crate::digest::digest_from_content(self.content, &stat, seq)
+            } else {
+                0
+            },
+        }
     }
 
     pub fn is_ephemeral(&self) -> bool {

@@ -128,7 +128,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         let old = self.node(path).expect("updated node exists").clone();
         let (mut stat, mut seq) = (old.stat, old.seq);
         f(&mut stat, &mut seq);
-        let new = self.node_value(path, old.data.clone(), stat, old.acl.clone(), seq);
+        let new = old.restat(stat, old.acl.clone(), seq, self.state.digest_on());
         self.put_node(path, Some(new));
     }
 
@@ -336,7 +336,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             aversion: node.stat.aversion.wrapping_add(1),
             ..node.stat
         };
-        let new = self.node_value(path, node.data.clone(), stat, acl.into(), node.seq);
+        let new = node.restat(stat, acl.into(), node.seq, self.state.digest_on());
         self.put_node(path, Some(new));
         Ok(Response::SetAcl { stat })
     }

@@ -428,13 +428,15 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
             }
             *children.entry(parent.to_string()).or_default() += 1;
         }
-        let d = digest::node_digest(&p, &data, &stat, seq);
+        let content = digest::content_hash(&p, &data);
+        let d = digest::digest_from_content(content, &stat, seq);
         sum = sum.wrapping_add(d);
         let node = Node {
             data,
             stat,
             acl,
             seq,
+            content: if digest_on { content } else { 0 },
             digest: if digest_on { d } else { 0 },
         };
         previous = Some(p.clone());

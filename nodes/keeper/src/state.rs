@@ -25,6 +25,9 @@ pub struct Session {
 
 /// One change to the state, with the value it replaces so it can be
 /// undone and its digest change computed without a lookup.
+// Node deltas are nearly all deltas: boxing them would add two
+// allocations to every write for the sake of the rare session delta.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Delta {
     Node {
@@ -301,7 +304,7 @@ fn ephemeral_owner(n: &Node) -> Option<i64> {
     }
 }
 
-/// Builds a node value with its digest (0 when digests are off).
+/// Builds a node value with its hashes (0 when digests are off).
 pub fn make_node(
     path: &str,
     data: Arc<[u8]>,
@@ -311,16 +314,18 @@ pub fn make_node(
     digest_on: bool,
 ) -> Node {
     debug_assert_eq!(stat.data_length as usize, data.len());
-    let digest = if digest_on {
-        digest::node_digest(path, &data, &stat, seq)
+    let (content, digest) = if digest_on {
+        let content = digest::content_hash(path, &data);
+        (content, digest::digest_from_content(content, &stat, seq))
     } else {
-        0
+        (0, 0)
     };
     Node {
         data,
         stat,
         acl,
         seq,
+        content,
         digest,
     }
 }

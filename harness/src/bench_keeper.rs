@@ -1,0 +1,389 @@
+//! `drift bench keeper`: what the keeper core costs, measured on this
+//! machine.
+//!
+//! * apply — preprocess + commit throughput of create, set and delete with
+//!   the digest off, incremental and full (full recomputes the whole tree
+//!   after every commit, so it runs on a small tree and is reported apart);
+//! * snapshot — write (encode + zstd + fsync) and load (read + decode +
+//!   digest check) of a tree of `--nodes` nodes;
+//! * changelog — append throughput with one fsync per batch, for several
+//!   batch sizes, beside a raw 4 KiB append + fdatasync probe.
+
+use crate::cli::BenchKeeperArgs;
+use crate::fail::Failure;
+use drift_keeper::acl::Acl;
+use drift_keeper::changelog::{self, Changelog, LogRecord};
+use drift_keeper::entry::Entry;
+use drift_keeper::snapshot::{self, SnapshotMeta, Snapshots};
+use drift_keeper::{Create, CreateMode, Digest, DigestMode, Op, Storage, Write};
+use drift_node::fsdisk::FsDisk;
+use serde::Serialize;
+use serde_json::json;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Tree size for the full-recompute mode: it is O(tree) per commit.
+const FULL_MODE_OPS: usize = 2_000;
+/// How long each changelog batch size is driven, in seconds.
+const APPEND_SECONDS: f64 = 1.5;
+const DATA_BYTES: usize = 100;
+
+#[derive(Serialize)]
+struct ApplyRow {
+    mode: &'static str,
+    ops: usize,
+    create_per_s: f64,
+    set_per_s: f64,
+    delete_per_s: f64,
+}
+
+pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
+    if args.ops == 0 || args.nodes == 0 || args.runs == 0 {
+        return Err(Failure::new("--ops, --nodes and --runs must be positive"));
+    }
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("drift-bench-keeper-{}", std::process::id()))
+    });
+    let say = |s: &str| {
+        if !args.json {
+            println!("{s}");
+            let _ = std::io::stdout().flush();
+        }
+    };
+
+    say(&format!(
+        "apply (per log entry, as a replica: decode, preprocess, digest check, commit, digest check):\n  {} creates, sets, deletes per mode; modes interleaved, median of {} runs",
+        args.ops, args.runs
+    ));
+    let mut apply = Vec::new();
+    for (modes, ops) in [
+        (
+            [
+                (DigestMode::Off, "off"),
+                (DigestMode::Incremental, "incremental"),
+            ],
+            args.ops,
+        ),
+        (
+            [
+                (DigestMode::Off, "off (small tree)"),
+                (DigestMode::Full, "full (small tree)"),
+            ],
+            FULL_MODE_OPS.min(args.ops),
+        ),
+    ] {
+        let logs: Vec<[Vec<Vec<u8>>; 3]> = modes.iter().map(|(m, _)| leader_log(*m, ops)).collect();
+        let mut samples: Vec<Vec<[f64; 3]>> = vec![Vec::new(); modes.len()];
+        for _ in 0..args.runs {
+            for (k, (mode, _)) in modes.iter().enumerate() {
+                samples[k].push(replica_apply(*mode, &logs[k]));
+            }
+        }
+        for (k, (_, name)) in modes.iter().enumerate() {
+            let row = median_row(name, ops, &samples[k]);
+            say(&format!(
+                "  {:<18} {:>8} ops  create {:>10.0}/s  set {:>10.0}/s  delete {:>10.0}/s",
+                row.mode, row.ops, row.create_per_s, row.set_per_s, row.delete_per_s
+            ));
+            apply.push(row);
+        }
+    }
+    let cost = |f: fn(&ApplyRow) -> f64| 1.0 - f(&apply[1]) / f(&apply[0]);
+    let digest_cost = json!({
+        "create": cost(|r| r.create_per_s),
+        "set": cost(|r| r.set_per_s),
+        "delete": cost(|r| r.delete_per_s),
+    });
+    say(&format!(
+        "  incremental digest cost vs off: create {:+.1}%  set {:+.1}%  delete {:+.1}%",
+        100.0 * cost(|r| r.create_per_s),
+        100.0 * cost(|r| r.set_per_s),
+        100.0 * cost(|r| r.delete_per_s)
+    ));
+
+    std::fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    say(&format!(
+        "snapshot: {} nodes, files in {}",
+        args.nodes,
+        dir.display()
+    ));
+    let snap = snapshot_bench(&dir.join("snapshots"), args.nodes, &say)?;
+    say("changelog: appends of ~150-byte entries, one fsync per batch");
+    let log = changelog_bench(&dir.join("changelog"), &say)?;
+    if args.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    if args.json {
+        let out =
+            json!({"apply": apply, "digest_cost": digest_cost, "snapshot": snap, "changelog": log});
+        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+    }
+    Ok(0)
+}
+
+fn median_row(mode: &'static str, ops: usize, samples: &[[f64; 3]]) -> ApplyRow {
+    let median = |k: usize| {
+        let mut v: Vec<f64> = samples.iter().map(|s| s[k]).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    ApplyRow {
+        mode,
+        ops,
+        create_per_s: median(0),
+        set_per_s: median(1),
+        delete_per_s: median(2),
+    }
+}
+
+fn create_req(path: String) -> Write {
+    Write::Op(Op::Create(Create {
+        path,
+        data: vec![b'x'; DATA_BYTES],
+        acl: Acl::open(),
+        mode: CreateMode::Persistent,
+        ttl_ms: 0,
+    }))
+}
+
+/// Runs `reqs` through preprocess + commit as a leader would, returning
+/// each encoded log entry with the digest it carries.
+fn lead(s: &mut Storage, zxid: &mut i64, reqs: &[Write]) -> Vec<Vec<u8>> {
+    reqs.iter()
+        .map(|r| {
+            *zxid += 1;
+            let digest = s.preprocess(0, *zxid, *zxid, r);
+            let c = s.commit(*zxid);
+            assert_eq!(c.response.error(), drift_keeper::ZkError::Ok);
+            Entry {
+                zxid: *zxid,
+                time_ms: *zxid,
+                session: 0,
+                digest,
+                request: r.clone(),
+            }
+            .encode()
+        })
+        .collect()
+}
+
+/// The log of the three phases: creates, sets, deletes of `ops` nodes
+/// under /b (whose create is the first create entry).
+fn leader_log(mode: DigestMode, ops: usize) -> [Vec<Vec<u8>>; 3] {
+    let mut s = Storage::new(mode);
+    let mut zxid = 0;
+    let paths: Vec<String> = (0..ops).map(|i| format!("/b/n{i:09}")).collect();
+    let mut creates = vec![create_req("/b".into())];
+    creates.extend(paths.iter().map(|p| create_req(p.clone())));
+    let sets: Vec<Write> = paths
+        .iter()
+        .map(|p| {
+            Write::Op(Op::SetData {
+                path: p.clone(),
+                data: vec![b'y'; DATA_BYTES],
+                version: -1,
+            })
+        })
+        .collect();
+    let deletes: Vec<Write> = paths
+        .iter()
+        .map(|p| {
+            Write::Op(Op::Delete {
+                path: p.clone(),
+                version: -1,
+            })
+        })
+        .collect();
+    [
+        lead(&mut s, &mut zxid, &creates),
+        lead(&mut s, &mut zxid, &sets),
+        lead(&mut s, &mut zxid, &deletes),
+    ]
+}
+
+/// Applies the log as a follower: decode, preprocess, check, commit,
+/// check. Returns entries/s per phase.
+fn replica_apply(mode: DigestMode, log: &[Vec<Vec<u8>>; 3]) -> [f64; 3] {
+    let mut s = Storage::new(mode);
+    let mut out = [0.0; 3];
+    for (k, phase) in log.iter().enumerate() {
+        let started = Instant::now();
+        for bytes in phase {
+            let e = Entry::decode(bytes).expect("bench entries decode");
+            let d = s.preprocess(e.session, e.zxid, e.time_ms, &e.request);
+            assert!(!e.digest.mismatches(d), "digest mismatch in the bench");
+            let c = s.commit(e.zxid);
+            assert!(
+                !e.digest.mismatches(c.digest),
+                "digest mismatch in the bench"
+            );
+        }
+        out[k] = phase.len() as f64 / started.elapsed().as_secs_f64();
+    }
+    out
+}
+
+/// Runs `reqs` through preprocess + commit (building trees for the
+/// snapshot bench).
+fn drive(s: &mut Storage, zxid: &mut i64, reqs: &[Write]) {
+    for r in reqs {
+        *zxid += 1;
+        s.preprocess(0, *zxid, *zxid, r);
+        s.commit(*zxid);
+    }
+}
+
+fn snapshot_bench(
+    dir: &std::path::Path,
+    nodes: usize,
+    say: &dyn Fn(&str),
+) -> Result<serde_json::Value, Failure> {
+    let mut s = Storage::new(DigestMode::Incremental);
+    let mut zxid = 0;
+    let started = Instant::now();
+    let fanout = 1000;
+    let parents = nodes.div_ceil(fanout);
+    let mut reqs: Vec<Write> = (0..parents)
+        .map(|d| create_req(format!("/d{d:06}")))
+        .collect();
+    reqs.extend(
+        (0..nodes.saturating_sub(parents))
+            .map(|i| create_req(format!("/d{:06}/n{i:09}", i % parents))),
+    );
+    drive(&mut s, &mut zxid, &reqs);
+    drop(reqs);
+    let build_s = started.elapsed().as_secs_f64();
+    let meta = SnapshotMeta {
+        last_index: zxid as u64,
+        last_term: 1,
+        zxid,
+        digest: s.digest(),
+    };
+    let _ = std::fs::remove_dir_all(dir);
+    let mut disk =
+        FsDisk::open(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let snaps = Snapshots::new(snapshot::Config::default());
+
+    let started = Instant::now();
+    let raw_bytes = snapshot::encode(s.state(), &meta, false, 0).len();
+    let encode_raw_s = started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    let name = snaps
+        .write(&mut disk, s.state(), &meta)
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let write_s = started.elapsed().as_secs_f64();
+    let file_bytes = std::fs::metadata(dir.join(&name))
+        .map(|m| m.len())
+        .unwrap_or(0) as usize;
+    drop(s);
+    let started = Instant::now();
+    let (state, loaded) = snaps
+        .load(&disk, &name, true)
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let load_s = started.elapsed().as_secs_f64();
+    assert_eq!(loaded.digest, meta.digest);
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    say(&format!(
+        "  tree of {} nodes built in {build_s:.1} s; snapshot {:.0} MiB raw, {:.0} MiB zstd",
+        state.node_count(),
+        mib(raw_bytes),
+        mib(file_bytes)
+    ));
+    say(&format!(
+        "  write (encode+zstd+fsync) {write_s:.2} s = {:.0} MiB/s raw;  raw encode alone {encode_raw_s:.2} s",
+        mib(raw_bytes) / write_s
+    ));
+    say(&format!(
+        "  load (read+unzstd+decode+digest check) {load_s:.2} s = {:.0} MiB/s raw",
+        mib(raw_bytes) / load_s
+    ));
+    Ok(json!({
+        "nodes": state.node_count(), "raw_bytes": raw_bytes, "file_bytes": file_bytes,
+        "write_s": write_s, "load_s": load_s, "encode_raw_s": encode_raw_s, "build_s": build_s,
+        "write_mib_per_s": mib(raw_bytes) / write_s, "load_mib_per_s": mib(raw_bytes) / load_s,
+    }))
+}
+
+fn changelog_bench(
+    dir: &std::path::Path,
+    say: &dyn Fn(&str),
+) -> Result<serde_json::Value, Failure> {
+    let _ = std::fs::remove_dir_all(dir);
+    let entry = Entry {
+        zxid: 1,
+        time_ms: 1,
+        session: 1,
+        digest: Digest {
+            version: 1,
+            value: 42,
+        },
+        request: create_req("/bench/n000000001".into()),
+    }
+    .encode();
+    let mut rows = Vec::new();
+    for batch in [1usize, 16, 128] {
+        let _ = std::fs::remove_dir_all(dir);
+        let mut disk = FsDisk::open(dir).map_err(|e| Failure::new(e.to_string()))?;
+        let cfg = changelog::Config::default();
+        let (mut log, _) =
+            Changelog::open(&mut disk, cfg).map_err(|e| Failure::new(e.to_string()))?;
+        let mut index = 1u64;
+        let mut batches = 0u64;
+        let started = Instant::now();
+        while started.elapsed().as_secs_f64() < APPEND_SECONDS {
+            let recs: Vec<LogRecord> = (0..batch)
+                .map(|k| LogRecord {
+                    index: index + k as u64,
+                    term: 1,
+                    kind: 0,
+                    data: entry.clone(),
+                })
+                .collect();
+            log.append(&mut disk, &recs)
+                .map_err(|e| Failure::new(e.to_string()))?;
+            index += batch as u64;
+            batches += 1;
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let entries = (index - 1) as f64;
+        say(&format!(
+            "  batch {batch:>4}: {:>9.0} entries/s  {:>7.0} fsyncs/s  {:>7.0} µs per batch",
+            entries / secs,
+            batches as f64 / secs,
+            secs * 1e6 / batches as f64
+        ));
+        rows.push(json!({"batch": batch, "entries_per_s": entries / secs, "fsyncs_per_s": batches as f64 / secs}));
+    }
+    let probe = fsync_probe(dir)?;
+    say(&format!(
+        "  fsync probe (4 KiB append + fdatasync): p50 {:.0} µs, p99 {:.0} µs",
+        probe.0, probe.1
+    ));
+    Ok(json!({"rows": rows, "fsync_probe_p50_us": probe.0, "fsync_probe_p99_us": probe.1}))
+}
+
+/// p50 and p99 µs of a 4 KiB append + fdatasync, the durable-write floor.
+fn fsync_probe(dir: &std::path::Path) -> Result<(f64, f64), Failure> {
+    let path: PathBuf = dir.join("fsync-probe");
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
+    let block = [0u8; 4096];
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        f.write_all(&block)
+            .and_then(|_| f.sync_data())
+            .map_err(|e| Failure::new(e.to_string()))?;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    Ok((
+        us(times[times.len() / 2]),
+        us(times[times.len() * 99 / 100]),
+    ))
+}
