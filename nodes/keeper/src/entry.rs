@@ -113,7 +113,7 @@ pub fn check_digest(
         return Err(DigestMismatch {
             log_index,
             phase,
-            request: format!("{:?}", entry.request),
+            request: entry.request.describe(),
             expected: entry.digest,
             actual,
             version: entry.digest.version,

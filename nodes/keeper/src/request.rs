@@ -390,6 +390,38 @@ impl Write {
         })
     }
 
+    /// One line for logs and FATAL lines: the request with its paths and
+    /// versions, data by size.
+    pub fn describe(&self) -> String {
+        fn op(o: &Op) -> String {
+            match o {
+                Op::Create(c) => format!("create {} {:?} ({} bytes)", c.path, c.mode, c.data.len()),
+                Op::Delete { path, version } => format!("delete {path} version {version}"),
+                Op::SetData {
+                    path,
+                    data,
+                    version,
+                } => {
+                    format!("setData {path} version {version} ({} bytes)", data.len())
+                }
+                Op::Check { path, version } => format!("check {path} version {version}"),
+            }
+        }
+        match self {
+            Write::Op(o) => op(o),
+            Write::SetAcl { path, version, .. } => format!("setACL {path} version {version}"),
+            Write::Multi(ops) => format!(
+                "multi [{}]",
+                ops.iter().map(op).collect::<Vec<_>>().join(", ")
+            ),
+            Write::CreateSession { timeout_ms } => format!("createSession timeout {timeout_ms} ms"),
+            Write::CloseSession => "closeSession".into(),
+            Write::AddAuth { scheme, .. } => format!("addAuth {scheme}"),
+            Write::Reap { path } => format!("reap {path}"),
+            Write::Sync { path } => format!("sync {path}"),
+        }
+    }
+
     /// A short name for logs and FATAL lines.
     pub fn name(&self) -> &'static str {
         match self {

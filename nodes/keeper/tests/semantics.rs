@@ -687,3 +687,66 @@ fn rollback_drops_truncated_entries_and_restores_the_digest() {
     s.state().check_invariants();
     assert!(s.state().get("/b").is_none());
 }
+
+#[test]
+fn a_follower_that_applies_an_entry_differently_fails_the_digest_check_at_that_index() {
+    use drift_keeper::entry::{check_digest, Entry, Phase};
+    let mut leader = Storage::new(DigestMode::Incremental);
+    let mut follower = Storage::new(DigestMode::Incremental);
+    let reqs = [
+        Write::Op(create("/a", CreateMode::Persistent)),
+        Write::Op(Op::SetData {
+            path: "/a".into(),
+            data: b"leader".to_vec(),
+            version: -1,
+        }),
+    ];
+    for (i, req) in reqs.iter().enumerate() {
+        let zxid = i as i64 + 1;
+        let digest = leader.preprocess(0, zxid, 10, req);
+        leader.commit(zxid);
+        let entry = Entry {
+            zxid,
+            time_ms: 10,
+            session: 0,
+            digest,
+            request: req.clone(),
+        };
+        let entry = Entry::decode(&entry.encode()).unwrap();
+        // the follower diverges on the second entry: it applies other data
+        let applied = if zxid == 2 {
+            Write::Op(Op::SetData {
+                path: "/a".into(),
+                data: b"diverged".to_vec(),
+                version: -1,
+            })
+        } else {
+            entry.request.clone()
+        };
+        let after_pre = follower.preprocess(entry.session, entry.zxid, entry.time_ms, &applied);
+        let pre = check_digest(100 + i as u64, Phase::Preprocess, &entry, after_pre);
+        let committed = follower.commit(zxid);
+        let post = check_digest(100 + i as u64, Phase::Commit, &entry, committed.digest);
+        if zxid == 1 {
+            assert!(pre.is_ok() && post.is_ok());
+        } else {
+            let m = pre.unwrap_err();
+            assert_eq!(
+                (m.log_index, m.phase, m.version),
+                (101, Phase::Preprocess, 1)
+            );
+            assert_eq!(m.expected, entry.digest);
+            assert_eq!(m.actual, after_pre);
+            assert_eq!(m.request, "setData /a version -1 (6 bytes)");
+            assert!(
+                m.to_string().contains("log index 101 after preprocess"),
+                "{m}"
+            );
+            assert!(post.is_err());
+        }
+    }
+    // with digests off, entries carry none and nothing is compared
+    let mut off = Storage::new(DigestMode::Off);
+    let d = off.preprocess(0, 1, 1, &reqs[0]);
+    assert_eq!(d, drift_keeper::Digest::NONE);
+}
