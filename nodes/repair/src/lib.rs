@@ -1,5 +1,30 @@
-//! drift-repair: leaderless LWW key/value replicas and Merkle anti-entropy.
+//! drift-repair: leaderless last-write-wins key/value replicas and Merkle
+//! anti-entropy with row-level repair (seed 001, then past it: only the
+//! rows that differ are streamed, as in ScyllaDB's row-level repair).
 //!
-//! This crate will hold the sans-IO repair core: the Merkle tree, the diff
-//! exchange, LWW resolution and repair sessions (see DESIGN.md). It has no
-//! code yet.
+//! Sans-IO and deterministic: sessions exchange bytes through the caller,
+//! randomness (the session seed) and time come in as arguments.
+//!
+//! # Layout
+//! * [`token`] — murmur3_x86_32 tokens
+//! * [`entry`] — entries, canonical SHA-256 digests, the LWW order
+//! * [`range`] — token ranges and their equal-width subdivision
+//! * [`tree`] — the XOR Merkle tree with counts, O(depth) updates
+//! * [`replica`] — a replica: entries by (token, key) plus its tree
+//! * [`wire`] — session messages as bytes
+//! * [`session`] — the diff and repair exchange, with its cost report
+//! * [`gc`] — tombstone GC, by time or gated on repair
+
+pub mod entry;
+pub mod gc;
+pub mod range;
+pub mod replica;
+pub mod session;
+pub mod token;
+pub mod tree;
+pub mod wire;
+
+pub use entry::Entry;
+pub use range::TokenRange;
+pub use replica::Replica;
+pub use session::{run, Report, SessionConfig};

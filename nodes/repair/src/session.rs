@@ -1,0 +1,894 @@
+//! A repair session between two replicas of one token range, as a
+//! message exchange: the initiator sends, the responder answers, one round
+//! trip at a time; every message is bytes ([`crate::wire`]), so the same
+//! code runs in memory (tests, benches) and over the network.
+//!
+//! 1. Hello: agree on the tree depth (the shallower) and one `gc_before`
+//!    (the larger GC horizon); both purge tombstones below it.
+//! 2. Descent, one level per round: the initiator sends its node hashes
+//!    (8 bytes of the 32-byte XOR, the word chosen by the session seed, so
+//!    a collision in one session is not one in the next; for a pair of
+//!    siblings only the left one — the right is parent ⊕ left) and 2-bit
+//!    size classes; the responder answers mismatch bits and its classes.
+//!    A mismatched node descends unless a side is empty or the walk is at
+//!    the leaves. With the row-level round the walk goes on below the
+//!    leaves over *virtual* nodes: the XOR of seeded 64-bit per-entry
+//!    fingerprints of a sub-range, until a mismatched range holds at most
+//!    one entry a side (or one token).
+//! 3. Without the row-level round both sides stream every entry of the
+//!    mismatched ranges (the seed's design: overstreaming).
+//!    With it: the initiator sends its fingerprints of those ranges, the
+//!    responder answers which it holds and the versions (key, ts,
+//!    tombstone) of its entries the initiator lacks; the initiator decides
+//!    every LWW winner, streams its winners and asks for the responder's.
+//!    Only winners travel, and only to the side that lost (a tie on ts
+//!    between two values needs the values, so both travel).
+//!
+//! Every received entry is merged, never written blindly, so a write that
+//! races the stream survives, and an interrupted session leaves both sides
+//! valid (a rerun converges).
+//!
+//! Hash truncation: 6 bytes per node by default (`hash_bytes`). The risk
+//! that a differing node compares equal is 2^-48 ≈ 3.6·10^-15 per
+//! comparison; a session compares 10^3–10^6 nodes, so under 4·10^-9 per
+//! session, and independent between sessions (the seed picks which word of
+//! the 32-byte hash is sent, and keys the fingerprints), so a miss is
+//! repaired by the next session. 8 bytes would put the seed scenario over
+//! its 4 KiB reconciliation budget; 4 would make a miss per session about
+//! one in 10^4 at a million comparisons.
+
+use crate::entry::{self, Entry};
+use crate::range::{TokenRange, DEPTH_MAX};
+use crate::replica::{PeerId, Replica};
+use crate::tree::Hash;
+use crate::wire::{Msg, VersionRef, WireError};
+use siphasher::sip::SipHasher13;
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::Hasher;
+
+#[derive(Debug, Clone, Copy)]
+pub struct SessionConfig {
+    /// Per-session randomness (from the driver's seeded RNG).
+    pub seed: u64,
+    /// Stream only LWW winners, found by a row-level fingerprint round.
+    pub row_level: bool,
+    /// The session's start time, recorded for repair-gated GC.
+    pub started_ts: u64,
+    /// Bytes of each node hash on the wire (1..=8); see the module header.
+    pub hash_bytes: u8,
+}
+
+/// The default node hash width: 48 bits.
+pub const HASH_BYTES_DEFAULT: u8 = 6;
+
+/// Per-level costs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LevelTrace {
+    pub level: u32,
+    /// Nodes compared at this level.
+    pub compared: u64,
+    pub mismatched: u64,
+    /// Node hashes the initiator put on the wire.
+    pub hashes_sent: u64,
+    pub bytes_a_to_b: u64,
+    pub bytes_b_to_a: u64,
+}
+
+/// What a session cost and found. Counts bytes on the wire both ways.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub depth: u32,
+    pub rounds: u32,
+    pub gc_before: u64,
+    /// Tree nodes compared (levels 0..=depth): the seed's "hashes exchanged".
+    pub hashes_compared: u64,
+    /// Node hashes actually sent (siblings are derived from their parent).
+    pub hashes_sent: u64,
+    /// Virtual nodes compared below the leaves (row-level round).
+    pub virtual_compared: u64,
+    pub fingerprints_sent: u64,
+    pub versions_sent: u64,
+    pub bytes_a_to_b: u64,
+    pub bytes_b_to_a: u64,
+    /// Bytes of whole entries inside those (the stream, not reconciliation).
+    pub stream_bytes: u64,
+    pub entries_a_to_b: u64,
+    pub entries_b_to_a: u64,
+    /// Mismatched token ranges, adjacent ones coalesced.
+    pub ranges: Vec<(u64, u64)>,
+    pub trace: Vec<LevelTrace>,
+}
+
+impl Report {
+    pub fn entries_streamed(&self) -> u64 {
+        self.entries_a_to_b + self.entries_b_to_a
+    }
+
+    /// Bytes spent finding what differs (everything but streamed entries).
+    pub fn reconciliation_bytes(&self) -> u64 {
+        self.bytes_a_to_b + self.bytes_b_to_a - self.stream_bytes
+    }
+}
+
+/// A per-entry fingerprint: 64 bits of a SipHash keyed by the session.
+pub fn fingerprint(seed: u64, digest: &entry::Digest) -> u64 {
+    let mut h = SipHasher13::new_with_keys(seed, seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15);
+    h.write(digest);
+    h.finish()
+}
+
+fn class(count: u64) -> u8 {
+    count.min(2) as u8
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Final {
+    level: u32,
+    index: u64,
+    a_class: u8,
+    b_class: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Same,
+    Final,
+    Descend,
+}
+
+/// The walk both sides run in lockstep.
+#[derive(Debug, Clone)]
+struct Walk {
+    seed: u64,
+    /// Mask of the hash bits sent.
+    mask: u64,
+    range: TokenRange,
+    depth: u32,
+    row_level: bool,
+    level: u32,
+    frontier: Vec<u64>,
+    finals: Vec<Final>,
+}
+
+impl Walk {
+    fn new(seed: u64, range: TokenRange, depth: u32, row_level: bool, hash_bytes: u8) -> Walk {
+        let bits = 8 * hash_bytes.clamp(1, 8) as u32;
+        Walk {
+            seed,
+            mask: if bits == 64 {
+                u64::MAX
+            } else {
+                (1u64 << bits) - 1
+            },
+            range,
+            depth,
+            row_level,
+            level: 0,
+            frontier: vec![0],
+            finals: Vec::new(),
+        }
+    }
+
+    /// Whether a pair at `level` is sent as one hash (the sibling is the
+    /// parent XOR the left child): parent and children hash alike.
+    fn sibling_derived(&self, level: u32) -> bool {
+        level > 0 && (level <= self.depth || level > self.depth + 1)
+    }
+
+    /// One side's hash and size class of node `i` at `level`.
+    fn node(&self, r: &Replica, level: u32, i: u64) -> (u64, u8) {
+        if level <= self.depth {
+            let (h, count): (Hash, u64) = r.tree().node(level, i);
+            (h[(self.seed % 4) as usize] & self.mask, class(count))
+        } else {
+            let mut x = 0u64;
+            let mut n = 0u64;
+            for (_, _, v) in r.entries_in(self.range.range_of(level, i)) {
+                x ^= fingerprint(self.seed, &v.digest);
+                n += 1;
+            }
+            (x & self.mask, class(n))
+        }
+    }
+
+    fn decide(&self, i: u64, mismatch: bool, a: u8, b: u8) -> Decision {
+        if !mismatch {
+            return Decision::Same;
+        }
+        if a == 0 || b == 0 {
+            return Decision::Final;
+        }
+        if self.level < self.depth {
+            return Decision::Descend;
+        }
+        if !self.row_level || (a == 1 && b == 1) {
+            return Decision::Final;
+        }
+        if self.level >= DEPTH_MAX || self.range.range_of(self.level, i).width() <= 1 {
+            return Decision::Final;
+        }
+        Decision::Descend
+    }
+
+    /// Applies a level's outcome: records finals and moves to the next
+    /// frontier. Returns the number of mismatched nodes.
+    fn advance(&mut self, mismatch: &[bool], a: &[u8], b: &[u8]) -> u64 {
+        let mut next = Vec::new();
+        let mut mismatched = 0;
+        for (k, &i) in self.frontier.iter().enumerate() {
+            mismatched += mismatch[k] as u64;
+            match self.decide(i, mismatch[k], a[k], b[k]) {
+                Decision::Same => {}
+                Decision::Final => self.finals.push(Final {
+                    level: self.level,
+                    index: i,
+                    a_class: a[k],
+                    b_class: b[k],
+                }),
+                Decision::Descend => {
+                    next.push(2 * i);
+                    next.push(2 * i + 1);
+                }
+            }
+        }
+        self.frontier = next;
+        self.level += 1;
+        mismatched
+    }
+
+    fn final_range(&self, f: &Final) -> TokenRange {
+        self.range.range_of(f.level, f.index)
+    }
+
+    fn coalesced(&self) -> Vec<(u64, u64)> {
+        let mut rs: Vec<(u64, u64)> = self
+            .finals
+            .iter()
+            .map(|f| {
+                let r = self.final_range(f);
+                (r.lo, r.hi)
+            })
+            .filter(|(lo, hi)| lo < hi)
+            .collect();
+        rs.sort_unstable();
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (lo, hi) in rs {
+            match out.last_mut() {
+                Some(last) if last.1 == lo => last.1 = hi,
+                _ => out.push((lo, hi)),
+            }
+        }
+        out
+    }
+
+    /// Finals where both sides hold entries.
+    fn both(&self) -> impl Iterator<Item = &Final> {
+        self.finals
+            .iter()
+            .filter(|f| f.a_class > 0 && f.b_class > 0)
+    }
+
+    /// Finals that need the fingerprint exchange: both sides hold entries
+    /// and one holds several. Where each holds exactly one, the mismatch
+    /// already says the two differ, so no fingerprint need travel.
+    fn fingerprinted(&self) -> impl Iterator<Item = &Final> {
+        self.both().filter(|f| f.a_class > 1 || f.b_class > 1)
+    }
+}
+
+fn entries_of(r: &Replica, range: TokenRange) -> Vec<Entry> {
+    r.entries_in(range)
+        .map(|(_, k, v)| Entry {
+            key: k.to_vec(),
+            ts: v.ts,
+            value: v.value.clone(),
+        })
+        .collect()
+}
+
+fn merge_all(r: &mut Replica, entries: Vec<Entry>) {
+    for e in entries {
+        r.merge(e);
+    }
+}
+
+// ---------------------------------------------------------------- initiator
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum APhase {
+    Hello,
+    Level,
+    Fingerprints,
+    Stream,
+    Done,
+}
+
+pub struct Initiator {
+    cfg: SessionConfig,
+    peer: PeerId,
+    walk: Walk,
+    phase: APhase,
+    /// Classes the initiator sent for the current level.
+    sent_classes: Vec<u8>,
+    /// Fingerprint lists sent per "both" final, to read the bitmaps.
+    sent_fps: Vec<Vec<u64>>,
+    report: Report,
+}
+
+/// What to do after a reply.
+#[derive(Debug)]
+pub enum Step {
+    Send(Vec<u8>),
+    Done(Report),
+}
+
+impl Initiator {
+    /// Opens a session with `peer`; returns the first message.
+    pub fn start(replica: &Replica, peer: PeerId, cfg: SessionConfig) -> (Initiator, Vec<u8>) {
+        let r = replica.range();
+        let hello = Msg::Hello {
+            seed: cfg.seed,
+            lo: r.lo,
+            hi: r.hi,
+            depth: replica.tree().depth(),
+            gc_before: replica.gc_horizon(),
+            row_level: cfg.row_level,
+            hash_bytes: cfg.hash_bytes,
+        };
+        let mut a = Initiator {
+            cfg,
+            peer,
+            walk: Walk::new(
+                cfg.seed,
+                r,
+                replica.tree().depth(),
+                cfg.row_level,
+                cfg.hash_bytes,
+            ),
+            phase: APhase::Hello,
+            sent_classes: Vec::new(),
+            sent_fps: Vec::new(),
+            report: Report::default(),
+        };
+        let bytes = a.send(&hello);
+        (a, bytes)
+    }
+
+    fn send(&mut self, m: &Msg) -> Vec<u8> {
+        let e = m.encode();
+        self.report.bytes_a_to_b += e.bytes.len() as u64;
+        self.report.stream_bytes += e.entry_bytes as u64;
+        if let Some(t) = self
+            .report
+            .trace
+            .last_mut()
+            .filter(|_| matches!(m, Msg::Level { .. }))
+        {
+            t.bytes_a_to_b += e.bytes.len() as u64;
+        }
+        e.bytes
+    }
+
+    fn received(&mut self, bytes: &[u8], m: &Msg) {
+        self.report.bytes_b_to_a += bytes.len() as u64;
+        self.report.stream_bytes += m.encode().entry_bytes as u64;
+        self.report.rounds += 1;
+        if matches!(m, Msg::LevelAck { .. }) {
+            if let Some(t) = self.report.trace.last_mut() {
+                t.bytes_b_to_a += bytes.len() as u64;
+            }
+        }
+    }
+
+    /// Handles the responder's reply.
+    pub fn on_reply(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Step, WireError> {
+        let m = Msg::decode(bytes)?;
+        self.received(bytes, &m);
+        match (self.phase, m) {
+            (_, Msg::Error { reason }) => Err(WireError(format!("peer refused: {reason}"))),
+            (APhase::Hello, Msg::HelloAck { depth, gc_before }) => {
+                self.walk.depth = self.walk.depth.min(depth);
+                self.report.depth = self.walk.depth;
+                self.report.gc_before = gc_before;
+                replica.purge_tombstones_before(gc_before);
+                self.phase = APhase::Level;
+                Ok(Step::Send(self.level_msg(replica)))
+            }
+            (APhase::Level, Msg::LevelAck { mismatch, classes }) => {
+                let n = self.walk.frontier.len();
+                let mismatched = mismatch.iter().filter(|&&m| m).count();
+                if mismatch.len() != n || classes.len() != mismatched {
+                    return Err(WireError(format!(
+                        "level ack for {} nodes, expected {n}",
+                        mismatch.len()
+                    )));
+                }
+                let classes = expand_classes(&mismatch, &classes);
+                let a = std::mem::take(&mut self.sent_classes);
+                let level = self.walk.level;
+                let mismatched = self.walk.advance(&mismatch, &a, &classes);
+                if let Some(t) = self.report.trace.last_mut() {
+                    t.mismatched = mismatched;
+                }
+                if level <= self.walk.depth {
+                    self.report.hashes_compared += n as u64;
+                } else {
+                    self.report.virtual_compared += n as u64;
+                }
+                if !self.walk.frontier.is_empty() {
+                    return Ok(Step::Send(self.level_msg(replica)));
+                }
+                self.report.ranges = self.walk.coalesced();
+                self.after_walk(replica)
+            }
+            (
+                APhase::Fingerprints,
+                Msg::Versions {
+                    present,
+                    versions,
+                    entries,
+                },
+            ) => {
+                self.report.entries_b_to_a += entries.len() as u64;
+                merge_all(replica, entries);
+                self.resolve(replica, present, versions)
+            }
+            (APhase::Stream, Msg::Entries { entries }) => {
+                self.report.entries_b_to_a += entries.len() as u64;
+                merge_all(replica, entries);
+                Ok(self.finish(replica))
+            }
+            (phase, m) => Err(WireError(format!("unexpected {m:?} in phase {phase:?}"))),
+        }
+    }
+
+    fn level_msg(&mut self, replica: &Replica) -> Vec<u8> {
+        let level = self.walk.level;
+        let nodes: Vec<(u64, u8)> = self
+            .walk
+            .frontier
+            .iter()
+            .map(|&i| self.walk.node(replica, level, i))
+            .collect();
+        let hashes: Vec<u64> = if self.walk.sibling_derived(level) {
+            nodes.iter().step_by(2).map(|(h, _)| *h).collect()
+        } else {
+            nodes.iter().map(|(h, _)| *h).collect()
+        };
+        self.sent_classes = nodes.iter().map(|(_, c)| *c).collect();
+        self.report.hashes_sent += if level <= self.walk.depth {
+            hashes.len() as u64
+        } else {
+            0
+        };
+        self.report.trace.push(LevelTrace {
+            level,
+            compared: nodes.len() as u64,
+            hashes_sent: hashes.len() as u64,
+            ..LevelTrace::default()
+        });
+        let m = Msg::Level {
+            level,
+            hash_bytes: self.cfg.hash_bytes,
+            hashes,
+            classes: self.sent_classes.clone(),
+        };
+        self.send(&m)
+    }
+
+    fn after_walk(&mut self, replica: &mut Replica) -> Result<Step, WireError> {
+        if self.walk.finals.is_empty() {
+            return Ok(self.finish(replica));
+        }
+        if !self.cfg.row_level {
+            let mut entries = Vec::new();
+            for f in &self.walk.finals {
+                entries.extend(entries_of(replica, self.walk.final_range(f)));
+            }
+            self.report.entries_a_to_b += entries.len() as u64;
+            self.phase = APhase::Stream;
+            return Ok(Step::Send(self.send(&Msg::Stream {
+                entries,
+                want: Vec::new(),
+            })));
+        }
+        let seed = self.cfg.seed;
+        self.sent_fps = self
+            .walk
+            .fingerprinted()
+            .map(|f| {
+                replica
+                    .entries_in(self.walk.final_range(f))
+                    .map(|(_, _, v)| fingerprint(seed, &v.digest))
+                    .collect()
+            })
+            .collect();
+        self.report.fingerprints_sent = self.sent_fps.iter().map(|v| v.len() as u64).sum();
+        self.phase = APhase::Fingerprints;
+        let m = Msg::Fingerprints {
+            ranges: self.sent_fps.clone(),
+        };
+        Ok(Step::Send(self.send(&m)))
+    }
+
+    /// Decides every winner from the responder's versions.
+    fn resolve(
+        &mut self,
+        replica: &mut Replica,
+        present: Vec<Vec<bool>>,
+        versions: Vec<VersionRef>,
+    ) -> Result<Step, WireError> {
+        if present.len() != self.sent_fps.len()
+            || present
+                .iter()
+                .zip(&self.sent_fps)
+                .any(|(p, f)| p.len() != f.len())
+        {
+            return Err(WireError(
+                "fingerprint bitmaps do not match what was sent".into(),
+            ));
+        }
+        self.report.versions_sent = versions.len() as u64;
+        let mut send: Vec<Entry> = Vec::new();
+        let mut want: Vec<Vec<u8>> = Vec::new();
+        let mut theirs: BTreeSet<&[u8]> = BTreeSet::new();
+        for v in &versions {
+            theirs.insert(&v.key);
+            match replica.get(&v.key) {
+                None => want.push(v.key.clone()),
+                Some(mine) => {
+                    let v_value = if v.tombstone { None } else { Some(&[][..]) };
+                    let order = entry::lww_cmp(
+                        mine.ts,
+                        mine.value.as_deref().map(|_| &[][..]),
+                        v.ts,
+                        v_value,
+                    );
+                    match order {
+                        Ordering::Greater => send.push(mine),
+                        Ordering::Less => want.push(v.key.clone()),
+                        // same ts and kind: values differ (or both are
+                        // tombstones, which cannot differ): both travel
+                        Ordering::Equal if mine.value.is_some() => {
+                            send.push(mine);
+                            want.push(v.key.clone());
+                        }
+                        Ordering::Equal => {}
+                    }
+                }
+            }
+        }
+        // my entries the responder does not hold, under keys it did not list:
+        // those the fingerprints say it lacks, and the lone entry of every
+        // one-to-one range
+        let fingerprinted: Vec<Final> = self.walk.fingerprinted().copied().collect();
+        let mut unmatched: Vec<Entry> = Vec::new();
+        for (f, held) in fingerprinted.iter().zip(&present) {
+            for ((_, key, v), &h) in replica.entries_in(self.walk.final_range(f)).zip(held) {
+                if !h {
+                    unmatched.push(Entry {
+                        key: key.to_vec(),
+                        ts: v.ts,
+                        value: v.value.clone(),
+                    });
+                }
+            }
+        }
+        for f in self
+            .walk
+            .both()
+            .filter(|f| f.a_class == 1 && f.b_class == 1)
+        {
+            unmatched.extend(entries_of(replica, self.walk.final_range(f)));
+        }
+        send.extend(
+            unmatched
+                .into_iter()
+                .filter(|e| !theirs.contains(e.key.as_slice())),
+        );
+        // ranges the responder has nothing in
+        for f in self.walk.finals.iter().filter(|f| f.b_class == 0) {
+            send.extend(entries_of(replica, self.walk.final_range(f)));
+        }
+        self.report.entries_a_to_b += send.len() as u64;
+        self.phase = APhase::Stream;
+        Ok(Step::Send(self.send(&Msg::Stream {
+            entries: send,
+            want,
+        })))
+    }
+
+    fn finish(&mut self, replica: &mut Replica) -> Step {
+        self.phase = APhase::Done;
+        replica.record_repair(self.peer, self.cfg.started_ts);
+        Step::Done(self.report.clone())
+    }
+}
+
+// ---------------------------------------------------------------- responder
+
+pub struct Responder {
+    peer: PeerId,
+    started_ts: u64,
+    walk: Option<Walk>,
+    /// The initiator's hashes of the nodes that descended (for siblings).
+    parents: Vec<u64>,
+    done: bool,
+}
+
+impl Responder {
+    /// A responder for a session with `peer`, starting at `started_ts`.
+    pub fn new(peer: PeerId, started_ts: u64) -> Responder {
+        Responder {
+            peer,
+            started_ts,
+            walk: None,
+            parents: Vec::new(),
+            done: false,
+        }
+    }
+
+    /// Whether this side has sent its last message.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Answers one request. A malformed or out-of-order request gets an
+    /// `Error` message (and an `Err` for the driver to log).
+    pub fn on_request(
+        &mut self,
+        replica: &mut Replica,
+        bytes: &[u8],
+    ) -> Result<Vec<u8>, WireError> {
+        let reply = Msg::decode(bytes).and_then(|m| self.handle(replica, m));
+        match reply {
+            Ok(m) => Ok(m.encode().bytes),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The error reply for a failed request.
+    pub fn error_reply(e: &WireError) -> Vec<u8> {
+        Msg::Error {
+            reason: e.0.clone(),
+        }
+        .encode()
+        .bytes
+    }
+
+    fn handle(&mut self, replica: &mut Replica, m: Msg) -> Result<Msg, WireError> {
+        match (self.walk.as_ref().map(|w| w.level), m) {
+            (
+                None,
+                Msg::Hello {
+                    seed,
+                    lo,
+                    hi,
+                    depth,
+                    gc_before,
+                    row_level,
+                    hash_bytes,
+                },
+            ) => {
+                if !(1..=8).contains(&hash_bytes) {
+                    return Err(WireError(format!("hash width {hash_bytes} out of 1..=8")));
+                }
+                let r = replica.range();
+                if (lo, hi) != (r.lo, r.hi) {
+                    return Err(WireError(format!(
+                        "range [{lo}, {hi}) is not this replica's [{}, {})",
+                        r.lo, r.hi
+                    )));
+                }
+                let gc = gc_before.max(replica.gc_horizon());
+                replica.purge_tombstones_before(gc);
+                let mine = replica.tree().depth();
+                self.walk = Some(Walk::new(seed, r, depth.min(mine), row_level, hash_bytes));
+                Ok(Msg::HelloAck {
+                    depth: mine,
+                    gc_before: gc,
+                })
+            }
+            (
+                Some(level),
+                Msg::Level {
+                    level: l,
+                    hashes,
+                    classes,
+                    ..
+                },
+            ) if l == level => self.level(replica, hashes, classes),
+            (Some(_), Msg::Fingerprints { ranges }) => self.versions(replica, ranges),
+            (Some(_), Msg::Stream { entries, want }) => {
+                let walk = self.walk.as_ref().expect("walk exists");
+                if walk.row_level {
+                    merge_all(replica, entries);
+                    let back: Vec<Entry> = want.iter().filter_map(|k| replica.get(k)).collect();
+                    self.finish(replica);
+                    Ok(Msg::Entries { entries: back })
+                } else {
+                    let mut back = Vec::new();
+                    for f in &walk.finals {
+                        back.extend(entries_of(replica, walk.final_range(f)));
+                    }
+                    merge_all(replica, entries);
+                    self.finish(replica);
+                    Ok(Msg::Entries { entries: back })
+                }
+            }
+            (_, m) => Err(WireError(format!("unexpected {} here", msg_name(&m)))),
+        }
+    }
+
+    fn level(
+        &mut self,
+        replica: &mut Replica,
+        hashes: Vec<u64>,
+        a_classes: Vec<u8>,
+    ) -> Result<Msg, WireError> {
+        let walk = self.walk.as_mut().expect("walk exists");
+        let level = walk.level;
+        let n = walk.frontier.len();
+        let derived = walk.sibling_derived(level);
+        let expect_hashes = if derived { n / 2 } else { n };
+        if hashes.len() != expect_hashes
+            || a_classes.len() != n
+            || (derived && self.parents.len() != n / 2)
+        {
+            return Err(WireError(format!(
+                "level {level}: {} hashes for {n} nodes",
+                hashes.len()
+            )));
+        }
+        let a_hashes: Vec<u64> = if derived {
+            hashes
+                .iter()
+                .zip(&self.parents)
+                .flat_map(|(&left, &parent)| [left, parent ^ left])
+                .collect()
+        } else {
+            hashes
+        };
+        let mine: Vec<(u64, u8)> = walk
+            .frontier
+            .iter()
+            .map(|&i| walk.node(replica, level, i))
+            .collect();
+        let mismatch: Vec<bool> = mine
+            .iter()
+            .zip(&a_hashes)
+            .map(|((h, _), a)| h != a)
+            .collect();
+        let b_classes: Vec<u8> = mine.iter().map(|(_, c)| *c).collect();
+        // remember the initiator's hashes of the nodes that descend
+        let frontier = walk.frontier.clone();
+        self.parents = frontier
+            .iter()
+            .enumerate()
+            .filter(|&(k, &i)| {
+                walk.decide(i, mismatch[k], a_classes[k], b_classes[k]) == Decision::Descend
+            })
+            .map(|(k, _)| a_hashes[k])
+            .collect();
+        walk.advance(&mismatch, &a_classes, &b_classes);
+        if walk.frontier.is_empty() && walk.finals.is_empty() {
+            self.finish(replica);
+        }
+        let classes = b_classes
+            .iter()
+            .zip(&mismatch)
+            .filter(|(_, &m)| m)
+            .map(|(&c, _)| c)
+            .collect();
+        Ok(Msg::LevelAck { mismatch, classes })
+    }
+
+    fn versions(&mut self, replica: &Replica, ranges: Vec<Vec<u64>>) -> Result<Msg, WireError> {
+        let walk = self.walk.as_ref().expect("walk exists");
+        let fingerprinted: Vec<Final> = walk.fingerprinted().copied().collect();
+        if ranges.len() != fingerprinted.len() {
+            return Err(WireError(format!(
+                "{} fingerprint lists for {} ranges",
+                ranges.len(),
+                fingerprinted.len()
+            )));
+        }
+        let mut present = Vec::with_capacity(fingerprinted.len());
+        let mut versions = Vec::new();
+        for f in walk.both().filter(|f| f.a_class == 1 && f.b_class == 1) {
+            for (_, k, v) in replica.entries_in(walk.final_range(f)) {
+                versions.push(VersionRef {
+                    key: k.to_vec(),
+                    ts: v.ts,
+                    tombstone: v.value.is_none(),
+                });
+            }
+        }
+        for (f, theirs) in fingerprinted.iter().zip(&ranges) {
+            let mut mine: BTreeMap<u64, (&[u8], u64, bool)> = BTreeMap::new();
+            for (_, k, v) in replica.entries_in(walk.final_range(f)) {
+                mine.insert(
+                    fingerprint(walk.seed, &v.digest),
+                    (k, v.ts, v.value.is_none()),
+                );
+            }
+            let theirs_set: BTreeSet<u64> = theirs.iter().copied().collect();
+            present.push(theirs.iter().map(|fp| mine.contains_key(fp)).collect());
+            for (fp, (k, ts, tomb)) in &mine {
+                if !theirs_set.contains(fp) {
+                    versions.push(VersionRef {
+                        key: k.to_vec(),
+                        ts: *ts,
+                        tombstone: *tomb,
+                    });
+                }
+            }
+        }
+        let mut entries = Vec::new();
+        for f in walk.finals.iter().filter(|f| f.a_class == 0) {
+            entries.extend(entries_of(replica, walk.final_range(f)));
+        }
+        Ok(Msg::Versions {
+            present,
+            versions,
+            entries,
+        })
+    }
+
+    fn finish(&mut self, replica: &mut Replica) {
+        self.done = true;
+        replica.record_repair(self.peer, self.started_ts);
+    }
+}
+
+/// Classes for every node from those sent for the mismatched ones (the
+/// others are never looked at: a matching node is done).
+fn expand_classes(mismatch: &[bool], sent: &[u8]) -> Vec<u8> {
+    let mut it = sent.iter();
+    mismatch
+        .iter()
+        .map(|&m| if m { *it.next().expect("counted") } else { 0 })
+        .collect()
+}
+
+fn msg_name(m: &Msg) -> &'static str {
+    match m {
+        Msg::Hello { .. } => "hello",
+        Msg::HelloAck { .. } => "hello ack",
+        Msg::Level { .. } => "level",
+        Msg::LevelAck { .. } => "level ack",
+        Msg::Fingerprints { .. } => "fingerprints",
+        Msg::Versions { .. } => "versions",
+        Msg::Stream { .. } => "stream",
+        Msg::Entries { .. } => "entries",
+        Msg::Error { .. } => "error",
+    }
+}
+
+/// Runs a whole session in memory between `a` (initiator, peer id `id_a`)
+/// and `b` (responder, `id_b`).
+pub fn run(
+    a: &mut Replica,
+    id_a: PeerId,
+    b: &mut Replica,
+    id_b: PeerId,
+    cfg: SessionConfig,
+) -> Result<Report, WireError> {
+    let (mut init, mut msg) = Initiator::start(a, id_b, cfg);
+    let mut resp = Responder::new(id_a, cfg.started_ts);
+    // a session is at most hello + DEPTH_MAX+1 levels + 2 rounds
+    for _ in 0..(DEPTH_MAX + 8) {
+        let reply = match resp.on_request(b, &msg) {
+            Ok(r) => r,
+            Err(e) => Responder::error_reply(&e),
+        };
+        match init.on_reply(a, &reply)? {
+            Step::Send(next) => msg = next,
+            Step::Done(report) => return Ok(report),
+        }
+    }
+    Err(WireError(
+        "session did not finish within its round limit".into(),
+    ))
+}
