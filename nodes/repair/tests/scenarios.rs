@@ -1,0 +1,366 @@
+//! Repair scenarios, each named after what it pins.
+
+mod common;
+
+use common::*;
+use drift_repair::gc::{self, GcPolicy};
+use drift_repair::session::{Initiator, Responder, Step};
+use drift_repair::wire::Msg;
+use drift_repair::{Entry, Replica, TokenRange};
+
+#[test]
+fn seed_scenario_reproduces_the_seeds_figures() {
+    // seed: 463 hashes and 815 entries at depth 12, 87,505 entries at
+    // depth 4, 107 at depth 16 (50,000 keys, 33 divergent); ours vary
+    // with the key choice, so check the expected spread
+    for (depth, hashes, entries) in [
+        (4u32, 20..=31, 75_000..=100_000),
+        (12, 420..=500, 740..=960),
+        (16, 640..=760, 80..=140),
+    ] {
+        let (mut a, mut b) = seed_scenario(50_000, 33, depth, 42);
+        let r = repair(&mut a, &mut b, cfg(1, false));
+        assert!(
+            hashes.contains(&r.hashes_compared),
+            "depth {depth}: {} hashes",
+            r.hashes_compared
+        );
+        assert!(
+            entries.contains(&r.entries_streamed()),
+            "depth {depth}: {} entries",
+            r.entries_streamed()
+        );
+        assert_eq!(contents(&a), contents(&b));
+        assert_eq!(r.rounds, depth + 3, "hello, depth + 1 levels, stream");
+    }
+}
+
+#[test]
+fn row_level_round_streams_exactly_the_winners_within_4_kib() {
+    for depth in [4u32, 12, 16] {
+        let (mut a, mut b) = seed_scenario(50_000, 33, depth, 42);
+        let (a0, b0) = (a.clone(), b.clone());
+        let r = repair(&mut a, &mut b, cfg(1, true));
+        assert_eq!(r.entries_streamed(), 33, "depth {depth}");
+        assert!(
+            r.reconciliation_bytes() <= 4096,
+            "depth {depth}: {} bytes",
+            r.reconciliation_bytes()
+        );
+        assert_eq!(contents(&a), contents(&b));
+        // the same result as streaming whole ranges
+        let (mut a1, mut b1) = (a0, b0);
+        repair(&mut a1, &mut b1, cfg(2, false));
+        assert_eq!(contents(&a1), contents(&a));
+        // and a second session finds nothing: one hash, nothing streamed
+        let again = repair(&mut a, &mut b, cfg(3, true));
+        assert_eq!((again.hashes_compared, again.entries_streamed()), (1, 0));
+    }
+}
+
+#[test]
+fn single_divergent_key_costs_two_hashes_per_level_plus_the_root() {
+    for depth in [4u32, 10, 15] {
+        for row_level in [false, true] {
+            let (mut a, mut b) = seed_scenario(5_000, 0, depth, 7);
+            a.merge(Entry::put(b"key17", 9, b"new"));
+            let r = repair(&mut a, &mut b, cfg(5, row_level));
+            assert_eq!(r.hashes_compared, 2 * depth as u64 + 1, "depth {depth}");
+            assert_eq!(
+                r.hashes_sent,
+                depth as u64 + 1,
+                "siblings are derived, depth {depth}"
+            );
+            assert_eq!(b.get(b"key17").unwrap().ts, 9);
+        }
+    }
+}
+
+#[test]
+fn missed_delete_repaired_within_grace_stays_deleted() {
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 8),
+        Replica::new(TokenRange::FULL, 8),
+    );
+    a.merge(Entry::put(b"k", 1, b"v"));
+    b.merge(Entry::put(b"k", 1, b"v"));
+    a.merge(Entry::tombstone(b"k", 5)); // b missed the delete
+    repair(&mut a, &mut b, cfg(1, true));
+    assert!(b.get(b"k").unwrap().is_tombstone());
+    // the grace has not passed at now = 12, so nothing is purged
+    let policy = GcPolicy::Time { grace: 10 };
+    assert_eq!(gc::collect(&mut a, &policy, 12), 0);
+    assert_eq!(gc::collect(&mut a, &policy, 100), 1);
+    assert_eq!(gc::collect(&mut b, &policy, 100), 1);
+    repair(&mut a, &mut b, cfg(2, true));
+    assert!(a.get(b"k").is_none() && b.get(b"k").is_none());
+}
+
+/// The documented failure mode of time-based GC: the replica that missed
+/// the delete is not repaired within the grace period, the tombstone is
+/// purged, and repair brings the old value back.
+#[test]
+fn time_gc_beyond_grace_resurrects_a_deleted_key() {
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 8),
+        Replica::new(TokenRange::FULL, 8),
+    );
+    a.merge(Entry::put(b"k", 1, b"v"));
+    b.merge(Entry::put(b"k", 1, b"v"));
+    a.merge(Entry::tombstone(b"k", 5));
+    assert_eq!(gc::collect(&mut a, &GcPolicy::Time { grace: 10 }, 100), 1);
+    repair(&mut a, &mut b, cfg(1, true));
+    assert_eq!(a.get(b"k"), Some(Entry::put(b"k", 1, b"v")), "resurrected");
+}
+
+#[test]
+fn repair_gated_gc_never_resurrects() {
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 8),
+        Replica::new(TokenRange::FULL, 8),
+    );
+    a.merge(Entry::put(b"k", 1, b"v"));
+    b.merge(Entry::put(b"k", 1, b"v"));
+    a.merge(Entry::tombstone(b"k", 5));
+    let policy = GcPolicy::RepairGated {
+        grace: 10,
+        peers: vec![2],
+    };
+    assert_eq!(
+        gc::collect(&mut a, &policy, 100),
+        0,
+        "b has not been repaired since the delete"
+    );
+    let mut c = cfg(1, true);
+    c.started_ts = 100;
+    repair(&mut a, &mut b, c);
+    assert!(b.get(b"k").unwrap().is_tombstone());
+    assert_eq!(
+        gc::collect(&mut a, &policy, 120),
+        1,
+        "now every peer has it"
+    );
+    let b_policy = GcPolicy::RepairGated {
+        grace: 10,
+        peers: vec![1],
+    };
+    assert_eq!(gc::collect(&mut b, &b_policy, 120), 1);
+    repair(&mut a, &mut b, cfg(2, true));
+    assert!(a.get(b"k").is_none() && b.get(b"k").is_none());
+}
+
+#[test]
+fn replicas_that_purged_at_different_times_agree_on_one_gc_before() {
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 8),
+        Replica::new(TokenRange::FULL, 8),
+    );
+    for r in [&mut a, &mut b] {
+        r.merge(Entry::tombstone(b"gone", 5));
+        r.merge(Entry::put(b"kept", 7, b"x"));
+    }
+    a.purge_tombstones_before(50); // a purged, b not yet
+    let r = repair(&mut a, &mut b, cfg(1, true));
+    assert_eq!(r.gc_before, 50);
+    assert_eq!(
+        r.entries_streamed(),
+        0,
+        "the purged tombstone is not streamed back"
+    );
+    assert!(
+        b.get(b"gone").is_none(),
+        "b purged below the session's gc_before"
+    );
+    assert_eq!(a.tree().root(), b.tree().root());
+}
+
+#[test]
+fn equal_timestamp_tombstone_beats_value_on_both_sides() {
+    for row_level in [false, true] {
+        let (mut a, mut b) = (
+            Replica::new(TokenRange::FULL, 6),
+            Replica::new(TokenRange::FULL, 6),
+        );
+        a.merge(Entry::tombstone(b"k", 5));
+        b.merge(Entry::put(b"k", 5, b"zzz"));
+        b.merge(Entry::put(b"tie", 5, b"b"));
+        a.merge(Entry::put(b"tie", 5, b"a"));
+        repair(&mut b, &mut a, cfg(1, row_level));
+        assert!(a.get(b"k").unwrap().is_tombstone() && b.get(b"k").unwrap().is_tombstone());
+        assert_eq!(
+            a.get(b"tie").unwrap().value.as_deref(),
+            Some(&b"b"[..]),
+            "larger value wins a tie"
+        );
+        assert_eq!(contents(&a), contents(&b));
+    }
+}
+
+#[test]
+fn extreme_timestamps_repair() {
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 6),
+        Replica::new(TokenRange::FULL, 6),
+    );
+    a.merge(Entry::put(b"zero", 0, b"z"));
+    b.merge(Entry::put(b"max", u64::MAX, b"m"));
+    b.merge(Entry::put(b"zero", 0, b"y"));
+    a.merge(Entry::tombstone(b"max", u64::MAX));
+    repair(&mut a, &mut b, cfg(9, true));
+    assert_eq!(b.get(b"zero").unwrap().value.as_deref(), Some(&b"z"[..]));
+    assert!(a.get(b"max").unwrap().is_tombstone());
+    assert_eq!(contents(&a), contents(&b));
+}
+
+#[test]
+fn keys_at_the_range_edges_repair() {
+    // the whole ring: tokens 0 and 2^32 - 1
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 10),
+        Replica::new(TokenRange::FULL, 10),
+    );
+    for t in [0u32, u32::MAX] {
+        a.merge(Entry::put(&key_with_token(1, t), 3, b"a"));
+    }
+    repair(&mut a, &mut b, cfg(4, true));
+    assert_eq!(b.len(), 2);
+    // a sub-range: tokens lo and hi - 1 are in, lo - 1 and hi are not
+    let range = TokenRange::new(1_000_000, 2_000_000).unwrap();
+    let (mut a, mut b) = (Replica::new(range, 10), Replica::new(range, 10));
+    for t in [1_000_000u32, 1_999_999] {
+        assert_eq!(
+            a.merge(Entry::put(&key_with_token(2, t), 3, b"a")),
+            drift_repair::replica::Merged::Applied
+        );
+    }
+    for t in [999_999u32, 2_000_000] {
+        assert_eq!(
+            a.merge(Entry::put(&key_with_token(2, t), 3, b"a")),
+            drift_repair::replica::Merged::OutOfRange
+        );
+    }
+    repair(&mut a, &mut b, cfg(4, true));
+    assert_eq!(contents(&a), contents(&b));
+    assert_eq!(b.len(), 2);
+}
+
+#[test]
+fn fifty_keys_on_one_token_repair_row_by_row() {
+    let (mut a, mut b) = (
+        Replica::new(TokenRange::FULL, 12),
+        Replica::new(TokenRange::FULL, 12),
+    );
+    let keys: Vec<Vec<u8>> = (0..50).map(|p| key_with_token(p, 0xdead_beef)).collect();
+    for k in &keys {
+        a.merge(Entry::put(k, 1, b"v"));
+        b.merge(Entry::put(k, 1, b"v"));
+    }
+    a.merge(Entry::put(&keys[3], 2, b"a-newer"));
+    b.merge(Entry::put(&keys[40], 2, b"b-newer"));
+    b.merge(Entry::tombstone(&keys[41], 2));
+    let r = repair(&mut a, &mut b, cfg(6, true));
+    assert_eq!(r.entries_streamed(), 3);
+    assert!(
+        r.fingerprints_sent >= 50,
+        "one token cannot be split: fingerprints decide"
+    );
+    assert_eq!(contents(&a), contents(&b));
+}
+
+/// Runs a session by hand; `between` runs after each reply of the
+/// responder reaches the initiator, before the next request.
+fn stepped(
+    a: &mut Replica,
+    b: &mut Replica,
+    row_level: bool,
+    mut between: impl FnMut(&Msg, &mut Replica, &mut Replica),
+) {
+    let (mut init, mut msg) = Initiator::start(a, 2, cfg(11, row_level));
+    let mut resp = Responder::new(1, 1_000);
+    loop {
+        let reply = resp.on_request(b, &msg).unwrap();
+        let step = init.on_reply(a, &reply).unwrap();
+        between(&Msg::decode(&reply).unwrap(), a, b);
+        match step {
+            Step::Send(next) => msg = next,
+            Step::Done(_) => return,
+        }
+    }
+}
+
+#[test]
+fn a_write_racing_the_stream_survives() {
+    let (mut a, mut b) = seed_scenario(2_000, 0, 8, 3);
+    a.merge(Entry::put(b"key5", 2, b"from-a"));
+    let mut raced = false;
+    stepped(&mut a, &mut b, true, |reply, _, b| {
+        if let Msg::Versions { versions, .. } = reply {
+            // b listed its old version; a now streams ts 2; before it
+            // arrives, a client writes ts 3 on b
+            assert!(versions.iter().any(|v| v.key == b"key5" && v.ts == 1));
+            b.merge(Entry::put(b"key5", 3, b"racing-local-write"));
+            raced = true;
+        }
+    });
+    assert!(raced);
+    assert_eq!(
+        b.get(b"key5").unwrap().value.as_deref(),
+        Some(&b"racing-local-write"[..])
+    );
+    repair(&mut a, &mut b, cfg(12, true));
+    assert_eq!(a.get(b"key5").unwrap().ts, 3);
+}
+
+#[test]
+fn an_interrupted_repair_rerun_converges() {
+    for row_level in [false, true] {
+        let (mut a, mut b) = seed_scenario(3_000, 20, 8, 5);
+        // cut the session right before its last exchange
+        let (mut init, mut msg) = Initiator::start(&a, 2, cfg(13, row_level));
+        let mut resp = Responder::new(1, 1_000);
+        loop {
+            let is_stream = matches!(Msg::decode(&msg).unwrap(), Msg::Stream { .. });
+            if is_stream {
+                break; // the stream is lost
+            }
+            let reply = resp.on_request(&mut b, &msg).unwrap();
+            match init.on_reply(&mut a, &reply).unwrap() {
+                Step::Send(next) => msg = next,
+                Step::Done(_) => panic!("session ended before its stream"),
+            }
+        }
+        assert_ne!(contents(&a), contents(&b));
+        repair(&mut a, &mut b, cfg(14, row_level));
+        assert_eq!(contents(&a), contents(&b));
+    }
+}
+
+#[test]
+fn malformed_and_out_of_order_messages_are_errors_not_panics() {
+    let mut b = Replica::new(TokenRange::FULL, 4);
+    let mut resp = Responder::new(1, 0);
+    assert!(resp.on_request(&mut b, &[]).is_err());
+    assert!(resp.on_request(&mut b, &[99, 1, 2]).is_err());
+    let level_first = Msg::Level {
+        level: 0,
+        hash_bytes: 6,
+        hashes: vec![1],
+        classes: vec![2],
+    }
+    .encode()
+    .bytes;
+    assert!(resp.on_request(&mut b, &level_first).is_err());
+    let wrong_range = Msg::Hello {
+        seed: 1,
+        lo: 5,
+        hi: 9,
+        depth: 4,
+        gc_before: 0,
+        row_level: true,
+        hash_bytes: 6,
+    };
+    let e = resp
+        .on_request(&mut b, &wrong_range.encode().bytes)
+        .unwrap_err();
+    assert!(e.0.contains("not this replica's"), "{e}");
+}
