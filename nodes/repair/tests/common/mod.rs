@@ -107,7 +107,7 @@ fn mix_k_inverse(k: u32) -> u32 {
 /// An 8-byte key `prefix ‖ x` whose token is `target`.
 pub fn key_with_token(prefix: u32, target: u32) -> Vec<u8> {
     // forward through the first block
-    let mut h = 0u32 ^ mix_k(prefix);
+    let mut h = mix_k(prefix); // seed 0 xor the mixed block
     h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
     // backwards from the target to the state before the second block
     let mut t = fmix_inverse(target) ^ 8;
