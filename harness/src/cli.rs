@@ -91,10 +91,20 @@ pub enum BenchWhat {
     /// (parsing excluded; median of --runs).
     Checker(BenchCheckerArgs),
     /// Merkle repair costs (hashes, bytes, rounds, streamed entries).
-    Repair(Unbuilt),
+    Repair(BenchRepairArgs),
     /// Keeper core costs: apply throughput by digest mode, snapshot
     /// write/load, changelog appends with fsync.
     Keeper(BenchKeeperArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchRepairArgs {
+    /// Only the 50,000-key scenario (the 10M one builds ~4 GiB of replicas).
+    #[arg(long)]
+    pub small: bool,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -4,6 +4,7 @@
 
 mod bench;
 mod bench_keeper;
+mod bench_repair;
 mod check;
 mod cli;
 mod fail;
@@ -25,7 +26,7 @@ fn main() {
         Command::Check(args) => check::run(args),
         Command::Bench(b) => match b.what {
             BenchWhat::Checker(args) => bench::checker(args),
-            BenchWhat::Repair(_) => Err(Failure::unbuilt("bench repair")),
+            BenchWhat::Repair(args) => bench_repair::repair(args),
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
         },
         Command::Test(_) => Err(Failure::unbuilt("test")),

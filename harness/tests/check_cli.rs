@@ -225,7 +225,6 @@ fn unbuilt_subcommands_say_so_and_exit_3() {
         &["serve"],
         &["node", "--id", "1"],
         &["cluster", "up"],
-        &["bench", "repair"],
     ] {
         let (code, stdout, stderr) = run(drift().args(args));
         assert_eq!(code, 3, "{args:?}");

@@ -38,7 +38,19 @@ impl TokenRange {
     #[inline]
     pub fn bucket_of(&self, token: u32, depth: u32) -> u64 {
         debug_assert!(self.contains(token) && depth <= DEPTH_MAX);
-        ((((token as u64 - self.lo) as u128) << depth) / self.width() as u128) as u64
+        let offset = token as u64 - self.lo;
+        let w = self.width();
+        if w.is_power_of_two() {
+            // the common case (the whole ring, or aligned sub-ranges):
+            // floor(offset · 2^depth / 2^k) by shifts, no 128-bit division
+            let k = w.trailing_zeros();
+            return if depth <= k {
+                offset >> (k - depth)
+            } else {
+                offset << (depth - k)
+            };
+        }
+        (((offset as u128) << depth) / w as u128) as u64
     }
 
     /// The token range of bucket `b` at `depth`.
@@ -85,6 +97,26 @@ mod tests {
             }
         }
         assert_eq!(TokenRange::FULL.bucket_of(u32::MAX, 16), (1 << 16) - 1);
+        // the shift fast path agrees with the division rule
+        for r in [
+            TokenRange::FULL,
+            TokenRange {
+                lo: 1 << 20,
+                hi: 1 << 21,
+            },
+            TokenRange { lo: 0, hi: 16 },
+        ] {
+            for depth in [0, 3, 4, 5, 20, 36] {
+                for t in [r.lo, r.lo + 1, (r.lo + r.hi) / 2, r.hi - 1] {
+                    let slow = ((((t - r.lo) as u128) << depth) / r.width() as u128) as u64;
+                    assert_eq!(
+                        r.bucket_of(t as u32, depth),
+                        slow,
+                        "{r:?} depth {depth} token {t}"
+                    );
+                }
+            }
+        }
         assert_eq!(TokenRange::FULL.bucket_of(0, 16), 0);
     }
 }

@@ -165,6 +165,20 @@ impl Replica {
         self.repaired_with.get(&peer).copied().unwrap_or(0)
     }
 
+    /// The same replica with a tree of another depth (built from the
+    /// cached digests, no rehashing).
+    pub fn with_depth(&self, depth: u32) -> Replica {
+        let tree = MerkleTree::build(
+            self.range,
+            depth,
+            self.entries.iter().map(|((t, _), v)| (*t, &v.digest)),
+        );
+        Replica {
+            tree,
+            ..self.clone()
+        }
+    }
+
     /// Rebuilds the tree from the entries (the reference the incremental
     /// upkeep is tested against).
     pub fn rebuilt_tree(&self) -> MerkleTree {
