@@ -176,6 +176,44 @@ impl History {
         })
     }
 
+    /// Builds a history in code, one `(process, type, f, value)` per line;
+    /// index and time (index × 1000 ns) are filled in. For tests and
+    /// tools that generate histories.
+    pub fn from_script(lines: &[(u64, &str, &str, Value)]) -> Result<History, HistoryError> {
+        let path = Path::new("(script)");
+        let mut ops = Vec::with_capacity(lines.len());
+        for (i, (p, t, f, v)) in lines.iter().enumerate() {
+            let kind = match *t {
+                "invoke" => OpType::Invoke,
+                "ok" => OpType::Ok,
+                "fail" => OpType::Fail,
+                "info" => OpType::Info,
+                other => {
+                    return Err(HistoryError {
+                        at: Location {
+                            file: path.to_path_buf(),
+                            line: i as u64 + 1,
+                        },
+                        reason: format!("unknown type \"{other}\""),
+                    })
+                }
+            };
+            ops.push(Op {
+                index: i as u64,
+                time: i as i64 * 1000,
+                process: Process::Client(*p),
+                kind,
+                f: f.to_string(),
+                value: v.clone(),
+                key: None,
+                node: None,
+                error: None,
+            });
+        }
+        let n = ops.len() as u64;
+        History::from_ops(path, ops, (1..=n).collect())
+    }
+
     /// The invoke line of an operation.
     pub fn invoke_op(&self, o: &Operation) -> &Op {
         &self.ops[o.invoke]
@@ -224,34 +262,6 @@ impl History {
     pub fn key_count(&self) -> usize {
         self.by_key().len().max(1)
     }
-}
-
-/// Builds histories for tests: `(process, type, f, value)` per line.
-#[cfg(test)]
-pub(crate) fn test_history(lines: &[(u64, &str, &str, Value)]) -> History {
-    let ops: Vec<Op> = lines
-        .iter()
-        .enumerate()
-        .map(|(i, (p, t, f, v))| Op {
-            index: i as u64,
-            time: i as i64 * 1000,
-            process: Process::Client(*p),
-            kind: match *t {
-                "invoke" => OpType::Invoke,
-                "ok" => OpType::Ok,
-                "fail" => OpType::Fail,
-                "info" => OpType::Info,
-                other => panic!("bad type {other}"),
-            },
-            f: f.to_string(),
-            value: v.clone(),
-            key: None,
-            node: None,
-            error: None,
-        })
-        .collect();
-    let n = ops.len() as u64;
-    History::from_ops(Path::new("test.jsonl"), ops, (1..=n).collect()).expect("valid test history")
 }
 
 #[cfg(test)]

@@ -7,36 +7,13 @@ use drift_checkers::set::SetChecker;
 use drift_checkers::stats::Stats;
 use drift_checkers::unique_ids::UniqueIds;
 use drift_checkers::{
-    check_all, CheckContext, CheckResult, Checker, History, HistoryError, Op, OpType, Process,
-    Verdict,
+    check_all, CheckContext, CheckResult, Checker, History, HistoryError, Verdict,
 };
 use serde_json::{json, Value};
-use std::path::Path;
 
 /// (process, type, f, value) per line.
 fn history(lines: &[(u64, &str, &str, Value)]) -> History {
-    let ops: Vec<Op> = lines
-        .iter()
-        .enumerate()
-        .map(|(i, (p, t, f, v))| Op {
-            index: i as u64,
-            time: i as i64,
-            process: Process::Client(*p),
-            kind: match *t {
-                "invoke" => OpType::Invoke,
-                "ok" => OpType::Ok,
-                "fail" => OpType::Fail,
-                _ => OpType::Info,
-            },
-            f: f.to_string(),
-            value: v.clone(),
-            key: None,
-            node: None,
-            error: None,
-        })
-        .collect();
-    let n = ops.len() as u64;
-    History::from_ops(Path::new("h.jsonl"), ops, (1..=n).collect()).unwrap()
+    History::from_script(lines).unwrap()
 }
 
 fn check(c: &dyn Checker, h: &History) -> CheckResult {

@@ -409,7 +409,11 @@ fn write_explanation(
 mod tests {
     use super::*;
     use crate::checker::CheckContext;
-    use crate::pairing::test_history;
+    use crate::pairing::History;
+
+    fn test_history(lines: &[(u64, &str, &str, Value)]) -> History {
+        History::from_script(lines).expect("valid test history")
+    }
     use serde_json::{json, Value};
 
     fn verdict(model: ModelKind, lines: &[(u64, &str, &str, Value)]) -> Verdict {

@@ -31,68 +31,47 @@ pub enum ZkError {
     NoWatcher,
 }
 
+/// Every code with its protocol number.
+const CODES: [(ZkError, i32); 24] = [
+    (ZkError::Ok, 0),
+    (ZkError::SystemError, -1),
+    (ZkError::RuntimeInconsistency, -2),
+    (ZkError::DataInconsistency, -3),
+    (ZkError::ConnectionLoss, -4),
+    (ZkError::MarshallingError, -5),
+    (ZkError::Unimplemented, -6),
+    (ZkError::OperationTimeout, -7),
+    (ZkError::BadArguments, -8),
+    (ZkError::InvalidState, -9),
+    (ZkError::ApiError, -100),
+    (ZkError::NoNode, -101),
+    (ZkError::NoAuth, -102),
+    (ZkError::BadVersion, -103),
+    (ZkError::NoChildrenForEphemerals, -108),
+    (ZkError::NodeExists, -110),
+    (ZkError::NotEmpty, -111),
+    (ZkError::SessionExpired, -112),
+    (ZkError::InvalidCallback, -113),
+    (ZkError::InvalidAcl, -114),
+    (ZkError::AuthFailed, -115),
+    (ZkError::SessionMoved, -118),
+    (ZkError::NotReadOnly, -119),
+    (ZkError::NoWatcher, -121),
+];
+
 impl ZkError {
     /// The protocol's number for this code.
     pub fn code(self) -> i32 {
-        use ZkError::*;
-        match self {
-            Ok => 0,
-            SystemError => -1,
-            RuntimeInconsistency => -2,
-            DataInconsistency => -3,
-            ConnectionLoss => -4,
-            MarshallingError => -5,
-            Unimplemented => -6,
-            OperationTimeout => -7,
-            BadArguments => -8,
-            InvalidState => -9,
-            ApiError => -100,
-            NoNode => -101,
-            NoAuth => -102,
-            BadVersion => -103,
-            NoChildrenForEphemerals => -108,
-            NodeExists => -110,
-            NotEmpty => -111,
-            SessionExpired => -112,
-            InvalidCallback => -113,
-            InvalidAcl => -114,
-            AuthFailed => -115,
-            SessionMoved => -118,
-            NotReadOnly => -119,
-            NoWatcher => -121,
-        }
+        CODES
+            .iter()
+            .find(|(e, _)| *e == self)
+            .map(|(_, c)| *c)
+            .expect("every code is listed")
     }
 
     /// The code for a protocol number, if it is one this server uses.
     pub fn from_code(code: i32) -> Option<ZkError> {
-        use ZkError::*;
-        const ALL: [ZkError; 24] = [
-            Ok,
-            SystemError,
-            RuntimeInconsistency,
-            DataInconsistency,
-            ConnectionLoss,
-            MarshallingError,
-            Unimplemented,
-            OperationTimeout,
-            BadArguments,
-            InvalidState,
-            ApiError,
-            NoNode,
-            NoAuth,
-            BadVersion,
-            NoChildrenForEphemerals,
-            NodeExists,
-            NotEmpty,
-            SessionExpired,
-            InvalidCallback,
-            InvalidAcl,
-            AuthFailed,
-            SessionMoved,
-            NotReadOnly,
-            NoWatcher,
-        ];
-        ALL.into_iter().find(|e| e.code() == code)
+        CODES.iter().find(|(_, c)| *c == code).map(|(e, _)| *e)
     }
 }
 
@@ -108,6 +87,9 @@ mod tests {
 
     #[test]
     fn codes_round_trip_and_match_the_protocol() {
+        for (e, c) in CODES {
+            assert_eq!((e.code(), ZkError::from_code(c)), (c, Some(e)));
+        }
         assert_eq!(ZkError::NoNode.code(), -101);
         assert_eq!(ZkError::NodeExists.code(), -110);
         assert_eq!(ZkError::NotEmpty.code(), -111);
