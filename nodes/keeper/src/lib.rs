@@ -13,6 +13,7 @@
 //! * [`storage`] — preprocess / commit / rollback over an overlay
 //! * [`watch`], [`session`] — per-server watches; leader session expiry
 //! * [`entry`] — the log entry with zxid, time and digest
+//! * [`jute`], [`proto`] — ZooKeeper's wire format and client protocol
 //! * [`disk`] — the file seam, and an in-memory disk with faults
 //! * [`changelog`] — segmented, checksummed, compressed log files
 //! * [`snapshot`] — deterministic, versioned, compressed snapshots
@@ -24,9 +25,11 @@ pub mod digest;
 pub mod disk;
 pub mod entry;
 pub mod error;
+pub mod jute;
 pub mod node;
 pub mod path;
 mod plan;
+pub mod proto;
 pub mod request;
 pub mod session;
 pub mod snapshot;

@@ -239,4 +239,20 @@ proptest! {
     fn entry_decoder_never_panics_on_garbage(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
         let _ = Entry::decode(&bytes);
     }
+
+    /// The wire decoders take anything: garbage, truncations, and valid
+    /// headers followed by garbage bodies for every opcode.
+    #[test]
+    fn jute_decoders_never_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..200),
+        op in prop::sample::select(vec![-11i32, 1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 19, 21, 22, 100, 101, 105, 999])
+    ) {
+        let _ = drift_keeper::proto::Request::decode(&bytes);
+        let _ = drift_keeper::proto::ConnectRequest::decode(&bytes);
+        let _ = drift_keeper::jute::split_frames(&bytes);
+        let mut framed = 7i32.to_be_bytes().to_vec();
+        framed.extend_from_slice(&op.to_be_bytes());
+        framed.extend_from_slice(&bytes);
+        let _ = drift_keeper::proto::Request::decode(&framed);
+    }
 }

@@ -1,0 +1,567 @@
+//! The ZooKeeper client protocol (3.5+), mapped onto the keeper core's
+//! requests and responses (`zookeeper.jute`).
+//!
+//! A connection starts with a ConnectRequest (no header), or with a
+//! four-letter word (`ruok`, `mntr`, …: four raw bytes, no frame). After
+//! the handshake every frame is a RequestHeader (xid, opcode) and a body;
+//! every reply a ReplyHeader (xid, zxid, err) and a body. Watch events
+//! use xid −1, pings −2.
+//!
+//! What is not supported answers `Unimplemented` for that request (the
+//! connection stays up): reconfig, removeWatches/checkWatches, SASL,
+//! persistent watches (addWatch), getEphemerals, getAllChildrenNumber,
+//! whoAmI.
+
+use crate::acl::Acl;
+use crate::error::ZkError;
+use crate::jute::{In, JuteError, Out, Result};
+use crate::node::Stat;
+use crate::request::{Create, CreateMode, Op, OpResult, Read, Response, Write};
+use crate::watch::WatchEvent;
+
+pub mod opcode {
+    pub const NOTIFICATION: i32 = 0;
+    pub const CREATE: i32 = 1;
+    pub const DELETE: i32 = 2;
+    pub const EXISTS: i32 = 3;
+    pub const GET_DATA: i32 = 4;
+    pub const SET_DATA: i32 = 5;
+    pub const GET_ACL: i32 = 6;
+    pub const SET_ACL: i32 = 7;
+    pub const GET_CHILDREN: i32 = 8;
+    pub const SYNC: i32 = 9;
+    pub const PING: i32 = 11;
+    pub const GET_CHILDREN2: i32 = 12;
+    pub const CHECK: i32 = 13;
+    pub const MULTI: i32 = 14;
+    pub const CREATE2: i32 = 15;
+    pub const CREATE_CONTAINER: i32 = 19;
+    pub const CREATE_TTL: i32 = 21;
+    pub const MULTI_READ: i32 = 22;
+    pub const AUTH: i32 = 100;
+    pub const SET_WATCHES: i32 = 101;
+    pub const SET_WATCHES2: i32 = 105;
+    pub const CLOSE_SESSION: i32 = -11;
+    pub const ERROR: i32 = -1;
+}
+
+/// Special xids.
+pub const XID_WATCH_EVENT: i32 = -1;
+pub const XID_PING: i32 = -2;
+pub const XID_AUTH: i32 = -4;
+pub const XID_SET_WATCHES: i32 = -8;
+
+/// The four-letter words a server answers.
+pub const FOUR_LETTER_WORDS: [&[u8; 4]; 7] = [
+    b"ruok", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectRequest {
+    pub protocol_version: i32,
+    pub last_zxid_seen: i64,
+    pub timeout_ms: i32,
+    pub session_id: i64,
+    pub passwd: Vec<u8>,
+    pub read_only: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectResponse {
+    pub protocol_version: i32,
+    pub timeout_ms: i32,
+    pub session_id: i64,
+    pub passwd: Vec<u8>,
+    pub read_only: bool,
+}
+
+/// One read with its watch flag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedRead {
+    pub read: Read,
+    pub watch: bool,
+}
+
+/// A decoded client request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientRequest {
+    /// Goes through the log. `opcode` says how to shape the reply.
+    Write(Write),
+    Read(WatchedRead),
+    /// multiRead: getData / getChildren ops answered together.
+    MultiRead(Vec<Read>),
+    Ping,
+    SetWatches {
+        relative_zxid: i64,
+        data: Vec<String>,
+        exist: Vec<String>,
+        child: Vec<String>,
+    },
+    /// A request this server does not implement; answered `Unimplemented`.
+    Unsupported,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    pub xid: i32,
+    pub opcode: i32,
+    pub body: ClientRequest,
+}
+
+impl ConnectRequest {
+    pub fn decode(payload: &[u8]) -> Result<ConnectRequest> {
+        let mut r = In::new(payload);
+        let c = ConnectRequest {
+            protocol_version: r.int()?,
+            last_zxid_seen: r.long()?,
+            timeout_ms: r.int()?,
+            session_id: r.long()?,
+            passwd: r.buffer()?.to_vec(),
+            // 3.4+ clients send it; older ones may not
+            read_only: if r.remaining() > 0 { r.bool()? } else { false },
+        };
+        Ok(c)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut o = Out::frame();
+        o.int(self.protocol_version);
+        o.long(self.last_zxid_seen);
+        o.int(self.timeout_ms);
+        o.long(self.session_id);
+        o.buffer(&self.passwd);
+        o.bool(self.read_only);
+        o.finish()
+    }
+}
+
+impl ConnectResponse {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut o = Out::frame();
+        o.int(self.protocol_version);
+        o.int(self.timeout_ms);
+        o.long(self.session_id);
+        o.buffer(&self.passwd);
+        o.bool(self.read_only);
+        o.finish()
+    }
+}
+
+fn create_mode(flags: i32, r: &In<'_>) -> Result<CreateMode> {
+    match CreateMode::from_flags(flags) {
+        Some(m) => Ok(m),
+        None => r.fail(format!("unknown create flags {flags}")),
+    }
+}
+
+fn decode_create(r: &mut In<'_>, opcode: i32) -> Result<Create> {
+    let path = r.string()?;
+    let data = r.buffer()?.to_vec();
+    let acl = r.acl()?;
+    let flags = r.int()?;
+    let mode = create_mode(flags, r)?;
+    let ttl_ms = if opcode == opcode::CREATE_TTL {
+        r.long()?
+    } else {
+        0
+    };
+    Ok(Create {
+        path,
+        data,
+        acl,
+        mode,
+        ttl_ms,
+    })
+}
+
+fn decode_op(r: &mut In<'_>, op: i32) -> Result<Option<Op>> {
+    Ok(Some(match op {
+        opcode::CREATE | opcode::CREATE2 | opcode::CREATE_CONTAINER | opcode::CREATE_TTL => {
+            Op::Create(decode_create(r, op)?)
+        }
+        opcode::DELETE => Op::Delete {
+            path: r.string()?,
+            version: r.int()?,
+        },
+        opcode::SET_DATA => Op::SetData {
+            path: r.string()?,
+            data: r.buffer()?.to_vec(),
+            version: r.int()?,
+        },
+        opcode::CHECK => Op::Check {
+            path: r.string()?,
+            version: r.int()?,
+        },
+        _ => return Ok(None),
+    }))
+}
+
+/// A multi's op sequence: (header, op)* then a done header.
+fn decode_multi(r: &mut In<'_>) -> Result<Vec<(i32, Op)>> {
+    let mut ops = Vec::new();
+    loop {
+        let t = r.int()?;
+        let done = r.bool()?;
+        let _err = r.int()?;
+        if done {
+            return Ok(ops);
+        }
+        if ops.len() >= crate::request::MULTI_OPS_MAX {
+            return r.fail("too many ops in a multi");
+        }
+        match decode_op(r, t)? {
+            Some(op) => ops.push((t, op)),
+            None => return r.fail(format!("opcode {t} cannot be part of a multi")),
+        }
+    }
+}
+
+fn decode_multi_read(r: &mut In<'_>) -> Result<Vec<Read>> {
+    let mut reads = Vec::new();
+    loop {
+        let t = r.int()?;
+        let done = r.bool()?;
+        let _err = r.int()?;
+        if done {
+            return Ok(reads);
+        }
+        if reads.len() >= crate::request::MULTI_OPS_MAX {
+            return r.fail("too many ops in a multiRead");
+        }
+        let path = r.string()?;
+        let _watch = r.bool()?;
+        reads.push(match t {
+            opcode::GET_DATA => Read::GetData { path },
+            opcode::GET_CHILDREN => Read::GetChildren { path },
+            _ => return r.fail(format!("opcode {t} cannot be part of a multiRead")),
+        });
+    }
+}
+
+impl Request {
+    /// Decodes a request frame's payload (after the handshake).
+    pub fn decode(payload: &[u8]) -> Result<Request> {
+        let mut r = In::new(payload);
+        let xid = r.int()?;
+        let op = r.int()?;
+        let body = match op {
+            opcode::PING => ClientRequest::Ping,
+            opcode::CLOSE_SESSION => ClientRequest::Write(Write::CloseSession),
+            opcode::CREATE | opcode::CREATE2 | opcode::CREATE_CONTAINER | opcode::CREATE_TTL => {
+                ClientRequest::Write(Write::Op(Op::Create(decode_create(&mut r, op)?)))
+            }
+            opcode::DELETE | opcode::SET_DATA | opcode::CHECK => {
+                ClientRequest::Write(Write::Op(decode_op(&mut r, op)?.expect("write opcode")))
+            }
+            opcode::SET_ACL => ClientRequest::Write(Write::SetAcl {
+                path: r.string()?,
+                acl: r.acl()?,
+                version: r.int()?,
+            }),
+            opcode::SYNC => ClientRequest::Write(Write::Sync { path: r.string()? }),
+            opcode::MULTI => ClientRequest::Write(Write::Multi(
+                decode_multi(&mut r)?.into_iter().map(|(_, o)| o).collect(),
+            )),
+            opcode::MULTI_READ => ClientRequest::MultiRead(decode_multi_read(&mut r)?),
+            opcode::AUTH => {
+                let _type = r.int()?;
+                ClientRequest::Write(Write::AddAuth {
+                    scheme: r.string()?,
+                    auth: r.buffer()?.to_vec(),
+                })
+            }
+            opcode::EXISTS | opcode::GET_DATA | opcode::GET_CHILDREN | opcode::GET_CHILDREN2 => {
+                let path = r.string()?;
+                let watch = r.bool()?;
+                let read = match op {
+                    opcode::EXISTS => Read::Exists { path },
+                    opcode::GET_DATA => Read::GetData { path },
+                    _ => Read::GetChildren { path },
+                };
+                ClientRequest::Read(WatchedRead { read, watch })
+            }
+            opcode::GET_ACL => ClientRequest::Read(WatchedRead {
+                read: Read::GetAcl { path: r.string()? },
+                watch: false,
+            }),
+            opcode::SET_WATCHES | opcode::SET_WATCHES2 => {
+                let relative_zxid = r.long()?;
+                let data = r.strings()?;
+                let exist = r.strings()?;
+                let child = r.strings()?;
+                if op == opcode::SET_WATCHES2 {
+                    // persistent watches are not supported; read and drop
+                    let _ = r.strings()?;
+                    let _ = r.strings()?;
+                }
+                ClientRequest::SetWatches {
+                    relative_zxid,
+                    data,
+                    exist,
+                    child,
+                }
+            }
+            _ => {
+                // unknown or unsupported: the body is skipped whole
+                return Ok(Request {
+                    xid,
+                    opcode: op,
+                    body: ClientRequest::Unsupported,
+                });
+            }
+        };
+        if r.remaining() != 0 {
+            return r.fail(format!(
+                "{} trailing bytes after opcode {op}",
+                r.remaining()
+            ));
+        }
+        Ok(Request {
+            xid,
+            opcode: op,
+            body,
+        })
+    }
+}
+
+/// Encodes a reply: header, and the body shaped by the request's opcode.
+pub fn encode_reply(xid: i32, zxid: i64, opcode: i32, resp: &Response) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    let err = resp.error();
+    o.int(err.code());
+    let multi = matches!(resp, Response::Multi { .. });
+    if err != ZkError::Ok && !multi {
+        return o.finish();
+    }
+    match resp {
+        Response::Create { path, stat } => {
+            o.string(path);
+            if opcode != opcode::CREATE {
+                o.stat(stat);
+            }
+        }
+        Response::SetData { stat } | Response::SetAcl { stat } | Response::Exists { stat } => {
+            o.stat(stat)
+        }
+        Response::GetData { data, stat } => {
+            o.buffer(data);
+            o.stat(stat);
+        }
+        Response::GetChildren { children, stat } => {
+            o.strings(children);
+            if opcode == opcode::GET_CHILDREN2 {
+                o.stat(stat);
+            }
+        }
+        Response::GetAcl { acl, stat } => {
+            o.acl(acl);
+            o.stat(stat);
+        }
+        Response::Sync { path } => o.string(path),
+        Response::Multi { results, .. } => encode_multi_results(&mut o, results),
+        Response::Delete
+        | Response::Check
+        | Response::CloseSession
+        | Response::AddAuth
+        | Response::CreateSession { .. }
+        | Response::Reap { .. }
+        | Response::Error(_) => {}
+    }
+    o.finish()
+}
+
+fn encode_multi_results(o: &mut Out, results: &[OpResult]) {
+    for r in results {
+        let (t, err) = match r {
+            OpResult::Create { .. } => (opcode::CREATE2, 0),
+            OpResult::Delete => (opcode::DELETE, 0),
+            OpResult::SetData { .. } => (opcode::SET_DATA, 0),
+            OpResult::Check => (opcode::CHECK, 0),
+            OpResult::Error(e) => (opcode::ERROR, e.code()),
+        };
+        o.int(t);
+        o.bool(false);
+        o.int(err);
+        match r {
+            OpResult::Create { path, stat } => {
+                o.string(path);
+                o.stat(stat);
+            }
+            OpResult::SetData { stat } => o.stat(stat),
+            OpResult::Error(e) => o.int(e.code()),
+            OpResult::Delete | OpResult::Check => {}
+        }
+    }
+    o.int(-1);
+    o.bool(true);
+    o.int(-1);
+}
+
+/// Encodes a multiRead reply: per op a header and either its response or
+/// an error.
+pub fn encode_multi_read(xid: i32, zxid: i64, reads: &[(Read, Response)]) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    o.int(0);
+    for (read, resp) in reads {
+        let err = resp.error();
+        let t = if err != ZkError::Ok {
+            opcode::ERROR
+        } else if matches!(read, Read::GetData { .. }) {
+            opcode::GET_DATA
+        } else {
+            opcode::GET_CHILDREN
+        };
+        o.int(t);
+        o.bool(false);
+        o.int(err.code());
+        match resp {
+            Response::GetData { data, stat } => {
+                o.buffer(data);
+                o.stat(stat);
+            }
+            Response::GetChildren { children, .. } => o.strings(children),
+            _ => o.int(err.code()),
+        }
+    }
+    o.int(-1);
+    o.bool(true);
+    o.int(-1);
+    o.finish()
+}
+
+/// A watch notification frame (state 3 = SyncConnected).
+pub fn encode_watch_event(zxid: i64, e: &WatchEvent) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(XID_WATCH_EVENT);
+    o.long(zxid);
+    o.int(0);
+    o.int(e.kind as i32);
+    o.int(3);
+    o.string(&e.path);
+    o.finish()
+}
+
+/// A reply carrying only an error code (also used for pings with Ok).
+pub fn encode_error(xid: i32, zxid: i64, err: ZkError) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    o.int(err.code());
+    o.finish()
+}
+
+/// The stat a client gets back, for tests and tools.
+pub fn decode_stat(payload: &[u8]) -> std::result::Result<Stat, JuteError> {
+    In::new(payload).stat()
+}
+
+/// The ACL a client sent, for tests and tools.
+pub fn decode_acl(payload: &[u8]) -> std::result::Result<Vec<Acl>, JuteError> {
+    In::new(payload).acl()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame_payload(f: &[u8]) -> &[u8] {
+        let n = i32::from_be_bytes(f[..4].try_into().unwrap()) as usize;
+        assert_eq!(n + 4, f.len());
+        &f[4..]
+    }
+
+    #[test]
+    fn connect_request_round_trips_with_and_without_read_only() {
+        let c = ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: 7,
+            timeout_ms: 30_000,
+            session_id: 0,
+            passwd: vec![0; 16],
+            read_only: true,
+        };
+        let bytes = c.encode();
+        assert_eq!(ConnectRequest::decode(frame_payload(&bytes)).unwrap(), c);
+        let old = &frame_payload(&bytes)[..frame_payload(&bytes).len() - 1];
+        assert!(!ConnectRequest::decode(old).unwrap().read_only);
+    }
+
+    #[test]
+    fn create_request_decodes_like_zookeeper_sends_it() {
+        let mut o = Out::default();
+        o.int(5);
+        o.int(opcode::CREATE2);
+        o.string("/a");
+        o.buffer(b"x");
+        o.acl(&Acl::open());
+        o.int(CreateMode::EphemeralSequential as i32);
+        let r = Request::decode(&o.buf).unwrap();
+        assert_eq!(r.xid, 5);
+        let ClientRequest::Write(Write::Op(Op::Create(c))) = r.body else {
+            panic!()
+        };
+        assert_eq!(
+            (c.path.as_str(), c.mode),
+            ("/a", CreateMode::EphemeralSequential)
+        );
+    }
+
+    #[test]
+    fn unknown_opcodes_are_unsupported_not_errors() {
+        let mut o = Out::default();
+        o.int(9);
+        o.int(16); // reconfig
+        o.string("whatever");
+        assert_eq!(
+            Request::decode(&o.buf).unwrap().body,
+            ClientRequest::Unsupported
+        );
+    }
+
+    #[test]
+    fn truncated_and_trailing_bytes_are_errors() {
+        let mut o = Out::default();
+        o.int(1);
+        o.int(opcode::GET_DATA);
+        o.string("/a");
+        o.bool(true);
+        assert!(Request::decode(&o.buf).is_ok());
+        assert!(Request::decode(&o.buf[..o.buf.len() - 1]).is_err());
+        let mut extra = o.buf.clone();
+        extra.push(0);
+        assert!(Request::decode(&extra).is_err());
+    }
+
+    #[test]
+    fn multi_reply_has_zookeepers_shape() {
+        let resp = Response::Multi {
+            error: ZkError::NoNode,
+            results: vec![
+                OpResult::Error(ZkError::Ok),
+                OpResult::Error(ZkError::NoNode),
+            ],
+        };
+        let f = encode_reply(3, 9, opcode::MULTI, &resp);
+        let mut r = In::new(frame_payload(&f));
+        assert_eq!(
+            (r.int().unwrap(), r.long().unwrap(), r.int().unwrap()),
+            (3, 9, -101)
+        );
+        for code in [0, -101] {
+            assert_eq!(
+                (r.int().unwrap(), r.bool().unwrap(), r.int().unwrap()),
+                (-1, false, code)
+            );
+            assert_eq!(r.int().unwrap(), code);
+        }
+        assert_eq!(
+            (r.int().unwrap(), r.bool().unwrap(), r.int().unwrap()),
+            (-1, true, -1)
+        );
+        assert_eq!(r.remaining(), 0);
+    }
+}
