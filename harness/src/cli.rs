@@ -33,9 +33,9 @@ pub enum Command {
     /// Serve the result store over HTTP.
     Serve(Unbuilt),
     /// Run one node of the replicated stack.
-    Node(Unbuilt),
+    Node(NodeArgs),
     /// Run a local cluster to play with: up, status, down.
-    Cluster(Unbuilt),
+    Cluster(ClusterArgs),
 }
 
 /// Arguments of a subcommand that is not built yet: accepted as given, so
@@ -44,6 +44,61 @@ pub enum Command {
 pub struct Unbuilt {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
     pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The cluster file (TOML: data_dir, knobs, [[peer]] id/raft/client).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// This node's id in the cluster file.
+    #[arg(long)]
+    pub id: u64,
+    /// Enable the fault hooks (diverge, clock), reachable only with this token.
+    #[arg(long = "fault-hooks")]
+    pub fault_hooks: Option<String>,
+    /// Address of the admin endpoint for the fault hooks.
+    #[arg(long)]
+    pub admin: Option<std::net::SocketAddr>,
+    /// Override the config's digest mode: off, incremental or full.
+    #[arg(long)]
+    pub digest: Option<String>,
+    /// Override the config: linearizable reads through a read-index round.
+    #[arg(long = "quorum-reads")]
+    pub quorum_reads: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterAction {
+    /// Start a local cluster in the background and print its connect string.
+    Up {
+        #[arg(long, default_value_t = 3)]
+        nodes: u64,
+        /// Directory for the cluster file, data and logs.
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        /// First client port (node i listens on 127.0.0.(10+i):port).
+        #[arg(long, default_value_t = 2181)]
+        port: u16,
+        #[arg(long)]
+        quorum_reads: bool,
+    },
+    /// Show each node's role, zxid and digest.
+    Status {
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+    },
+    /// Stop the cluster's nodes (SIGTERM, then SIGKILL).
+    Down {
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(Args, Debug)]

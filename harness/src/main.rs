@@ -7,6 +7,7 @@ mod bench_keeper;
 mod bench_repair;
 mod check;
 mod cli;
+mod cluster;
 mod fail;
 
 use clap::Parser;
@@ -33,8 +34,8 @@ fn main() {
         Command::Replay(_) => Err(Failure::unbuilt("replay")),
         Command::Compare(_) => Err(Failure::unbuilt("compare")),
         Command::Serve(_) => Err(Failure::unbuilt("serve")),
-        Command::Node(_) => Err(Failure::unbuilt("node")),
-        Command::Cluster(_) => Err(Failure::unbuilt("cluster")),
+        Command::Node(args) => cluster::node(args),
+        Command::Cluster(args) => cluster::cluster(args),
     };
     match outcome {
         Ok(code) => std::process::exit(code),

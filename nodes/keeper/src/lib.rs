@@ -20,7 +20,7 @@
 
 pub mod acl;
 pub mod changelog;
-mod codec;
+pub mod codec;
 pub mod digest;
 pub mod disk;
 pub mod entry;

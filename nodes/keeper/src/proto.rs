@@ -106,6 +106,9 @@ pub struct Request {
     pub xid: i32,
     pub opcode: i32,
     pub body: ClientRequest,
+    /// For a multi: each op's opcode, which shapes its result (a `create`
+    /// answers with the path, a `create2` with path and stat).
+    pub multi_opcodes: Vec<i32>,
 }
 
 impl ConnectRequest {
@@ -244,6 +247,7 @@ impl Request {
         let mut r = In::new(payload);
         let xid = r.int()?;
         let op = r.int()?;
+        let mut multi_opcodes = Vec::new();
         let body = match op {
             opcode::PING => ClientRequest::Ping,
             opcode::CLOSE_SESSION => ClientRequest::Write(Write::CloseSession),
@@ -259,9 +263,11 @@ impl Request {
                 version: r.int()?,
             }),
             opcode::SYNC => ClientRequest::Write(Write::Sync { path: r.string()? }),
-            opcode::MULTI => ClientRequest::Write(Write::Multi(
-                decode_multi(&mut r)?.into_iter().map(|(_, o)| o).collect(),
-            )),
+            opcode::MULTI => {
+                let ops = decode_multi(&mut r)?;
+                multi_opcodes = ops.iter().map(|(t, _)| *t).collect();
+                ClientRequest::Write(Write::Multi(ops.into_iter().map(|(_, o)| o).collect()))
+            }
             opcode::MULTI_READ => ClientRequest::MultiRead(decode_multi_read(&mut r)?),
             opcode::AUTH => {
                 let _type = r.int()?;
@@ -307,6 +313,7 @@ impl Request {
                     xid,
                     opcode: op,
                     body: ClientRequest::Unsupported,
+                    multi_opcodes: Vec::new(),
                 });
             }
         };
@@ -320,12 +327,25 @@ impl Request {
             xid,
             opcode: op,
             body,
+            multi_opcodes,
         })
     }
 }
 
 /// Encodes a reply: header, and the body shaped by the request's opcode.
 pub fn encode_reply(xid: i32, zxid: i64, opcode: i32, resp: &Response) -> Vec<u8> {
+    encode_reply_shaped(xid, zxid, opcode, &[], resp)
+}
+
+/// [`encode_reply`] with the opcodes of a multi's ops (a `create` op
+/// answers with its path only, `create2` and the others with a stat too).
+pub fn encode_reply_shaped(
+    xid: i32,
+    zxid: i64,
+    opcode: i32,
+    multi_opcodes: &[i32],
+    resp: &Response,
+) -> Vec<u8> {
     let mut o = Out::frame();
     o.int(xid);
     o.long(zxid);
@@ -360,7 +380,7 @@ pub fn encode_reply(xid: i32, zxid: i64, opcode: i32, resp: &Response) -> Vec<u8
             o.stat(stat);
         }
         Response::Sync { path } => o.string(path),
-        Response::Multi { results, .. } => encode_multi_results(&mut o, results),
+        Response::Multi { results, .. } => encode_multi_results(&mut o, results, multi_opcodes),
         Response::Delete
         | Response::Check
         | Response::CloseSession
@@ -372,9 +392,11 @@ pub fn encode_reply(xid: i32, zxid: i64, opcode: i32, resp: &Response) -> Vec<u8
     o.finish()
 }
 
-fn encode_multi_results(o: &mut Out, results: &[OpResult]) {
-    for r in results {
+fn encode_multi_results(o: &mut Out, results: &[OpResult], opcodes: &[i32]) {
+    for (k, r) in results.iter().enumerate() {
+        let plain_create = opcodes.get(k) == Some(&opcode::CREATE);
         let (t, err) = match r {
+            OpResult::Create { .. } if plain_create => (opcode::CREATE, 0),
             OpResult::Create { .. } => (opcode::CREATE2, 0),
             OpResult::Delete => (opcode::DELETE, 0),
             OpResult::SetData { .. } => (opcode::SET_DATA, 0),
@@ -387,7 +409,9 @@ fn encode_multi_results(o: &mut Out, results: &[OpResult]) {
         match r {
             OpResult::Create { path, stat } => {
                 o.string(path);
-                o.stat(stat);
+                if !plain_create {
+                    o.stat(stat);
+                }
             }
             OpResult::SetData { stat } => o.stat(stat),
             OpResult::Error(e) => o.int(e.code()),

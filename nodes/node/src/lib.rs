@@ -2,9 +2,15 @@
 //! inputs of the sans-IO node cores and executes their effects (`drift node`).
 //!
 //! # Layout
+//! * [`config`] — the cluster file
 //! * [`fsdisk`] — the real [`drift_keeper::disk::Disk`]: a data directory
 //!   with fsync of files and of the directory
-//!
-//! The network driver and `drift node` land with the keeper cluster.
+//! * [`raftlog`] — raft-rs `Storage` on the keeper changelog and snapshots
+//! * [`transport`] — framed peer messages over TCP, bound per node IP
+//! * [`keeper_node`] — the node loop: Raft, the keeper core, clients
 
+pub mod config;
 pub mod fsdisk;
+pub mod keeper_node;
+pub mod raftlog;
+pub mod transport;

@@ -1,0 +1,257 @@
+//! `drift node` (run one node in the foreground) and `drift cluster
+//! up|status|down` (a local cluster in the background to play with).
+//!
+//! A local cluster: node i binds 127.0.0.(10+i) for both its client port
+//! and its Raft port, so a firewall rule on an address pair cuts one link.
+//! `up` writes `<dir>/cluster.toml`, starts the nodes with their logs in
+//! `<dir>/node-<i>.log`, records their PIDs in `<dir>/pids`, waits for a
+//! leader, and prints the connect string. `down` ends exactly those PIDs
+//! (after checking they are still our nodes).
+
+use crate::cli::{ClusterAction, ClusterArgs, NodeArgs};
+use crate::fail::Failure;
+use drift_node::config::ClusterConfig;
+use drift_node::keeper_node::{self, NodeOptions};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Most nodes `drift cluster up` starts.
+const LOCAL_NODES_MAX: u64 = 9;
+const RAFT_PORT: u16 = 7001;
+const UP_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn node(args: NodeArgs) -> Result<i32, Failure> {
+    let mut config = ClusterConfig::load(&args.config).map_err(Failure::new)?;
+    if let Some(d) = args.digest {
+        if drift_keeper::DigestMode::parse(&d).is_none() {
+            return Err(Failure::new(format!(
+                "--digest {d}: expected off, incremental or full"
+            )));
+        }
+        config.digest = d;
+    }
+    config.quorum_reads |= args.quorum_reads;
+    if args.fault_hooks.is_some() != args.admin.is_some() {
+        return Err(Failure::new("--fault-hooks and --admin go together"));
+    }
+    keeper_node::run(NodeOptions {
+        id: args.id,
+        config,
+        fault_token: args.fault_hooks,
+        admin: args.admin,
+    })
+    .map_err(|e| Failure::new(format!("node {}: {e}", args.id)))?;
+    Ok(0)
+}
+
+pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
+    match args.action {
+        ClusterAction::Up {
+            nodes,
+            dir,
+            port,
+            quorum_reads,
+        } => up(nodes, &dir, port, quorum_reads),
+        ClusterAction::Status { dir } => status(&dir),
+        ClusterAction::Down { dir } => down(&dir),
+    }
+}
+
+fn node_ip(i: u64) -> String {
+    format!("127.0.0.{}", 10 + i)
+}
+
+/// The cluster file of a local cluster.
+pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool) -> String {
+    let mut t = format!(
+        "data_dir = {:?}\ntick_ms = 50\nquorum_reads = {quorum_reads}\nsnapshot_distance = 5000\nreserved_log_items = 2000\n",
+        data_dir.display().to_string()
+    );
+    for i in 1..=nodes {
+        t.push_str(&format!(
+            "\n[[peer]]\nid = {i}\nraft = \"{ip}:{RAFT_PORT}\"\nclient = \"{ip}:{port}\"\n",
+            ip = node_ip(i)
+        ));
+    }
+    t
+}
+
+fn up(nodes: u64, dir: &Path, port: u16, quorum_reads: bool) -> Result<i32, Failure> {
+    if !(1..=LOCAL_NODES_MAX).contains(&nodes) {
+        return Err(Failure::new(format!(
+            "--nodes must be in 1..={LOCAL_NODES_MAX}"
+        )));
+    }
+    if dir.join("pids").exists() {
+        return Err(Failure::new(format!(
+            "{}: a cluster is already up here (drift cluster down first)",
+            dir.display()
+        )));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(e.to_string()))?;
+    let config_path = dir.join("cluster.toml");
+    std::fs::write(
+        &config_path,
+        local_config(nodes, &dir.join("data"), port, quorum_reads),
+    )
+    .map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
+    let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
+    let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
+    let mut pids = String::new();
+    for i in 1..=nodes {
+        let log = std::fs::File::create(dir.join(format!("node-{i}.log")))
+            .map_err(|e| Failure::new(e.to_string()))?;
+        let child = Command::new(&exe)
+            .args(["node", "--config"])
+            .arg(&config_path)
+            .args(["--id", &i.to_string()])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| Failure::new(format!("starting node {i}: {e}")))?;
+        pids.push_str(&format!("{i} {}\n", child.id()));
+    }
+    std::fs::write(dir.join("pids"), &pids).map_err(|e| Failure::new(e.to_string()))?;
+    let deadline = Instant::now() + UP_TIMEOUT;
+    loop {
+        let leaders = config
+            .peers
+            .iter()
+            .filter(|p| four_letter(p.client, "srvr").is_some_and(|s| s.contains("Mode: leader")))
+            .count();
+        if leaders == 1 {
+            break;
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::new(format!(
+                "no leader within {}s; see {}/node-*.log (drift cluster down --dir {} to stop)",
+                UP_TIMEOUT.as_secs(),
+                dir.display(),
+                dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("{}", config.connect_string());
+    Ok(0)
+}
+
+/// Sends a four-letter word; the answer, or None if the node is down.
+pub fn four_letter(addr: SocketAddr, word: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(word.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+fn read_pids(dir: &Path) -> Result<Vec<(u64, u32)>, Failure> {
+    let path: PathBuf = dir.join("pids");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| Failure::new(format!("{}: {e} (is a cluster up here?)", path.display())))?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(n, l)| {
+            let mut w = l.split_whitespace();
+            match (
+                w.next().and_then(|x| x.parse().ok()),
+                w.next().and_then(|x| x.parse().ok()),
+            ) {
+                (Some(id), Some(pid)) => Ok((id, pid)),
+                _ => Err(Failure::new(format!(
+                    "{}:{}: expected `<id> <pid>`",
+                    path.display(),
+                    n + 1
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// Whether `pid` is still one of our nodes (not a recycled PID).
+fn is_our_node(pid: u32, config: &Path) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let c = String::from_utf8_lossy(&c);
+            c.contains("node") && c.contains(&*config.display().to_string())
+        })
+        .unwrap_or(false)
+}
+
+fn status(dir: &Path) -> Result<i32, Failure> {
+    let config = ClusterConfig::load(&dir.join("cluster.toml")).map_err(Failure::new)?;
+    let pids = read_pids(dir)?;
+    let config_path =
+        std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
+    println!(
+        "{:<5} {:<8} {:<9} {:<10} {:<12} digest",
+        "node", "pid", "alive", "role", "applied"
+    );
+    for p in &config.peers {
+        let pid = pids.iter().find(|(id, _)| *id == p.id).map(|(_, pid)| *pid);
+        let alive = pid.is_some_and(|pid| is_our_node(pid, &config_path));
+        let srvr = four_letter(p.client, "srvr").unwrap_or_default();
+        let dgst = four_letter(p.client, "dgst").unwrap_or_default();
+        let field = |text: &str, key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .map(|v| v.trim().to_string())
+                .unwrap_or_else(|| "-".into())
+        };
+        println!(
+            "{:<5} {:<8} {:<9} {:<10} {:<12} {}",
+            p.id,
+            pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
+            alive,
+            field(&srvr, "Mode:"),
+            field(&dgst, "applied_index"),
+            field(&dgst, "digest\t")
+        );
+    }
+    println!("connect: {}", config.connect_string());
+    Ok(0)
+}
+
+fn down(dir: &Path) -> Result<i32, Failure> {
+    let pids = read_pids(dir)?;
+    let config_path =
+        std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
+    let ours: Vec<u32> = pids
+        .iter()
+        .map(|(_, p)| *p)
+        .filter(|p| is_our_node(*p, &config_path))
+        .collect();
+    signal(&ours, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && ours.iter().any(|p| is_our_node(*p, &config_path)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<u32> = ours
+        .iter()
+        .copied()
+        .filter(|p| is_our_node(*p, &config_path))
+        .collect();
+    signal(&left, "KILL");
+    std::fs::remove_file(dir.join("pids")).map_err(|e| Failure::new(e.to_string()))?;
+    println!("stopped {} node(s)", ours.len());
+    Ok(0)
+}
+
+fn signal(pids: &[u32], sig: &str) {
+    if pids.is_empty() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .args(pids.iter().map(|p| p.to_string()))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}

@@ -1,0 +1,210 @@
+//! The cluster file `drift node --config cluster.toml --id N` reads.
+//!
+//! ```toml
+//! data_dir = "/var/lib/drift"      # node N uses <data_dir>/node-N
+//! tick_ms = 50
+//! snapshot_distance = 10000
+//! reserved_log_items = 10000
+//! rotate_interval = 100000
+//! quorum_reads = false
+//! digest = "incremental"           # off | incremental | full
+//! session_timeout_min_ms = 1000
+//! session_timeout_max_ms = 30000
+//!
+//! [[peer]]
+//! id = 1
+//! raft = "127.0.0.11:7001"
+//! client = "127.0.0.11:2181"
+//! ```
+//!
+//! Every error names the file and what is wrong; unknown keys are errors
+//! (a typo must not silently change a knob).
+
+use serde::Deserialize;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Peer {
+    pub id: u64,
+    /// Address peers reach this node's Raft transport at (it binds here).
+    pub raft: SocketAddr,
+    /// Address ZooKeeper clients connect to.
+    pub client: SocketAddr,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    pub data_dir: PathBuf,
+    #[serde(default = "d_tick")]
+    pub tick_ms: u64,
+    #[serde(default = "d_election_ticks")]
+    pub election_ticks: usize,
+    #[serde(default = "d_snapshot_distance")]
+    pub snapshot_distance: u64,
+    #[serde(default = "d_reserved")]
+    pub reserved_log_items: u64,
+    #[serde(default = "d_rotate")]
+    pub rotate_interval: u64,
+    #[serde(default)]
+    pub quorum_reads: bool,
+    #[serde(default = "d_digest")]
+    pub digest: String,
+    #[serde(default = "d_min_timeout")]
+    pub session_timeout_min_ms: u64,
+    #[serde(default = "d_max_timeout")]
+    pub session_timeout_max_ms: u64,
+    /// Seed for the election jitter and session passwords.
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(rename = "peer")]
+    pub peers: Vec<Peer>,
+}
+
+fn d_tick() -> u64 {
+    50
+}
+fn d_election_ticks() -> usize {
+    10
+}
+fn d_snapshot_distance() -> u64 {
+    10_000
+}
+fn d_reserved() -> u64 {
+    10_000
+}
+fn d_rotate() -> u64 {
+    100_000
+}
+fn d_digest() -> String {
+    "incremental".into()
+}
+fn d_min_timeout() -> u64 {
+    1_000
+}
+fn d_max_timeout() -> u64 {
+    30_000
+}
+
+/// Most peers in a cluster: Raft's quorum work grows with it and nobody
+/// runs a coordination service wider than this.
+pub const PEERS_MAX: usize = 15;
+
+impl ClusterConfig {
+    pub fn load(path: &Path) -> Result<ClusterConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<ClusterConfig, String> {
+        let c: ClusterConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.peers.is_empty() || self.peers.len() > PEERS_MAX {
+            return Err(format!(
+                "needs 1..={PEERS_MAX} [[peer]] entries, has {}",
+                self.peers.len()
+            ));
+        }
+        let ids: BTreeSet<u64> = self.peers.iter().map(|p| p.id).collect();
+        if ids.len() != self.peers.len() || ids.contains(&0) {
+            return Err("peer ids must be distinct and non-zero".into());
+        }
+        let addrs: BTreeSet<SocketAddr> =
+            self.peers.iter().flat_map(|p| [p.raft, p.client]).collect();
+        if addrs.len() != 2 * self.peers.len() {
+            return Err("every raft and client address must be distinct".into());
+        }
+        if !(5..=10_000).contains(&self.tick_ms) {
+            return Err(format!("tick_ms {} outside 5..=10000", self.tick_ms));
+        }
+        if self.election_ticks < 3 {
+            return Err("election_ticks must be at least 3".into());
+        }
+        if self.snapshot_distance == 0 || self.rotate_interval == 0 {
+            return Err("snapshot_distance and rotate_interval must be positive".into());
+        }
+        if drift_keeper::DigestMode::parse(&self.digest).is_none() {
+            return Err(format!(
+                "digest = {:?}: expected off, incremental or full",
+                self.digest
+            ));
+        }
+        if self.session_timeout_min_ms == 0
+            || self.session_timeout_min_ms > self.session_timeout_max_ms
+        {
+            return Err("session timeouts: need 0 < min <= max".into());
+        }
+        Ok(())
+    }
+
+    pub fn peer(&self, id: u64) -> Option<&Peer> {
+        self.peers.iter().find(|p| p.id == id)
+    }
+
+    pub fn digest_mode(&self) -> drift_keeper::DigestMode {
+        drift_keeper::DigestMode::parse(&self.digest).expect("validated")
+    }
+
+    pub fn node_dir(&self, id: u64) -> PathBuf {
+        self.data_dir.join(format!("node-{id}"))
+    }
+
+    /// The ZooKeeper connect string of the cluster.
+    pub fn connect_string(&self) -> String {
+        self.peers
+            .iter()
+            .map(|p| p.client.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+data_dir = "/tmp/x"
+[[peer]]
+id = 1
+raft = "127.0.0.11:7001"
+client = "127.0.0.11:2181"
+[[peer]]
+id = 2
+raft = "127.0.0.12:7001"
+client = "127.0.0.12:2181"
+"#;
+
+    #[test]
+    fn parses_with_defaults() {
+        let c = ClusterConfig::parse(GOOD).unwrap();
+        assert_eq!(
+            (c.tick_ms, c.peers.len(), c.digest.as_str()),
+            (50, 2, "incremental")
+        );
+        assert_eq!(c.connect_string(), "127.0.0.11:2181,127.0.0.12:2181");
+    }
+
+    #[test]
+    fn bad_configs_say_what_is_wrong() {
+        assert!(ClusterConfig::parse(&format!("{GOOD}\nbogus = 1"))
+            .unwrap_err()
+            .contains("bogus"));
+        assert!(ClusterConfig::parse(&GOOD.replace("id = 2", "id = 1"))
+            .unwrap_err()
+            .contains("distinct"));
+        assert!(
+            ClusterConfig::parse(&format!("digest = \"sometimes\"\n{GOOD}"))
+                .unwrap_err()
+                .contains("digest")
+        );
+        assert!(ClusterConfig::parse("data_dir = 3").is_err());
+    }
+}

@@ -1,0 +1,1458 @@
+//! One keeper node: Raft (raft-rs) driving the keeper core, ZooKeeper
+//! clients on the client port, peers on the Raft port.
+//!
+//! One thread owns all state (the loop); sockets have their own threads
+//! that only move bytes and hand events to the loop over a channel.
+//!
+//! The digest protocol (seed 000, DESIGN.md): the leader preprocesses a
+//! write right before proposing it (one thread, so in log order) and puts
+//! the tree digest after it into the entry; every replica compares its
+//! digest after preprocess and after commit; a mismatch prints one FATAL
+//! JSON line and exits with [`DIGEST_ABORT_EXIT`]. Followers preprocess
+//! entries as they are persisted; a truncation by a new leader rolls the
+//! uncommitted overlay back; a snapshot from the leader replaces tree,
+//! overlay and digest together, its digest checked on load.
+//!
+//! Sessions: created and closed through the log; heartbeats reach the
+//! server a client is connected to, which reports live sessions to the
+//! leader; the leader alone decides expiry and proposes the close.
+//! Reads are served from the local tree once it has applied the session's
+//! last seen zxid; with quorum reads, after a Raft read-index round.
+
+use crate::config::ClusterConfig;
+use crate::fsdisk::FsDisk;
+use crate::raftlog::RaftLog;
+use crate::transport::{self, Links, PeerMsg};
+use drift_keeper::changelog;
+use drift_keeper::entry::{check_digest, DigestMismatch, Entry as KEntry, Phase};
+use drift_keeper::jute;
+use drift_keeper::proto::{
+    self, opcode, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_AUTH, XID_PING,
+    XID_SET_WATCHES,
+};
+use drift_keeper::session::SessionTracker;
+use drift_keeper::snapshot::{self, SnapshotMeta, Snapshots};
+use drift_keeper::watch::{EventType, WatchEvent, WatchKind, WatchManager};
+use drift_keeper::{Create, Op, Read, Response, Storage, Write, ZkError};
+use protobuf::Message as _;
+use raft::prelude::{Entry, EntryType, Message};
+use raft::{RawNode, StateRole};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Exit code of a node that found its tree diverged from the leader's.
+pub const DIGEST_ABORT_EXIT: i32 = 86;
+/// Frames queued per client connection before it is dropped as too slow.
+const CONN_QUEUE_MAX: usize = 8192;
+/// How long a request may wait for its commit before the client is told
+/// the connection was lost.
+const PENDING_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most containers / TTL nodes reaped per scan.
+const REAP_PER_SCAN_MAX: usize = 64;
+
+pub struct NodeOptions {
+    pub id: u64,
+    pub config: ClusterConfig,
+    /// Fault hooks (diverge, clock) are reachable only with this token, on
+    /// `admin`; without both, nothing can trigger them.
+    pub fault_token: Option<String>,
+    pub admin: Option<SocketAddr>,
+}
+
+enum Event {
+    Peer(PeerMsg),
+    Accepted {
+        conn: u64,
+        tx: SyncSender<Vec<u8>>,
+        stream: TcpStream,
+    },
+    Frame {
+        conn: u64,
+        payload: Vec<u8>,
+    },
+    FourLetter {
+        conn: u64,
+        word: [u8; 4],
+    },
+    Closed {
+        conn: u64,
+    },
+    Admin {
+        line: String,
+        reply: SyncSender<String>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Handshake,
+    Session(i64),
+}
+
+struct Conn {
+    tx: SyncSender<Vec<u8>>,
+    stream: TcpStream,
+    state: ConnState,
+    last_zxid: i64,
+}
+
+enum PendingKind {
+    Write {
+        xid: i32,
+        opcode: i32,
+        multi: Vec<i32>,
+    },
+    Connect,
+    Close {
+        xid: i32,
+    },
+}
+
+struct Pending {
+    conn: u64,
+    kind: PendingKind,
+    since: Instant,
+}
+
+struct ParkedRead {
+    conn: u64,
+    xid: i32,
+    opcode: i32,
+    body: ClientRequest,
+    /// Serve once this zxid (or, for quorum reads, this raft index) is applied.
+    until_zxid: i64,
+    until_index: u64,
+}
+
+struct Node {
+    id: u64,
+    cfg: ClusterConfig,
+    raw: RawNode<RaftLog>,
+    ks: Storage,
+    links: Links,
+    snaps: Snapshots,
+    conns: BTreeMap<u64, Conn>,
+    pending: BTreeMap<u64, Pending>,
+    next_req: u64,
+    /// (raft index, raft term, zxid) of preprocessed, uncommitted entries.
+    preprocessed: VecDeque<(u64, u64, i64)>,
+    applied_index: u64,
+    parked: Vec<ParkedRead>,
+    /// Quorum reads waiting for their read-index round: ctx → read.
+    read_index_wait: BTreeMap<u64, ParkedRead>,
+    tracker: SessionTracker,
+    closing: BTreeSet<i64>,
+    alive: BTreeSet<i64>,
+    watches: WatchManager,
+    diverge_next: bool,
+    clock_offset_ms: i64,
+    fault_token: Option<String>,
+    started: Instant,
+    ticks: u64,
+    received: u64,
+    sent: u64,
+    passwd_key: (u64, u64),
+}
+
+fn now_ms(started: Instant) -> u64 {
+    started.elapsed().as_millis() as u64
+}
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// One JSON log line on stderr.
+fn log(node: u64, event: &str, fields: serde_json::Value) {
+    let mut m = serde_json::json!({"ts_ms": wall_ms(), "node": node, "event": event});
+    if let (Some(o), serde_json::Value::Object(f)) = (m.as_object_mut(), fields) {
+        o.extend(f);
+    }
+    eprintln!("{m}");
+}
+
+/// Prints the FATAL line and exits: a diverged replica must not serve.
+fn fatal_digest(node: u64, m: &DigestMismatch) -> ! {
+    let line = serde_json::json!({
+        "level": "FATAL", "event": "digest_mismatch", "node": node,
+        "log_index": m.log_index, "phase": m.phase.to_string(), "request": m.request,
+        "expected": format!("{:#018x}", m.expected.value), "actual": format!("{:#018x}", m.actual.value),
+        "digest_version": m.version,
+    });
+    eprintln!("{line}");
+    let _ = std::io::stderr().flush();
+    std::process::exit(DIGEST_ABORT_EXIT);
+}
+
+/// Runs a node until SIGTERM/SIGINT. Errors are setup failures.
+pub fn run(opts: NodeOptions) -> Result<(), String> {
+    let cfg = opts.config.clone();
+    let me = cfg
+        .peer(opts.id)
+        .ok_or_else(|| format!("node id {} is not in the config", opts.id))?
+        .clone();
+    let dir = cfg.node_dir(opts.id);
+    let mut disk = FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let snaps = Snapshots::new(snapshot::Config::default());
+    snaps
+        .clean_incomplete(&mut disk)
+        .map_err(|e| e.to_string())?;
+    let mode = cfg.digest_mode();
+    let digest_on = mode != drift_keeper::DigestMode::Off;
+    let (ks, snap) = match snaps.list(&disk).map_err(|e| e.to_string())?.pop() {
+        Some((index, term, name)) => {
+            let bytes =
+                drift_keeper::disk::Disk::read(&disk, &name).map_err(|e| format!("{name}: {e}"))?;
+            let (state, _meta) =
+                snapshot::decode(&name, &bytes, digest_on).map_err(|e| e.to_string())?;
+            (Storage::from_state(state, mode), Some((index, term, bytes)))
+        }
+        None => (Storage::new(mode), None),
+    };
+    let snapshot_index = snap.as_ref().map_or(0, |s| s.0);
+    let voters: Vec<u64> = cfg.peers.iter().map(|p| p.id).collect();
+    let log_cfg = changelog::Config {
+        rotate_interval: cfg.rotate_interval,
+        reserved_log_items: cfg.reserved_log_items,
+        zstd_level: 1,
+    };
+    let (store, report) = RaftLog::open(disk, voters, log_cfg, snap)?;
+    if let Some(t) = &report.torn_tail {
+        log(
+            opts.id,
+            "changelog_torn_tail",
+            serde_json::json!({"file": t.file, "offset": t.offset, "reason": t.reason}),
+        );
+    }
+    // deterministic election timeouts, spread per node by the seed
+    let mut h = siphasher::sip::SipHasher13::new_with_keys(cfg.seed, opts.id);
+    std::hash::Hasher::write_u64(&mut h, opts.id);
+    let jitter = (std::hash::Hasher::finish(&h) % cfg.election_ticks as u64) as usize;
+    let election = cfg.election_ticks + jitter;
+    let rc = raft::Config {
+        id: opts.id,
+        election_tick: election,
+        heartbeat_tick: (cfg.election_ticks / 5).max(1),
+        min_election_tick: election,
+        max_election_tick: election + 1,
+        applied: snapshot_index,
+        check_quorum: true,
+        pre_vote: true,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: 256,
+        ..raft::Config::default()
+    };
+    let logger = slog::Logger::root(slog::Discard, slog::o!());
+    let raw = RawNode::new(&rc, store, &logger).map_err(|e| format!("raft: {e}"))?;
+
+    let raft_listener =
+        TcpListener::bind(me.raft).map_err(|e| format!("bind raft {}: {e}", me.raft))?;
+    let client_listener =
+        TcpListener::bind(me.client).map_err(|e| format!("bind client {}: {e}", me.client))?;
+    let peers: Vec<(u64, SocketAddr)> = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
+    let links = Links::start(opts.id, me.raft.ip(), &peers);
+
+    let (tx, rx) = mpsc::channel::<Event>();
+    let ptx = tx.clone();
+    transport::listen(raft_listener, move |m| ptx.send(Event::Peer(m)).is_ok());
+    accept_clients(client_listener, tx.clone());
+    if let (Some(_), Some(addr)) = (&opts.fault_token, opts.admin) {
+        admin_listener(addr, tx.clone())?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
+    }
+
+    let mut node = Node {
+        id: opts.id,
+        passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
+        cfg,
+        raw,
+        ks,
+        links,
+        snaps,
+        conns: BTreeMap::new(),
+        pending: BTreeMap::new(),
+        next_req: 1,
+        preprocessed: VecDeque::new(),
+        applied_index: snapshot_index,
+        parked: Vec::new(),
+        read_index_wait: BTreeMap::new(),
+        tracker: SessionTracker::new(),
+        closing: BTreeSet::new(),
+        alive: BTreeSet::new(),
+        watches: WatchManager::new(),
+        diverge_next: false,
+        clock_offset_ms: 0,
+        fault_token: opts.fault_token,
+        started: Instant::now(),
+        ticks: 0,
+        received: 0,
+        sent: 0,
+    };
+    node.catch_up_preprocess();
+    log(
+        node.id,
+        "started",
+        serde_json::json!({"applied_index": node.applied_index, "client": me.client.to_string()}),
+    );
+    node.run(rx, &stop);
+    log(node.id, "stopped", serde_json::json!({}));
+    Ok(())
+}
+
+fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
+    thread::Builder::new()
+        .name("client-accept".into())
+        .spawn(move || {
+            let mut next = 1u64;
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let conn = next;
+                next += 1;
+                let _ = stream.set_nodelay(true);
+                let (wtx, wrx) = mpsc::sync_channel::<Vec<u8>>(CONN_QUEUE_MAX);
+                let (Ok(reader), Ok(writer), Ok(handle)) =
+                    (stream.try_clone(), stream.try_clone(), stream.try_clone())
+                else {
+                    continue;
+                };
+                if tx
+                    .send(Event::Accepted {
+                        conn,
+                        tx: wtx,
+                        stream: handle,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                spawn_writer(writer, wrx);
+                spawn_reader(conn, reader, tx.clone());
+            }
+        })
+        .expect("spawn client acceptor");
+}
+
+fn spawn_writer(mut s: TcpStream, rx: Receiver<Vec<u8>>) {
+    let _ = thread::Builder::new()
+        .name("client-out".into())
+        .spawn(move || {
+            while let Ok(frame) = rx.recv() {
+                if s.write_all(&frame).is_err() {
+                    break;
+                }
+            }
+            let _ = s.shutdown(std::net::Shutdown::Write);
+        });
+}
+
+fn spawn_reader(conn: u64, mut s: TcpStream, tx: Sender<Event>) {
+    let _ = thread::Builder::new()
+        .name("client-in".into())
+        .spawn(move || {
+            let mut first = [0u8; 4];
+            let ev = match s.read_exact(&mut first) {
+                Ok(()) if proto::FOUR_LETTER_WORDS.iter().any(|w| **w == first) => {
+                    Event::FourLetter { conn, word: first }
+                }
+                Ok(()) => {
+                    let n = i32::from_be_bytes(first);
+                    if n < 0 || n as usize > jute::FRAME_BYTES_MAX {
+                        Event::Closed { conn }
+                    } else {
+                        let mut payload = vec![0u8; n as usize];
+                        match s.read_exact(&mut payload) {
+                            Ok(()) => Event::Frame { conn, payload },
+                            Err(_) => Event::Closed { conn },
+                        }
+                    }
+                }
+                Err(_) => Event::Closed { conn },
+            };
+            let more = matches!(ev, Event::Frame { .. });
+            if tx.send(ev).is_err() || !more {
+                return;
+            }
+            loop {
+                match transport::read_frame(&mut s, jute::FRAME_BYTES_MAX) {
+                    Ok(Some(payload)) => {
+                        if tx.send(Event::Frame { conn, payload }).is_err() {
+                            return;
+                        }
+                    }
+                    _ => {
+                        let _ = tx.send(Event::Closed { conn });
+                        return;
+                    }
+                }
+            }
+        });
+}
+
+fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), String> {
+    let l = TcpListener::bind(addr).map_err(|e| format!("bind admin {addr}: {e}"))?;
+    thread::Builder::new()
+        .name("admin".into())
+        .spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { continue };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut line = String::new();
+                let mut buf = [0u8; 512];
+                if let Ok(n) = s.read(&mut buf) {
+                    line.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+                let (rtx, rrx) = mpsc::sync_channel(1);
+                if tx
+                    .send(Event::Admin {
+                        line: line.trim().to_string(),
+                        reply: rtx,
+                    })
+                    .is_err()
+                {
+                    return;
+                }
+                let answer = rrx
+                    .recv_timeout(Duration::from_secs(5))
+                    .unwrap_or_else(|_| "error timeout".into());
+                let _ = s.write_all(format!("{answer}\n").as_bytes());
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+fn context(origin: u64, req: u64) -> Vec<u8> {
+    let mut c = origin.to_be_bytes().to_vec();
+    c.extend_from_slice(&req.to_be_bytes());
+    c
+}
+
+fn parse_context(c: &[u8]) -> (u64, u64) {
+    if c.len() != 16 {
+        return (0, 0);
+    }
+    (
+        u64::from_be_bytes(c[..8].try_into().expect("8")),
+        u64::from_be_bytes(c[8..].try_into().expect("8")),
+    )
+}
+
+/// The same request, applied differently (the `diverge` fault).
+fn diverged(w: &Write) -> Write {
+    match w {
+        Write::Op(Op::Create(c)) => Write::Op(Op::Create(Create {
+            data: b"diverged".to_vec(),
+            ..c.clone()
+        })),
+        Write::Op(Op::SetData { path, version, .. }) => Write::Op(Op::SetData {
+            path: path.clone(),
+            data: b"diverged".to_vec(),
+            version: *version,
+        }),
+        other => Write::Op(Op::Create(Create {
+            path: format!("/diverged-{}", other.name()),
+            data: vec![],
+            acl: drift_keeper::acl::Acl::open(),
+            mode: drift_keeper::CreateMode::PersistentSequential,
+            ttl_ms: 0,
+        })),
+    }
+}
+
+impl Node {
+    fn run(&mut self, rx: Receiver<Event>, stop: &AtomicBool) {
+        let tick = Duration::from_millis(self.cfg.tick_ms);
+        let mut next_tick = Instant::now() + tick;
+        while !stop.load(Ordering::Relaxed) {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(ev) => self.handle(ev),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+            if Instant::now() >= next_tick {
+                next_tick += tick;
+                self.tick();
+            }
+            self.handle_ready();
+        }
+    }
+
+    fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    fn leader(&self) -> u64 {
+        self.raw.raft.leader_id
+    }
+
+    fn last_zxid(&self) -> i64 {
+        self.ks.state().last_zxid()
+    }
+
+    fn passwd(&self, session: i64) -> Vec<u8> {
+        let mut out = Vec::with_capacity(16);
+        for salt in [1u64, 2] {
+            let mut h = siphasher::sip::SipHasher24::new_with_keys(
+                self.passwd_key.0,
+                self.passwd_key.1 ^ salt,
+            );
+            std::hash::Hasher::write_i64(&mut h, session);
+            out.extend_from_slice(&std::hash::Hasher::finish(&h).to_be_bytes());
+        }
+        out
+    }
+
+    fn handle(&mut self, ev: Event) {
+        match ev {
+            Event::Peer(m) => self.on_peer(m),
+            Event::Accepted { conn, tx, stream } => {
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        tx,
+                        stream,
+                        state: ConnState::Handshake,
+                        last_zxid: 0,
+                    },
+                );
+            }
+            Event::Frame { conn, payload } => {
+                self.received += 1;
+                self.on_frame(conn, &payload);
+            }
+            Event::FourLetter { conn, word } => {
+                let text = self.four_letter(&word);
+                self.send_raw(conn, text.into_bytes());
+                self.drop_conn(conn);
+            }
+            Event::Closed { conn } => {
+                self.conns.remove(&conn);
+            }
+            Event::Admin { line, reply } => {
+                let _ = reply.send(self.admin(&line));
+            }
+        }
+    }
+
+    fn send_raw(&mut self, conn: u64, frame: Vec<u8>) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        self.sent += 1;
+        if c.tx.try_send(frame).is_err() {
+            // too slow or gone: drop the connection, the session lives on
+            self.drop_conn(conn);
+        }
+    }
+
+    fn drop_conn(&mut self, conn: u64) {
+        if let Some(c) = self.conns.remove(&conn) {
+            let _ = c.stream.shutdown(std::net::Shutdown::Read);
+        }
+    }
+
+    // ---------------------------------------------------------------- peers
+
+    fn on_peer(&mut self, m: PeerMsg) {
+        match m {
+            PeerMsg::Raft(bytes) => {
+                if let Ok(msg) = Message::parse_from_bytes(&bytes) {
+                    let _ = self.raw.step(msg);
+                }
+            }
+            PeerMsg::Forward {
+                origin,
+                req,
+                session,
+                write,
+            } => {
+                let mut r = drift_keeper::codec::Reader::new(&write);
+                match Write::decode(&mut r) {
+                    Ok(w) if self.is_leader() => self.propose(session, w, origin, req),
+                    _ => self.links.send(origin, &PeerMsg::Refused { req }),
+                }
+            }
+            PeerMsg::Refused { req } => self.fail_pending(req),
+            PeerMsg::Touch { sessions } => {
+                if self.is_leader() {
+                    let now = now_ms(self.started);
+                    for s in sessions {
+                        self.tracker.heartbeat(s, now);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_messages(&mut self, msgs: Vec<Message>) {
+        for m in msgs {
+            let to = m.to;
+            if let Ok(bytes) = m.write_to_bytes() {
+                self.links.send(to, &PeerMsg::Raft(bytes));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Sends a write on its way: proposed here if leader, else forwarded.
+    fn submit(&mut self, session: i64, w: Write, conn: u64, kind: PendingKind) {
+        let req = self.next_req;
+        self.next_req += 1;
+        self.pending.insert(
+            req,
+            Pending {
+                conn,
+                kind,
+                since: Instant::now(),
+            },
+        );
+        if self.is_leader() {
+            self.propose(session, w, self.id, req);
+        } else if self.leader() != 0 {
+            let mut wr = drift_keeper::codec::Writer::new();
+            w.encode(&mut wr);
+            self.links.send(
+                self.leader(),
+                &PeerMsg::Forward {
+                    origin: self.id,
+                    req,
+                    session,
+                    write: wr.buf,
+                },
+            );
+        } else {
+            self.fail_pending(req);
+        }
+    }
+
+    /// Leader: preprocess and propose (under the one loop: log order).
+    fn propose(&mut self, session: i64, w: Write, origin: u64, req: u64) {
+        let zxid = self.ks.last_preprocessed_zxid() + 1;
+        let time_ms = wall_ms() + self.clock_offset_ms;
+        let digest = self.ks.preprocess(session, zxid, time_ms, &w);
+        let e = KEntry {
+            zxid,
+            time_ms,
+            session,
+            digest,
+            request: w,
+        };
+        match self.raw.propose(context(origin, req), e.encode()) {
+            Ok(()) => {
+                let index = self.raw.raft.raft_log.last_index();
+                self.preprocessed
+                    .push_back((index, self.raw.raft.term, zxid));
+            }
+            Err(_) => {
+                self.ks.rollback_after(zxid - 1);
+                if origin == self.id {
+                    self.fail_pending(req);
+                } else if origin != 0 {
+                    self.links.send(origin, &PeerMsg::Refused { req });
+                }
+            }
+        }
+    }
+
+    fn fail_pending(&mut self, req: u64) {
+        let Some(p) = self.pending.remove(&req) else {
+            return;
+        };
+        let zxid = self.last_zxid();
+        match p.kind {
+            PendingKind::Write { xid, .. } | PendingKind::Close { xid } => self.send_raw(
+                p.conn,
+                proto::encode_error(xid, zxid, ZkError::ConnectionLoss),
+            ),
+            PendingKind::Connect => self.drop_conn(p.conn),
+        }
+    }
+
+    // ---------------------------------------------------------------- clients
+
+    fn on_frame(&mut self, conn: u64, payload: &[u8]) {
+        let Some(c) = self.conns.get(&conn) else {
+            return;
+        };
+        match c.state {
+            ConnState::Handshake => match ConnectRequest::decode(payload) {
+                Ok(req) => self.on_connect(conn, req),
+                Err(_) => self.drop_conn(conn),
+            },
+            ConnState::Session(session) => match Request::decode(payload) {
+                Ok(req) => {
+                    self.alive.insert(session);
+                    self.on_request(conn, session, req)
+                }
+                Err(e) => {
+                    log(
+                        self.id,
+                        "bad_client_frame",
+                        serde_json::json!({"conn": conn, "error": e.to_string()}),
+                    );
+                    self.drop_conn(conn)
+                }
+            },
+        }
+    }
+
+    fn on_connect(&mut self, conn: u64, req: ConnectRequest) {
+        if req.last_zxid_seen > self.last_zxid() {
+            // this server is behind what the client saw: try another
+            self.drop_conn(conn);
+            return;
+        }
+        let timeout = (req.timeout_ms.max(0) as u64).clamp(
+            self.cfg.session_timeout_min_ms,
+            self.cfg.session_timeout_max_ms,
+        ) as i32;
+        if req.session_id == 0 {
+            self.submit(
+                0,
+                Write::CreateSession {
+                    timeout_ms: timeout,
+                },
+                conn,
+                PendingKind::Connect,
+            );
+            return;
+        }
+        let known = self
+            .ks
+            .state()
+            .session(req.session_id)
+            .map(|s| s.timeout_ms);
+        match known {
+            Some(t) if req.passwd == self.passwd(req.session_id) => {
+                let resp = ConnectResponse {
+                    protocol_version: 0,
+                    timeout_ms: t,
+                    session_id: req.session_id,
+                    passwd: self.passwd(req.session_id),
+                    read_only: false,
+                };
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.state = ConnState::Session(req.session_id);
+                    c.last_zxid = req.last_zxid_seen;
+                }
+                self.alive.insert(req.session_id);
+                self.send_raw(conn, resp.encode());
+            }
+            _ => {
+                let resp = ConnectResponse {
+                    protocol_version: 0,
+                    timeout_ms: 0,
+                    session_id: 0,
+                    passwd: vec![0; 16],
+                    read_only: false,
+                };
+                self.send_raw(conn, resp.encode());
+                self.drop_conn(conn);
+            }
+        }
+    }
+
+    fn on_request(&mut self, conn: u64, session: i64, req: Request) {
+        let zxid = self.last_zxid();
+        match req.body {
+            ClientRequest::Ping => {
+                self.send_raw(conn, proto::encode_error(XID_PING, zxid, ZkError::Ok))
+            }
+            ClientRequest::Write(Write::CloseSession) => self.submit(
+                session,
+                Write::CloseSession,
+                conn,
+                PendingKind::Close { xid: req.xid },
+            ),
+            ClientRequest::Write(w) => {
+                let xid = if matches!(w, Write::AddAuth { .. }) {
+                    XID_AUTH
+                } else {
+                    req.xid
+                };
+                self.submit(
+                    session,
+                    w,
+                    conn,
+                    PendingKind::Write {
+                        xid,
+                        opcode: req.opcode,
+                        multi: req.multi_opcodes,
+                    },
+                )
+            }
+            body @ (ClientRequest::Read(_) | ClientRequest::MultiRead(_)) => {
+                let last = self.conns.get(&conn).map_or(0, |c| c.last_zxid);
+                let mut read = ParkedRead {
+                    conn,
+                    xid: req.xid,
+                    opcode: req.opcode,
+                    body,
+                    until_zxid: last,
+                    until_index: 0,
+                };
+                if self.cfg.quorum_reads {
+                    let ctx = self.next_req;
+                    self.next_req += 1;
+                    self.raw.read_index(ctx.to_be_bytes().to_vec());
+                    read.until_index = u64::MAX;
+                    self.read_index_wait.insert(ctx, read);
+                } else if last <= zxid {
+                    self.serve(session, read);
+                } else {
+                    self.parked.push(read);
+                }
+            }
+            ClientRequest::SetWatches {
+                relative_zxid,
+                data,
+                exist,
+                child,
+            } => {
+                self.set_watches(session, relative_zxid, data, exist, child);
+                self.send_raw(
+                    conn,
+                    proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok),
+                );
+            }
+            ClientRequest::Unsupported => self.send_raw(
+                conn,
+                proto::encode_error(req.xid, zxid, ZkError::Unimplemented),
+            ),
+        }
+    }
+
+    fn serve(&mut self, session: i64, r: ParkedRead) {
+        let zxid = self.last_zxid();
+        let frame = match &r.body {
+            ClientRequest::Read(wr) => {
+                let resp = self.ks.read(session, &wr.read);
+                if wr.watch {
+                    let (path, kind) = match &wr.read {
+                        Read::GetChildren { path } => (path, WatchKind::Child),
+                        Read::GetData { path } | Read::Exists { path } | Read::GetAcl { path } => {
+                            (path, WatchKind::Data)
+                        }
+                    };
+                    let register = match resp.error() {
+                        ZkError::Ok => true,
+                        ZkError::NoNode => matches!(wr.read, Read::Exists { .. }),
+                        _ => false,
+                    };
+                    if register {
+                        self.watches.register(session, path, kind);
+                    }
+                }
+                proto::encode_reply(r.xid, zxid, r.opcode, &resp)
+            }
+            ClientRequest::MultiRead(reads) => {
+                let answers: Vec<(Read, Response)> = reads
+                    .iter()
+                    .map(|x| (x.clone(), self.ks.read(session, x)))
+                    .collect();
+                proto::encode_multi_read(r.xid, zxid, &answers)
+            }
+            _ => return,
+        };
+        self.send_raw(r.conn, frame);
+    }
+
+    fn serve_parked(&mut self) {
+        let zxid = self.last_zxid();
+        let applied = self.applied_index;
+        let ready: Vec<ParkedRead> = {
+            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+                .into_iter()
+                .partition(|r| r.until_zxid <= zxid && r.until_index <= applied);
+            self.parked = later;
+            now
+        };
+        for r in ready {
+            let session = match self.conns.get(&r.conn).map(|c| c.state) {
+                Some(ConnState::Session(s)) => s,
+                _ => continue,
+            };
+            self.serve(session, r);
+        }
+    }
+
+    fn set_watches(
+        &mut self,
+        session: i64,
+        rel: i64,
+        data: Vec<String>,
+        exist: Vec<String>,
+        child: Vec<String>,
+    ) {
+        let mut fire = Vec::new();
+        for p in data {
+            match self.ks.state().get(&p) {
+                None => fire.push(WatchEvent {
+                    kind: EventType::NodeDeleted,
+                    path: p,
+                }),
+                Some(n) if n.stat.mzxid > rel => fire.push(WatchEvent {
+                    kind: EventType::NodeDataChanged,
+                    path: p,
+                }),
+                Some(_) => {
+                    self.watches.register(session, &p, WatchKind::Data);
+                }
+            }
+        }
+        for p in exist {
+            if self.ks.state().get(&p).is_some() {
+                fire.push(WatchEvent {
+                    kind: EventType::NodeCreated,
+                    path: p,
+                });
+            } else {
+                self.watches.register(session, &p, WatchKind::Data);
+            }
+        }
+        for p in child {
+            match self.ks.state().get(&p) {
+                None => fire.push(WatchEvent {
+                    kind: EventType::NodeDeleted,
+                    path: p,
+                }),
+                Some(n) if n.stat.pzxid > rel => fire.push(WatchEvent {
+                    kind: EventType::NodeChildrenChanged,
+                    path: p,
+                }),
+                Some(_) => {
+                    self.watches.register(session, &p, WatchKind::Child);
+                }
+            }
+        }
+        let zxid = self.last_zxid();
+        for e in fire {
+            self.deliver(session, zxid, &e);
+        }
+    }
+
+    fn deliver(&mut self, session: i64, zxid: i64, e: &WatchEvent) {
+        let conns: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.state == ConnState::Session(session))
+            .map(|(id, _)| *id)
+            .collect();
+        for c in conns {
+            self.send_raw(c, proto::encode_watch_event(zxid, e));
+        }
+    }
+
+    // ---------------------------------------------------------------- raft
+
+    fn tick(&mut self) {
+        self.ticks += 1;
+        self.raw.tick();
+        let now = now_ms(self.started);
+        // sessions seen alive here reach the leader's tracker
+        if self.ticks.is_multiple_of(2) && !self.alive.is_empty() {
+            let alive: Vec<i64> = std::mem::take(&mut self.alive).into_iter().collect();
+            if self.is_leader() {
+                for s in alive {
+                    self.tracker.heartbeat(s, now);
+                }
+            } else if self.leader() != 0 {
+                self.links
+                    .send(self.leader(), &PeerMsg::Touch { sessions: alive });
+            }
+        }
+        if self.is_leader() {
+            for s in self.tracker.expired(now) {
+                if self.closing.insert(s) {
+                    log(
+                        self.id,
+                        "session_expired",
+                        serde_json::json!({"session": s}),
+                    );
+                    self.propose(s, Write::CloseSession, 0, 0);
+                }
+            }
+            if self.ticks.is_multiple_of((2000 / self.cfg.tick_ms).max(1)) {
+                self.reap();
+            }
+        }
+        // requests waiting too long: tell the client
+        let stale: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.since.elapsed() > PENDING_TIMEOUT)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in stale {
+            self.fail_pending(r);
+        }
+    }
+
+    /// Leader: propose the deletion of empty containers and expired TTL
+    /// nodes (the entry re-checks, at its own time, that they still are).
+    fn reap(&mut self) {
+        let now = wall_ms() + self.clock_offset_ms;
+        let doomed: Vec<String> = self
+            .ks
+            .state()
+            .nodes()
+            .filter(|(_, n)| {
+                n.stat.num_children == 0
+                    && match n.kind() {
+                        drift_keeper::node::Kind::Container => n.stat.cversion > 0,
+                        drift_keeper::node::Kind::Ttl { ttl_ms } => {
+                            now.saturating_sub(n.stat.mtime) > ttl_ms
+                        }
+                        _ => false,
+                    }
+            })
+            .map(|(p, _)| p.clone())
+            .take(REAP_PER_SCAN_MAX)
+            .collect();
+        for path in doomed {
+            self.propose(0, Write::Reap { path }, 0, 0);
+        }
+    }
+
+    fn handle_ready(&mut self) {
+        if !self.raw.has_ready() {
+            return;
+        }
+        let mut rd = self.raw.ready();
+        if let Some(ss) = rd.ss() {
+            self.on_role(ss.raft_state, ss.leader_id);
+        }
+        self.send_messages(rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            let s = rd.snapshot().clone();
+            self.install_snapshot(&s);
+        }
+        let committed = rd.take_committed_entries();
+        self.apply(committed);
+        let entries = rd.take_entries();
+        self.preprocess_appended(&entries);
+        if let Err(e) = self.raw.mut_store().append(&entries) {
+            self.die(&format!("changelog append: {e}"));
+        }
+        if let Some(hs) = rd.hs() {
+            let hs = hs.clone();
+            if let Err(e) = self.raw.mut_store().set_hard_state(hs) {
+                self.die(&format!("hard state: {e}"));
+            }
+        }
+        let persisted = rd.take_persisted_messages();
+        self.send_messages(persisted);
+        for rs in rd.take_read_states() {
+            let ctx = u64::from_be_bytes(
+                rs.request_ctx
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .unwrap_or([0; 8]),
+            );
+            if let Some(mut r) = self.read_index_wait.remove(&ctx) {
+                r.until_index = rs.index;
+                self.parked.push(r);
+            }
+        }
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            let mut hs = self.raw.store().hard_state().clone();
+            hs.commit = commit;
+            if let Err(e) = self.raw.mut_store().set_hard_state(hs) {
+                self.die(&format!("hard state: {e}"));
+            }
+        }
+        self.send_messages(light.take_messages());
+        let committed = light.take_committed_entries();
+        self.apply(committed);
+        self.raw.advance_apply();
+        self.maybe_snapshot();
+        self.serve_parked();
+    }
+
+    fn die(&self, why: &str) -> ! {
+        log(
+            self.id,
+            "fatal",
+            serde_json::json!({"level": "FATAL", "reason": why}),
+        );
+        std::process::exit(1);
+    }
+
+    fn on_role(&mut self, role: StateRole, leader: u64) {
+        log(
+            self.id,
+            "role",
+            serde_json::json!({"role": format!("{role:?}"), "leader": leader, "term": self.raw.raft.term}),
+        );
+        if role == StateRole::Leader {
+            // every known session gets a fresh deadline under this leader
+            let now = now_ms(self.started);
+            self.tracker = SessionTracker::new();
+            self.closing.clear();
+            let sessions: Vec<(i64, i32)> = self
+                .ks
+                .state()
+                .sessions()
+                .iter()
+                .map(|(id, s)| (*id, s.timeout_ms))
+                .collect();
+            for (id, t) in sessions {
+                self.tracker.touch(id, t as u64, now);
+            }
+        }
+    }
+
+    /// Preprocesses entries being persisted; a conflicting suffix (a new
+    /// leader overwrote it) rolls the overlay back first.
+    fn preprocess_appended(&mut self, entries: &[Entry]) {
+        for e in entries {
+            if let Some(pos) = self.preprocessed.iter().position(|&(i, _, _)| i >= e.index) {
+                let (i, t, _) = self.preprocessed[pos];
+                if i == e.index && t == e.term {
+                    continue;
+                }
+                let keep = if pos == 0 {
+                    self.last_zxid()
+                } else {
+                    self.preprocessed[pos - 1].2
+                };
+                self.ks.rollback_after(keep);
+                self.preprocessed.truncate(pos);
+            }
+            if e.entry_type != EntryType::EntryNormal || e.data.is_empty() {
+                continue;
+            }
+            self.preprocess_entry(e);
+        }
+    }
+
+    fn preprocess_entry(&mut self, e: &Entry) -> i64 {
+        let ke = match KEntry::decode(&e.data) {
+            Ok(k) => k,
+            Err(err) => self.die(&format!("log entry {} does not decode: {err}", e.index)),
+        };
+        let request = if std::mem::take(&mut self.diverge_next) {
+            log(
+                self.id,
+                "diverge_applied",
+                serde_json::json!({"log_index": e.index}),
+            );
+            diverged(&ke.request)
+        } else {
+            ke.request.clone()
+        };
+        let d = self
+            .ks
+            .preprocess(ke.session, ke.zxid, ke.time_ms, &request);
+        if let Err(m) = check_digest(e.index, Phase::Preprocess, &ke, d) {
+            fatal_digest(self.id, &m);
+        }
+        self.preprocessed.push_back((e.index, e.term, ke.zxid));
+        ke.zxid
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>) {
+        for e in entries {
+            if e.index <= self.applied_index {
+                continue;
+            }
+            if e.entry_type == EntryType::EntryNormal && !e.data.is_empty() {
+                // preprocessed already, unless replayed after a restart
+                while self
+                    .preprocessed
+                    .front()
+                    .is_some_and(|&(i, _, _)| i < e.index)
+                {
+                    self.preprocessed.pop_front();
+                }
+                let zxid = match self.preprocessed.front() {
+                    Some(&(i, t, z)) if i == e.index && t == e.term => z,
+                    _ => {
+                        self.preprocessed.clear();
+                        self.ks.rollback_after(self.last_zxid());
+                        self.preprocess_entry(&e)
+                    }
+                };
+                self.preprocessed.pop_front();
+                let ke = KEntry::decode(&e.data).expect("decoded at preprocess");
+                let c = self.ks.commit(zxid);
+                if let Err(m) = check_digest(e.index, Phase::Commit, &ke, c.digest) {
+                    fatal_digest(self.id, &m);
+                }
+                let (origin, req) = parse_context(&e.context);
+                self.on_committed(origin, req, c);
+            }
+            self.applied_index = e.index;
+        }
+    }
+
+    fn on_committed(&mut self, origin: u64, req: u64, c: drift_keeper::Committed) {
+        for (session, event) in self.watches.trigger(&c.events) {
+            self.deliver(session, c.zxid, &event);
+        }
+        let mine = if origin == self.id {
+            self.pending.remove(&req)
+        } else {
+            None
+        };
+        match &c.response {
+            Response::CreateSession { session_id } => {
+                let timeout = self
+                    .ks
+                    .state()
+                    .session(*session_id)
+                    .map_or(0, |s| s.timeout_ms);
+                if self.is_leader() {
+                    self.tracker
+                        .touch(*session_id, timeout as u64, now_ms(self.started));
+                }
+                if let Some(p) = mine {
+                    let resp = ConnectResponse {
+                        protocol_version: 0,
+                        timeout_ms: timeout,
+                        session_id: *session_id,
+                        passwd: self.passwd(*session_id),
+                        read_only: false,
+                    };
+                    if let Some(conn) = self.conns.get_mut(&p.conn) {
+                        conn.state = ConnState::Session(*session_id);
+                        conn.last_zxid = c.zxid;
+                    }
+                    self.send_raw(p.conn, resp.encode());
+                }
+            }
+            Response::CloseSession => {
+                let s = c.session;
+                self.tracker.remove(s);
+                self.closing.remove(&s);
+                self.watches.remove_session(s);
+                if let Some(Pending {
+                    conn,
+                    kind: PendingKind::Close { xid },
+                    ..
+                }) = mine
+                {
+                    self.send_raw(conn, proto::encode_error(xid, c.zxid, ZkError::Ok));
+                }
+                let gone: Vec<u64> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, k)| k.state == ConnState::Session(s))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in gone {
+                    // let the writer flush the reply, then close
+                    if let Some(k) = self.conns.remove(&id) {
+                        drop(k.tx);
+                    }
+                }
+            }
+            resp => {
+                if let Some(Pending {
+                    conn,
+                    kind: PendingKind::Write { xid, opcode, multi },
+                    ..
+                }) = mine
+                {
+                    if let Some(k) = self.conns.get_mut(&conn) {
+                        k.last_zxid = k.last_zxid.max(c.zxid);
+                    }
+                    let frame = if opcode == opcode::AUTH {
+                        proto::encode_error(xid, c.zxid, resp.error())
+                    } else {
+                        proto::encode_reply_shaped(xid, c.zxid, opcode, &multi, resp)
+                    };
+                    self.send_raw(conn, frame);
+                }
+            }
+        }
+    }
+
+    /// After a restart: preprocess what the log holds past the snapshot.
+    fn catch_up_preprocess(&mut self) {
+        let first = self.applied_index + 1;
+        let last = raft::Storage::last_index(self.raw.store()).unwrap_or(0);
+        if last < first {
+            return;
+        }
+        let entries = raft::Storage::entries(
+            self.raw.store(),
+            first,
+            last + 1,
+            None,
+            raft::GetEntriesContext::empty(false),
+        )
+        .unwrap_or_default();
+        for e in entries {
+            if e.entry_type == EntryType::EntryNormal && !e.data.is_empty() {
+                self.preprocess_entry(&e);
+            }
+        }
+    }
+
+    fn maybe_snapshot(&mut self) {
+        let last = self.raw.store().snapshot_index();
+        let wanted = self.raw.store().snapshot_wanted();
+        if self.applied_index <= last
+            || (self.applied_index - last < self.cfg.snapshot_distance && wanted == 0)
+        {
+            return;
+        }
+        let index = self.applied_index;
+        let term = raft::Storage::term(self.raw.store(), index).unwrap_or(self.raw.raft.term);
+        let meta = SnapshotMeta {
+            last_index: index,
+            last_term: term,
+            zxid: self.last_zxid(),
+            digest: self.ks.digest(),
+        };
+        let bytes = snapshot::encode(self.ks.state(), &meta, true, 3);
+        let name = snapshot::file_name(index, term);
+        let store = self.raw.mut_store();
+        let result = write_snapshot_bytes(&self.snaps, &mut store.disk, &name, &bytes)
+            .and_then(|_| store.set_snapshot(index, term, bytes));
+        match result {
+            Ok(()) => log(
+                self.id,
+                "snapshot",
+                serde_json::json!({"index": index, "term": term}),
+            ),
+            Err(e) => self.die(&format!("snapshot: {e}")),
+        }
+    }
+
+    fn install_snapshot(&mut self, s: &raft::prelude::Snapshot) {
+        let meta = s.get_metadata();
+        let name = snapshot::file_name(meta.index, meta.term);
+        let digest_on = self.ks.mode() != drift_keeper::DigestMode::Off;
+        let (state, kmeta) = match snapshot::decode(&name, &s.data, digest_on) {
+            Ok(x) => x,
+            Err(e) => self.die(&format!("snapshot from the leader refused: {e}")),
+        };
+        self.ks = Storage::from_state(state, self.ks.mode());
+        self.preprocessed.clear();
+        let bytes = s.data.to_vec();
+        let store = self.raw.mut_store();
+        if let Err(e) = write_snapshot_bytes(&self.snaps, &mut store.disk, &name, &bytes)
+            .and_then(|_| store.set_snapshot(meta.index, meta.term, bytes))
+        {
+            self.die(&format!("installing snapshot: {e}"));
+        }
+        self.applied_index = meta.index;
+        log(
+            self.id,
+            "snapshot_installed",
+            serde_json::json!({"index": meta.index, "zxid": kmeta.zxid}),
+        );
+    }
+
+    // ---------------------------------------------------------------- admin
+
+    fn admin(&mut self, line: &str) -> String {
+        let mut words = line.split_whitespace();
+        let token = words.next().unwrap_or("");
+        if self.fault_token.as_deref() != Some(token) {
+            return "error bad token".into();
+        }
+        match (words.next(), words.next()) {
+            (Some("diverge"), _) => {
+                self.diverge_next = true;
+                "ok".into()
+            }
+            (Some("clock"), Some(ms)) => match ms.parse::<i64>() {
+                Ok(v) => {
+                    self.clock_offset_ms = v;
+                    "ok".into()
+                }
+                Err(_) => "error clock needs an integer offset in ms".into(),
+            },
+            (Some("status"), _) => self.four_letter(b"dgst"),
+            _ => "error unknown command (diverge | clock <ms> | status)".into(),
+        }
+    }
+
+    fn four_letter(&self, word: &[u8; 4]) -> String {
+        let st = self.ks.state();
+        let role = match self.raw.raft.state {
+            StateRole::Leader => "leader",
+            StateRole::Follower => "follower",
+            _ => "candidate",
+        };
+        let d = self.ks.digest();
+        let ephemerals: usize = st.nodes().filter(|(_, n)| n.is_ephemeral()).count();
+        match word {
+            b"ruok" => "imok".into(),
+            b"dgst" => format!(
+                "applied_index\t{}\nzxid\t{}\ndigest\t{:#018x}\ndigest_version\t{}\n",
+                self.applied_index, st.last_zxid(), d.value, d.version
+            ),
+            b"lgif" => {
+                let s = self.raw.store();
+                format!(
+                    "first_log_idx\t{}\nlast_log_idx\t{}\nlast_log_term\t{}\nlast_committed_log_idx\t{}\nleader_committed_log_idx\t{}\ntarget_committed_log_idx\t{}\nlast_snapshot_idx\t{}\n",
+                    raft::Storage::first_index(s).unwrap_or(0),
+                    raft::Storage::last_index(s).unwrap_or(0),
+                    self.raw.raft.raft_log.last_term(),
+                    self.applied_index,
+                    self.raw.raft.raft_log.committed,
+                    self.raw.raft.raft_log.committed,
+                    s.snapshot_index()
+                )
+            }
+            b"mntr" => format!(
+                "zk_version\tdrift-keeper {}\nzk_server_state\t{role}\nzk_znode_count\t{}\nzk_ephemerals_count\t{ephemerals}\nzk_watch_count\t{}\nzk_num_alive_connections\t{}\nzk_outstanding_requests\t{}\nzk_packets_received\t{}\nzk_packets_sent\t{}\nzk_last_zxid\t{}\nzk_digest\t{:#018x}\n",
+                env!("CARGO_PKG_VERSION"), st.node_count(), self.watches.count(), self.conns.len(), self.pending.len(),
+                self.received, self.sent, st.last_zxid(), d.value
+            ),
+            b"srvr" | b"stat" => format!(
+                "Zookeeper version: drift-keeper {}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {role}\nNode count: {}\n",
+                env!("CARGO_PKG_VERSION"), self.received, self.sent, self.conns.len(), self.pending.len(), st.last_zxid(), st.node_count()
+            ),
+            b"conf" => format!(
+                "serverId={}\ntickTime={}\nelectionTicks={}\nquorumReads={}\ndigest={}\nsnapshotDistance={}\nreservedLogItems={}\nrotateInterval={}\nminSessionTimeout={}\nmaxSessionTimeout={}\n",
+                self.id, self.cfg.tick_ms, self.cfg.election_ticks, self.cfg.quorum_reads, self.cfg.digest,
+                self.cfg.snapshot_distance, self.cfg.reserved_log_items, self.cfg.rotate_interval,
+                self.cfg.session_timeout_min_ms, self.cfg.session_timeout_max_ms
+            ),
+            _ => String::new(),
+        }
+    }
+}
+
+/// Writes a snapshot file durably under its temporary marker.
+fn write_snapshot_bytes(
+    snaps: &Snapshots,
+    disk: &mut FsDisk,
+    name: &str,
+    bytes: &[u8],
+) -> Result<(), String> {
+    use drift_keeper::disk::Disk;
+    let marker = format!("{}{name}", snapshot::TMP_PREFIX);
+    let io = |e: std::io::Error| e.to_string();
+    disk.write(&marker, b"").map_err(io)?;
+    disk.sync(&marker).map_err(io)?;
+    disk.write(name, bytes).map_err(io)?;
+    disk.sync(name).map_err(io)?;
+    disk.remove(&marker).map_err(io)?;
+    let all = snaps.list(disk).map_err(|e| e.to_string())?;
+    let excess = all.len().saturating_sub(snaps.config.snapshots_to_keep);
+    for (_, _, old) in all.into_iter().take(excess) {
+        disk.remove(&old).map_err(io)?;
+    }
+    Ok(())
+}

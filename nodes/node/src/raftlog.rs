@@ -1,0 +1,341 @@
+//! Raft's `Storage` on the keeper's changelog and snapshots.
+//!
+//! Each Raft entry is stored whole (its protobuf bytes) as one changelog
+//! record, so type and context survive. The hard state lives in
+//! `raft_state`, replaced atomically. The newest keeper snapshot doubles as
+//! Raft's snapshot (its file bytes are what a lagging follower receives).
+//!
+//! Obligations of the driver: call [`RaftLog::append`] and
+//! [`RaftLog::set_hard_state`] before sending `persisted_messages`
+//! (both return only after fsync); build a snapshot when
+//! [`RaftLog::snapshot_wanted`] says a peer asked for a newer one.
+//!
+//! Index window: `first_index` is the first record whose predecessor's
+//! term is known (a record or the snapshot); entries kept below the
+//! snapshot (`reserved_log_items`) stay readable so a follower slightly
+//! behind catches up by log rather than by snapshot.
+
+use crate::fsdisk::FsDisk;
+use drift_keeper::changelog::{self, Changelog, LogRecord};
+use drift_keeper::disk::Disk;
+use protobuf::Message as _;
+use raft::prelude::{ConfState, Entry, HardState, Snapshot};
+use raft::{GetEntriesContext, RaftState, StorageError};
+use std::cell::Cell;
+
+const HARD_STATE: &str = "raft_state";
+const HARD_STATE_TMP: &str = "raft_state.tmp";
+
+pub struct RaftLog {
+    pub disk: FsDisk,
+    changelog: Changelog,
+    hard_state: HardState,
+    conf_state: ConfState,
+    snapshot_index: u64,
+    snapshot_term: u64,
+    /// The newest snapshot's file bytes (what is sent to followers).
+    snapshot_bytes: Vec<u8>,
+    /// A peer asked for a snapshot newer than the one held.
+    wanted: Cell<u64>,
+}
+
+fn err(e: impl std::fmt::Display) -> raft::Error {
+    raft::Error::Store(StorageError::Other(e.to_string().into()))
+}
+
+impl RaftLog {
+    /// Opens the log in `disk` for a cluster of `voters`, after the newest
+    /// snapshot (index, term, bytes) if there is one.
+    pub fn open(
+        mut disk: FsDisk,
+        voters: Vec<u64>,
+        cfg: changelog::Config,
+        snapshot: Option<(u64, u64, Vec<u8>)>,
+    ) -> Result<(RaftLog, changelog::LoadReport), String> {
+        let (mut log, report) = Changelog::open(&mut disk, cfg).map_err(|e| e.to_string())?;
+        let hard_state = match disk.read(HARD_STATE) {
+            Ok(bytes) => {
+                decode_hard_state(&bytes).ok_or_else(|| format!("{HARD_STATE} is corrupt"))?
+            }
+            Err(_) => HardState::default(),
+        };
+        let (snapshot_index, snapshot_term, snapshot_bytes) =
+            snapshot.unwrap_or((0, 0, Vec::new()));
+        // a log that ends before the snapshot is useless: start after it
+        if log.last_index().is_none_or(|l| l < snapshot_index)
+            || log.start_index() > snapshot_index + 1
+        {
+            log.reset(&mut disk, snapshot_index + 1)
+                .map_err(|e| e.to_string())?;
+        }
+        let conf_state = ConfState {
+            voters,
+            ..ConfState::default()
+        };
+        Ok((
+            RaftLog {
+                disk,
+                changelog: log,
+                hard_state,
+                conf_state,
+                snapshot_index,
+                snapshot_term,
+                snapshot_bytes,
+                wanted: Cell::new(0),
+            },
+            report,
+        ))
+    }
+
+    pub fn hard_state(&self) -> &HardState {
+        &self.hard_state
+    }
+
+    pub fn snapshot_index(&self) -> u64 {
+        self.snapshot_index
+    }
+
+    /// The highest index a peer asked a snapshot for and did not get.
+    pub fn snapshot_wanted(&self) -> u64 {
+        self.wanted.get()
+    }
+
+    /// Appends entries (overwriting a conflicting suffix); returns after fsync.
+    pub fn append(&mut self, entries: &[Entry]) -> Result<(), String> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<LogRecord> = entries
+            .iter()
+            .map(|e| LogRecord {
+                index: e.index,
+                term: e.term,
+                kind: e.entry_type as u8,
+                data: e.write_to_bytes().expect("raft entries encode"),
+            })
+            .collect();
+        self.changelog
+            .append(&mut self.disk, &records)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Persists the hard state atomically; returns after fsync.
+    pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), String> {
+        let mut b = Vec::with_capacity(28);
+        b.extend_from_slice(&hs.term.to_be_bytes());
+        b.extend_from_slice(&hs.vote.to_be_bytes());
+        b.extend_from_slice(&hs.commit.to_be_bytes());
+        let crc = crc(&b);
+        b.extend_from_slice(&crc.to_be_bytes());
+        self.disk
+            .write(HARD_STATE_TMP, &b)
+            .map_err(|e| e.to_string())?;
+        self.disk.sync(HARD_STATE_TMP).map_err(|e| e.to_string())?;
+        self.disk
+            .rename(HARD_STATE_TMP, HARD_STATE)
+            .map_err(|e| e.to_string())?;
+        self.hard_state = hs;
+        Ok(())
+    }
+
+    /// Records a snapshot this node made or installed, and drops log
+    /// segments it covers (keeping `reserved_log_items`).
+    pub fn set_snapshot(&mut self, index: u64, term: u64, bytes: Vec<u8>) -> Result<(), String> {
+        self.snapshot_index = index;
+        self.snapshot_term = term;
+        self.snapshot_bytes = bytes;
+        if self.wanted.get() <= index {
+            self.wanted.set(0);
+        }
+        if self.changelog.last_index().is_none_or(|l| l < index) {
+            // installed from the leader: everything before is superseded
+            self.changelog
+                .reset(&mut self.disk, index + 1)
+                .map_err(|e| e.to_string())?;
+        } else {
+            self.changelog
+                .compact(&mut self.disk, index)
+                .map_err(|e| e.to_string())?;
+        }
+        if self.hard_state.commit < index {
+            let mut hs = self.hard_state.clone();
+            hs.commit = index;
+            self.set_hard_state(hs)?;
+        }
+        Ok(())
+    }
+
+    fn record_term(&self, idx: u64) -> Option<u64> {
+        self.changelog.get(idx).map(|r| r.term)
+    }
+}
+
+fn crc(b: &[u8]) -> u32 {
+    crc32fast::hash(b)
+}
+
+fn decode_hard_state(b: &[u8]) -> Option<HardState> {
+    if b.len() != 28 || crc(&b[..24]).to_be_bytes() != b[24..28] {
+        return None;
+    }
+    let w = |i: usize| u64::from_be_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    Some(HardState {
+        term: w(0),
+        vote: w(8),
+        commit: w(16),
+        ..HardState::default()
+    })
+}
+
+impl raft::Storage for RaftLog {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        Ok(RaftState {
+            hard_state: self.hard_state.clone(),
+            conf_state: self.conf_state.clone(),
+        })
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        _: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        if low < self.first_index()? {
+            return Err(raft::Error::Store(StorageError::Compacted));
+        }
+        if high > self.last_index()? + 1 {
+            return Err(raft::Error::Store(StorageError::Unavailable));
+        }
+        let max = max_size.into().unwrap_or(u64::MAX);
+        let mut out = Vec::new();
+        let mut size = 0u64;
+        for r in self.changelog.range(low, high) {
+            let e = Entry::parse_from_bytes(&r.data).map_err(err)?;
+            size += r.data.len() as u64;
+            if !out.is_empty() && size > max {
+                break;
+            }
+            out.push(e);
+        }
+        Ok(out)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        if idx == self.snapshot_index {
+            return Ok(self.snapshot_term);
+        }
+        if let Some(t) = self.record_term(idx) {
+            return Ok(t);
+        }
+        if idx < self.first_index()? {
+            Err(raft::Error::Store(StorageError::Compacted))
+        } else {
+            Err(raft::Error::Store(StorageError::Unavailable))
+        }
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        let start = self.changelog.start_index();
+        Ok(
+            if start <= self.snapshot_index && self.changelog.last_index().is_some() {
+                start + 1
+            } else {
+                self.snapshot_index + 1
+            },
+        )
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        Ok(self
+            .changelog
+            .last_index()
+            .unwrap_or(self.snapshot_index)
+            .max(self.snapshot_index))
+    }
+
+    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
+        if self.snapshot_index < request_index || self.snapshot_bytes.is_empty() {
+            self.wanted.set(self.wanted.get().max(request_index.max(1)));
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
+        }
+        let mut s = Snapshot {
+            data: self.snapshot_bytes.clone().into(),
+            ..Snapshot::default()
+        };
+        let meta = s.mut_metadata();
+        meta.index = self.snapshot_index;
+        meta.term = self.snapshot_term;
+        meta.set_conf_state(self.conf_state.clone());
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raft::Storage;
+
+    fn entry(index: u64, term: u64) -> Entry {
+        Entry {
+            index,
+            term,
+            data: vec![index as u8; 3].into(),
+            context: b"ctx".to_vec().into(),
+            ..Entry::default()
+        }
+    }
+
+    #[test]
+    fn entries_hard_state_and_snapshot_window_survive_a_reopen() {
+        let dir = std::env::temp_dir().join(format!("drift-raftlog-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = changelog::Config {
+            rotate_interval: 4,
+            reserved_log_items: 2,
+            zstd_level: 1,
+        };
+        let (mut log, _) =
+            RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], cfg, None).unwrap();
+        log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>())
+            .unwrap();
+        log.set_hard_state(HardState {
+            term: 2,
+            vote: 3,
+            commit: 9,
+            ..HardState::default()
+        })
+        .unwrap();
+        assert_eq!(
+            log.entries(3, 5, None, GetEntriesContext::empty(false))
+                .unwrap(),
+            [entry(3, 1), entry(4, 1)]
+        );
+        log.set_snapshot(8, 1, b"snap".to_vec()).unwrap();
+        // 5..=8 kept as reserved items: readable, first index moves up
+        assert!(log.first_index().unwrap() <= 7);
+        assert_eq!(log.term(8).unwrap(), 1);
+        drop(log);
+        let (log, _) = RaftLog::open(
+            FsDisk::open(&dir).unwrap(),
+            vec![1, 2, 3],
+            cfg,
+            Some((8, 1, b"snap".to_vec())),
+        )
+        .unwrap();
+        assert_eq!(log.hard_state().commit, 9);
+        assert_eq!(log.last_index().unwrap(), 10);
+        assert_eq!(
+            log.entries(9, 11, None, GetEntriesContext::empty(false))
+                .unwrap(),
+            [entry(9, 1), entry(10, 1)]
+        );
+        assert_eq!(log.snapshot(8, 2).unwrap().get_metadata().index, 8);
+        assert!(log.snapshot(9, 2).is_err());
+        assert_eq!(log.snapshot_wanted(), 9);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
