@@ -83,7 +83,7 @@ pub enum ClusterAction {
         /// Directory for the cluster file, data and logs.
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
-        /// First client port (node i listens on 127.0.0.(10+i):port).
+        /// Client port; node i listens on 127.0.0.(10+i):port, Raft on port+1.
         #[arg(long, default_value_t = 2181)]
         port: u16,
         #[arg(long)]

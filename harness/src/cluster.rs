@@ -1,8 +1,8 @@
 //! `drift node` (run one node in the foreground) and `drift cluster
 //! up|status|down` (a local cluster in the background to play with).
 //!
-//! A local cluster: node i binds 127.0.0.(10+i) for both its client port
-//! and its Raft port, so a firewall rule on an address pair cuts one link.
+//! A local cluster: node i binds 127.0.0.(10+i), client port P and Raft
+//! port P+1, so a firewall rule on an address pair cuts one link.
 //! `up` writes `<dir>/cluster.toml`, starts the nodes with their logs in
 //! `<dir>/node-<i>.log`, records their PIDs in `<dir>/pids`, waits for a
 //! leader, and prints the connect string. `down` ends exactly those PIDs
@@ -20,7 +20,6 @@ use std::time::{Duration, Instant};
 
 /// Most nodes `drift cluster up` starts.
 const LOCAL_NODES_MAX: u64 = 9;
-const RAFT_PORT: u16 = 7001;
 const UP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn node(args: NodeArgs) -> Result<i32, Failure> {
@@ -72,8 +71,9 @@ pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool) 
     );
     for i in 1..=nodes {
         t.push_str(&format!(
-            "\n[[peer]]\nid = {i}\nraft = \"{ip}:{RAFT_PORT}\"\nclient = \"{ip}:{port}\"\n",
-            ip = node_ip(i)
+            "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
+            ip = node_ip(i),
+            raft = port + 1
         ));
     }
     t

@@ -223,8 +223,6 @@ fn unbuilt_subcommands_say_so_and_exit_3() {
         &["replay", "store/latest"],
         &["compare"],
         &["serve"],
-        &["node", "--id", "1"],
-        &["cluster", "up"],
     ] {
         let (code, stdout, stderr) = run(drift().args(args));
         assert_eq!(code, 3, "{args:?}");

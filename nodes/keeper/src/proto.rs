@@ -350,8 +350,10 @@ pub fn encode_reply_shaped(
     o.int(xid);
     o.long(zxid);
     let err = resp.error();
-    o.int(err.code());
     let multi = matches!(resp, Response::Multi { .. });
+    // a failed multi reports its errors per op; the header says ok (as
+    // ZooKeeper does, and as clients expect to read the results)
+    o.int(if multi { 0 } else { err.code() });
     if err != ZkError::Ok && !multi {
         return o.finish();
     }

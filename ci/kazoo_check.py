@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""A real ZooKeeper client no one here wrote (kazoo) against a drift keeper
+cluster: create/get/set/delete/children, versions, sequential nodes, multi,
+watches, and an ephemeral node that disappears once its session expires.
+
+usage: kazoo_check.py HOST:PORT[,HOST:PORT...]
+Exits 0 when every check holds; prints the first failure and exits 1.
+"""
+import subprocess
+import sys
+import threading
+import time
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+
+# A session owner in its own process, so it can die without closing.
+OWNER = """
+import sys, time
+from kazoo.client import KazooClient
+zk = KazooClient(hosts=sys.argv[1], timeout=2)
+zk.start(timeout=15)
+zk.create(sys.argv[2], b"", ephemeral=True)
+print("created", flush=True)
+time.sleep(600)
+"""
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}")
+        sys.exit(1)
+    print(f"ok: {what}")
+
+
+def main(hosts):
+    zk = KazooClient(hosts=hosts, timeout=4)
+    zk.start(timeout=15)
+    root = "/kazoo-check"
+    if zk.exists(root):
+        zk.delete(root, recursive=True)
+    zk.create(root, b"v0")
+    data, stat = zk.get(root)
+    check(data == b"v0" and stat.version == 0, "create then get returns data and version 0")
+    zk.set(root, b"v1")
+    check(zk.get(root)[0] == b"v1", "set changes the data")
+    try:
+        zk.set(root, b"x", version=0)
+        check(False, "stale version is refused")
+    except BadVersionError:
+        check(True, "stale version is refused")
+    try:
+        zk.create(root, b"")
+        check(False, "create of an existing node fails")
+    except NodeExistsError:
+        check(True, "create of an existing node fails")
+    try:
+        zk.get(root + "/missing")
+        check(False, "get of a missing node fails")
+    except NoNodeError:
+        check(True, "get of a missing node fails")
+    seq = [zk.create(root + "/s-", b"", sequence=True) for _ in range(3)]
+    check(seq == sorted(seq) and seq[0].endswith("0000000000"), f"sequential names increase: {seq}")
+    zk.create(root + "/c", b"")
+    names = sorted(["c"] + [s.rsplit("/", 1)[1] for s in seq])
+    check(sorted(zk.get_children(root)) == names, "children are listed")
+    try:
+        zk.delete(root)
+        check(False, "delete of a non-empty node fails")
+    except NotEmptyError:
+        check(True, "delete of a non-empty node fails")
+
+    t = zk.transaction()
+    t.create(root + "/t1", b"1")
+    t.check(root, 1)
+    t.create(root + "/t2", b"2")
+    check(t.commit() == [root + "/t1", True, root + "/t2"], "multi commits all ops")
+    t = zk.transaction()
+    t.create(root + "/t3", b"3")
+    t.check(root, 99)
+    results = t.commit()
+    failed = any(isinstance(r, BadVersionError) for r in results)
+    check(zk.exists(root + "/t3") is None and failed, "failed multi applies nothing")
+
+    fired = threading.Event()
+    seen = []
+
+    def on_change(event):
+        seen.append(event)
+        fired.set()
+
+    zk.get(root, watch=on_change)
+    zk.set(root, b"v2")
+    check(fired.wait(5) and seen[0].type == "CHANGED", "data watch fires on set")
+    fired.clear()
+    zk.get_children(root, watch=on_change)
+    zk.create(root + "/w", b"")
+    check(fired.wait(5) and seen[-1].type == "CHILD", "child watch fires on create")
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, hosts, root + "/eph"], stdout=subprocess.PIPE, text=True)
+    check(owner.stdout.readline().strip() == "created", "the owner created its ephemeral")
+    check(zk.exists(root + "/eph") is not None, "ephemeral visible to another session")
+    owner.kill()
+    owner.wait()
+    deadline = time.time() + 20
+    while time.time() < deadline and zk.exists(root + "/eph") is not None:
+        time.sleep(0.2)
+    check(zk.exists(root + "/eph") is None, "ephemeral gone after its session expired")
+
+    zk.delete(root, recursive=True)
+    check(zk.exists(root) is None, "recursive delete")
+    zk.stop()
+    zk.close()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(2)
+    main(sys.argv[1])
