@@ -88,6 +88,13 @@ pub enum ClusterAction {
         port: u16,
         #[arg(long)]
         quorum_reads: bool,
+        /// Start each node with its fault hooks on this token; node i's admin
+        /// endpoint is 127.0.0.(10+i):port+2.
+        #[arg(long = "fault-hooks")]
+        fault_hooks: Option<String>,
+        /// Extra `key = value` lines for the cluster file (e.g. snapshot_distance = 50).
+        #[arg(long = "set")]
+        set: Vec<String>,
     },
     /// Show each node's role, zxid and digest.
     Status {

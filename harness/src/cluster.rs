@@ -53,7 +53,16 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             dir,
             port,
             quorum_reads,
-        } => up(nodes, &dir, port, quorum_reads),
+            fault_hooks,
+            set,
+        } => up(
+            nodes,
+            &dir,
+            port,
+            quorum_reads,
+            fault_hooks.as_deref(),
+            &set,
+        ),
         ClusterAction::Status { dir } => status(&dir),
         ClusterAction::Down { dir } => down(&dir),
     }
@@ -64,11 +73,34 @@ fn node_ip(i: u64) -> String {
 }
 
 /// The cluster file of a local cluster.
-pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool) -> String {
-    let mut t = format!(
-        "data_dir = {:?}\ntick_ms = 50\nquorum_reads = {quorum_reads}\nsnapshot_distance = 5000\nreserved_log_items = 2000\n",
-        data_dir.display().to_string()
-    );
+pub fn local_config(
+    nodes: u64,
+    data_dir: &Path,
+    port: u16,
+    quorum_reads: bool,
+    set: &[String],
+) -> String {
+    let mut t = String::new();
+    let defaults = [
+        ("data_dir", format!("{:?}", data_dir.display().to_string())),
+        ("tick_ms", "50".to_string()),
+        ("quorum_reads", quorum_reads.to_string()),
+        ("snapshot_distance", "5000".to_string()),
+        ("reserved_log_items", "2000".to_string()),
+    ];
+    let overridden = |k: &str| {
+        set.iter()
+            .any(|l| l.split('=').next().is_some_and(|x| x.trim() == k))
+    };
+    for (k, v) in defaults {
+        if !overridden(k) {
+            t.push_str(&format!("{k} = {v}\n"));
+        }
+    }
+    for line in set {
+        t.push_str(line);
+        t.push('\n');
+    }
     for i in 1..=nodes {
         t.push_str(&format!(
             "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
@@ -79,7 +111,14 @@ pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool) 
     t
 }
 
-fn up(nodes: u64, dir: &Path, port: u16, quorum_reads: bool) -> Result<i32, Failure> {
+fn up(
+    nodes: u64,
+    dir: &Path,
+    port: u16,
+    quorum_reads: bool,
+    fault_hooks: Option<&str>,
+    set: &[String],
+) -> Result<i32, Failure> {
     if !(1..=LOCAL_NODES_MAX).contains(&nodes) {
         return Err(Failure::new(format!(
             "--nodes must be in 1..={LOCAL_NODES_MAX}"
@@ -94,21 +133,33 @@ fn up(nodes: u64, dir: &Path, port: u16, quorum_reads: bool) -> Result<i32, Fail
     std::fs::create_dir_all(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
     let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(e.to_string()))?;
     let config_path = dir.join("cluster.toml");
-    std::fs::write(
-        &config_path,
-        local_config(nodes, &dir.join("data"), port, quorum_reads),
-    )
-    .map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
+    if let Some(line) = set.iter().find(|l| !l.contains('=')) {
+        return Err(Failure::new(format!(
+            "--set {line:?}: expected `key = value`"
+        )));
+    }
+    let text = local_config(nodes, &dir.join("data"), port, quorum_reads, set);
+    std::fs::write(&config_path, text)
+        .map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
     let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
     let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
     let mut pids = String::new();
     for i in 1..=nodes {
         let log = std::fs::File::create(dir.join(format!("node-{i}.log")))
             .map_err(|e| Failure::new(e.to_string()))?;
-        let child = Command::new(&exe)
-            .args(["node", "--config"])
+        let mut cmd = Command::new(&exe);
+        cmd.args(["node", "--config"])
             .arg(&config_path)
-            .args(["--id", &i.to_string()])
+            .args(["--id", &i.to_string()]);
+        if let Some(token) = fault_hooks {
+            cmd.args([
+                "--fault-hooks",
+                token,
+                "--admin",
+                &format!("{}:{}", node_ip(i), port + 2),
+            ]);
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
             .stderr(log)

@@ -158,6 +158,9 @@ struct Node {
     received: u64,
     sent: u64,
     passwd_key: (u64, u64),
+    /// Set while a node that started without Raft state waits to hear
+    /// from a leader (see `step`).
+    quiet_until: Option<Instant>,
 }
 
 fn now_ms(started: Instant) -> u64 {
@@ -225,6 +228,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         reserved_log_items: cfg.reserved_log_items,
         zstd_level: 1,
     };
+    let fresh = drift_keeper::disk::Disk::read(&disk, crate::raftlog::HARD_STATE).is_err();
     let (store, report) = RaftLog::open(disk, voters, log_cfg, snap)?;
     if let Some(t) = &report.torn_tail {
         log(
@@ -276,6 +280,12 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     let mut node = Node {
         id: opts.id,
         passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
+        quiet_until: fresh.then(|| {
+            Instant::now()
+                + Duration::from_millis(
+                    3 * (cfg.election_ticks as u64 + jitter as u64) * cfg.tick_ms,
+                )
+        }),
         cfg,
         raw,
         ks,
@@ -570,7 +580,7 @@ impl Node {
         match m {
             PeerMsg::Raft(bytes) => {
                 if let Ok(msg) = Message::parse_from_bytes(&bytes) {
-                    let _ = self.raw.step(msg);
+                    self.step(msg);
                 }
             }
             PeerMsg::Forward {
@@ -595,6 +605,36 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// Steps a Raft message, with two guards for a node whose data dir
+    /// was dropped (Raft assumes durable state; this node lost its own):
+    /// a leader's heartbeat may name a commit index past this node's now
+    /// empty log, so the commit is clamped (lower is always safe) and the
+    /// leader's probe then finds the gap and sends a snapshot; and until it
+    /// has heard from a leader, the node casts no votes (it may have voted
+    /// in this term before it lost its state).
+    fn step(&mut self, mut msg: Message) {
+        use raft::prelude::MessageType::*;
+        if let Some(until) = self.quiet_until {
+            match msg.msg_type {
+                MsgAppend | MsgHeartbeat | MsgSnapshot => {
+                    self.quiet_until = None;
+                    log(
+                        self.id,
+                        "rejoined",
+                        serde_json::json!({"leader": msg.from, "term": msg.term}),
+                    );
+                }
+                MsgRequestVote | MsgRequestPreVote if Instant::now() < until => return,
+                _ => {}
+            }
+        }
+        if msg.msg_type == MsgHeartbeat {
+            let last = self.raw.raft.raft_log.last_index();
+            msg.commit = msg.commit.min(last);
+        }
+        let _ = self.raw.step(msg);
     }
 
     fn send_messages(&mut self, msgs: Vec<Message>) {
@@ -961,7 +1001,18 @@ impl Node {
 
     fn tick(&mut self) {
         self.ticks += 1;
-        self.raw.tick();
+        match self.quiet_until {
+            // a node without state waits to hear from a leader before it
+            // may campaign; if none speaks, the cluster is new: go ahead
+            Some(until) if Instant::now() < until => {}
+            Some(_) => {
+                self.quiet_until = None;
+                self.raw.tick();
+            }
+            None => {
+                self.raw.tick();
+            }
+        }
         let now = now_ms(self.started);
         // sessions seen alive here reach the leader's tracker
         if self.ticks.is_multiple_of(2) && !self.alive.is_empty() {

@@ -23,7 +23,7 @@ use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use std::cell::Cell;
 
-const HARD_STATE: &str = "raft_state";
+pub const HARD_STATE: &str = "raft_state";
 const HARD_STATE_TMP: &str = "raft_state.tmp";
 
 pub struct RaftLog {

@@ -1,0 +1,534 @@
+//! The keeper cluster as users and operators meet it: `drift cluster up`
+//! on loopback, real ZooKeeper clients no one here wrote (the
+//! `zookeeper-client` crate, kazoo), and scenarios written as scripts —
+//! kill the leader, restart a follower, wipe one, lose the majority,
+//! make one diverge, feed it garbage.
+//!
+//! Each test owns a cluster on its own ports (nodes on 127.0.0.11..13),
+//! and its `Drop` ends exactly the processes it started.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use zookeeper_client as zk;
+
+fn drift() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_drift"))
+}
+
+struct Cluster {
+    dir: PathBuf,
+    port: u16,
+    nodes: u64,
+    connect: String,
+    fault_token: Option<String>,
+}
+
+impl Cluster {
+    fn up(tag: &str, port: u16, extra: &[&str]) -> Cluster {
+        let dir = std::env::temp_dir().join(format!("drift-cluster-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = drift()
+            .args([
+                "cluster",
+                "up",
+                "--nodes",
+                "3",
+                "--port",
+                &port.to_string(),
+                "--dir",
+            ])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .expect("drift cluster up runs");
+        let connect = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            out.status.success(),
+            "cluster up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let fault_token = extra
+            .windows(2)
+            .find(|w| w[0] == "--fault-hooks")
+            .map(|w| w[1].to_string());
+        Cluster {
+            dir,
+            port,
+            nodes: 3,
+            connect,
+            fault_token,
+        }
+    }
+
+    fn client_addr(&self, i: u64) -> SocketAddr {
+        format!("127.0.0.{}:{}", 10 + i, self.port).parse().unwrap()
+    }
+
+    fn four(&self, i: u64, word: &str) -> Option<String> {
+        let mut s =
+            TcpStream::connect_timeout(&self.client_addr(i), Duration::from_millis(300)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        s.write_all(word.as_bytes()).ok()?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).ok()?;
+        Some(out)
+    }
+
+    fn field(&self, i: u64, word: &str, key: &str) -> Option<String> {
+        self.four(i, word)?
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+    }
+
+    fn leader(&self) -> Option<u64> {
+        (1..=self.nodes).find(|&i| {
+            self.four(i, "srvr")
+                .is_some_and(|s| s.contains("Mode: leader"))
+        })
+    }
+
+    fn wait_leader(&self, timeout: Duration) -> u64 {
+        wait_for(timeout, || self.leader()).expect("a leader is elected")
+    }
+
+    fn pid(&self, i: u64) -> u32 {
+        let text = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        text.lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == i.to_string()).then(|| w.next()?.parse().ok())?
+            })
+            .unwrap()
+    }
+
+    fn alive(&self, i: u64) -> bool {
+        Path::new(&format!("/proc/{}", self.pid(i))).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid(i)))
+                .is_ok_and(|s| s.contains(") Z "))
+    }
+
+    fn kill(&self, i: u64) {
+        let _ = Command::new("kill")
+            .args(["-KILL", &self.pid(i).to_string()])
+            .status();
+        wait_for(Duration::from_secs(5), || (!self.alive(i)).then_some(())).expect("node died");
+    }
+
+    fn start(&self, i: u64) {
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join(format!("node-{i}.log")))
+            .unwrap();
+        let mut cmd = drift();
+        cmd.args(["node", "--config"])
+            .arg(self.dir.join("cluster.toml"))
+            .args(["--id", &i.to_string()]);
+        if let Some(t) = &self.fault_token {
+            cmd.args([
+                "--fault-hooks",
+                t,
+                "--admin",
+                &format!("127.0.0.{}:{}", 10 + i, self.port + 2),
+            ]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let text = std::fs::read_to_string(self.dir.join("pids")).unwrap();
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{i} ")))
+            .map(String::from)
+            .collect();
+        lines.push(format!("{i} {}", child.id()));
+        std::fs::write(self.dir.join("pids"), lines.join("\n") + "\n").unwrap();
+    }
+
+    fn admin(&self, i: u64, cmd: &str) -> String {
+        let addr = format!("127.0.0.{}:{}", 10 + i, self.port + 2);
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.write_all(format!("{} {cmd}\n", self.fault_token.as_deref().unwrap()).as_bytes())
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    }
+
+    fn log(&self, i: u64) -> String {
+        std::fs::read_to_string(self.dir.join(format!("node-{i}.log"))).unwrap_or_default()
+    }
+
+    /// Connect string of the listed nodes only.
+    fn connect_to(&self, nodes: &[u64]) -> String {
+        nodes
+            .iter()
+            .map(|&i| self.client_addr(i).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = drift()
+            .args(["cluster", "down", "--dir"])
+            .arg(&self.dir)
+            .output();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("cluster left in {} for inspection", self.dir.display());
+        }
+    }
+}
+
+fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+async fn connect(hosts: &str) -> zk::Client {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match zk::Client::connector()
+            .with_session_timeout(Duration::from_secs(4))
+            .connect(hosts)
+            .await
+        {
+            Ok(c) => return c,
+            Err(e) if Instant::now() > deadline => panic!("cannot connect to {hosts}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn persistent() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zookeeper_client_crate_speaks_to_the_cluster() {
+    let c = Cluster::up("zkclient", 21100, &[]);
+    let client = connect(&c.connect).await;
+    let (stat, _) = client.create("/z", b"v0", &persistent()).await.unwrap();
+    assert_eq!(client.get_data("/z").await.unwrap(), (b"v0".to_vec(), stat));
+    let s = client.set_data("/z", b"v1", Some(0)).await.unwrap();
+    assert_eq!(s.version, 1);
+    assert!(matches!(
+        client.set_data("/z", b"x", Some(0)).await,
+        Err(zk::Error::BadVersion)
+    ));
+    assert!(matches!(
+        client.create("/z", b"", &persistent()).await,
+        Err(zk::Error::NodeExists)
+    ));
+    let seq = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+    let (_, n0) = client.create("/z/s-", b"", &seq).await.unwrap();
+    let (_, n1) = client.create("/z/s-", b"", &seq).await.unwrap();
+    assert_eq!((n0.into_i64(), n1.into_i64()), (0, 1));
+    let mut kids = client.list_children("/z").await.unwrap();
+    kids.sort();
+    assert_eq!(kids, ["s-0000000000", "s-0000000001"]);
+
+    let mut m = client.new_multi_writer();
+    m.add_create("/z/m1", b"1", &persistent()).unwrap();
+    m.add_check_version("/z", 1).unwrap();
+    m.add_set_data("/z", b"v2", Some(1)).unwrap();
+    let results = m.commit().await.unwrap();
+    assert_eq!(results.len(), 3);
+    let mut m = client.new_multi_writer();
+    m.add_create("/z/m2", b"2", &persistent()).unwrap();
+    m.add_check_version("/z", 99).unwrap();
+    assert!(matches!(
+        m.commit().await,
+        Err(zk::MultiWriteError::OperationFailed { index: 1, .. })
+    ));
+    assert_eq!(
+        client.check_stat("/z/m2").await.unwrap(),
+        None,
+        "a failed multi applies nothing"
+    );
+
+    // a watch set through one server fires on a change made through another
+    let (_, _, watcher) = client.get_and_watch_data("/z").await.unwrap();
+    let other = connect(&c.connect_to(&[2, 3])).await;
+    other.set_data("/z", b"v3", None).await.unwrap();
+    let event = tokio::time::timeout(Duration::from_secs(5), watcher.changed())
+        .await
+        .unwrap();
+    assert_eq!(
+        (event.event_type, event.path.as_str()),
+        (zk::EventType::NodeDataChanged, "/z")
+    );
+
+    // an ephemeral goes with its session
+    let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    other.create("/z/e", b"", &eph).await.unwrap();
+    drop(other);
+    let gone = async {
+        while client.check_stat("/z/e").await.unwrap().is_some() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), gone)
+        .await
+        .expect("ephemeral removed after its session closed");
+    client.sync("/z").await.unwrap();
+}
+
+#[test]
+fn kazoo_client_passes_its_checks() {
+    let have_kazoo = Command::new("python3")
+        .args(["-c", "import kazoo"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have_kazoo {
+        eprintln!("NOT RUN: python3 with kazoo is missing (ci/test installs it)");
+        return;
+    }
+    let c = Cluster::up("kazoo", 21110, &[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/kazoo_check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&c.connect)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "kazoo checks failed:\n{text}");
+    assert!(
+        text.contains("ok: ephemeral gone after its session expired"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_killed_a_new_leader_takes_over_and_no_acknowledged_write_is_lost() {
+    let c = Cluster::up("leaderkill", 21120, &[]);
+    let client = connect(&c.connect).await;
+    client.create("/acked", b"", &persistent()).await.unwrap();
+    for i in 0..50 {
+        client
+            .create(&format!("/acked/n{i}"), b"x", &persistent())
+            .await
+            .unwrap();
+    }
+    let old = c.wait_leader(Duration::from_secs(5));
+    c.kill(old);
+    let new = c.wait_leader(Duration::from_secs(15));
+    assert_ne!(new, old);
+    let rest: Vec<u64> = (1..=3).filter(|&i| i != old).collect();
+    let client = connect(&c.connect_to(&rest)).await;
+    let kids = client.list_children("/acked").await.unwrap();
+    assert_eq!(
+        kids.len(),
+        50,
+        "every acknowledged create survives the leader"
+    );
+    client
+        .create("/acked/after", b"", &persistent())
+        .await
+        .unwrap();
+    assert!(c.log(new).contains("\"role\":\"Leader\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_catches_up_by_log_and_a_wiped_one_by_snapshot() {
+    let c = Cluster::up(
+        "catchup",
+        21130,
+        &[
+            "--set",
+            "snapshot_distance = 100",
+            "--set",
+            "reserved_log_items = 20",
+        ],
+    );
+    let leader = c.wait_leader(Duration::from_secs(5));
+    let follower = (1..=3).find(|&i| i != leader).unwrap();
+    let others: Vec<u64> = (1..=3).filter(|&i| i != follower).collect();
+    let client = connect(&c.connect_to(&others)).await;
+    client.create("/c", b"", &persistent()).await.unwrap();
+
+    // down for a few writes: the log is enough
+    c.kill(follower);
+    for i in 0..30 {
+        client
+            .create(&format!("/c/a{i}"), b"", &persistent())
+            .await
+            .unwrap();
+    }
+    c.start(follower);
+    let same = || {
+        let want = c.field(leader, "dgst", "digest\t")?;
+        (c.field(follower, "dgst", "digest\t")? == want).then_some(want)
+    };
+    wait_for(Duration::from_secs(15), same).expect("restarted follower catches up by log");
+    assert!(!c.log(follower).contains("snapshot_installed"));
+
+    // wiped and down while the leader snapshots and compacts past it
+    c.kill(follower);
+    std::fs::remove_dir_all(c.dir.join("data").join(format!("node-{follower}"))).unwrap();
+    for i in 0..400 {
+        client
+            .create(&format!("/c/b{i}"), b"", &persistent())
+            .await
+            .unwrap();
+    }
+    c.start(follower);
+    wait_for(Duration::from_secs(20), same).expect("wiped follower catches up");
+    assert!(
+        c.log(follower).contains("snapshot_installed"),
+        "caught up by snapshot:\n{}",
+        c.log(follower)
+    );
+    let reader = connect(&c.connect_to(&[follower])).await;
+    assert_eq!(reader.list_children("/c").await.unwrap().len(), 430);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_cannot_commit() {
+    let c = Cluster::up("minority", 21140, &[]);
+    let survivor = c.wait_leader(Duration::from_secs(5));
+    // a session on the node that will be left alone (sessions themselves
+    // go through the log, so none can be opened without a majority)
+    let lone = connect(&c.connect_to(&[survivor])).await;
+    lone.create("/m", b"", &persistent()).await.unwrap();
+    for i in (1..=3).filter(|&i| i != survivor) {
+        c.kill(i);
+    }
+    let write = lone.create("/m/lost", b"", &persistent());
+    let r = tokio::time::timeout(Duration::from_secs(6), write).await;
+    assert!(
+        !matches!(r, Ok(Ok(_))),
+        "one node of three committed a write: {r:?}"
+    );
+    drop(lone);
+    let back = (1..=3).find(|&i| i != survivor).unwrap();
+    c.start(back);
+    c.wait_leader(Duration::from_secs(15));
+    let client = connect(&c.connect_to(&[survivor, back])).await;
+    client.create("/m/after", b"", &persistent()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_diverged_follower_aborts_at_that_index_and_the_rest_agree() {
+    let c = Cluster::up("diverge", 21150, &["--fault-hooks", "sesame"]);
+    let leader = c.wait_leader(Duration::from_secs(5));
+    let victim = (1..=3).find(|&i| i != leader).unwrap();
+    let client = connect(&c.connect_to(&[leader])).await;
+    client.create("/d", b"", &persistent()).await.unwrap();
+    assert_eq!(c.admin(victim, "diverge").trim(), "ok");
+    assert!(c.admin(victim, "status").contains("digest"));
+    // a wrong token does nothing
+    let mut s = TcpStream::connect(format!("127.0.0.{}:{}", 10 + victim, c.port + 2)).unwrap();
+    s.write_all(b"open diverge\n").unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.contains("bad token"));
+
+    client.set_data("/d", b"payload", None).await.unwrap();
+    wait_for(Duration::from_secs(10), || (!c.alive(victim)).then_some(()))
+        .expect("the diverged follower aborts");
+    let log = c.log(victim);
+    let fatal = log
+        .lines()
+        .find(|l| l.contains("\"FATAL\""))
+        .expect("one FATAL line");
+    let v: serde_json::Value = serde_json::from_str(fatal).unwrap();
+    let applied = log.lines().find(|l| l.contains("diverge_applied")).unwrap();
+    let a: serde_json::Value = serde_json::from_str(applied).unwrap();
+    assert_eq!(
+        v["log_index"], a["log_index"],
+        "aborted at exactly the diverged entry"
+    );
+    assert_eq!(v["phase"], "preprocess");
+    assert!(v["request"].as_str().unwrap().starts_with("setData /d"));
+    // the others keep serving and agree
+    client.create("/d/more", b"", &persistent()).await.unwrap();
+    let rest: Vec<u64> = (1..=3).filter(|&i| i != victim).collect();
+    let agree = || {
+        let d: Vec<String> = rest
+            .iter()
+            .filter_map(|&i| c.field(i, "dgst", "digest\t"))
+            .collect();
+        (d.len() == 2 && d[0] == d[1]).then_some(())
+    };
+    wait_for(Duration::from_secs(5), agree).expect("the live nodes agree on dgst");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_close_only_that_connection() {
+    let c = Cluster::up("garbage", 21160, &[]);
+    let addr = c.client_addr(1);
+    let hostile: Vec<Vec<u8>> = vec![
+        vec![0xde, 0xad, 0xbe, 0xef, 1, 2, 3], // nonsense
+        (-5i32).to_be_bytes().to_vec(),        // negative length
+        (64i32 << 20).to_be_bytes().to_vec(),  // oversized
+        vec![0, 0, 0, 40, 0, 0, 0],            // truncated, then hang up
+    ];
+    for bytes in hostile {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let mut sink = Vec::new();
+        let _ = s.read_to_end(&mut sink);
+    }
+    // a valid handshake, then a request with a garbage body
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let hello = drift_keeper_connect_request();
+    s.write_all(&hello).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    s.write_all(&[0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, 4, 0xff])
+        .unwrap(); // getData, body cut
+    let mut sink = Vec::new();
+    let closed = s.read_to_end(&mut sink).is_ok();
+    assert!(
+        closed,
+        "the server closes a connection that sends a malformed request"
+    );
+    // everyone else is fine
+    let client = connect(&c.connect).await;
+    client
+        .create("/still-serving", b"", &persistent())
+        .await
+        .unwrap();
+    assert_eq!(c.four(1, "ruok").as_deref(), Some("imok"));
+}
+
+/// A ConnectRequest frame (protocol 0, new session, 4 s), as clients send it.
+fn drift_keeper_connect_request() -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&4000i32.to_be_bytes());
+    b.extend_from_slice(&0i64.to_be_bytes());
+    b.extend_from_slice(&16i32.to_be_bytes());
+    b.extend_from_slice(&[0u8; 16]);
+    b.push(0);
+    let mut f = (b.len() as i32).to_be_bytes().to_vec();
+    f.extend_from_slice(&b);
+    f
+}
