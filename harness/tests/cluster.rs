@@ -24,6 +24,8 @@ struct Cluster {
     nodes: u64,
     connect: String,
     fault_token: Option<String>,
+    /// Nodes this test restarted itself (reaped on drop).
+    restarted: std::sync::Mutex<Vec<std::process::Child>>,
 }
 
 impl Cluster {
@@ -148,6 +150,7 @@ impl Cluster {
             .collect();
         lines.push(format!("{i} {}", child.id()));
         std::fs::write(self.dir.join("pids"), lines.join("\n") + "\n").unwrap();
+        self.restarted.lock().unwrap().push(child);
     }
 
     fn admin(&self, i: u64, cmd: &str) -> String {
