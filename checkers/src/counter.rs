@@ -46,11 +46,7 @@ impl Checker for Counter {
                             reason: format!("counter add must carry an integer delta, got {v}"),
                         });
                     };
-                    let ok_at = if outcome == Outcome::Ok {
-                        o.complete
-                    } else {
-                        None
-                    };
+                    let ok_at = if outcome == Outcome::Ok { o.complete } else { None };
                     adds.push(Add {
                         delta: delta as i128,
                         invoke: o.invoke,

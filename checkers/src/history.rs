@@ -198,9 +198,7 @@ impl<R: BufRead> HistoryReader<R> {
         }
         self.line += 1;
         if self.buf.len() > LINE_BYTES_MAX {
-            return Err(self.error(format!(
-                "line longer than {LINE_BYTES_MAX} bytes (LINE_BYTES_MAX)"
-            )));
+            return Err(self.error(format!("line longer than {LINE_BYTES_MAX} bytes (LINE_BYTES_MAX)")));
         }
         let terminated = self.buf.last() == Some(&b'\n');
         Ok(Some(terminated))
@@ -255,28 +253,24 @@ fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
     let Value::Object(mut m) = v else {
         return Err("not a JSON object".to_string());
     };
-    let mut take = |name: &str| {
-        m.remove(name)
-            .ok_or_else(|| format!("missing field `{name}`"))
-    };
+    let mut take = |name: &str| m.remove(name).ok_or_else(|| format!("missing field `{name}`"));
 
     let index = take("index")?;
     let index = index
         .as_u64()
         .ok_or_else(|| format!("field `index` must be a non-negative integer, got {index}"))?;
     if index != expected_index {
-        return Err(format!(
-            "index {index} is not dense: expected {expected_index}"
-        ));
+        return Err(format!("index {index} is not dense: expected {expected_index}"));
     }
     let time = take("time")?;
     let time = time
         .as_i64()
         .ok_or_else(|| format!("field `time` must be an integer (nanoseconds), got {time}"))?;
     let process = match take("process")? {
-        Value::Number(n) => Process::Client(n.as_u64().ok_or_else(|| {
-            format!("field `process` must be a non-negative integer or \"nemesis\", got {n}")
-        })?),
+        Value::Number(n) => Process::Client(
+            n.as_u64()
+                .ok_or_else(|| format!("field `process` must be a non-negative integer or \"nemesis\", got {n}"))?,
+        ),
         Value::String(s) if s == "nemesis" => Process::Nemesis,
         other => {
             return Err(format!(
@@ -290,11 +284,7 @@ fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
             "ok" => OpType::Ok,
             "fail" => OpType::Fail,
             "info" => OpType::Info,
-            _ => {
-                return Err(format!(
-                    "unknown type \"{s}\": expected invoke, ok, fail or info"
-                ))
-            }
+            _ => return Err(format!("unknown type \"{s}\": expected invoke, ok, fail or info")),
         },
         other => return Err(format!("field `type` must be a string, got {other}")),
     };
@@ -307,11 +297,7 @@ fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s),
         Some(Value::Number(n)) => Some(n.to_string()),
-        Some(other) => {
-            return Err(format!(
-                "field `key` must be a string (or an integer), got {other}"
-            ))
-        }
+        Some(other) => return Err(format!("field `key` must be a string (or an integer), got {other}")),
     };
     let opt_string = |m: &mut serde_json::Map<String, Value>, name: &str| match m.remove(name) {
         None | Some(Value::Null) => Ok(None),
@@ -352,11 +338,7 @@ pub struct HistoryWriter {
 impl HistoryWriter {
     /// Creates (or truncates) a history file.
     pub fn create(path: &Path) -> std::io::Result<Self> {
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .open(path)?;
+        let file = OpenOptions::new().create(true).write(true).truncate(true).open(path)?;
         Ok(HistoryWriter {
             out: BufWriter::new(file),
             path: path.to_path_buf(),
@@ -377,11 +359,7 @@ impl HistoryWriter {
     /// returns that index.
     pub fn append(&mut self, op: &Op) -> std::io::Result<u64> {
         let index = self.next_index;
-        let mut line = serde_json::to_vec(&Op {
-            index,
-            ..op.clone()
-        })
-        .map_err(std::io::Error::other)?;
+        let mut line = serde_json::to_vec(&Op { index, ..op.clone() }).map_err(std::io::Error::other)?;
         line.push(b'\n');
         self.out.write_all(&line)?;
         self.out.flush()?;
@@ -437,12 +415,8 @@ mod tests {
 
     #[test]
     fn missing_field_is_named() {
-        let ops =
-            read_str("{\"index\":0,\"time\":0,\"type\":\"invoke\",\"f\":\"r\",\"value\":null}\n");
-        assert_eq!(
-            ops[0].as_ref().unwrap_err().reason,
-            "missing field `process`"
-        );
+        let ops = read_str("{\"index\":0,\"time\":0,\"type\":\"invoke\",\"f\":\"r\",\"value\":null}\n");
+        assert_eq!(ops[0].as_ref().unwrap_err().reason, "missing field `process`");
     }
 
     #[test]
@@ -486,18 +460,9 @@ mod tests {
             1
         );
         w.sync().unwrap();
-        let back: Vec<Op> = HistoryReader::open(&path)
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
+        let back: Vec<Op> = HistoryReader::open(&path).unwrap().map(Result::unwrap).collect();
         assert_eq!(back.len(), 2);
-        assert_eq!(
-            back[0],
-            Op {
-                index: 0,
-                ..op.clone()
-            }
-        );
+        assert_eq!(back[0], Op { index: 0, ..op.clone() });
         assert_eq!(back[1].kind, OpType::Ok);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -143,9 +143,7 @@ impl History {
                             i,
                             format!(
                                 "completion `{}` of process {p} does not match its invoke `{}` (line {})",
-                                op.f,
-                                inv.f,
-                                lines[operations[o].invoke]
+                                op.f, inv.f, lines[operations[o].invoke]
                             ),
                         ));
                     }
@@ -250,10 +248,7 @@ impl History {
     pub fn by_key(&self) -> BTreeMap<Option<String>, Vec<usize>> {
         let mut groups: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
         for (i, o) in self.operations.iter().enumerate() {
-            groups
-                .entry(self.ops[o.invoke].key.clone())
-                .or_default()
-                .push(i);
+            groups.entry(self.ops[o.invoke].key.clone()).or_default().push(i);
         }
         groups
     }
@@ -327,11 +322,7 @@ mod tests {
 
     #[test]
     fn mismatched_completion_f_is_an_error() {
-        let e = pair(vec![
-            op(0, 1, OpType::Invoke, "read"),
-            op(1, 1, OpType::Ok, "write"),
-        ])
-        .unwrap_err();
+        let e = pair(vec![op(0, 1, OpType::Invoke, "read"), op(1, 1, OpType::Ok, "write")]).unwrap_err();
         assert!(e.reason.contains("does not match"));
     }
 }

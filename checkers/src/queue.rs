@@ -73,11 +73,7 @@ impl Checker for TotalQueue {
         let valid = lost.is_empty() && unexpected.is_empty() && duplicated.is_empty();
         Ok(CheckResult {
             checker: self.name().into(),
-            verdict: if valid {
-                Verdict::Valid
-            } else {
-                Verdict::Invalid
-            },
+            verdict: if valid { Verdict::Valid } else { Verdict::Invalid },
             reason: None,
             elapsed_ms: elapsed_ms(started),
             details: json!({

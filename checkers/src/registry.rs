@@ -10,38 +10,21 @@ use crate::stats::Stats;
 use crate::unique_ids::UniqueIds;
 
 /// Every checker name, in the order help text lists them.
-pub const NAMES: [&str; 6] = [
-    "linearizable",
-    "unique-ids",
-    "set",
-    "counter",
-    "total-queue",
-    "stats",
-];
+pub const NAMES: [&str; 6] = ["linearizable", "unique-ids", "set", "counter", "total-queue", "stats"];
 
 /// Builds the checker called `name`. `model` is required by (and only
 /// meaningful for) `linearizable`.
 pub fn build(name: &str, model: Option<ModelKind>) -> Result<Box<dyn Checker>, String> {
     Ok(match name {
         "linearizable" => {
-            let model = model.ok_or_else(|| {
-                "checker `linearizable` needs --model (cas-register or kv)".to_string()
-            })?;
-            Box::new(Linearizable {
-                model,
-                explain: true,
-            })
+            let model = model.ok_or_else(|| "checker `linearizable` needs --model (cas-register or kv)".to_string())?;
+            Box::new(Linearizable { model, explain: true })
         }
         "unique-ids" => Box::new(UniqueIds),
         "set" => Box::new(SetChecker),
         "counter" => Box::new(Counter),
         "total-queue" => Box::new(TotalQueue),
         "stats" => Box::new(Stats),
-        other => {
-            return Err(format!(
-                "unknown checker `{other}` (known: {})",
-                NAMES.join(", ")
-            ))
-        }
+        other => return Err(format!("unknown checker `{other}` (known: {})", NAMES.join(", "))),
     })
 }

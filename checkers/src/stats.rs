@@ -34,11 +34,7 @@ impl Checker for Stats {
                 Outcome::Info | Outcome::Pending => c.info += 1,
             }
         }
-        let never_ok: Vec<&str> = by_f
-            .iter()
-            .filter(|(_, c)| c.ok == 0)
-            .map(|(f, _)| *f)
-            .collect();
+        let never_ok: Vec<&str> = by_f.iter().filter(|(_, c)| c.ok == 0).map(|(f, _)| *f).collect();
         let total = by_f.values().fold(Counts::default(), |t, c| Counts {
             ok: t.ok + c.ok,
             fail: t.fail + c.fail,
@@ -46,12 +42,7 @@ impl Checker for Stats {
         });
         let by_f_json: serde_json::Map<String, serde_json::Value> = by_f
             .iter()
-            .map(|(f, c)| {
-                (
-                    f.to_string(),
-                    json!({"ok": c.ok, "fail": c.fail, "info": c.info}),
-                )
-            })
+            .map(|(f, c)| (f.to_string(), json!({"ok": c.ok, "fail": c.fail, "info": c.info})))
             .collect();
         Ok(CheckResult {
             checker: self.name().into(),

@@ -6,9 +6,7 @@ use drift_checkers::queue::TotalQueue;
 use drift_checkers::set::SetChecker;
 use drift_checkers::stats::Stats;
 use drift_checkers::unique_ids::UniqueIds;
-use drift_checkers::{
-    check_all, CheckContext, CheckResult, Checker, History, HistoryError, Verdict,
-};
+use drift_checkers::{check_all, CheckContext, CheckResult, Checker, History, HistoryError, Verdict};
 use serde_json::{json, Value};
 
 /// (process, type, f, value) per line.
@@ -130,10 +128,7 @@ fn stats_counts_per_f_and_flags_an_f_that_never_succeeded() {
     ]);
     let r = check(&Stats, &h);
     assert_eq!(r.verdict, Verdict::Invalid);
-    assert_eq!(
-        r.details["by_f"]["write"],
-        json!({"ok": 0, "fail": 1, "info": 1})
-    );
+    assert_eq!(r.details["by_f"]["write"], json!({"ok": 0, "fail": 1, "info": 1}));
     assert_eq!(r.details["never_ok"], json!(["write"]));
 }
 
@@ -150,22 +145,14 @@ impl Checker for Panics {
 
 #[test]
 fn a_panicking_checker_becomes_unknown_and_others_keep_their_verdicts() {
-    let h = history(&[
-        (0, "invoke", "generate", N),
-        (0, "ok", "generate", json!(1)),
-    ]);
-    let checkers: Vec<Box<dyn Checker>> =
-        vec![Box::new(UniqueIds), Box::new(Panics), Box::new(Stats)];
+    let h = history(&[(0, "invoke", "generate", N), (0, "ok", "generate", json!(1))]);
+    let checkers: Vec<Box<dyn Checker>> = vec![Box::new(UniqueIds), Box::new(Panics), Box::new(Stats)];
     let composed = check_all(&checkers, &h, &CheckContext::new(None, 1 << 30)).unwrap();
     assert_eq!(composed.verdict, Verdict::Unknown);
     assert_eq!(composed.results.len(), 3);
     assert_eq!(composed.results[0].verdict, Verdict::Valid);
     assert_eq!(composed.results[1].verdict, Verdict::Unknown);
-    assert!(composed.results[1]
-        .reason
-        .as_deref()
-        .unwrap()
-        .contains("checker bug"));
+    assert!(composed.results[1].reason.as_deref().unwrap().contains("checker bug"));
     assert_eq!(composed.results[2].verdict, Verdict::Valid);
 }
 

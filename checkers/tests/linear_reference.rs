@@ -74,16 +74,8 @@ fn build(script: &[Step]) -> Built {
                     0 => (RegOp::Read(None), "read", Value::Null),
                     1 => (RegOp::Write(v), "write", json!(v)),
                     _ => {
-                        let expected = if result % 4 == 0 {
-                            None
-                        } else {
-                            Some(result % 3)
-                        };
-                        (
-                            RegOp::Cas(expected, v),
-                            "cas",
-                            json!([json_of(expected), v]),
-                        )
+                        let expected = if result % 4 == 0 { None } else { Some(result % 3) };
+                        (RegOp::Cas(expected, v), "cas", json!([json_of(expected), v]))
                     }
                 };
                 push(&mut lines, p, OpType::Invoke, f, arg);
@@ -100,11 +92,7 @@ fn build(script: &[Step]) -> Built {
                     0 | 1 => {
                         let (op, value) = match op {
                             RegOp::Read(_) => {
-                                let seen = if result % 4 == 0 {
-                                    None
-                                } else {
-                                    Some(result % 3)
-                                };
+                                let seen = if result % 4 == 0 { None } else { Some(result % 3) };
                                 (RegOp::Read(seen), json_of(seen))
                             }
                             other => (other, inv_value),
@@ -131,8 +119,8 @@ fn build(script: &[Step]) -> Built {
         }
     }
     let n = lines.len() as u64;
-    let history = History::from_ops(Path::new("prop.jsonl"), lines, (1..=n).collect())
-        .expect("scripts build valid histories");
+    let history =
+        History::from_ops(Path::new("prop.jsonl"), lines, (1..=n).collect()).expect("scripts build valid histories");
     Built { history, ops }
 }
 
@@ -141,10 +129,7 @@ fn build(script: &[Step]) -> Built {
 /// placed; done when every ok op is placed (indeterminate ones optional).
 fn reference_linearizable(ops: &[(RegOp, usize, Option<usize>)]) -> bool {
     assert!(ops.len() <= 63);
-    let must: u64 = (0..ops.len())
-        .filter(|&i| ops[i].2.is_some())
-        .map(|i| 1u64 << i)
-        .sum();
+    let must: u64 = (0..ops.len()).filter(|&i| ops[i].2.is_some()).map(|i| 1u64 << i).sum();
     let mut seen = std::collections::HashSet::new();
     place(ops, must, 0, None, &mut seen)
 }
@@ -167,8 +152,7 @@ fn place(
             continue;
         }
         let (op, invoke, _) = ops[k];
-        let blocked = (0..ops.len())
-            .any(|j| placed & (1 << j) == 0 && j != k && ops[j].2.is_some_and(|r| r < invoke));
+        let blocked = (0..ops.len()).any(|j| placed & (1 << j) == 0 && j != k && ops[j].2.is_some_and(|r| r < invoke));
         if blocked {
             continue;
         }
@@ -186,9 +170,7 @@ fn search_verdict(h: &History) -> Verdict {
         model: ModelKind::CasRegister,
         explain: true,
     };
-    c.check(h, &CheckContext::new(None, 1 << 30))
-        .unwrap()
-        .verdict
+    c.check(h, &CheckContext::new(None, 1 << 30)).unwrap().verdict
 }
 
 proptest! {
@@ -224,16 +206,9 @@ fn generated_histories_cover_both_verdicts_and_indeterminate_ops() {
         if built.ops.len() > 16 {
             continue;
         }
-        with_info += built
-            .history
-            .operations
-            .iter()
-            .any(|o| o.outcome.is_indeterminate()) as usize;
+        with_info += built.history.operations.iter().any(|o| o.outcome.is_indeterminate()) as usize;
         seen[reference_linearizable(&built.ops) as usize] += 1;
     }
     assert!(seen[0] > 50 && seen[1] > 50, "verdicts {seen:?}");
-    assert!(
-        with_info > 100,
-        "{with_info} histories with indeterminate ops"
-    );
+    assert!(with_info > 100, "{with_info} histories with indeterminate ops");
 }

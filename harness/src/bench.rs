@@ -46,20 +46,15 @@ struct Summary {
 }
 
 pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
-    let model = ModelKind::parse(&args.model)
-        .ok_or_else(|| Failure::new(format!("unknown --model `{}`", args.model)))?;
+    let model =
+        ModelKind::parse(&args.model).ok_or_else(|| Failure::new(format!("unknown --model `{}`", args.model)))?;
     if args.runs == 0 || args.runs > RUNS_MAX {
         return Err(Failure::new(format!("--runs must be in 1..={RUNS_MAX}")));
     }
     if !(args.budget_s.is_finite() && args.budget_s > 0.0) {
-        return Err(Failure::new(
-            "--budget-s must be a positive number of seconds",
-        ));
+        return Err(Failure::new("--budget-s must be a positive number of seconds"));
     }
-    let dir = args
-        .dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
     let files = list_histories(&dir)?;
     let expected = read_expected(&dir)?;
     let checker = Linearizable {
@@ -73,23 +68,14 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
         let mut times = Vec::with_capacity(args.runs as usize);
         let mut verdict = Verdict::Valid;
         for _ in 0..args.runs {
-            let ctx = CheckContext::new(
-                Some(Duration::from_secs_f64(args.budget_s)),
-                MEM_BYTES_DEFAULT,
-            );
+            let ctx = CheckContext::new(Some(Duration::from_secs_f64(args.budget_s)), MEM_BYTES_DEFAULT);
             let started = Instant::now();
-            let r = checker
-                .check(&history, &ctx)
-                .map_err(|e| Failure::new(e.to_string()))?;
+            let r = checker.check(&history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
             times.push(started.elapsed().as_secs_f64() * 1e6);
             verdict = r.verdict;
         }
         times.sort_by(f64::total_cmp);
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("?")
-            .to_string();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
         let exp = expected.get(&name);
         rows.push(FileRow {
             ops: history.ops.len(),
@@ -115,22 +101,15 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
 }
 
 fn list_histories(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        Failure::new(format!(
-            "{}: cannot read the folder of histories: {e}",
-            dir.display()
-        ))
-    })?;
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Failure::new(format!("{}: cannot read the folder of histories: {e}", dir.display())))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err(Failure::new(format!(
-            "{}: no *.jsonl histories",
-            dir.display()
-        )));
+        return Err(Failure::new(format!("{}: no *.jsonl histories", dir.display())));
     }
     Ok(files)
 }
@@ -164,19 +143,12 @@ fn read_expected(dir: &Path) -> Result<BTreeMap<String, (Verdict, Option<f64>)>,
         let verdict = match cells.get(exp_col).copied() {
             Some("linearizable") => Verdict::Valid,
             Some("not-linearizable") => Verdict::Invalid,
-            other => {
-                return Err(Failure::new(format!(
-                    "{}: unknown expected verdict {other:?}",
-                    at()
-                )))
-            }
+            other => return Err(Failure::new(format!("{}: unknown expected verdict {other:?}", at()))),
         };
         let file = cells
             .get(file_col)
             .ok_or_else(|| Failure::new(format!("{}: no file column", at())))?;
-        let peer = peer_col
-            .and_then(|c| cells.get(c))
-            .and_then(|v| v.parse::<f64>().ok());
+        let peer = peer_col.and_then(|c| cells.get(c)).and_then(|v| v.parse::<f64>().ok());
         out.insert(file.to_string(), (verdict, peer));
     }
     Ok(out)
@@ -184,9 +156,7 @@ fn read_expected(dir: &Path) -> Result<BTreeMap<String, (Verdict, Option<f64>)>,
 
 fn summarize(dir: &Path, model: ModelKind, runs: u32, rows: Vec<FileRow>) -> Summary {
     let total_us: f64 = rows.iter().map(|r| r.median_us).sum();
-    let slowest = rows
-        .iter()
-        .max_by(|a, b| a.median_us.total_cmp(&b.median_us));
+    let slowest = rows.iter().max_by(|a, b| a.median_us.total_cmp(&b.median_us));
     let mismatches = rows
         .iter()
         .filter(|r| r.expected.is_some_and(|e| e != r.verdict))

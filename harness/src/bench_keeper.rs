@@ -42,9 +42,10 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
     if args.ops == 0 || args.nodes == 0 || args.runs == 0 {
         return Err(Failure::new("--ops, --nodes and --runs must be positive"));
     }
-    let dir = args.dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("drift-bench-keeper-{}", std::process::id()))
-    });
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("drift-bench-keeper-{}", std::process::id())));
     let say = |s: &str| {
         if !args.json {
             println!("{s}");
@@ -60,10 +61,7 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
     let mut paired_cost: Option<[f64; 4]> = None;
     for (modes, ops) in [
         (
-            [
-                (DigestMode::Off, "off"),
-                (DigestMode::Incremental, "incremental"),
-            ],
+            [(DigestMode::Off, "off"), (DigestMode::Incremental, "incremental")],
             args.ops,
         ),
         (
@@ -109,11 +107,7 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
     ));
 
     std::fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
-    say(&format!(
-        "snapshot: {} nodes, files in {}",
-        args.nodes,
-        dir.display()
-    ));
+    say(&format!("snapshot: {} nodes, files in {}", args.nodes, dir.display()));
     let snap = snapshot_bench(&dir.join("snapshots"), args.nodes, &say)?;
     say("changelog: appends of ~150-byte entries, one fsync per batch");
     let log = changelog_bench(&dir.join("changelog"), &say)?;
@@ -121,8 +115,7 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     if args.json {
-        let out =
-            json!({"apply": apply, "digest_cost": digest_cost, "snapshot": snap, "changelog": log});
+        let out = json!({"apply": apply, "digest_cost": digest_cost, "snapshot": snap, "changelog": log});
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
     }
     Ok(0)
@@ -237,10 +230,7 @@ fn replica_apply(mode: DigestMode, log: &[Vec<Vec<u8>>; 3]) -> [f64; 3] {
             let d = s.preprocess(e.session, e.zxid, e.time_ms, &e.request);
             assert!(!e.digest.mismatches(d), "digest mismatch in the bench");
             let c = s.commit(e.zxid);
-            assert!(
-                !e.digest.mismatches(c.digest),
-                "digest mismatch in the bench"
-            );
+            assert!(!e.digest.mismatches(c.digest), "digest mismatch in the bench");
         }
         out[k] = phase.len() as f64 / started.elapsed().as_secs_f64();
     }
@@ -257,23 +247,14 @@ fn drive(s: &mut Storage, zxid: &mut i64, reqs: &[Write]) {
     }
 }
 
-fn snapshot_bench(
-    dir: &std::path::Path,
-    nodes: usize,
-    say: &dyn Fn(&str),
-) -> Result<serde_json::Value, Failure> {
+fn snapshot_bench(dir: &std::path::Path, nodes: usize, say: &dyn Fn(&str)) -> Result<serde_json::Value, Failure> {
     let mut s = Storage::new(DigestMode::Incremental);
     let mut zxid = 0;
     let started = Instant::now();
     let fanout = 1000;
     let parents = nodes.div_ceil(fanout);
-    let mut reqs: Vec<Write> = (0..parents)
-        .map(|d| create_req(format!("/d{d:06}")))
-        .collect();
-    reqs.extend(
-        (0..nodes.saturating_sub(parents))
-            .map(|i| create_req(format!("/d{:06}/n{i:09}", i % parents))),
-    );
+    let mut reqs: Vec<Write> = (0..parents).map(|d| create_req(format!("/d{d:06}"))).collect();
+    reqs.extend((0..nodes.saturating_sub(parents)).map(|i| create_req(format!("/d{:06}/n{i:09}", i % parents))));
     drive(&mut s, &mut zxid, &reqs);
     drop(reqs);
     let build_s = started.elapsed().as_secs_f64();
@@ -284,8 +265,7 @@ fn snapshot_bench(
         digest: s.digest(),
     };
     let _ = std::fs::remove_dir_all(dir);
-    let mut disk =
-        FsDisk::open(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let mut disk = FsDisk::open(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
     let snaps = Snapshots::new(snapshot::Config::default());
 
     let started = Instant::now();
@@ -296,9 +276,7 @@ fn snapshot_bench(
         .write(&mut disk, s.state(), &meta)
         .map_err(|e| Failure::new(e.to_string()))?;
     let write_s = started.elapsed().as_secs_f64();
-    let file_bytes = std::fs::metadata(dir.join(&name))
-        .map(|m| m.len())
-        .unwrap_or(0) as usize;
+    let file_bytes = std::fs::metadata(dir.join(&name)).map(|m| m.len()).unwrap_or(0) as usize;
     drop(s);
     let started = Instant::now();
     let (state, loaded) = snaps
@@ -328,19 +306,13 @@ fn snapshot_bench(
     }))
 }
 
-fn changelog_bench(
-    dir: &std::path::Path,
-    say: &dyn Fn(&str),
-) -> Result<serde_json::Value, Failure> {
+fn changelog_bench(dir: &std::path::Path, say: &dyn Fn(&str)) -> Result<serde_json::Value, Failure> {
     let _ = std::fs::remove_dir_all(dir);
     let entry = Entry {
         zxid: 1,
         time_ms: 1,
         session: 1,
-        digest: Digest {
-            version: 1,
-            value: 42,
-        },
+        digest: Digest { version: 1, value: 42 },
         request: create_req("/bench/n000000001".into()),
     }
     .encode();
@@ -349,8 +321,7 @@ fn changelog_bench(
         let _ = std::fs::remove_dir_all(dir);
         let mut disk = FsDisk::open(dir).map_err(|e| Failure::new(e.to_string()))?;
         let cfg = changelog::Config::default();
-        let (mut log, _) =
-            Changelog::open(&mut disk, cfg).map_err(|e| Failure::new(e.to_string()))?;
+        let (mut log, _) = Changelog::open(&mut disk, cfg).map_err(|e| Failure::new(e.to_string()))?;
         let mut index = 1u64;
         let mut batches = 0u64;
         let started = Instant::now();
@@ -363,8 +334,7 @@ fn changelog_bench(
                     data: entry.clone(),
                 })
                 .collect();
-            log.append(&mut disk, &recs)
-                .map_err(|e| Failure::new(e.to_string()))?;
+            log.append(&mut disk, &recs).map_err(|e| Failure::new(e.to_string()))?;
             index += batch as u64;
             batches += 1;
         }
@@ -405,8 +375,5 @@ fn fsync_probe(dir: &std::path::Path) -> Result<(f64, f64), Failure> {
     }
     times.sort();
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    Ok((
-        us(times[times.len() / 2]),
-        us(times[times.len() * 99 / 100]),
-    ))
+    Ok((us(times[times.len() / 2]), us(times[times.len() * 99 / 100])))
 }

@@ -169,14 +169,7 @@ fn print_row(label: &str, depth: u32, row_level: bool, r: &Report, tree_mib: f64
     );
 }
 
-fn row_json(
-    sc: &Scenario,
-    depth: u32,
-    row_level: bool,
-    r: &Report,
-    tree_mib: f64,
-    ms: f64,
-) -> serde_json::Value {
+fn row_json(sc: &Scenario, depth: u32, row_level: bool, r: &Report, tree_mib: f64, ms: f64) -> serde_json::Value {
     json!({
         "keys": sc.keys, "divergent": sc.divergent, "depth": depth,
         "mode": if row_level { "row-level" } else { "ranges" },

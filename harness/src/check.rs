@@ -52,19 +52,13 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
         .map_err(|e| Failure::new(format!("{}: cannot write results: {e}", out.path.display())))?;
     if let Some(store) = new_run {
         write_run_json(&out, &args, &history_path)?;
-        store.set_latest(&out).map_err(|e| {
-            Failure::new(format!(
-                "{}: cannot update latest: {e}",
-                store.root().display()
-            ))
-        })?;
+        store
+            .set_latest(&out)
+            .map_err(|e| Failure::new(format!("{}: cannot update latest: {e}", store.root().display())))?;
     }
 
     if args.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&results).expect("results serialize")
-        );
+        println!("{}", serde_json::to_string_pretty(&results).expect("results serialize"));
     } else {
         print_summary(&results, &composed, &artifacts, &results_path);
     }
@@ -96,9 +90,7 @@ fn build_checkers(args: &CheckArgs) -> Result<Vec<Box<dyn Checker>>, Failure> {
 fn parse_budget(budget_s: Option<f64>) -> Result<Option<Duration>, Failure> {
     match budget_s {
         None => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 && s <= BUDGET_S_MAX => {
-            Ok(Some(Duration::from_secs_f64(s)))
-        }
+        Some(s) if s.is_finite() && s > 0.0 && s <= BUDGET_S_MAX => Ok(Some(Duration::from_secs_f64(s))),
         Some(s) => Err(Failure::new(format!(
             "--budget-s must be a number of seconds in (0, {BUDGET_S_MAX}], got {s}"
         ))),
@@ -112,34 +104,21 @@ fn resolve_input(input: &Path) -> Result<(PathBuf, Option<RunDir>), Failure> {
         return Ok((run.history(), Some(run)));
     }
     if !input.exists() {
-        return Err(Failure::new(format!(
-            "{}: no such file or directory",
-            input.display()
-        )));
+        return Err(Failure::new(format!("{}: no such file or directory", input.display())));
     }
     let parent = input
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    let in_run = input.file_name() == Some(store::HISTORY.as_ref())
-        && parent.join(store::RUN_JSON).is_file();
-    let run = if in_run {
-        RunDir::open(parent).ok()
-    } else {
-        None
-    };
+    let in_run = input.file_name() == Some(store::HISTORY.as_ref()) && parent.join(store::RUN_JSON).is_file();
+    let run = if in_run { RunDir::open(parent).ok() } else { None };
     Ok((input.to_path_buf(), run))
 }
 
 /// Where results go; `Some(store)` when a new run was made in it.
-fn output_dir(
-    args: &CheckArgs,
-    run_dir: Option<RunDir>,
-    history: &Path,
-) -> Result<(RunDir, Option<Store>), Failure> {
+fn output_dir(args: &CheckArgs, run_dir: Option<RunDir>, history: &Path) -> Result<(RunDir, Option<Store>), Failure> {
     if let Some(out) = &args.out {
-        std::fs::create_dir_all(out)
-            .map_err(|e| Failure::new(format!("{}: cannot create: {e}", out.display())))?;
+        std::fs::create_dir_all(out).map_err(|e| Failure::new(format!("{}: cannot create: {e}", out.display())))?;
         return Ok((RunDir { path: out.clone() }, None));
     }
     if let Some(run) = run_dir {
@@ -159,12 +138,9 @@ fn output_dir(
             }
         })
         .collect();
-    let run = store.create_run(&format!("check-{stem}")).map_err(|e| {
-        Failure::new(format!(
-            "{}: cannot create a run: {e}",
-            store.root().display()
-        ))
-    })?;
+    let run = store
+        .create_run(&format!("check-{stem}"))
+        .map_err(|e| Failure::new(format!("{}: cannot create a run: {e}", store.root().display())))?;
     Ok((run, Some(store)))
 }
 
@@ -191,21 +167,13 @@ fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), 
         hosts: Vec::new(),
         nemesis_schedule: Vec::new(),
     };
-    out.write_json(store::RUN_JSON, &info).map_err(|e| {
-        Failure::new(format!(
-            "{}: cannot write run.json: {e}",
-            out.path.display()
-        ))
-    })?;
+    out.write_json(store::RUN_JSON, &info)
+        .map_err(|e| Failure::new(format!("{}: cannot write run.json: {e}", out.path.display())))?;
     Ok(())
 }
 
 /// Writes one picture per explained violation; returns (file name, key).
-fn write_pictures(
-    out: &RunDir,
-    composed: &Composed,
-    history: &Path,
-) -> Result<Vec<(String, Option<String>)>, Failure> {
+fn write_pictures(out: &RunDir, composed: &Composed, history: &Path) -> Result<Vec<(String, Option<String>)>, Failure> {
     let mut written = Vec::new();
     for r in &composed.results {
         if r.checker != "linearizable" {
@@ -217,9 +185,8 @@ fn write_pictures(
         for (n, v) in report.violations.iter().enumerate() {
             let name = format!("linearizable-{}.html", n + 1);
             let html = picture::render(v, &history.display().to_string());
-            out.write_file(&name, html.as_bytes()).map_err(|e| {
-                Failure::new(format!("{}: cannot write {name}: {e}", out.path.display()))
-            })?;
+            out.write_file(&name, html.as_bytes())
+                .map_err(|e| Failure::new(format!("{}: cannot write {name}: {e}", out.path.display())))?;
             written.push((name, v.key.clone()));
         }
     }

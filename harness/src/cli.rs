@@ -114,11 +114,7 @@ pub struct CheckArgs {
     pub input: PathBuf,
     /// Checker to run; repeat or comma-separate for several
     /// (linearizable, unique-ids, set, counter, total-queue, stats).
-    #[arg(
-        long = "checker",
-        value_delimiter = ',',
-        default_value = "linearizable"
-    )]
+    #[arg(long = "checker", value_delimiter = ',', default_value = "linearizable")]
     pub checkers: Vec<String>,
     /// Model for the linearizable checker: cas-register or kv.
     #[arg(long, default_value = "cas-register")]

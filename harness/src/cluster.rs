@@ -26,9 +26,7 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     let mut config = ClusterConfig::load(&args.config).map_err(Failure::new)?;
     if let Some(d) = args.digest {
         if drift_keeper::DigestMode::parse(&d).is_none() {
-            return Err(Failure::new(format!(
-                "--digest {d}: expected off, incremental or full"
-            )));
+            return Err(Failure::new(format!("--digest {d}: expected off, incremental or full")));
         }
         config.digest = d;
     }
@@ -55,14 +53,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             quorum_reads,
             fault_hooks,
             set,
-        } => up(
-            nodes,
-            &dir,
-            port,
-            quorum_reads,
-            fault_hooks.as_deref(),
-            &set,
-        ),
+        } => up(nodes, &dir, port, quorum_reads, fault_hooks.as_deref(), &set),
         ClusterAction::Status { dir } => status(&dir),
         ClusterAction::Down { dir } => down(&dir),
     }
@@ -73,13 +64,7 @@ fn node_ip(i: u64) -> String {
 }
 
 /// The cluster file of a local cluster.
-pub fn local_config(
-    nodes: u64,
-    data_dir: &Path,
-    port: u16,
-    quorum_reads: bool,
-    set: &[String],
-) -> String {
+pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool, set: &[String]) -> String {
     let mut t = String::new();
     let defaults = [
         ("data_dir", format!("{:?}", data_dir.display().to_string())),
@@ -88,10 +73,7 @@ pub fn local_config(
         ("snapshot_distance", "5000".to_string()),
         ("reserved_log_items", "2000".to_string()),
     ];
-    let overridden = |k: &str| {
-        set.iter()
-            .any(|l| l.split('=').next().is_some_and(|x| x.trim() == k))
-    };
+    let overridden = |k: &str| set.iter().any(|l| l.split('=').next().is_some_and(|x| x.trim() == k));
     for (k, v) in defaults {
         if !overridden(k) {
             t.push_str(&format!("{k} = {v}\n"));
@@ -120,9 +102,7 @@ fn up(
     set: &[String],
 ) -> Result<i32, Failure> {
     if !(1..=LOCAL_NODES_MAX).contains(&nodes) {
-        return Err(Failure::new(format!(
-            "--nodes must be in 1..={LOCAL_NODES_MAX}"
-        )));
+        return Err(Failure::new(format!("--nodes must be in 1..={LOCAL_NODES_MAX}")));
     }
     if dir.join("pids").exists() {
         return Err(Failure::new(format!(
@@ -134,19 +114,15 @@ fn up(
     let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(e.to_string()))?;
     let config_path = dir.join("cluster.toml");
     if let Some(line) = set.iter().find(|l| !l.contains('=')) {
-        return Err(Failure::new(format!(
-            "--set {line:?}: expected `key = value`"
-        )));
+        return Err(Failure::new(format!("--set {line:?}: expected `key = value`")));
     }
     let text = local_config(nodes, &dir.join("data"), port, quorum_reads, set);
-    std::fs::write(&config_path, text)
-        .map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
+    std::fs::write(&config_path, text).map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
     let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
     let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
     let mut pids = String::new();
     for i in 1..=nodes {
-        let log = std::fs::File::create(dir.join(format!("node-{i}.log")))
-            .map_err(|e| Failure::new(e.to_string()))?;
+        let log = std::fs::File::create(dir.join(format!("node-{i}.log"))).map_err(|e| Failure::new(e.to_string()))?;
         let mut cmd = Command::new(&exe);
         cmd.args(["node", "--config"])
             .arg(&config_path)
@@ -239,8 +215,7 @@ fn is_our_node(pid: u32, config: &Path) -> bool {
 fn status(dir: &Path) -> Result<i32, Failure> {
     let config = ClusterConfig::load(&dir.join("cluster.toml")).map_err(Failure::new)?;
     let pids = read_pids(dir)?;
-    let config_path =
-        std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
+    let config_path = std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
     println!(
         "{:<5} {:<8} {:<9} {:<10} {:<12} digest",
         "node", "pid", "alive", "role", "applied"
@@ -272,8 +247,7 @@ fn status(dir: &Path) -> Result<i32, Failure> {
 
 fn down(dir: &Path) -> Result<i32, Failure> {
     let pids = read_pids(dir)?;
-    let config_path =
-        std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
+    let config_path = std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
     let ours: Vec<u32> = pids
         .iter()
         .map(|(_, p)| *p)
@@ -284,11 +258,7 @@ fn down(dir: &Path) -> Result<i32, Failure> {
     while Instant::now() < deadline && ours.iter().any(|p| is_our_node(*p, &config_path)) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let left: Vec<u32> = ours
-        .iter()
-        .copied()
-        .filter(|p| is_our_node(*p, &config_path))
-        .collect();
+    let left: Vec<u32> = ours.iter().copied().filter(|p| is_our_node(*p, &config_path)).collect();
     signal(&left, "KILL");
     std::fs::remove_file(dir.join("pids")).map_err(|e| Failure::new(e.to_string()))?;
     println!("stopped {} node(s)", ours.len());

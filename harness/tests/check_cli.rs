@@ -16,11 +16,7 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().expect("drift runs");
+    let Output { status, stdout, stderr } = cmd.output().expect("drift runs");
     (
         status.code().expect("drift exits, not killed"),
         String::from_utf8_lossy(&stdout).into_owned(),
@@ -68,10 +64,7 @@ fn every_etcd_history_gets_its_expected_verdict() {
                 "--out",
             ])
             .arg(&run_out));
-        assert_eq!(
-            code, want_code,
-            "{file}: expected {want}\n{stdout}\n{stderr}"
-        );
+        assert_eq!(code, want_code, "{file}: expected {want}\n{stdout}\n{stderr}");
         let results: serde_json::Value = serde_json::from_str(&stdout).unwrap();
         let verdict = if want_code == 0 { "valid" } else { "invalid" };
         assert_eq!(results["verdict"], verdict, "{file}");
@@ -96,12 +89,7 @@ fn check_bad(tag: &str, content: &str, extra: &[&str]) -> (i32, String, String) 
     let dir = scratch(tag);
     let path = dir.join("history.jsonl");
     std::fs::write(&path, content).unwrap();
-    let (code, _, stderr) = run(drift()
-        .arg("check")
-        .arg(&path)
-        .args(extra)
-        .arg("--out")
-        .arg(&dir));
+    let (code, _, stderr) = run(drift().arg("check").arg(&path).args(extra).arg("--out").arg(&dir));
     assert!(!stderr.contains("panicked"), "{tag}: panicked\n{stderr}");
     (code, stderr, path.display().to_string())
 }
@@ -120,16 +108,13 @@ fn bad_input_exits_3_naming_file_line_and_reason() {
         ("not-json", "hello world\n".into(), ":1:", "not JSON"),
         (
             "unknown-type",
-            r#"{"index":0,"time":0,"process":0,"type":"begin","f":"read","value":null}"#
-                .to_string()
-                + "\n",
+            r#"{"index":0,"time":0,"process":0,"type":"begin","f":"read","value":null}"#.to_string() + "\n",
             ":1:",
             "unknown type \"begin\"",
         ),
         (
             "no-invoke",
-            r#"{"index":0,"time":0,"process":4,"type":"ok","f":"read","value":1}"#.to_string()
-                + "\n",
+            r#"{"index":0,"time":0,"process":4,"type":"ok","f":"read","value":1}"#.to_string() + "\n",
             ":1:",
             "without an invoke",
         ),
@@ -176,10 +161,7 @@ fn bad_input_exits_3_naming_file_line_and_reason() {
             stderr.contains(&format!("{path}{line}")),
             "{tag}: no file:line in {stderr:?}"
         );
-        assert!(
-            stderr.contains(reason),
-            "{tag}: no reason {reason:?} in {stderr:?}"
-        );
+        assert!(stderr.contains(reason), "{tag}: no reason {reason:?} in {stderr:?}");
     }
 }
 
@@ -197,21 +179,13 @@ fn bad_arguments_exit_3() {
         (&["--mem-mb", "0"], "--mem-mb"),
     ];
     for (args, said) in cases {
-        let (code, _, stderr) = run(drift()
-            .arg("check")
-            .arg(&file)
-            .args(args)
-            .arg("--out")
-            .arg(&out));
+        let (code, _, stderr) = run(drift().arg("check").arg(&file).args(args).arg("--out").arg(&out));
         assert_eq!(code, 3, "{args:?}: {stderr}");
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
     let (code, _, stderr) = run(drift().args(["check", "/nonexistent/history.jsonl"]));
     assert_eq!(code, 3);
-    assert!(
-        stderr.contains("/nonexistent/history.jsonl: no such file"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("/nonexistent/history.jsonl: no such file"), "{stderr}");
     let (code, _, _) = run(drift().arg("check"));
     assert_eq!(code, 3);
 }
@@ -277,8 +251,7 @@ fn hard_history_with_1s_budget_is_unknown_within_about_1s() {
     assert_eq!(code, 2, "{stdout}\n{stderr}");
     assert!(stdout.contains("time budget exhausted"), "{stdout}");
     assert!(took < Duration::from_secs(4), "took {took:?}");
-    let results: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(results["verdict"], "unknown");
 }
 
@@ -298,13 +271,7 @@ fn memory_cap_ends_in_unknown_and_memory_stays_bounded() {
     let mut child = drift()
         .arg("check")
         .arg(&path)
-        .args([
-            "--budget-s",
-            "120",
-            "--mem-mb",
-            &cap_mib.to_string(),
-            "--out",
-        ])
+        .args(["--budget-s", "120", "--mem-mb", &cap_mib.to_string(), "--out"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .spawn()
@@ -331,10 +298,7 @@ fn memory_cap_ends_in_unknown_and_memory_stays_bounded() {
         peak < (cap_mib + 40) * 1024,
         "peak RSS {peak} KiB with a {cap_mib} MiB cap"
     );
-    assert!(
-        peak > 8 * 1024,
-        "peak RSS {peak} KiB: the search never used its memory"
-    );
+    assert!(peak > 8 * 1024, "peak RSS {peak} KiB: the search never used its memory");
 }
 
 #[test]
@@ -349,8 +313,7 @@ fn checking_into_the_store_makes_a_run_and_points_latest_at_it() {
         .arg(&store));
     assert_eq!(code, 1, "{stdout}");
     let latest = store.join("latest");
-    let run_json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(latest.join("run.json")).unwrap()).unwrap();
+    let run_json: serde_json::Value = serde_json::from_slice(&std::fs::read(latest.join("run.json")).unwrap()).unwrap();
     assert_eq!(run_json["kind"], "check");
     assert_eq!(run_json["test"], "check-etcd_001");
     let results: serde_json::Value =

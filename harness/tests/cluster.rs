@@ -33,15 +33,7 @@ impl Cluster {
         let dir = std::env::temp_dir().join(format!("drift-cluster-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let out = drift()
-            .args([
-                "cluster",
-                "up",
-                "--nodes",
-                "3",
-                "--port",
-                &port.to_string(),
-                "--dir",
-            ])
+            .args(["cluster", "up", "--nodes", "3", "--port", &port.to_string(), "--dir"])
             .arg(&dir)
             .args(extra)
             .output()
@@ -62,6 +54,7 @@ impl Cluster {
             nodes: 3,
             connect,
             fault_token,
+            restarted: Default::default(),
         }
     }
 
@@ -70,8 +63,7 @@ impl Cluster {
     }
 
     fn four(&self, i: u64, word: &str) -> Option<String> {
-        let mut s =
-            TcpStream::connect_timeout(&self.client_addr(i), Duration::from_millis(300)).ok()?;
+        let mut s = TcpStream::connect_timeout(&self.client_addr(i), Duration::from_millis(300)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
         s.write_all(word.as_bytes()).ok()?;
         let mut out = String::new();
@@ -86,10 +78,7 @@ impl Cluster {
     }
 
     fn leader(&self) -> Option<u64> {
-        (1..=self.nodes).find(|&i| {
-            self.four(i, "srvr")
-                .is_some_and(|s| s.contains("Mode: leader"))
-        })
+        (1..=self.nodes).find(|&i| self.four(i, "srvr").is_some_and(|s| s.contains("Mode: leader")))
     }
 
     fn wait_leader(&self, timeout: Duration) -> u64 {
@@ -108,14 +97,11 @@ impl Cluster {
 
     fn alive(&self, i: u64) -> bool {
         Path::new(&format!("/proc/{}", self.pid(i))).exists()
-            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid(i)))
-                .is_ok_and(|s| s.contains(") Z "))
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid(i))).is_ok_and(|s| s.contains(") Z "))
     }
 
     fn kill(&self, i: u64) {
-        let _ = Command::new("kill")
-            .args(["-KILL", &self.pid(i).to_string()])
-            .status();
+        let _ = Command::new("kill").args(["-KILL", &self.pid(i).to_string()]).status();
         wait_for(Duration::from_secs(5), || (!self.alive(i)).then_some(())).expect("node died");
     }
 
@@ -179,10 +165,7 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        let _ = drift()
-            .args(["cluster", "down", "--dir"])
-            .arg(&self.dir)
-            .output();
+        let _ = drift().args(["cluster", "down", "--dir"]).arg(&self.dir).output();
         if !std::thread::panicking() {
             let _ = std::fs::remove_dir_all(&self.dir);
         } else {
@@ -305,21 +288,14 @@ fn kazoo_client_passes_its_checks() {
     }
     let c = Cluster::up("kazoo", 21110, &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/kazoo_check.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&c.connect)
-        .output()
-        .unwrap();
+    let out = Command::new("python3").arg(script).arg(&c.connect).output().unwrap();
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "kazoo checks failed:\n{text}");
-    assert!(
-        text.contains("ok: ephemeral gone after its session expired"),
-        "{text}"
-    );
+    assert!(text.contains("ok: ephemeral gone after its session expired"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -340,15 +316,8 @@ async fn leader_killed_a_new_leader_takes_over_and_no_acknowledged_write_is_lost
     let rest: Vec<u64> = (1..=3).filter(|&i| i != old).collect();
     let client = connect(&c.connect_to(&rest)).await;
     let kids = client.list_children("/acked").await.unwrap();
-    assert_eq!(
-        kids.len(),
-        50,
-        "every acknowledged create survives the leader"
-    );
-    client
-        .create("/acked/after", b"", &persistent())
-        .await
-        .unwrap();
+    assert_eq!(kids.len(), 50, "every acknowledged create survives the leader");
+    client.create("/acked/after", b"", &persistent()).await.unwrap();
     assert!(c.log(new).contains("\"role\":\"Leader\""));
 }
 
@@ -357,12 +326,7 @@ async fn a_restarted_follower_catches_up_by_log_and_a_wiped_one_by_snapshot() {
     let c = Cluster::up(
         "catchup",
         21130,
-        &[
-            "--set",
-            "snapshot_distance = 100",
-            "--set",
-            "reserved_log_items = 20",
-        ],
+        &["--set", "snapshot_distance = 100", "--set", "reserved_log_items = 20"],
     );
     let leader = c.wait_leader(Duration::from_secs(5));
     let follower = (1..=3).find(|&i| i != leader).unwrap();
@@ -373,10 +337,7 @@ async fn a_restarted_follower_catches_up_by_log_and_a_wiped_one_by_snapshot() {
     // down for a few writes: the log is enough
     c.kill(follower);
     for i in 0..30 {
-        client
-            .create(&format!("/c/a{i}"), b"", &persistent())
-            .await
-            .unwrap();
+        client.create(&format!("/c/a{i}"), b"", &persistent()).await.unwrap();
     }
     c.start(follower);
     let same = || {
@@ -390,10 +351,7 @@ async fn a_restarted_follower_catches_up_by_log_and_a_wiped_one_by_snapshot() {
     c.kill(follower);
     std::fs::remove_dir_all(c.dir.join("data").join(format!("node-{follower}"))).unwrap();
     for i in 0..400 {
-        client
-            .create(&format!("/c/b{i}"), b"", &persistent())
-            .await
-            .unwrap();
+        client.create(&format!("/c/b{i}"), b"", &persistent()).await.unwrap();
     }
     c.start(follower);
     wait_for(Duration::from_secs(20), same).expect("wiped follower catches up");
@@ -419,10 +377,7 @@ async fn a_minority_cannot_commit() {
     }
     let write = lone.create("/m/lost", b"", &persistent());
     let r = tokio::time::timeout(Duration::from_secs(6), write).await;
-    assert!(
-        !matches!(r, Ok(Ok(_))),
-        "one node of three committed a write: {r:?}"
-    );
+    assert!(!matches!(r, Ok(Ok(_))), "one node of three committed a write: {r:?}");
     drop(lone);
     let back = (1..=3).find(|&i| i != survivor).unwrap();
     c.start(back);
@@ -448,30 +403,20 @@ async fn a_diverged_follower_aborts_at_that_index_and_the_rest_agree() {
     assert!(answer.contains("bad token"));
 
     client.set_data("/d", b"payload", None).await.unwrap();
-    wait_for(Duration::from_secs(10), || (!c.alive(victim)).then_some(()))
-        .expect("the diverged follower aborts");
+    wait_for(Duration::from_secs(10), || (!c.alive(victim)).then_some(())).expect("the diverged follower aborts");
     let log = c.log(victim);
-    let fatal = log
-        .lines()
-        .find(|l| l.contains("\"FATAL\""))
-        .expect("one FATAL line");
+    let fatal = log.lines().find(|l| l.contains("\"FATAL\"")).expect("one FATAL line");
     let v: serde_json::Value = serde_json::from_str(fatal).unwrap();
     let applied = log.lines().find(|l| l.contains("diverge_applied")).unwrap();
     let a: serde_json::Value = serde_json::from_str(applied).unwrap();
-    assert_eq!(
-        v["log_index"], a["log_index"],
-        "aborted at exactly the diverged entry"
-    );
+    assert_eq!(v["log_index"], a["log_index"], "aborted at exactly the diverged entry");
     assert_eq!(v["phase"], "preprocess");
     assert!(v["request"].as_str().unwrap().starts_with("setData /d"));
     // the others keep serving and agree
     client.create("/d/more", b"", &persistent()).await.unwrap();
     let rest: Vec<u64> = (1..=3).filter(|&i| i != victim).collect();
     let agree = || {
-        let d: Vec<String> = rest
-            .iter()
-            .filter_map(|&i| c.field(i, "dgst", "digest\t"))
-            .collect();
+        let d: Vec<String> = rest.iter().filter_map(|&i| c.field(i, "dgst", "digest\t")).collect();
         (d.len() == 2 && d[0] == d[1]).then_some(())
     };
     wait_for(Duration::from_secs(5), agree).expect("the live nodes agree on dgst");
@@ -504,20 +449,13 @@ async fn malformed_frames_close_only_that_connection() {
     s.read_exact(&mut len).unwrap();
     let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
     s.read_exact(&mut body).unwrap();
-    s.write_all(&[0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, 4, 0xff])
-        .unwrap(); // getData, body cut
+    s.write_all(&[0, 0, 0, 9, 0, 0, 0, 1, 0, 0, 0, 4, 0xff]).unwrap(); // getData, body cut
     let mut sink = Vec::new();
     let closed = s.read_to_end(&mut sink).is_ok();
-    assert!(
-        closed,
-        "the server closes a connection that sends a malformed request"
-    );
+    assert!(closed, "the server closes a connection that sends a malformed request");
     // everyone else is fine
     let client = connect(&c.connect).await;
-    client
-        .create("/still-serving", b"", &persistent())
-        .await
-        .unwrap();
+    client.create("/still-serving", b"", &persistent()).await.unwrap();
     assert_eq!(c.four(1, "ruok").as_deref(), Some("imok"));
 }
 

@@ -110,11 +110,7 @@ pub fn render(v: &Violation, title: &str) -> String {
             (stroke, 1.0)
         };
         let fill = if is_failing(o) { "#ffcdd2" } else { fill };
-        let opacity = if is_core(o) || is_failing(o) {
-            1.0
-        } else {
-            0.75
-        };
+        let opacity = if is_core(o) || is_failing(o) { 1.0 } else { 0.75 };
         let tip = format!(
             "line {} · process {} · {} · {} · invoke index {} · completion index {}",
             o.line,
@@ -122,9 +118,7 @@ pub fn render(v: &Violation, title: &str) -> String {
             o.desc,
             o.outcome,
             o.invoke_index,
-            o.complete_index
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "none".into())
+            o.complete_index.map(|c| c.to_string()).unwrap_or_else(|| "none".into())
         );
         let _ = write!(
             svg,
@@ -133,11 +127,7 @@ pub fn render(v: &Violation, title: &str) -> String {
             LANE_PX - 10.0
         );
         let label = fit(
-            &format!(
-                "{} {}",
-                o.desc,
-                if o.outcome == "ok" { "" } else { &o.outcome }
-            ),
+            &format!("{} {}", o.desc, if o.outcome == "ok" { "" } else { &o.outcome }),
             w,
         );
         if !label.is_empty() {
@@ -179,9 +169,7 @@ pub fn render(v: &Violation, title: &str) -> String {
             esc(&o.desc),
             esc(&o.outcome),
             o.invoke_index,
-            o.complete_index
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "–".into())
+            o.complete_index.map(|c| c.to_string()).unwrap_or_else(|| "–".into())
         );
     }
     let key = v

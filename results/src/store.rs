@@ -47,11 +47,7 @@ impl Store {
         fs::create_dir_all(&parent)?;
         let stamp = crate::time::dir_stamp(SystemTime::now());
         for n in 0..COLLISIONS_MAX {
-            let name = if n == 0 {
-                stamp.clone()
-            } else {
-                format!("{stamp}-{n}")
-            };
+            let name = if n == 0 { stamp.clone() } else { format!("{stamp}-{n}") };
             let path = parent.join(&name);
             match fs::create_dir(&path) {
                 Ok(()) => return Ok(RunDir { path }),
@@ -117,10 +113,7 @@ impl RunDir {
             return Err(format!("{}: not a directory", path.display()));
         }
         if !path.join(HISTORY).is_file() {
-            return Err(format!(
-                "{}: not a run directory (no {HISTORY})",
-                path.display()
-            ));
+            return Err(format!("{}: not a run directory (no {HISTORY})", path.display()));
         }
         Ok(RunDir {
             path: path.to_path_buf(),
@@ -210,9 +203,7 @@ mod tests {
     fn open_requires_a_history() {
         let root = scratch("open");
         fs::create_dir_all(&root).unwrap();
-        assert!(RunDir::open(&root)
-            .unwrap_err()
-            .contains("no history.jsonl"));
+        assert!(RunDir::open(&root).unwrap_err().contains("no history.jsonl"));
         fs::write(root.join(HISTORY), b"").unwrap();
         assert!(RunDir::open(&root).is_ok());
         fs::remove_dir_all(&root).unwrap();

@@ -24,15 +24,7 @@ fn parts(t: SystemTime) -> (i64, u32, u32, u32, u32, u32, u32) {
     let secs = d.as_secs() as i64;
     let (y, mo, da) = civil_from_days(secs.div_euclid(86_400));
     let sod = secs.rem_euclid(86_400) as u32;
-    (
-        y,
-        mo,
-        da,
-        sod / 3600,
-        sod / 60 % 60,
-        sod % 60,
-        d.subsec_millis(),
-    )
+    (y, mo, da, sod / 3600, sod / 60 % 60, sod % 60, d.subsec_millis())
 }
 
 /// `20261130T052734.123Z`: sortable, and safe as a directory name.

@@ -42,12 +42,7 @@ pub(crate) struct Shrunk {
 
 /// Shrinks a failing history. `failing` is the index in `ops` of the ok op
 /// whose return no linearization passes. Requires `ops[i].id == i`.
-pub(crate) fn shrink<M: Model>(
-    ops: &[LinOp],
-    failing: usize,
-    model: &mut M,
-    limits: &Limits,
-) -> Shrunk {
+pub(crate) fn shrink<M: Model>(ops: &[LinOp], failing: usize, model: &mut M, limits: &Limits) -> Shrunk {
     debug_assert!(ops.iter().enumerate().all(|(i, op)| op.id as usize == i));
     let cut = ops[failing].ret.expect("the failing op is an ok op");
     let prefix = cut_at(ops, cut);
@@ -66,9 +61,7 @@ pub(crate) fn shrink<M: Model>(
     // that runs out as "still linearizable" (the op stays in the core).
     let baseline = search(&Problem::new(&prefix), model, limits).configurations;
     let trial = Limits {
-        configs_max: baseline
-            .saturating_mul(TRIAL_CONFIGS_FACTOR)
-            .max(TRIAL_CONFIGS_MIN),
+        configs_max: baseline.saturating_mul(TRIAL_CONFIGS_FACTOR).max(TRIAL_CONFIGS_MIN),
         ..*limits
     };
     let mut cut_short = false;
@@ -146,7 +139,5 @@ fn trial_outcome<M: Model>(ops: &[LinOp], model: &mut M, limits: &Limits) -> Opt
 }
 
 fn past(limits: &Limits) -> bool {
-    limits
-        .deadline
-        .is_some_and(|d| std::time::Instant::now() >= d)
+    limits.deadline.is_some_and(|d| std::time::Instant::now() >= d)
 }

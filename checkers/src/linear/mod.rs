@@ -146,11 +146,7 @@ impl Linearizable {
             let prepared = prepare(history, &members, &mut model)?;
             if limits.deadline.is_some_and(|d| Instant::now() >= d) {
                 report.keys_unknown += 1;
-                push_unknown(
-                    &mut report,
-                    key,
-                    "time budget exhausted before this key".into(),
-                );
+                push_unknown(&mut report, key, "time budget exhausted before this key".into());
                 continue;
             }
             let p = Problem::new(&prepared.ops);
@@ -166,9 +162,7 @@ impl Linearizable {
                     report.keys_invalid += 1;
                     if self.explain && report.violations.len() < EXPLAINED_KEYS_MAX {
                         let failing = p.returns[deepest as usize].op as usize;
-                        let v = explain_violation(
-                            history, key, &prepared, failing, &states, &mut model, &limits,
-                        );
+                        let v = explain_violation(history, key, &prepared, failing, &states, &mut model, &limits);
                         report.violations.push(v);
                     } else {
                         report.invalid_keys.push(key);
@@ -179,11 +173,7 @@ impl Linearizable {
         let (verdict, reason) = if report.keys_invalid > 0 {
             (Verdict::Invalid, None)
         } else if report.keys_unknown > 0 {
-            let first = report
-                .unknown
-                .first()
-                .map(|(_, r)| r.clone())
-                .unwrap_or_default();
+            let first = report.unknown.first().map(|(_, r)| r.clone()).unwrap_or_default();
             (
                 Verdict::Unknown,
                 Some(format!(
@@ -215,11 +205,7 @@ fn push_unknown(report: &mut LinearReport, key: Option<String>, reason: String) 
 
 /// Encodes a key's operations for the search: drops `fail` ops and
 /// indeterminate reads, and rejects ops the model cannot read.
-fn prepare<M: Model>(
-    history: &History,
-    members: &[usize],
-    model: &mut M,
-) -> Result<KeyOps, HistoryError> {
+fn prepare<M: Model>(history: &History, members: &[usize], model: &mut M) -> Result<KeyOps, HistoryError> {
     let mut out = KeyOps {
         ops: Vec::with_capacity(members.len()),
         operation: Vec::with_capacity(members.len()),
@@ -239,12 +225,10 @@ fn prepare<M: Model>(
         } else {
             o.invoke
         };
-        let code = model
-            .encode(f, history.value_of(o))
-            .map_err(|reason| HistoryError {
-                at: history.location(at),
-                reason,
-            })?;
+        let code = model.encode(f, history.value_of(o)).map_err(|reason| HistoryError {
+            at: history.location(at),
+            reason,
+        })?;
         out.ops.push(LinOp {
             id: out.ops.len() as u32,
             invoke: o.invoke as u64,
@@ -296,13 +280,7 @@ fn explain_violation<M: Model>(
         ..*limits
     };
     let shrunk = explain::shrink(&prepared.ops, failing, model, &shrink_limits);
-    let as_ref = |i: usize, model: &M| {
-        op_ref(
-            history,
-            prepared.operation[i],
-            model.show_op(prepared.ops[i].code),
-        )
-    };
+    let as_ref = |i: usize, model: &M| op_ref(history, prepared.operation[i], model.show_op(prepared.ops[i].code));
     let core: Vec<OpRef> = shrunk.core.iter().map(|&i| as_ref(i, model)).collect();
     let failing_ref = as_ref(failing, model);
     let states: Vec<String> = states.iter().map(|&s| model.show_state(s)).collect();
@@ -311,12 +289,8 @@ fn explain_violation<M: Model>(
     // The window: every op of this key overlapping the core's span.
     let lo = core.iter().map(|o| o.invoke_index).min().unwrap_or(0);
     let hi = shrunk.cut;
-    let searched: std::collections::HashMap<usize, usize> = prepared
-        .operation
-        .iter()
-        .enumerate()
-        .map(|(j, &i)| (i, j))
-        .collect();
+    let searched: std::collections::HashMap<usize, usize> =
+        prepared.operation.iter().enumerate().map(|(j, &i)| (i, j)).collect();
     let mut window = Vec::new();
     for (i, o) in history.operations.iter().enumerate() {
         if history.invoke_op(o).key != key {
@@ -356,10 +330,7 @@ fn write_explanation(
 ) -> String {
     use std::fmt::Write;
     let mut t = String::new();
-    let key_text = key
-        .as_ref()
-        .map(|k| format!("key {k}: "))
-        .unwrap_or_default();
+    let key_text = key.as_ref().map(|k| format!("key {k}: ")).unwrap_or_default();
     let _ = writeln!(
         t,
         "{key_text}no linearization gets past the return of `{}` by process {} (history index {}; invoked at line {}).",
@@ -368,11 +339,14 @@ fn write_explanation(
         failing.complete_index.unwrap_or(failing.invoke_index),
         failing.line,
     );
-    let _ =
-        writeln!(
+    let _ = writeln!(
         t,
         "Just before that return, the linearizations of the prefix leave the state at one of: {}.",
-        if states.is_empty() { "(none)".to_string() } else { states.join(", ") }
+        if states.is_empty() {
+            "(none)".to_string()
+        } else {
+            states.join(", ")
+        }
     );
     let _ = writeln!(
         t,
@@ -397,9 +371,7 @@ fn write_explanation(
             o.process,
             o.desc,
             o.invoke_index,
-            o.complete_index
-                .map(|c| c.to_string())
-                .unwrap_or_else(|| "-".into())
+            o.complete_index.map(|c| c.to_string()).unwrap_or_else(|| "-".into())
         );
     }
     t
@@ -418,13 +390,8 @@ mod tests {
 
     fn verdict(model: ModelKind, lines: &[(u64, &str, &str, Value)]) -> Verdict {
         let h = test_history(lines);
-        let c = Linearizable {
-            model,
-            explain: true,
-        };
-        c.check(&h, &CheckContext::new(None, 1 << 30))
-            .unwrap()
-            .verdict
+        let c = Linearizable { model, explain: true };
+        c.check(&h, &CheckContext::new(None, 1 << 30)).unwrap().verdict
     }
 
     fn reg(lines: &[(u64, &str, &str, Value)]) -> Verdict {
@@ -579,8 +546,7 @@ mod tests {
         // Two minimal cores exist: with `write 1` indeterminate, the first
         // read of 1 still pins it before `write 2`.
         assert!(
-            core == ["write 1", "write 2", "read → 1"]
-                || core == ["read → 1", "write 2", "read → 1"],
+            core == ["write 1", "write 2", "read → 1"] || core == ["read → 1", "write 2", "read → 1"],
             "{core:?}"
         );
         assert!(v.minimal);

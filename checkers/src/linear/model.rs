@@ -146,9 +146,7 @@ impl Model for CasRegister {
             "read" => RegOp::Read(self.values.intern(value)),
             "write" => RegOp::Write(self.values.intern(value)),
             "cas" => match value.as_array().map(Vec::as_slice) {
-                Some([expected, new]) => {
-                    RegOp::Cas(self.values.intern(expected), self.values.intern(new))
-                }
+                Some([expected, new]) => RegOp::Cas(self.values.intern(expected), self.values.intern(new)),
                 _ => return Err(format!("cas value must be [expected, new], got {value}")),
             },
             _ => {

@@ -121,9 +121,7 @@ impl Problem {
         }
         let mut active = 0usize;
         for r in self.returns.iter_mut() {
-            while active < self.classes.len()
-                && self.info_invoke[self.classes[active].start as usize] < r.pos
-            {
+            while active < self.classes.len() && self.info_invoke[self.classes[active].start as usize] < r.pos {
                 active += 1;
             }
             r.classes_active = active as u32;
@@ -163,10 +161,7 @@ fn layout_ok_ops(ops: &[LinOp]) -> (Vec<Return>, Vec<Pending>, u32) {
             open.push(i);
             continue;
         }
-        let at = open
-            .iter()
-            .position(|&o| o == i)
-            .expect("returning op is open");
+        let at = open.iter().position(|&o| o == i).expect("returning op is open");
         open.swap_remove(at);
         let start = pending.len() as u32;
         for &o in &open {
@@ -223,10 +218,7 @@ mod tests {
         // at a's return, b is open
         let r0 = p.returns[0];
         assert_eq!(r0.op, 0);
-        assert_eq!(
-            &p.pending[r0.pending.0 as usize..r0.pending.1 as usize].len(),
-            &1
-        );
+        assert_eq!(&p.pending[r0.pending.0 as usize..r0.pending.1 as usize].len(), &1);
     }
 
     #[test]

@@ -123,10 +123,7 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Sea
         };
     }
     memo.insert(start, usize::MAX);
-    stack.push(Frame {
-        config: start,
-        next: 0,
-    });
+    stack.push(Frame { config: start, next: 0 });
     states.push(start.s);
 
     while let Some(top) = stack.last_mut() {
@@ -177,9 +174,7 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Sea
         }
         match memo.insert(
             child,
-            limits
-                .mem_bytes_max
-                .saturating_sub(stack.capacity() * frame_bytes),
+            limits.mem_bytes_max.saturating_sub(stack.capacity() * frame_bytes),
         ) {
             Insert::New => {}
             Insert::Dominated => continue,
@@ -202,8 +197,7 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Sea
             deepest = child.r;
             states.clear();
         }
-        if child.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&child.s)
-        {
+        if child.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&child.s) {
             states.push(child.s);
         }
         if configurations > limits.configs_max {
@@ -224,10 +218,7 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Sea
                 configurations,
             };
         }
-        stack.push(Frame {
-            config: child,
-            next: 0,
-        });
+        stack.push(Frame { config: child, next: 0 });
     }
     states.sort_unstable();
     Search {

@@ -26,9 +26,7 @@ fn create(path: String) -> Write {
 fn tree(mode: DigestMode, n: usize) -> (Storage, i64) {
     let mut s = Storage::new(mode);
     let mut z = 0;
-    for r in
-        std::iter::once(create("/b".into())).chain((0..n).map(|i| create(format!("/b/n{i:09}"))))
-    {
+    for r in std::iter::once(create("/b".into())).chain((0..n).map(|i| create(format!("/b/n{i:09}")))) {
         z += 1;
         s.preprocess(0, z, z, &r);
         s.commit(z);
@@ -61,11 +59,7 @@ fn apply(c: &mut Criterion) {
         (DigestMode::Incremental, "incremental"),
         (DigestMode::Full, "full"),
     ] {
-        let n = if mode == DigestMode::Full {
-            1_000
-        } else {
-            TREE
-        };
+        let n = if mode == DigestMode::Full { 1_000 } else { TREE };
         c.bench_function(&format!("apply/set on {n}-node tree, digest {name}"), |b| {
             b.iter_batched_ref(
                 || tree(mode, n),
@@ -100,12 +94,7 @@ fn snapshots(c: &mut Criterion) {
     });
     let bytes = snapshot::encode(s.state(), &meta, true, 3);
     c.bench_function("snapshot/decode 100k nodes zstd", |b| {
-        b.iter(|| {
-            snapshot::decode("bench", &bytes, true)
-                .unwrap()
-                .0
-                .node_count()
-        })
+        b.iter(|| snapshot::decode("bench", &bytes, true).unwrap().0.node_count())
     });
 }
 
@@ -118,20 +107,17 @@ fn changelog(c: &mut Criterion) {
             data: vec![b'z'; 150],
         })
         .collect();
-    c.bench_function(
-        "changelog/append 128 x 150B records (in-memory disk)",
-        |b| {
-            b.iter_batched(
-                || {
-                    let mut disk = MemDisk::new();
-                    let (log, _) = Changelog::open(&mut disk, Config::default()).unwrap();
-                    (disk, log)
-                },
-                |(mut disk, mut log)| log.append(&mut disk, &batch).unwrap(),
-                BatchSize::SmallInput,
-            )
-        },
-    );
+    c.bench_function("changelog/append 128 x 150B records (in-memory disk)", |b| {
+        b.iter_batched(
+            || {
+                let mut disk = MemDisk::new();
+                let (log, _) = Changelog::open(&mut disk, Config::default()).unwrap();
+                (disk, log)
+            },
+            |(mut disk, mut log)| log.append(&mut disk, &batch).unwrap(),
+            BatchSize::SmallInput,
+        )
+    });
 }
 
 criterion_group!(benches, digests, apply, snapshots, changelog);

@@ -69,10 +69,7 @@ pub fn digest_id(credentials: &str) -> Result<Id, ZkError> {
     let hash = Sha1::digest(credentials.as_bytes());
     Ok(Id {
         scheme: "digest".into(),
-        id: format!(
-            "{user}:{}",
-            base64::engine::general_purpose::STANDARD.encode(hash)
-        ),
+        id: format!("{user}:{}", base64::engine::general_purpose::STANDARD.encode(hash)),
     })
 }
 
@@ -85,19 +82,13 @@ pub fn resolve(acl: &[Acl], session_ids: &[Id]) -> Result<Vec<Acl>, ZkError> {
     }
     let mut out = Vec::with_capacity(acl.len());
     for a in acl {
-        if a.perms & !PERM_ALL != 0
-            || a.id.scheme.len() > ACL_ID_BYTES_MAX
-            || a.id.id.len() > ACL_ID_BYTES_MAX
-        {
+        if a.perms & !PERM_ALL != 0 || a.id.scheme.len() > ACL_ID_BYTES_MAX || a.id.id.len() > ACL_ID_BYTES_MAX {
             return Err(ZkError::InvalidAcl);
         }
         match a.id.scheme.as_str() {
             "world" if a.id.id == "anyone" => out.push(a.clone()),
             "auth" => {
-                let mine: Vec<&Id> = session_ids
-                    .iter()
-                    .filter(|i| i.scheme == "digest")
-                    .collect();
+                let mine: Vec<&Id> = session_ids.iter().filter(|i| i.scheme == "digest").collect();
                 if mine.is_empty() {
                     return Err(ZkError::InvalidAcl);
                 }
@@ -126,10 +117,8 @@ fn valid_digest_id(id: &str) -> bool {
 
 /// Whether a session with `ids` may do `perm` on a node with `acl`.
 pub fn allowed(acl: &[Acl], perm: u32, ids: &[Id]) -> bool {
-    acl.iter().any(|a| {
-        a.perms & perm != 0
-            && ((a.id.scheme == "world" && a.id.id == "anyone") || ids.contains(&a.id))
-    })
+    acl.iter()
+        .any(|a| a.perms & perm != 0 && ((a.id.scheme == "world" && a.id.id == "anyone") || ids.contains(&a.id)))
 }
 
 #[cfg(test)]

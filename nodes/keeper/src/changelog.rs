@@ -80,15 +80,8 @@ impl fmt::Display for ChangelogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ChangelogError::Io { file, error } => write!(f, "changelog {file}: {error}"),
-            ChangelogError::Corrupt {
-                file,
-                offset,
-                reason,
-            } => {
-                write!(
-                    f,
-                    "changelog {file} is corrupt at offset {offset}: {reason}"
-                )
+            ChangelogError::Corrupt { file, offset, reason } => {
+                write!(f, "changelog {file} is corrupt at offset {offset}: {reason}")
             }
             ChangelogError::Invalid(s) => write!(f, "changelog: {s}"),
         }
@@ -144,10 +137,7 @@ pub fn segment_name(first: u64) -> String {
 }
 
 fn parse_segment_name(name: &str) -> Option<u64> {
-    name.strip_prefix(PREFIX)?
-        .strip_suffix(SUFFIX)?
-        .parse()
-        .ok()
+    name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?.parse().ok()
 }
 
 /// Encodes one record, checking its checksum right before it is handed out.
@@ -188,10 +178,7 @@ fn decode_record_with(
 ) -> Result<(LogRecord, usize), String> {
     let rest = &bytes[at..];
     if rest.len() < HEADER_BYTES {
-        return Err(format!(
-            "{} bytes: shorter than a record header",
-            rest.len()
-        ));
+        return Err(format!("{} bytes: shorter than a record header", rest.len()));
     }
     let word = |i: usize| u32::from_be_bytes(rest[i..i + 4].try_into().expect("4 bytes"));
     if word(0) != MAGIC {
@@ -232,14 +219,8 @@ fn decode_record_with(
 
 impl Changelog {
     /// Opens the changelog on `disk`, repairing a torn tail.
-    pub fn open(
-        disk: &mut dyn Disk,
-        config: Config,
-    ) -> Result<(Changelog, LoadReport), ChangelogError> {
-        assert!(
-            config.rotate_interval > 0,
-            "rotate_interval must be positive"
-        );
+    pub fn open(disk: &mut dyn Disk, config: Config) -> Result<(Changelog, LoadReport), ChangelogError> {
+        assert!(config.rotate_interval > 0, "rotate_interval must be positive");
         let names = disk.list().map_err(io_err("(directory)"))?;
         let mut firsts: Vec<(u64, String)> = names
             .into_iter()
@@ -248,9 +229,8 @@ impl Changelog {
         firsts.sort();
         let mut log = Changelog {
             config,
-            compressor: zstd::bulk::Compressor::new(config.zstd_level).map_err(|e| {
-                ChangelogError::Invalid(format!("zstd level {}: {e}", config.zstd_level))
-            })?,
+            compressor: zstd::bulk::Compressor::new(config.zstd_level)
+                .map_err(|e| ChangelogError::Invalid(format!("zstd level {}: {e}", config.zstd_level)))?,
             segments: Vec::new(),
             records: VecDeque::new(),
             positions: VecDeque::new(),
@@ -258,8 +238,7 @@ impl Changelog {
             next: 1,
         };
         let mut report = LoadReport::default();
-        let mut unzstd =
-            zstd::bulk::Decompressor::new().map_err(|e| ChangelogError::Invalid(e.to_string()))?;
+        let mut unzstd = zstd::bulk::Decompressor::new().map_err(|e| ChangelogError::Invalid(e.to_string()))?;
         let count = firsts.len();
         for (k, (first, name)) in firsts.into_iter().enumerate() {
             let last_segment = k + 1 == count;
@@ -276,17 +255,13 @@ impl Changelog {
             }
             let mut offset = 0usize;
             while offset < bytes.len() {
-                let parsed =
-                    decode_record_with(&mut unzstd, &bytes, offset).and_then(|(r, size)| {
-                        if r.index == log.next {
-                            Ok((r, size))
-                        } else {
-                            Err(format!(
-                                "record index {} where {} was expected",
-                                r.index, log.next
-                            ))
-                        }
-                    });
+                let parsed = decode_record_with(&mut unzstd, &bytes, offset).and_then(|(r, size)| {
+                    if r.index == log.next {
+                        Ok((r, size))
+                    } else {
+                        Err(format!("record index {} where {} was expected", r.index, log.next))
+                    }
+                });
                 match parsed {
                     Ok((r, size)) => {
                         log.positions.push_back((first, offset as u64));
@@ -359,11 +334,7 @@ impl Changelog {
     /// from `records[0].index` on (Raft replacing a conflicting suffix).
     /// Returns after every touched segment is synced: one sync per file
     /// per batch.
-    pub fn append(
-        &mut self,
-        disk: &mut dyn Disk,
-        records: &[LogRecord],
-    ) -> Result<(), ChangelogError> {
+    pub fn append(&mut self, disk: &mut dyn Disk, records: &[LogRecord]) -> Result<(), ChangelogError> {
         let Some(first) = records.first() else {
             return Ok(());
         };
@@ -376,9 +347,7 @@ impl Changelog {
             }
         }
         if records.iter().any(|r| r.data.len() > ENTRY_DATA_BYTES_MAX) {
-            return Err(ChangelogError::Invalid(
-                "entry larger than ENTRY_DATA_BYTES_MAX".into(),
-            ));
+            return Err(ChangelogError::Invalid("entry larger than ENTRY_DATA_BYTES_MAX".into()));
         }
         if self.records.is_empty() && self.segments.is_empty() {
             self.start = first.index;
@@ -404,8 +373,7 @@ impl Changelog {
             if rotate {
                 if let Some(seg) = self.segments.last() {
                     if !pending.is_empty() {
-                        disk.append(&seg.name, &pending)
-                            .map_err(io_err(&seg.name))?;
+                        disk.append(&seg.name, &pending).map_err(io_err(&seg.name))?;
                         pending.clear();
                     }
                 }
@@ -428,8 +396,7 @@ impl Changelog {
         }
         if let Some(seg) = self.segments.last() {
             if !pending.is_empty() {
-                disk.append(&seg.name, &pending)
-                    .map_err(io_err(&seg.name))?;
+                disk.append(&seg.name, &pending).map_err(io_err(&seg.name))?;
             }
         }
         for name in &touched {
@@ -458,12 +425,8 @@ impl Changelog {
                 break;
             }
         }
-        let seg = self
-            .segments
-            .last_mut()
-            .expect("the record's segment exists");
-        disk.truncate(&seg.name, offset)
-            .map_err(io_err(&seg.name))?;
+        let seg = self.segments.last_mut().expect("the record's segment exists");
+        disk.truncate(&seg.name, offset).map_err(io_err(&seg.name))?;
         disk.sync(&seg.name).map_err(io_err(&seg.name))?;
         seg.len = offset;
         let keep = (index - self.start) as usize;
@@ -476,11 +439,7 @@ impl Changelog {
     /// Drops whole segments below a snapshot at `snapshot_index`, keeping
     /// at least `reserved_log_items` records before it and never the
     /// segment being appended to.
-    pub fn compact(
-        &mut self,
-        disk: &mut dyn Disk,
-        snapshot_index: u64,
-    ) -> Result<usize, ChangelogError> {
+    pub fn compact(&mut self, disk: &mut dyn Disk, snapshot_index: u64) -> Result<usize, ChangelogError> {
         let keep_from = (snapshot_index + 1).saturating_sub(self.config.reserved_log_items);
         let mut removed = 0;
         while self.segments.len() > 1 {

@@ -111,27 +111,19 @@ impl<'a> Reader<'a> {
     }
 
     pub fn u32(&mut self) -> Result<u32, DecodeError> {
-        Ok(u32::from_be_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+        Ok(u32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
     pub fn i32(&mut self) -> Result<i32, DecodeError> {
-        Ok(i32::from_be_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+        Ok(i32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
     pub fn u64(&mut self) -> Result<u64, DecodeError> {
-        Ok(u64::from_be_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+        Ok(u64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
     pub fn i64(&mut self) -> Result<i64, DecodeError> {
-        Ok(i64::from_be_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+        Ok(i64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
     /// A length-prefixed byte string of at most `max` bytes.

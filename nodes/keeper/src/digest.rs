@@ -140,24 +140,8 @@ mod tests {
             node_digest("/a", b"x", &Stat { ctime: 9, ..stat }, 0),
             node_digest("/a", b"x", &Stat { mtime: 9, ..stat }, 0),
             node_digest("/a", b"x", &Stat { version: 9, ..stat }, 0),
-            node_digest(
-                "/a",
-                b"x",
-                &Stat {
-                    cversion: 9,
-                    ..stat
-                },
-                0,
-            ),
-            node_digest(
-                "/a",
-                b"x",
-                &Stat {
-                    aversion: 9,
-                    ..stat
-                },
-                0,
-            ),
+            node_digest("/a", b"x", &Stat { cversion: 9, ..stat }, 0),
+            node_digest("/a", b"x", &Stat { aversion: 9, ..stat }, 0),
             node_digest(
                 "/a",
                 b"x",
@@ -167,15 +151,7 @@ mod tests {
                 },
                 0,
             ),
-            node_digest(
-                "/a",
-                b"x",
-                &Stat {
-                    data_length: 9,
-                    ..stat
-                },
-                0,
-            ),
+            node_digest("/a", b"x", &Stat { data_length: 9, ..stat }, 0),
             node_digest(
                 "/a",
                 b"x",
@@ -191,26 +167,14 @@ mod tests {
             assert_ne!(*v, base, "variant {i} hashes like the base");
         }
         // path and data boundaries are length-prefixed
-        assert_ne!(
-            node_digest("/ab", b"c", &stat, 0),
-            node_digest("/a", b"bc", &stat, 0)
-        );
+        assert_ne!(node_digest("/ab", b"c", &stat, 0), node_digest("/a", b"bc", &stat, 0));
     }
 
     #[test]
     fn digests_of_other_versions_are_not_compared() {
-        let a = Digest {
-            version: 1,
-            value: 5,
-        };
-        assert!(a.mismatches(Digest {
-            version: 1,
-            value: 6
-        }));
-        assert!(!a.mismatches(Digest {
-            version: 2,
-            value: 6
-        }));
+        let a = Digest { version: 1, value: 5 };
+        assert!(a.mismatches(Digest { version: 1, value: 6 }));
+        assert!(!a.mismatches(Digest { version: 2, value: 6 }));
         assert!(!Digest::NONE.mismatches(Digest::NONE));
     }
 }

@@ -78,9 +78,7 @@ impl MemDisk {
             .position(|(o, n)| *o == op && n.as_deref().is_none_or(|n| n == name));
         if let Some(i) = hit {
             self.fail_next.remove(i);
-            return Err(io::Error::other(format!(
-                "injected {op:?} failure on {name}"
-            )));
+            return Err(io::Error::other(format!("injected {op:?} failure on {name}")));
         }
         Ok(())
     }

@@ -103,12 +103,7 @@ impl fmt::Display for DigestMismatch {
 }
 
 /// Compares a carried digest with the local one.
-pub fn check_digest(
-    log_index: u64,
-    phase: Phase,
-    entry: &Entry,
-    actual: Digest,
-) -> Result<(), DigestMismatch> {
+pub fn check_digest(log_index: u64, phase: Phase, entry: &Entry, actual: Digest) -> Result<(), DigestMismatch> {
     if entry.digest.mismatches(actual) {
         return Err(DigestMismatch {
             log_index,

@@ -98,9 +98,6 @@ mod tests {
                 assert_eq!(e.code(), code);
             }
         }
-        assert_eq!(
-            ZkError::from_code(-108),
-            Some(ZkError::NoChildrenForEphemerals)
-        );
+        assert_eq!(ZkError::from_code(-108), Some(ZkError::NoChildrenForEphemerals));
     }
 }

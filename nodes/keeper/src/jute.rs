@@ -26,11 +26,7 @@ pub struct JuteError {
 
 impl fmt::Display for JuteError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "malformed packet at byte {}: {}",
-            self.offset, self.reason
-        )
+        write!(f, "malformed packet at byte {}: {}", self.offset, self.reason)
     }
 }
 
@@ -73,15 +69,11 @@ impl<'a> In<'a> {
     }
 
     pub fn int(&mut self) -> Result<i32> {
-        Ok(i32::from_be_bytes(
-            self.take(4)?.try_into().expect("4 bytes"),
-        ))
+        Ok(i32::from_be_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
     pub fn long(&mut self) -> Result<i64> {
-        Ok(i64::from_be_bytes(
-            self.take(8)?.try_into().expect("8 bytes"),
-        ))
+        Ok(i64::from_be_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
 
     pub fn bool(&mut self) -> Result<bool> {

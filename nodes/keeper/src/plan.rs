@@ -112,14 +112,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         self.local_sessions.insert(id, after);
     }
 
-    fn node_value(
-        &self,
-        path: &str,
-        data: Arc<[u8]>,
-        stat: Stat,
-        acl: Arc<[Acl]>,
-        seq: i64,
-    ) -> Node {
+    fn node_value(&self, path: &str, data: Arc<[u8]>, stat: Stat, acl: Arc<[Acl]>, seq: i64) -> Node {
         make_node(path, data, stat, acl, seq, self.state.digest_on())
     }
 
@@ -133,9 +126,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
     }
 
     fn auth_ids(&self) -> Vec<acl::Id> {
-        self.session(self.session)
-            .map(|s| s.auth.clone())
-            .unwrap_or_default()
+        self.session(self.session).map(|s| s.auth.clone()).unwrap_or_default()
     }
 
     fn check_acl(&self, node: &Node, perm: u32) -> Planned<()> {
@@ -188,11 +179,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         match op {
             Op::Create(c) => self.create(c),
             Op::Delete { path, version } => self.delete(path, *version, true),
-            Op::SetData {
-                path,
-                data,
-                version,
-            } => self.set_data(path, data, *version),
+            Op::SetData { path, data, version } => self.set_data(path, data, *version),
             Op::Check { path, version } => {
                 valid(path)?;
                 let node = self.node(path).ok_or(ZkError::NoNode)?;
@@ -217,9 +204,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             return Err(ZkError::BadArguments);
         }
         let kind = match (c.mode.is_ttl(), c.mode) {
-            (true, _) if c.ttl_ms <= 0 || c.ttl_ms > TTL_MS_MAX => {
-                return Err(ZkError::BadArguments)
-            }
+            (true, _) if c.ttl_ms <= 0 || c.ttl_ms > TTL_MS_MAX => return Err(ZkError::BadArguments),
             (true, _) => Kind::Ttl { ttl_ms: c.ttl_ms },
             (false, _) if c.ttl_ms != 0 => return Err(ZkError::BadArguments),
             (false, crate::request::CreateMode::Container) => Kind::Container,
@@ -227,9 +212,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
                 if self.session == 0 {
                     return Err(ZkError::BadArguments);
                 }
-                Kind::Ephemeral {
-                    owner: self.session,
-                }
+                Kind::Ephemeral { owner: self.session }
             }
             (false, _) => Kind::Persistent,
         };
@@ -350,12 +333,9 @@ impl<'a, O: Overlay> Planner<'a, O> {
             match self.op(op) {
                 Ok(r) => results.push(r),
                 Err(e) => {
-                    let mut failed: Vec<OpResult> =
-                        (0..i).map(|_| OpResult::Error(ZkError::Ok)).collect();
+                    let mut failed: Vec<OpResult> = (0..i).map(|_| OpResult::Error(ZkError::Ok)).collect();
                     failed.push(OpResult::Error(e));
-                    failed.extend(
-                        (i + 1..ops.len()).map(|_| OpResult::Error(ZkError::RuntimeInconsistency)),
-                    );
+                    failed.extend((i + 1..ops.len()).map(|_| OpResult::Error(ZkError::RuntimeInconsistency)));
                     return Ok(Response::Multi {
                         error: e,
                         results: failed,
@@ -410,9 +390,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         paths.sort();
         paths.dedup();
         for p in paths {
-            let owned = self
-                .node(&p)
-                .is_some_and(|n| n.kind() == Kind::Ephemeral { owner: id });
+            let owned = self.node(&p).is_some_and(|n| n.kind() == Kind::Ephemeral { owner: id });
             if owned {
                 self.delete(&p, -1, false)?;
             }
@@ -427,10 +405,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         }
         let credentials = std::str::from_utf8(auth).map_err(|_| ZkError::AuthFailed)?;
         let id = acl::digest_id(credentials)?;
-        let mut session = self
-            .session(self.session)
-            .cloned()
-            .ok_or(ZkError::SessionExpired)?;
+        let mut session = self.session(self.session).cloned().ok_or(ZkError::SessionExpired)?;
         if !session.auth.contains(&id) {
             if session.auth.len() >= acl::ACL_ENTRIES_MAX {
                 return Err(ZkError::AuthFailed);

@@ -52,9 +52,7 @@ pub const XID_AUTH: i32 = -4;
 pub const XID_SET_WATCHES: i32 = -8;
 
 /// The four-letter words a server answers.
-pub const FOUR_LETTER_WORDS: [&[u8; 4]; 7] = [
-    b"ruok", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif",
-];
+pub const FOUR_LETTER_WORDS: [&[u8; 4]; 7] = [b"ruok", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRequest {
@@ -163,11 +161,7 @@ fn decode_create(r: &mut In<'_>, opcode: i32) -> Result<Create> {
     let acl = r.acl()?;
     let flags = r.int()?;
     let mode = create_mode(flags, r)?;
-    let ttl_ms = if opcode == opcode::CREATE_TTL {
-        r.long()?
-    } else {
-        0
-    };
+    let ttl_ms = if opcode == opcode::CREATE_TTL { r.long()? } else { 0 };
     Ok(Create {
         path,
         data,
@@ -318,10 +312,7 @@ impl Request {
             }
         };
         if r.remaining() != 0 {
-            return r.fail(format!(
-                "{} trailing bytes after opcode {op}",
-                r.remaining()
-            ));
+            return r.fail(format!("{} trailing bytes after opcode {op}", r.remaining()));
         }
         Ok(Request {
             xid,
@@ -339,13 +330,7 @@ pub fn encode_reply(xid: i32, zxid: i64, opcode: i32, resp: &Response) -> Vec<u8
 
 /// [`encode_reply`] with the opcodes of a multi's ops (a `create` op
 /// answers with its path only, `create2` and the others with a stat too).
-pub fn encode_reply_shaped(
-    xid: i32,
-    zxid: i64,
-    opcode: i32,
-    multi_opcodes: &[i32],
-    resp: &Response,
-) -> Vec<u8> {
+pub fn encode_reply_shaped(xid: i32, zxid: i64, opcode: i32, multi_opcodes: &[i32], resp: &Response) -> Vec<u8> {
     let mut o = Out::frame();
     o.int(xid);
     o.long(zxid);
@@ -364,9 +349,7 @@ pub fn encode_reply_shaped(
                 o.stat(stat);
             }
         }
-        Response::SetData { stat } | Response::SetAcl { stat } | Response::Exists { stat } => {
-            o.stat(stat)
-        }
+        Response::SetData { stat } | Response::SetAcl { stat } | Response::Exists { stat } => o.stat(stat),
         Response::GetData { data, stat } => {
             o.buffer(data);
             o.stat(stat);
@@ -530,10 +513,7 @@ mod tests {
         let ClientRequest::Write(Write::Op(Op::Create(c))) = r.body else {
             panic!()
         };
-        assert_eq!(
-            (c.path.as_str(), c.mode),
-            ("/a", CreateMode::EphemeralSequential)
-        );
+        assert_eq!((c.path.as_str(), c.mode), ("/a", CreateMode::EphemeralSequential));
     }
 
     #[test]
@@ -542,10 +522,7 @@ mod tests {
         o.int(9);
         o.int(16); // reconfig
         o.string("whatever");
-        assert_eq!(
-            Request::decode(&o.buf).unwrap().body,
-            ClientRequest::Unsupported
-        );
+        assert_eq!(Request::decode(&o.buf).unwrap().body, ClientRequest::Unsupported);
     }
 
     #[test]
@@ -566,17 +543,11 @@ mod tests {
     fn multi_reply_has_zookeepers_shape() {
         let resp = Response::Multi {
             error: ZkError::NoNode,
-            results: vec![
-                OpResult::Error(ZkError::Ok),
-                OpResult::Error(ZkError::NoNode),
-            ],
+            results: vec![OpResult::Error(ZkError::Ok), OpResult::Error(ZkError::NoNode)],
         };
         let f = encode_reply(3, 9, opcode::MULTI, &resp);
         let mut r = In::new(frame_payload(&f));
-        assert_eq!(
-            (r.int().unwrap(), r.long().unwrap(), r.int().unwrap()),
-            (3, 9, -101)
-        );
+        assert_eq!((r.int().unwrap(), r.long().unwrap(), r.int().unwrap()), (3, 9, -101));
         for code in [0, -101] {
             assert_eq!(
                 (r.int().unwrap(), r.bool().unwrap(), r.int().unwrap()),
@@ -584,10 +555,7 @@ mod tests {
             );
             assert_eq!(r.int().unwrap(), code);
         }
-        assert_eq!(
-            (r.int().unwrap(), r.bool().unwrap(), r.int().unwrap()),
-            (-1, true, -1)
-        );
+        assert_eq!((r.int().unwrap(), r.bool().unwrap(), r.int().unwrap()), (-1, true, -1));
         assert_eq!(r.remaining(), 0);
     }
 }

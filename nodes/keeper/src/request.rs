@@ -52,10 +52,7 @@ impl CreateMode {
     }
 
     pub fn is_ephemeral(self) -> bool {
-        matches!(
-            self,
-            CreateMode::Ephemeral | CreateMode::EphemeralSequential
-        )
+        matches!(self, CreateMode::Ephemeral | CreateMode::EphemeralSequential)
     }
 
     pub fn is_ttl(self) -> bool {
@@ -80,19 +77,9 @@ pub struct Create {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
     Create(Create),
-    Delete {
-        path: String,
-        version: i32,
-    },
-    SetData {
-        path: String,
-        data: Vec<u8>,
-        version: i32,
-    },
-    Check {
-        path: String,
-        version: i32,
-    },
+    Delete { path: String, version: i32 },
+    SetData { path: String, data: Vec<u8>, version: i32 },
+    Check { path: String, version: i32 },
 }
 
 /// A request that changes replicated state: it is logged.
@@ -260,11 +247,7 @@ fn encode_op(w: &mut Writer, op: &Op) {
             w.str(path);
             w.i32(*version);
         }
-        Op::SetData {
-            path,
-            data,
-            version,
-        } => {
+        Op::SetData { path, data, version } => {
             w.u8(TAG_SET_DATA);
             w.str(path);
             w.bytes(data);
@@ -355,9 +338,7 @@ impl Write {
     pub fn decode(r: &mut Reader<'_>) -> Result<Write, DecodeError> {
         let tag = r.u8()?;
         Ok(match tag {
-            TAG_CREATE | TAG_DELETE | TAG_SET_DATA | TAG_CHECK => {
-                Write::Op(decode_op_body(tag, r)?)
-            }
+            TAG_CREATE | TAG_DELETE | TAG_SET_DATA | TAG_CHECK => Write::Op(decode_op_body(tag, r)?),
             TAG_SET_ACL => Write::SetAcl {
                 path: r.str(PATH_BYTES_MAX)?.to_string(),
                 acl: decode_acl(r)?,
@@ -372,9 +353,7 @@ impl Write {
                 }
                 Write::Multi(ops)
             }
-            TAG_CREATE_SESSION => Write::CreateSession {
-                timeout_ms: r.i32()?,
-            },
+            TAG_CREATE_SESSION => Write::CreateSession { timeout_ms: r.i32()? },
             TAG_CLOSE_SESSION => Write::CloseSession,
             TAG_ADD_AUTH => Write::AddAuth {
                 scheme: r.str(ACL_ID_BYTES_MAX)?.to_string(),
@@ -397,11 +376,7 @@ impl Write {
             match o {
                 Op::Create(c) => format!("create {} {:?} ({} bytes)", c.path, c.mode, c.data.len()),
                 Op::Delete { path, version } => format!("delete {path} version {version}"),
-                Op::SetData {
-                    path,
-                    data,
-                    version,
-                } => {
+                Op::SetData { path, data, version } => {
                     format!("setData {path} version {version} ({} bytes)", data.len())
                 }
                 Op::Check { path, version } => format!("check {path} version {version}"),
@@ -410,10 +385,7 @@ impl Write {
         match self {
             Write::Op(o) => op(o),
             Write::SetAcl { path, version, .. } => format!("setACL {path} version {version}"),
-            Write::Multi(ops) => format!(
-                "multi [{}]",
-                ops.iter().map(op).collect::<Vec<_>>().join(", ")
-            ),
+            Write::Multi(ops) => format!("multi [{}]", ops.iter().map(op).collect::<Vec<_>>().join(", ")),
             Write::CreateSession { timeout_ms } => format!("createSession timeout {timeout_ms} ms"),
             Write::CloseSession => "closeSession".into(),
             Write::AddAuth { scheme, .. } => format!("addAuth {scheme}"),

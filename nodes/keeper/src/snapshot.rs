@@ -229,10 +229,7 @@ struct Frames {
 
 impl Frames {
     fn file_offset(&self, inner: usize) -> u64 {
-        let i = self
-            .starts
-            .partition_point(|&(s, _)| s <= inner)
-            .saturating_sub(1);
+        let i = self.starts.partition_point(|&(s, _)| s <= inner).saturating_sub(1);
         self.starts.get(i).map_or(inner, |&(_, f)| f) as u64
     }
 
@@ -262,12 +259,8 @@ fn decompress(file: &str, bytes: &[u8]) -> Result<(Vec<u8>, Frames), SnapshotErr
             offset: pos as u64,
             reason,
         };
-        let size = zstd::zstd_safe::find_frame_compressed_size(&bytes[pos..]).map_err(|e| {
-            corrupt(format!(
-                "bad zstd frame: {}",
-                zstd::zstd_safe::get_error_name(e)
-            ))
-        })?;
+        let size = zstd::zstd_safe::find_frame_compressed_size(&bytes[pos..])
+            .map_err(|e| corrupt(format!("bad zstd frame: {}", zstd::zstd_safe::get_error_name(e))))?;
         let frame = zstd::bulk::decompress(&bytes[pos..pos + size], FRAME_INPUT_BYTES)
             .map_err(|e| corrupt(format!("zstd frame does not decompress: {e}")))?;
         starts.push((out.len(), pos));
@@ -293,11 +286,7 @@ fn unframe(file: &str, inner: &[u8], frames: &Frames) -> Result<Vec<u8>, Snapsho
     if inner.len() < PROLOGUE_BYTES || &inner[..MAGIC.len()] != MAGIC {
         return Err(corrupt(0, "not a drift snapshot (bad magic)"));
     }
-    let prologue_crc = u32::from_be_bytes(
-        inner[PROLOGUE_BYTES - 4..PROLOGUE_BYTES]
-            .try_into()
-            .expect("4 bytes"),
-    );
+    let prologue_crc = u32::from_be_bytes(inner[PROLOGUE_BYTES - 4..PROLOGUE_BYTES].try_into().expect("4 bytes"));
     if crc32fast::hash(&inner[..PROLOGUE_BYTES - 4]) != prologue_crc {
         return Err(corrupt(0, "prologue checksum mismatch"));
     }
@@ -315,18 +304,12 @@ fn unframe(file: &str, inner: &[u8], frames: &Frames) -> Result<Vec<u8>, Snapsho
     let mut pos = PROLOGUE_BYTES;
     loop {
         if inner.len() - pos < 8 {
-            return Err(corrupt(
-                pos,
-                "stream ends inside a block header (no end block)",
-            ));
+            return Err(corrupt(pos, "stream ends inside a block header (no end block)"));
         }
         let len = u32::from_be_bytes(inner[pos..pos + 4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_be_bytes(inner[pos + 4..pos + 8].try_into().expect("4 bytes"));
         if len > BLOCK_BYTES || inner.len() - pos - 8 < len {
-            return Err(corrupt(
-                pos,
-                &format!("block length {len} is impossible here"),
-            ));
+            return Err(corrupt(pos, &format!("block length {len} is impossible here")));
         }
         let chunk = &inner[pos + 8..pos + 8 + len];
         if crc32fast::hash(chunk) != crc {
@@ -346,11 +329,7 @@ fn unframe(file: &str, inner: &[u8], frames: &Frames) -> Result<Vec<u8>, Snapsho
 
 /// Decodes a snapshot file. `digest_on` says whether the loading replica
 /// keeps digests (node digests are recomputed either way to verify).
-pub fn decode(
-    file: &str,
-    bytes: &[u8],
-    digest_on: bool,
-) -> Result<(State, SnapshotMeta), SnapshotError> {
+pub fn decode(file: &str, bytes: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta), SnapshotError> {
     let (inner, frames) = decompress(file, bytes)?;
     let body = unframe(file, &inner, &frames)?;
     let (state, meta, computed) = decode_body(&body, digest_on).map_err(|e| {
@@ -461,10 +440,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
     for (p, n) in &nodes {
         let have = children.get(p).copied().unwrap_or(0);
         if n.stat.num_children != have {
-            return r.error(format!(
-                "{p}: num_children {} but {have} children",
-                n.stat.num_children
-            ));
+            return r.error(format!("{p}: num_children {} but {have} children", n.stat.num_children));
         }
         if let Kind::Ephemeral { owner } = n.kind() {
             if !sessions.contains_key(&owner) {
@@ -478,11 +454,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
         zxid,
         digest: Digest {
             version: digest_version,
-            value: if digest_version == NO_DIGEST {
-                0
-            } else {
-                digest_value
-            },
+            value: if digest_version == NO_DIGEST { 0 } else { digest_value },
         },
     };
     let state = State::from_parts(nodes, sessions, next_session_id, zxid, digest_on);
@@ -556,12 +528,7 @@ impl Snapshots {
     }
 
     /// Writes a snapshot of `state` durably, then prunes old ones.
-    pub fn write(
-        &self,
-        disk: &mut dyn Disk,
-        state: &State,
-        meta: &SnapshotMeta,
-    ) -> Result<String, SnapshotError> {
+    pub fn write(&self, disk: &mut dyn Disk, state: &State, meta: &SnapshotMeta) -> Result<String, SnapshotError> {
         let name = file_name(meta.last_index, meta.last_term);
         let marker = format!("{TMP_PREFIX}{name}");
         disk.write(&marker, b"").map_err(io_err(&marker))?;
@@ -578,12 +545,7 @@ impl Snapshots {
         Ok(name)
     }
 
-    pub fn load(
-        &self,
-        disk: &dyn Disk,
-        name: &str,
-        digest_on: bool,
-    ) -> Result<(State, SnapshotMeta), SnapshotError> {
+    pub fn load(&self, disk: &dyn Disk, name: &str, digest_on: bool) -> Result<(State, SnapshotMeta), SnapshotError> {
         let bytes = disk.read(name).map_err(io_err(name))?;
         decode(name, &bytes, digest_on)
     }

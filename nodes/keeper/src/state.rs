@@ -180,9 +180,9 @@ impl State {
 
     /// The digest recomputed from every node's fields.
     pub fn recompute_digest(&self) -> u64 {
-        self.nodes.iter().fold(0u64, |sum, (p, n)| {
-            sum.wrapping_add(digest::recompute(p, n))
-        })
+        self.nodes
+            .iter()
+            .fold(0u64, |sum, (p, n)| sum.wrapping_add(digest::recompute(p, n)))
     }
 
     /// Names of `path`'s children, sorted. Walks the path-ordered map,
@@ -220,16 +220,8 @@ impl State {
     /// exactly this state (its `before` values are current).
     pub fn apply(&mut self, delta: &Delta) {
         match delta {
-            Delta::Node {
-                path,
-                before,
-                after,
-            } => {
-                debug_assert_eq!(
-                    self.nodes.get(path),
-                    before.as_ref(),
-                    "stale delta for {path}"
-                );
+            Delta::Node { path, before, after } => {
+                debug_assert_eq!(self.nodes.get(path), before.as_ref(), "stale delta for {path}");
                 if let Some(owner) = before.as_ref().and_then(ephemeral_owner) {
                     if let Some(set) = self.ephemerals.get_mut(&owner) {
                         set.remove(path);
@@ -241,10 +233,7 @@ impl State {
                 match after {
                     Some(n) => {
                         if let Some(owner) = ephemeral_owner(n) {
-                            self.ephemerals
-                                .entry(owner)
-                                .or_default()
-                                .insert(path.clone());
+                            self.ephemerals.entry(owner).or_default().insert(path.clone());
                         }
                         self.nodes.insert(path.clone(), n.clone());
                     }
@@ -272,11 +261,7 @@ impl State {
         let mut children: BTreeMap<&str, i32> = BTreeMap::new();
         let mut ephemerals: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
         for (p, n) in &self.nodes {
-            assert_eq!(
-                n.stat.data_length as usize,
-                n.data.len(),
-                "{p}: data_length"
-            );
+            assert_eq!(n.stat.data_length as usize, n.data.len(), "{p}: data_length");
             if p != "/" {
                 let parent = path::parent(p);
                 assert!(self.nodes.contains_key(parent), "{p}: parent missing");
@@ -305,14 +290,7 @@ fn ephemeral_owner(n: &Node) -> Option<i64> {
 }
 
 /// Builds a node value with its hashes (0 when digests are off).
-pub fn make_node(
-    path: &str,
-    data: Arc<[u8]>,
-    stat: Stat,
-    acl: Arc<[Acl]>,
-    seq: i64,
-    digest_on: bool,
-) -> Node {
+pub fn make_node(path: &str, data: Arc<[u8]>, stat: Stat, acl: Arc<[Acl]>, seq: i64, digest_on: bool) -> Node {
     debug_assert_eq!(stat.data_length as usize, data.len());
     let (content, digest) = if digest_on {
         let content = digest::content_hash(path, &data);
@@ -339,27 +317,13 @@ mod tests {
         let mut pn = s.get(&parent).unwrap().clone();
         let before = pn.clone();
         pn.stat.num_children += 1;
-        let pn = make_node(
-            &parent,
-            pn.data.clone(),
-            pn.stat,
-            pn.acl.clone(),
-            pn.seq,
-            true,
-        );
+        let pn = make_node(&parent, pn.data.clone(), pn.stat, pn.acl.clone(), pn.seq, true);
         s.apply(&Delta::Node {
             path: parent,
             before: Some(before),
             after: Some(pn),
         });
-        let n = make_node(
-            p,
-            Arc::from(&b""[..]),
-            Stat::default(),
-            Acl::open().into(),
-            0,
-            true,
-        );
+        let n = make_node(p, Arc::from(&b""[..]), Stat::default(), Acl::open().into(), 0, true);
         s.apply(&Delta::Node {
             path: p.to_string(),
             before: None,
@@ -370,9 +334,7 @@ mod tests {
     #[test]
     fn children_lists_direct_children_only_in_order() {
         let mut s = State::new(true);
-        for p in [
-            "/a", "/a/b", "/a/b/c", "/a-b", "/a/b-c", "/a/b/c/d", "/a/z", "/b",
-        ] {
+        for p in ["/a", "/a/b", "/a/b/c", "/a-b", "/a/b-c", "/a/b/c/d", "/a/z", "/b"] {
             add(&mut s, p);
         }
         s.check_invariants();

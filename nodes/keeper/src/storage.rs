@@ -99,29 +99,21 @@ impl Overlay {
     fn release(&mut self, d: &Delta) {
         match d {
             Delta::Node { path, .. } => {
-                let e = self
-                    .nodes
-                    .get_mut(path)
-                    .expect("overlay holds every pending path");
+                let e = self.nodes.get_mut(path).expect("overlay holds every pending path");
                 e.1 -= 1;
                 if e.1 == 0 {
                     self.nodes.remove(path);
                 }
             }
             Delta::Session { id, .. } => {
-                let e = self
-                    .sessions
-                    .get_mut(id)
-                    .expect("overlay holds every pending session");
+                let e = self.sessions.get_mut(id).expect("overlay holds every pending session");
                 e.1 -= 1;
                 if e.1 == 0 {
                     self.sessions.remove(id);
                 }
             }
             Delta::NextSessionId { .. } => {
-                let (v, r) = self
-                    .next_session_id
-                    .expect("overlay holds the pending counter");
+                let (v, r) = self.next_session_id.expect("overlay holds the pending counter");
                 self.next_session_id = if r == 1 { None } else { Some((v, r - 1)) };
             }
         }
@@ -219,8 +211,7 @@ impl Storage {
             "zxid {zxid} not after {}",
             self.last_preprocessed
         );
-        let (deltas, response) =
-            Planner::new(&self.state, &self.overlay, session, zxid, time_ms).plan(req);
+        let (deltas, response) = Planner::new(&self.state, &self.overlay, session, zxid, time_ms).plan(req);
         for d in &deltas {
             self.overlay.push(d);
         }
@@ -236,10 +227,7 @@ impl Storage {
 
     /// Commits the oldest preprocessed entry, which must be `zxid`.
     pub fn commit(&mut self, zxid: i64) -> Committed {
-        let p = self
-            .pending
-            .pop_front()
-            .expect("commit without a preprocessed entry");
+        let p = self.pending.pop_front().expect("commit without a preprocessed entry");
         assert_eq!(p.zxid, zxid, "commit out of order");
         assert!(zxid > self.state.last_zxid, "commit of an old zxid");
         let mut events = Vec::new();
@@ -287,16 +275,9 @@ impl Storage {
 
     /// Serves a read from the committed tree for `session`.
     pub fn read(&self, session: i64, req: &Read) -> Response {
-        let ids = self
-            .state
-            .session(session)
-            .map(|s| s.auth.clone())
-            .unwrap_or_default();
+        let ids = self.state.session(session).map(|s| s.auth.clone()).unwrap_or_default();
         let path = match req {
-            Read::GetData { path }
-            | Read::Exists { path }
-            | Read::GetChildren { path }
-            | Read::GetAcl { path } => path,
+            Read::GetData { path } | Read::Exists { path } | Read::GetChildren { path } | Read::GetAcl { path } => path,
         };
         if crate::path::validate(path).is_err() {
             return Response::Error(ZkError::BadArguments);

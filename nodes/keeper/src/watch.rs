@@ -34,12 +34,7 @@ pub struct WatchEvent {
 
 /// Appends the events a committed delta fires.
 pub fn events_of(d: &Delta, out: &mut Vec<WatchEvent>) {
-    let Delta::Node {
-        path,
-        before,
-        after,
-    } = d
-    else {
+    let Delta::Node { path, before, after } = d else {
         return;
     };
     let mut push = |kind, path: &str| {
@@ -117,11 +112,7 @@ impl WatchManager {
             };
             let mut sessions = BTreeSet::new();
             for m in maps {
-                let map = if *m == "data" {
-                    &mut self.data
-                } else {
-                    &mut self.child
-                };
+                let map = if *m == "data" { &mut self.data } else { &mut self.child };
                 if let Some(set) = map.remove(&e.path) {
                     for s in &set {
                         if let Some(c) = self.per_session.get_mut(s) {
@@ -148,10 +139,6 @@ impl WatchManager {
     }
 
     pub fn count(&self) -> usize {
-        self.data
-            .values()
-            .chain(self.child.values())
-            .map(BTreeSet::len)
-            .sum()
+        self.data.values().chain(self.child.values()).map(BTreeSet::len).sum()
     }
 }

@@ -105,10 +105,7 @@ fn interrupted_append_loses_only_the_unacknowledged_entry() {
             log.append(&mut disk, &[rec(i, 1)]).unwrap();
         }
         disk.fail_next(DiskOp::Sync);
-        assert!(
-            log.append(&mut disk, &[rec(5, 1)]).is_err(),
-            "not acknowledged"
-        );
+        assert!(log.append(&mut disk, &[rec(5, 1)]).is_err(), "not acknowledged");
         disk.crash_keeping(|_, _| keep);
         let (log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
         let last = log.last_index().unwrap();
@@ -133,21 +130,13 @@ fn flipped_byte_anywhere_is_detected_with_file_and_offset() {
             let mut d = disk.clone();
             d.flip(&name, offset, 0x40);
             match Changelog::open(&mut d, config(3)) {
-                Err(ChangelogError::Corrupt {
-                    file, offset: at, ..
-                }) => {
+                Err(ChangelogError::Corrupt { file, offset: at, .. }) => {
                     assert_eq!(file, name);
-                    assert!(
-                        at as usize <= offset,
-                        "reported {at} after the flip at {offset}"
-                    );
+                    assert!(at as usize <= offset, "reported {at} after the flip at {offset}");
                 }
                 Ok((loaded, report)) => {
                     // only a damaged last record of the last segment may be cut off, and it is reported
-                    assert!(
-                        is_last,
-                        "{name}@{offset}: loaded a corrupt non-final segment"
-                    );
+                    assert!(is_last, "{name}@{offset}: loaded a corrupt non-final segment");
                     let t = report
                         .torn_tail
                         .unwrap_or_else(|| panic!("{name}@{offset}: loaded silently"));
@@ -284,9 +273,7 @@ fn flipped_snapshot_byte_is_never_loaded_silently() {
                     state == *s.state() && m == meta,
                     "compress {compress}: flip at {offset} loaded a different state"
                 ),
-                Err(SnapshotError::Corrupt {
-                    file, offset: at, ..
-                }) => {
+                Err(SnapshotError::Corrupt { file, offset: at, .. }) => {
                     assert_eq!(file, "snap");
                     assert!(at as usize <= offset, "flip at {offset} reported at {at}");
                 }
@@ -309,10 +296,7 @@ fn newer_snapshot_format_is_refused_with_a_clear_error() {
     let crc = crc32fast::hash(&bytes[..9]).to_be_bytes();
     bytes[9..13].copy_from_slice(&crc);
     let e = snapshot::decode("snapshot_x.bin", &bytes, true).unwrap_err();
-    assert!(matches!(
-        e,
-        SnapshotError::UnsupportedVersion { version: 2, .. }
-    ));
+    assert!(matches!(e, SnapshotError::UnsupportedVersion { version: 2, .. }));
     assert!(e.to_string().contains("newer than this build reads"), "{e}");
 }
 
@@ -341,9 +325,7 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
     // durable, the file is not, and start-up removes what is left
     let mut broken = disk.clone();
     broken.fail_next_on(DiskOp::Sync, &snapshot::file_name(6, 3));
-    assert!(snaps
-        .write(&mut broken, s.state(), &meta_of(&s, 6))
-        .is_err());
+    assert!(snaps.write(&mut broken, s.state(), &meta_of(&s, 6)).is_err());
     broken.crash();
     assert!(broken
         .list()
@@ -353,15 +335,7 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
         snaps.clean_incomplete(&mut broken).unwrap(),
         [format!("tmp_{}", snapshot::file_name(6, 3))]
     );
-    assert_eq!(
-        snaps
-            .load_latest(&broken, true)
-            .unwrap()
-            .unwrap()
-            .1
-            .last_index,
-        5
-    );
+    assert_eq!(snaps.load_latest(&broken, true).unwrap().unwrap().1.last_index, 5);
     // a crash after the file but before the marker's removal
     let mut d = disk.clone();
     d.write("tmp_snapshot_x.bin", b"").unwrap();
@@ -375,12 +349,7 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
     for i in 6..=8 {
         snaps.write(&mut disk, s.state(), &meta_of(&s, i)).unwrap();
     }
-    let kept: Vec<u64> = snaps
-        .list(&disk)
-        .unwrap()
-        .into_iter()
-        .map(|(i, _, _)| i)
-        .collect();
+    let kept: Vec<u64> = snaps.list(&disk).unwrap().into_iter().map(|(i, _, _)| i).collect();
     assert_eq!(kept, [7, 8]);
     assert!(disk.list().unwrap().iter().all(|n| !n.starts_with("tmp_")));
 }

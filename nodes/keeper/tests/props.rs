@@ -35,16 +35,8 @@ fn op() -> impl Strategy<Value = Op> {
             })
         }),
         (path(), version.clone()).prop_map(|(path, version)| Op::Delete { path, version }),
-        (
-            path(),
-            prop::collection::vec(any::<u8>(), 0..8),
-            version.clone()
-        )
-            .prop_map(|(path, data, version)| Op::SetData {
-                path,
-                data,
-                version
-            }),
+        (path(), prop::collection::vec(any::<u8>(), 0..8), version.clone())
+            .prop_map(|(path, data, version)| Op::SetData { path, data, version }),
         (path(), version).prop_map(|(path, version)| Op::Check { path, version }),
     ]
 }

@@ -3,9 +3,7 @@
 use drift_keeper::acl::{digest_id, Acl, Id, PERM_ALL, PERM_READ};
 use drift_keeper::node::Kind;
 use drift_keeper::watch::{EventType, WatchKind, WatchManager};
-use drift_keeper::{
-    Create, CreateMode, DigestMode, Op, OpResult, Read, Response, Storage, Write, ZkError,
-};
+use drift_keeper::{Create, CreateMode, DigestMode, Op, OpResult, Read, Response, Storage, Write, ZkError};
 
 /// A keeper whose every write is preprocessed and committed at once, with
 /// zxid and time advancing by one per entry.
@@ -57,10 +55,7 @@ impl K {
     }
 
     fn exists(&self, path: &str) -> bool {
-        matches!(
-            self.read(Read::Exists { path: path.into() }),
-            Response::Exists { .. }
-        )
+        matches!(self.read(Read::Exists { path: path.into() }), Response::Exists { .. })
     }
 
     fn children(&self, path: &str) -> Vec<String> {
@@ -93,10 +88,7 @@ fn create_returns_path_and_stat_and_updates_the_parent() {
     };
     assert_eq!(path, "/a");
     assert_eq!((stat.czxid, stat.mzxid, stat.pzxid), (1, 1, 1));
-    assert_eq!(
-        (stat.version, stat.data_length, stat.ephemeral_owner),
-        (0, 1, 0)
-    );
+    assert_eq!((stat.version, stat.data_length, stat.ephemeral_owner), (0, 1, 0));
     let Response::Exists { stat: root } = k.read(Read::Exists { path: "/".into() }) else {
         panic!()
     };
@@ -161,32 +153,25 @@ fn sequential_names_carry_the_parents_ten_digit_counter() {
     k.create("/q");
     let mut names = vec![];
     for _ in 0..3 {
-        let Response::Create { path, .. } =
-            k.create_as(0, "/q/n-", CreateMode::PersistentSequential)
-        else {
+        let Response::Create { path, .. } = k.create_as(0, "/q/n-", CreateMode::PersistentSequential) else {
             panic!()
         };
         names.push(path);
     }
-    assert_eq!(
-        names,
-        ["/q/n-0000000000", "/q/n-0000000001", "/q/n-0000000002"]
-    );
+    assert_eq!(names, ["/q/n-0000000000", "/q/n-0000000001", "/q/n-0000000002"]);
     // the counter counts every child created, and never goes back
     k.create("/q/plain");
     k.write(Write::Op(Op::Delete {
         path: "/q/n-0000000002".into(),
         version: -1,
     }));
-    let Response::Create { path, .. } = k.create_as(0, "/q/n-", CreateMode::PersistentSequential)
-    else {
+    let Response::Create { path, .. } = k.create_as(0, "/q/n-", CreateMode::PersistentSequential) else {
         panic!()
     };
     assert_eq!(path, "/q/n-0000000004");
     // other parents count on their own
     k.create("/r");
-    let Response::Create { path, .. } = k.create_as(0, "/r/", CreateMode::PersistentSequential)
-    else {
+    let Response::Create { path, .. } = k.create_as(0, "/r/", CreateMode::PersistentSequential) else {
         panic!()
     };
     assert_eq!(path, "/r/0000000000");
@@ -336,9 +321,7 @@ fn ephemeral_deleted_after_session_expiry() {
     k.create_as(s, "/app/e1", CreateMode::Ephemeral);
     k.create_as(s, "/app/e-", CreateMode::EphemeralSequential);
     k.create_as(other, "/app/keep", CreateMode::Ephemeral);
-    let Response::Exists { stat } = k.read(Read::Exists {
-        path: "/app/e1".into(),
-    }) else {
+    let Response::Exists { stat } = k.read(Read::Exists { path: "/app/e1".into() }) else {
         panic!()
     };
     assert_eq!(stat.ephemeral_owner, s);
@@ -399,10 +382,7 @@ fn acls_are_enforced_and_digest_auth_grants_access() {
         mode: CreateMode::Persistent,
         ttl_ms: 0,
     });
-    assert!(matches!(
-        k.write_as(s, Write::Op(private)),
-        Response::Create { .. }
-    ));
+    assert!(matches!(k.write_as(s, Write::Op(private)), Response::Create { .. }));
     let Response::GetAcl { acl, .. } = k.s.read(s, &Read::GetAcl { path: "/p".into() }) else {
         panic!()
     };
@@ -429,10 +409,7 @@ fn acls_are_enforced_and_digest_auth_grants_access() {
         version: -1,
     });
     assert_eq!(err(k.write_as(eve, set.clone())), ZkError::NoAuth);
-    assert_eq!(
-        err(k.create_as(eve, "/p/c", CreateMode::Persistent)),
-        ZkError::NoAuth
-    );
+    assert_eq!(err(k.create_as(eve, "/p/c", CreateMode::Persistent)), ZkError::NoAuth);
     assert!(matches!(k.write_as(s, set), Response::SetData { .. }));
     // bad credentials and bad ACLs
     assert_eq!(
@@ -530,10 +507,7 @@ fn ttl_node_is_reaped_once_unmodified_for_its_ttl() {
     let Response::Create { stat, .. } = k.write(Write::Op(op)) else {
         panic!()
     };
-    assert_eq!(
-        Kind::from_owner_field(stat.ephemeral_owner),
-        Kind::Ttl { ttl_ms: 5 }
-    );
+    assert_eq!(Kind::from_owner_field(stat.ephemeral_owner), Kind::Ttl { ttl_ms: 5 });
     // time advances 1 ms per entry: due once more than 5 ms have passed
     for _ in 0..5 {
         assert_eq!(
@@ -575,13 +549,7 @@ fn reads_return_data_stat_and_sorted_children() {
     };
     assert_eq!((data.as_slice(), stat.num_children), (&b"d"[..], 2));
     assert_eq!(k.children("/a"), ["b", "z"]);
-    assert_eq!(
-        k.read(Read::GetData {
-            path: "/nope".into()
-        })
-        .error(),
-        ZkError::NoNode
-    );
+    assert_eq!(k.read(Read::GetData { path: "/nope".into() }).error(), ZkError::NoNode);
 }
 
 #[test]
@@ -612,19 +580,11 @@ fn watches_fire_once_with_zookeepers_event_types() {
     );
     assert!(fire(&mut k, &mut w, set).is_empty(), "watches are one-shot");
     assert_eq!(
-        fire(
-            &mut k,
-            &mut w,
-            Write::Op(create("/a/c", CreateMode::Persistent))
-        ),
+        fire(&mut k, &mut w, Write::Op(create("/a/c", CreateMode::Persistent))),
         [(7, EventType::NodeChildrenChanged, "/a".to_string())]
     );
     assert_eq!(
-        fire(
-            &mut k,
-            &mut w,
-            Write::Op(create("/new", CreateMode::Persistent))
-        ),
+        fire(&mut k, &mut w, Write::Op(create("/new", CreateMode::Persistent))),
         [(8, EventType::NodeCreated, "/new".to_string())]
     );
     w.register(9, "/a/c", WatchKind::Data);
@@ -731,17 +691,11 @@ fn a_follower_that_applies_an_entry_differently_fails_the_digest_check_at_that_i
             assert!(pre.is_ok() && post.is_ok());
         } else {
             let m = pre.unwrap_err();
-            assert_eq!(
-                (m.log_index, m.phase, m.version),
-                (101, Phase::Preprocess, 1)
-            );
+            assert_eq!((m.log_index, m.phase, m.version), (101, Phase::Preprocess, 1));
             assert_eq!(m.expected, entry.digest);
             assert_eq!(m.actual, after_pre);
             assert_eq!(m.request, "setData /a version -1 (6 bytes)");
-            assert!(
-                m.to_string().contains("log index 101 after preprocess"),
-                "{m}"
-            );
+            assert!(m.to_string().contains("log index 101 after preprocess"), "{m}");
             assert!(post.is_err());
         }
     }

@@ -116,8 +116,7 @@ impl ClusterConfig {
         if ids.len() != self.peers.len() || ids.contains(&0) {
             return Err("peer ids must be distinct and non-zero".into());
         }
-        let addrs: BTreeSet<SocketAddr> =
-            self.peers.iter().flat_map(|p| [p.raft, p.client]).collect();
+        let addrs: BTreeSet<SocketAddr> = self.peers.iter().flat_map(|p| [p.raft, p.client]).collect();
         if addrs.len() != 2 * self.peers.len() {
             return Err("every raft and client address must be distinct".into());
         }
@@ -131,14 +130,9 @@ impl ClusterConfig {
             return Err("snapshot_distance and rotate_interval must be positive".into());
         }
         if drift_keeper::DigestMode::parse(&self.digest).is_none() {
-            return Err(format!(
-                "digest = {:?}: expected off, incremental or full",
-                self.digest
-            ));
+            return Err(format!("digest = {:?}: expected off, incremental or full", self.digest));
         }
-        if self.session_timeout_min_ms == 0
-            || self.session_timeout_min_ms > self.session_timeout_max_ms
-        {
+        if self.session_timeout_min_ms == 0 || self.session_timeout_min_ms > self.session_timeout_max_ms {
             return Err("session timeouts: need 0 < min <= max".into());
         }
         Ok(())
@@ -185,10 +179,7 @@ client = "127.0.0.12:2181"
     #[test]
     fn parses_with_defaults() {
         let c = ClusterConfig::parse(GOOD).unwrap();
-        assert_eq!(
-            (c.tick_ms, c.peers.len(), c.digest.as_str()),
-            (50, 2, "incremental")
-        );
+        assert_eq!((c.tick_ms, c.peers.len(), c.digest.as_str()), (50, 2, "incremental"));
         assert_eq!(c.connect_string(), "127.0.0.11:2181,127.0.0.12:2181");
     }
 
@@ -200,11 +191,9 @@ client = "127.0.0.12:2181"
         assert!(ClusterConfig::parse(&GOOD.replace("id = 2", "id = 1"))
             .unwrap_err()
             .contains("distinct"));
-        assert!(
-            ClusterConfig::parse(&format!("digest = \"sometimes\"\n{GOOD}"))
-                .unwrap_err()
-                .contains("digest")
-        );
+        assert!(ClusterConfig::parse(&format!("digest = \"sometimes\"\n{GOOD}"))
+            .unwrap_err()
+            .contains("digest"));
         assert!(ClusterConfig::parse("data_dir = 3").is_err());
     }
 }

@@ -19,9 +19,7 @@ impl FsDisk {
     /// Opens (creating if needed) a data directory.
     pub fn open(dir: &Path) -> io::Result<FsDisk> {
         fs::create_dir_all(dir)?;
-        Ok(FsDisk {
-            dir: dir.to_path_buf(),
-        })
+        Ok(FsDisk { dir: dir.to_path_buf() })
     }
 
     pub fn dir(&self) -> &Path {
@@ -29,12 +27,7 @@ impl FsDisk {
     }
 
     fn path(&self, name: &str) -> io::Result<PathBuf> {
-        if name.is_empty()
-            || name.contains('/')
-            || name.contains('\\')
-            || name == "."
-            || name == ".."
-        {
+        if name.is_empty() || name.contains('/') || name.contains('\\') || name == "." || name == ".." {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("bad file name {name:?}"),
@@ -96,17 +89,11 @@ impl Disk for FsDisk {
     }
 
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
-        OpenOptions::new()
-            .write(true)
-            .open(self.path(name)?)?
-            .set_len(len)
+        OpenOptions::new().write(true).open(self.path(name)?)?.set_len(len)
     }
 
     fn sync(&mut self, name: &str) -> io::Result<()> {
-        OpenOptions::new()
-            .write(true)
-            .open(self.path(name)?)?
-            .sync_data()
+        OpenOptions::new().write(true).open(self.path(name)?)?.sync_data()
     }
 
     fn remove(&mut self, name: &str) -> io::Result<()> {

@@ -27,8 +27,7 @@ use drift_keeper::changelog;
 use drift_keeper::entry::{check_digest, DigestMismatch, Entry as KEntry, Phase};
 use drift_keeper::jute;
 use drift_keeper::proto::{
-    self, opcode, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_AUTH, XID_PING,
-    XID_SET_WATCHES,
+    self, opcode, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_AUTH, XID_PING, XID_SET_WATCHES,
 };
 use drift_keeper::session::SessionTracker;
 use drift_keeper::snapshot::{self, SnapshotMeta, Snapshots};
@@ -103,15 +102,9 @@ struct Conn {
 }
 
 enum PendingKind {
-    Write {
-        xid: i32,
-        opcode: i32,
-        multi: Vec<i32>,
-    },
+    Write { xid: i32, opcode: i32, multi: Vec<i32> },
     Connect,
-    Close {
-        xid: i32,
-    },
+    Close { xid: i32 },
 }
 
 struct Pending {
@@ -206,17 +199,13 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     let dir = cfg.node_dir(opts.id);
     let mut disk = FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let snaps = Snapshots::new(snapshot::Config::default());
-    snaps
-        .clean_incomplete(&mut disk)
-        .map_err(|e| e.to_string())?;
+    snaps.clean_incomplete(&mut disk).map_err(|e| e.to_string())?;
     let mode = cfg.digest_mode();
     let digest_on = mode != drift_keeper::DigestMode::Off;
     let (ks, snap) = match snaps.list(&disk).map_err(|e| e.to_string())?.pop() {
         Some((index, term, name)) => {
-            let bytes =
-                drift_keeper::disk::Disk::read(&disk, &name).map_err(|e| format!("{name}: {e}"))?;
-            let (state, _meta) =
-                snapshot::decode(&name, &bytes, digest_on).map_err(|e| e.to_string())?;
+            let bytes = drift_keeper::disk::Disk::read(&disk, &name).map_err(|e| format!("{name}: {e}"))?;
+            let (state, _meta) = snapshot::decode(&name, &bytes, digest_on).map_err(|e| e.to_string())?;
             (Storage::from_state(state, mode), Some((index, term, bytes)))
         }
         None => (Storage::new(mode), None),
@@ -258,10 +247,8 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     let logger = slog::Logger::root(slog::Discard, slog::o!());
     let raw = RawNode::new(&rc, store, &logger).map_err(|e| format!("raft: {e}"))?;
 
-    let raft_listener =
-        TcpListener::bind(me.raft).map_err(|e| format!("bind raft {}: {e}", me.raft))?;
-    let client_listener =
-        TcpListener::bind(me.client).map_err(|e| format!("bind client {}: {e}", me.client))?;
+    let raft_listener = TcpListener::bind(me.raft).map_err(|e| format!("bind raft {}: {e}", me.raft))?;
+    let client_listener = TcpListener::bind(me.client).map_err(|e| format!("bind client {}: {e}", me.client))?;
     let peers: Vec<(u64, SocketAddr)> = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
     let links = Links::start(opts.id, me.raft.ip(), &peers);
 
@@ -281,10 +268,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         id: opts.id,
         passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
         quiet_until: fresh.then(|| {
-            Instant::now()
-                + Duration::from_millis(
-                    3 * (cfg.election_ticks as u64 + jitter as u64) * cfg.tick_ms,
-                )
+            Instant::now() + Duration::from_millis(3 * (cfg.election_ticks as u64 + jitter as u64) * cfg.tick_ms)
         }),
         cfg,
         raw,
@@ -332,8 +316,7 @@ fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
                 next += 1;
                 let _ = stream.set_nodelay(true);
                 let (wtx, wrx) = mpsc::sync_channel::<Vec<u8>>(CONN_QUEUE_MAX);
-                let (Ok(reader), Ok(writer), Ok(handle)) =
-                    (stream.try_clone(), stream.try_clone(), stream.try_clone())
+                let (Ok(reader), Ok(writer), Ok(handle)) = (stream.try_clone(), stream.try_clone(), stream.try_clone())
                 else {
                     continue;
                 };
@@ -355,59 +338,53 @@ fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
 }
 
 fn spawn_writer(mut s: TcpStream, rx: Receiver<Vec<u8>>) {
-    let _ = thread::Builder::new()
-        .name("client-out".into())
-        .spawn(move || {
-            while let Ok(frame) = rx.recv() {
-                if s.write_all(&frame).is_err() {
-                    break;
-                }
+    let _ = thread::Builder::new().name("client-out".into()).spawn(move || {
+        while let Ok(frame) = rx.recv() {
+            if s.write_all(&frame).is_err() {
+                break;
             }
-            let _ = s.shutdown(std::net::Shutdown::Write);
-        });
+        }
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    });
 }
 
 fn spawn_reader(conn: u64, mut s: TcpStream, tx: Sender<Event>) {
-    let _ = thread::Builder::new()
-        .name("client-in".into())
-        .spawn(move || {
-            let mut first = [0u8; 4];
-            let ev = match s.read_exact(&mut first) {
-                Ok(()) if proto::FOUR_LETTER_WORDS.iter().any(|w| **w == first) => {
-                    Event::FourLetter { conn, word: first }
-                }
-                Ok(()) => {
-                    let n = i32::from_be_bytes(first);
-                    if n < 0 || n as usize > jute::FRAME_BYTES_MAX {
-                        Event::Closed { conn }
-                    } else {
-                        let mut payload = vec![0u8; n as usize];
-                        match s.read_exact(&mut payload) {
-                            Ok(()) => Event::Frame { conn, payload },
-                            Err(_) => Event::Closed { conn },
-                        }
+    let _ = thread::Builder::new().name("client-in".into()).spawn(move || {
+        let mut first = [0u8; 4];
+        let ev = match s.read_exact(&mut first) {
+            Ok(()) if proto::FOUR_LETTER_WORDS.iter().any(|w| **w == first) => Event::FourLetter { conn, word: first },
+            Ok(()) => {
+                let n = i32::from_be_bytes(first);
+                if n < 0 || n as usize > jute::FRAME_BYTES_MAX {
+                    Event::Closed { conn }
+                } else {
+                    let mut payload = vec![0u8; n as usize];
+                    match s.read_exact(&mut payload) {
+                        Ok(()) => Event::Frame { conn, payload },
+                        Err(_) => Event::Closed { conn },
                     }
                 }
-                Err(_) => Event::Closed { conn },
-            };
-            let more = matches!(ev, Event::Frame { .. });
-            if tx.send(ev).is_err() || !more {
-                return;
             }
-            loop {
-                match transport::read_frame(&mut s, jute::FRAME_BYTES_MAX) {
-                    Ok(Some(payload)) => {
-                        if tx.send(Event::Frame { conn, payload }).is_err() {
-                            return;
-                        }
-                    }
-                    _ => {
-                        let _ = tx.send(Event::Closed { conn });
+            Err(_) => Event::Closed { conn },
+        };
+        let more = matches!(ev, Event::Frame { .. });
+        if tx.send(ev).is_err() || !more {
+            return;
+        }
+        loop {
+            match transport::read_frame(&mut s, jute::FRAME_BYTES_MAX) {
+                Ok(Some(payload)) => {
+                    if tx.send(Event::Frame { conn, payload }).is_err() {
                         return;
                     }
                 }
+                _ => {
+                    let _ = tx.send(Event::Closed { conn });
+                    return;
+                }
             }
-        });
+        }
+    });
 }
 
 fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), String> {
@@ -515,10 +492,7 @@ impl Node {
     fn passwd(&self, session: i64) -> Vec<u8> {
         let mut out = Vec::with_capacity(16);
         for salt in [1u64, 2] {
-            let mut h = siphasher::sip::SipHasher24::new_with_keys(
-                self.passwd_key.0,
-                self.passwd_key.1 ^ salt,
-            );
+            let mut h = siphasher::sip::SipHasher24::new_with_keys(self.passwd_key.0, self.passwd_key.1 ^ salt);
             std::hash::Hasher::write_i64(&mut h, session);
             out.extend_from_slice(&std::hash::Hasher::finish(&h).to_be_bytes());
         }
@@ -694,8 +668,7 @@ impl Node {
         match self.raw.propose(context(origin, req), e.encode()) {
             Ok(()) => {
                 let index = self.raw.raft.raft_log.last_index();
-                self.preprocessed
-                    .push_back((index, self.raw.raft.term, zxid));
+                self.preprocessed.push_back((index, self.raw.raft.term, zxid));
             }
             Err(_) => {
                 self.ks.rollback_after(zxid - 1);
@@ -714,10 +687,9 @@ impl Node {
         };
         let zxid = self.last_zxid();
         match p.kind {
-            PendingKind::Write { xid, .. } | PendingKind::Close { xid } => self.send_raw(
-                p.conn,
-                proto::encode_error(xid, zxid, ZkError::ConnectionLoss),
-            ),
+            PendingKind::Write { xid, .. } | PendingKind::Close { xid } => {
+                self.send_raw(p.conn, proto::encode_error(xid, zxid, ZkError::ConnectionLoss))
+            }
             PendingKind::Connect => self.drop_conn(p.conn),
         }
     }
@@ -756,26 +728,18 @@ impl Node {
             self.drop_conn(conn);
             return;
         }
-        let timeout = (req.timeout_ms.max(0) as u64).clamp(
-            self.cfg.session_timeout_min_ms,
-            self.cfg.session_timeout_max_ms,
-        ) as i32;
+        let timeout = (req.timeout_ms.max(0) as u64)
+            .clamp(self.cfg.session_timeout_min_ms, self.cfg.session_timeout_max_ms) as i32;
         if req.session_id == 0 {
             self.submit(
                 0,
-                Write::CreateSession {
-                    timeout_ms: timeout,
-                },
+                Write::CreateSession { timeout_ms: timeout },
                 conn,
                 PendingKind::Connect,
             );
             return;
         }
-        let known = self
-            .ks
-            .state()
-            .session(req.session_id)
-            .map(|s| s.timeout_ms);
+        let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
         match known {
             Some(t) if req.passwd == self.passwd(req.session_id) => {
                 let resp = ConnectResponse {
@@ -809,15 +773,10 @@ impl Node {
     fn on_request(&mut self, conn: u64, session: i64, req: Request) {
         let zxid = self.last_zxid();
         match req.body {
-            ClientRequest::Ping => {
-                self.send_raw(conn, proto::encode_error(XID_PING, zxid, ZkError::Ok))
+            ClientRequest::Ping => self.send_raw(conn, proto::encode_error(XID_PING, zxid, ZkError::Ok)),
+            ClientRequest::Write(Write::CloseSession) => {
+                self.submit(session, Write::CloseSession, conn, PendingKind::Close { xid: req.xid })
             }
-            ClientRequest::Write(Write::CloseSession) => self.submit(
-                session,
-                Write::CloseSession,
-                conn,
-                PendingKind::Close { xid: req.xid },
-            ),
             ClientRequest::Write(w) => {
                 let xid = if matches!(w, Write::AddAuth { .. }) {
                     XID_AUTH
@@ -864,15 +823,11 @@ impl Node {
                 child,
             } => {
                 self.set_watches(session, relative_zxid, data, exist, child);
-                self.send_raw(
-                    conn,
-                    proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok),
-                );
+                self.send_raw(conn, proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok));
             }
-            ClientRequest::Unsupported => self.send_raw(
-                conn,
-                proto::encode_error(req.xid, zxid, ZkError::Unimplemented),
-            ),
+            ClientRequest::Unsupported => {
+                self.send_raw(conn, proto::encode_error(req.xid, zxid, ZkError::Unimplemented))
+            }
         }
     }
 
@@ -900,10 +855,8 @@ impl Node {
                 proto::encode_reply(r.xid, zxid, r.opcode, &resp)
             }
             ClientRequest::MultiRead(reads) => {
-                let answers: Vec<(Read, Response)> = reads
-                    .iter()
-                    .map(|x| (x.clone(), self.ks.read(session, x)))
-                    .collect();
+                let answers: Vec<(Read, Response)> =
+                    reads.iter().map(|x| (x.clone(), self.ks.read(session, x))).collect();
                 proto::encode_multi_read(r.xid, zxid, &answers)
             }
             _ => return,
@@ -930,14 +883,7 @@ impl Node {
         }
     }
 
-    fn set_watches(
-        &mut self,
-        session: i64,
-        rel: i64,
-        data: Vec<String>,
-        exist: Vec<String>,
-        child: Vec<String>,
-    ) {
+    fn set_watches(&mut self, session: i64, rel: i64, data: Vec<String>, exist: Vec<String>, child: Vec<String>) {
         let mut fire = Vec::new();
         for p in data {
             match self.ks.state().get(&p) {
@@ -1022,18 +968,13 @@ impl Node {
                     self.tracker.heartbeat(s, now);
                 }
             } else if self.leader() != 0 {
-                self.links
-                    .send(self.leader(), &PeerMsg::Touch { sessions: alive });
+                self.links.send(self.leader(), &PeerMsg::Touch { sessions: alive });
             }
         }
         if self.is_leader() {
             for s in self.tracker.expired(now) {
                 if self.closing.insert(s) {
-                    log(
-                        self.id,
-                        "session_expired",
-                        serde_json::json!({"session": s}),
-                    );
+                    log(self.id, "session_expired", serde_json::json!({"session": s}));
                     self.propose(s, Write::CloseSession, 0, 0);
                 }
             }
@@ -1065,9 +1006,7 @@ impl Node {
                 n.stat.num_children == 0
                     && match n.kind() {
                         drift_keeper::node::Kind::Container => n.stat.cversion > 0,
-                        drift_keeper::node::Kind::Ttl { ttl_ms } => {
-                            now.saturating_sub(n.stat.mtime) > ttl_ms
-                        }
+                        drift_keeper::node::Kind::Ttl { ttl_ms } => now.saturating_sub(n.stat.mtime) > ttl_ms,
                         _ => false,
                     }
             })
@@ -1136,11 +1075,7 @@ impl Node {
     }
 
     fn die(&self, why: &str) -> ! {
-        log(
-            self.id,
-            "fatal",
-            serde_json::json!({"level": "FATAL", "reason": why}),
-        );
+        log(self.id, "fatal", serde_json::json!({"level": "FATAL", "reason": why}));
         std::process::exit(1);
     }
 
@@ -1198,18 +1133,12 @@ impl Node {
             Err(err) => self.die(&format!("log entry {} does not decode: {err}", e.index)),
         };
         let request = if std::mem::take(&mut self.diverge_next) {
-            log(
-                self.id,
-                "diverge_applied",
-                serde_json::json!({"log_index": e.index}),
-            );
+            log(self.id, "diverge_applied", serde_json::json!({"log_index": e.index}));
             diverged(&ke.request)
         } else {
             ke.request.clone()
         };
-        let d = self
-            .ks
-            .preprocess(ke.session, ke.zxid, ke.time_ms, &request);
+        let d = self.ks.preprocess(ke.session, ke.zxid, ke.time_ms, &request);
         if let Err(m) = check_digest(e.index, Phase::Preprocess, &ke, d) {
             fatal_digest(self.id, &m);
         }
@@ -1224,11 +1153,7 @@ impl Node {
             }
             if e.entry_type == EntryType::EntryNormal && !e.data.is_empty() {
                 // preprocessed already, unless replayed after a restart
-                while self
-                    .preprocessed
-                    .front()
-                    .is_some_and(|&(i, _, _)| i < e.index)
-                {
+                while self.preprocessed.front().is_some_and(|&(i, _, _)| i < e.index) {
                     self.preprocessed.pop_front();
                 }
                 let zxid = match self.preprocessed.front() {
@@ -1263,14 +1188,9 @@ impl Node {
         };
         match &c.response {
             Response::CreateSession { session_id } => {
-                let timeout = self
-                    .ks
-                    .state()
-                    .session(*session_id)
-                    .map_or(0, |s| s.timeout_ms);
+                let timeout = self.ks.state().session(*session_id).map_or(0, |s| s.timeout_ms);
                 if self.is_leader() {
-                    self.tracker
-                        .touch(*session_id, timeout as u64, now_ms(self.started));
+                    self.tracker.touch(*session_id, timeout as u64, now_ms(self.started));
                 }
                 if let Some(p) = mine {
                     let resp = ConnectResponse {
@@ -1359,9 +1279,7 @@ impl Node {
     fn maybe_snapshot(&mut self) {
         let last = self.raw.store().snapshot_index();
         let wanted = self.raw.store().snapshot_wanted();
-        if self.applied_index <= last
-            || (self.applied_index - last < self.cfg.snapshot_distance && wanted == 0)
-        {
+        if self.applied_index <= last || (self.applied_index - last < self.cfg.snapshot_distance && wanted == 0) {
             return;
         }
         let index = self.applied_index;
@@ -1378,11 +1296,7 @@ impl Node {
         let result = write_snapshot_bytes(&self.snaps, &mut store.disk, &name, &bytes)
             .and_then(|_| store.set_snapshot(index, term, bytes));
         match result {
-            Ok(()) => log(
-                self.id,
-                "snapshot",
-                serde_json::json!({"index": index, "term": term}),
-            ),
+            Ok(()) => log(self.id, "snapshot", serde_json::json!({"index": index, "term": term})),
             Err(e) => self.die(&format!("snapshot: {e}")),
         }
     }
@@ -1486,12 +1400,7 @@ impl Node {
 }
 
 /// Writes a snapshot file durably under its temporary marker.
-fn write_snapshot_bytes(
-    snaps: &Snapshots,
-    disk: &mut FsDisk,
-    name: &str,
-    bytes: &[u8],
-) -> Result<(), String> {
+fn write_snapshot_bytes(snaps: &Snapshots, disk: &mut FsDisk, name: &str, bytes: &[u8]) -> Result<(), String> {
     use drift_keeper::disk::Disk;
     let marker = format!("{}{name}", snapshot::TMP_PREFIX);
     let io = |e: std::io::Error| e.to_string();

@@ -54,19 +54,13 @@ impl RaftLog {
     ) -> Result<(RaftLog, changelog::LoadReport), String> {
         let (mut log, report) = Changelog::open(&mut disk, cfg).map_err(|e| e.to_string())?;
         let hard_state = match disk.read(HARD_STATE) {
-            Ok(bytes) => {
-                decode_hard_state(&bytes).ok_or_else(|| format!("{HARD_STATE} is corrupt"))?
-            }
+            Ok(bytes) => decode_hard_state(&bytes).ok_or_else(|| format!("{HARD_STATE} is corrupt"))?,
             Err(_) => HardState::default(),
         };
-        let (snapshot_index, snapshot_term, snapshot_bytes) =
-            snapshot.unwrap_or((0, 0, Vec::new()));
+        let (snapshot_index, snapshot_term, snapshot_bytes) = snapshot.unwrap_or((0, 0, Vec::new()));
         // a log that ends before the snapshot is useless: start after it
-        if log.last_index().is_none_or(|l| l < snapshot_index)
-            || log.start_index() > snapshot_index + 1
-        {
-            log.reset(&mut disk, snapshot_index + 1)
-                .map_err(|e| e.to_string())?;
+        if log.last_index().is_none_or(|l| l < snapshot_index) || log.start_index() > snapshot_index + 1 {
+            log.reset(&mut disk, snapshot_index + 1).map_err(|e| e.to_string())?;
         }
         let conf_state = ConfState {
             voters,
@@ -127,9 +121,7 @@ impl RaftLog {
         b.extend_from_slice(&hs.commit.to_be_bytes());
         let crc = crc(&b);
         b.extend_from_slice(&crc.to_be_bytes());
-        self.disk
-            .write(HARD_STATE_TMP, &b)
-            .map_err(|e| e.to_string())?;
+        self.disk.write(HARD_STATE_TMP, &b).map_err(|e| e.to_string())?;
         self.disk.sync(HARD_STATE_TMP).map_err(|e| e.to_string())?;
         self.disk
             .rename(HARD_STATE_TMP, HARD_STATE)
@@ -258,9 +250,7 @@ impl raft::Storage for RaftLog {
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if self.snapshot_index < request_index || self.snapshot_bytes.is_empty() {
             self.wanted.set(self.wanted.get().max(request_index.max(1)));
-            return Err(raft::Error::Store(
-                StorageError::SnapshotTemporarilyUnavailable,
-            ));
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
         let mut s = Snapshot {
             data: self.snapshot_bytes.clone().into(),
@@ -298,10 +288,8 @@ mod tests {
             reserved_log_items: 2,
             zstd_level: 1,
         };
-        let (mut log, _) =
-            RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], cfg, None).unwrap();
-        log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>())
-            .unwrap();
+        let (mut log, _) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], cfg, None).unwrap();
+        log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();
         log.set_hard_state(HardState {
             term: 2,
             vote: 3,
@@ -310,8 +298,7 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            log.entries(3, 5, None, GetEntriesContext::empty(false))
-                .unwrap(),
+            log.entries(3, 5, None, GetEntriesContext::empty(false)).unwrap(),
             [entry(3, 1), entry(4, 1)]
         );
         log.set_snapshot(8, 1, b"snap".to_vec()).unwrap();
@@ -329,8 +316,7 @@ mod tests {
         assert_eq!(log.hard_state().commit, 9);
         assert_eq!(log.last_index().unwrap(), 10);
         assert_eq!(
-            log.entries(9, 11, None, GetEntriesContext::empty(false))
-                .unwrap(),
+            log.entries(9, 11, None, GetEntriesContext::empty(false)).unwrap(),
             [entry(9, 1), entry(10, 1)]
         );
         assert_eq!(log.snapshot(8, 2).unwrap().get_metadata().index, 8);

@@ -131,11 +131,7 @@ pub fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<Vec<u
 }
 
 /// Connects from `local_ip` (port chosen by the OS) to `to`.
-pub fn connect_from(
-    local_ip: std::net::IpAddr,
-    to: SocketAddr,
-    timeout: Duration,
-) -> std::io::Result<TcpStream> {
+pub fn connect_from(local_ip: std::net::IpAddr, to: SocketAddr, timeout: Duration) -> std::io::Result<TcpStream> {
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None)?;
     socket.bind(&SocketAddr::new(local_ip, 0).into())?;
     socket.connect_timeout(&to.into(), timeout)?;
@@ -209,21 +205,19 @@ pub fn listen(listener: TcpListener, deliver: impl Fn(PeerMsg) -> bool + Send + 
             for stream in listener.incoming() {
                 let Ok(mut s) = stream else { continue };
                 let deliver = deliver.clone();
-                let _ = thread::Builder::new()
-                    .name("peer-in".into())
-                    .spawn(move || {
-                        let _ = s.set_nodelay(true);
-                        while let Ok(Some(frame)) = read_frame(&mut s, FRAME_BYTES_MAX) {
-                            match PeerMsg::decode(&frame) {
-                                Ok(m) => {
-                                    if !deliver(m) {
-                                        return;
-                                    }
+                let _ = thread::Builder::new().name("peer-in".into()).spawn(move || {
+                    let _ = s.set_nodelay(true);
+                    while let Ok(Some(frame)) = read_frame(&mut s, FRAME_BYTES_MAX) {
+                        match PeerMsg::decode(&frame) {
+                            Ok(m) => {
+                                if !deliver(m) {
+                                    return;
                                 }
-                                Err(_) => return,
                             }
+                            Err(_) => return,
                         }
-                    });
+                    }
+                });
             }
         })
         .expect("spawn peer listener");
@@ -244,9 +238,7 @@ mod tests {
                 write: vec![7; 5],
             },
             PeerMsg::Refused { req: 4 },
-            PeerMsg::Touch {
-                sessions: vec![1, 5],
-            },
+            PeerMsg::Touch { sessions: vec![1, 5] },
         ] {
             let bytes = m.encode();
             assert_eq!(PeerMsg::decode(&bytes[4..]).unwrap(), m);

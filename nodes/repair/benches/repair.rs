@@ -61,18 +61,13 @@ fn build(c: &mut Criterion) {
     let items: Vec<(u32, entry::Digest)> = (0..1_000_000u32)
         .map(|i| {
             let k = format!("key{i}");
-            (
-                token::token(k.as_bytes()),
-                entry::digest(k.as_bytes(), 1, Some(b"v")),
-            )
+            (token::token(k.as_bytes()), entry::digest(k.as_bytes(), 1, Some(b"v")))
         })
         .collect();
     let mut g = c.benchmark_group("tree");
     g.sample_size(10);
     g.bench_function("full build, 1M entries, depth 16", |b| {
-        b.iter(|| {
-            MerkleTree::build(TokenRange::FULL, 16, items.iter().map(|(t, d)| (*t, d))).root()
-        })
+        b.iter(|| MerkleTree::build(TokenRange::FULL, 16, items.iter().map(|(t, d)| (*t, d))).root())
     });
     g.finish();
 }

@@ -55,12 +55,7 @@ impl Entry {
 
     /// LWW order of two versions of the same key.
     pub fn lww_cmp(&self, other: &Entry) -> Ordering {
-        lww_cmp(
-            self.ts,
-            self.value.as_deref(),
-            other.ts,
-            other.value.as_deref(),
-        )
+        lww_cmp(self.ts, self.value.as_deref(), other.ts, other.value.as_deref())
     }
 }
 
@@ -136,10 +131,7 @@ mod tests {
         assert_ne!(digest(b"ab", 1, Some(b"c")), digest(b"a", 1, Some(b"bc")));
         assert_ne!(digest(b"a", 1, None), digest(b"a", 1, Some(b"")));
         assert_ne!(digest(b"a", 1, Some(b"x")), digest(b"a", 2, Some(b"x")));
-        assert_eq!(
-            digest(b"a", 1, Some(b"x")),
-            Entry::put(b"a", 1, b"x").digest()
-        );
+        assert_eq!(digest(b"a", 1, Some(b"x")), Entry::put(b"a", 1, b"x").digest());
     }
 
     #[test]

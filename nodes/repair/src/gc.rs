@@ -27,11 +27,7 @@ pub fn horizon(replica: &Replica, policy: &GcPolicy, now: u64) -> u64 {
     match policy {
         GcPolicy::Time { grace } => now.saturating_sub(*grace),
         GcPolicy::RepairGated { grace, peers } => {
-            let repaired = peers
-                .iter()
-                .map(|p| replica.repaired_with(*p))
-                .min()
-                .unwrap_or(0);
+            let repaired = peers.iter().map(|p| replica.repaired_with(*p)).min().unwrap_or(0);
             now.saturating_sub(*grace).min(repaired)
         }
     }

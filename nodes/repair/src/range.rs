@@ -88,10 +88,7 @@ mod tests {
                         assert_ne!(r.bucket_of((sub.lo - 1) as u32, depth), b);
                     }
                     // children partition the parent
-                    let (l, rr) = (
-                        r.range_of(depth + 1, 2 * b),
-                        r.range_of(depth + 1, 2 * b + 1),
-                    );
+                    let (l, rr) = (r.range_of(depth + 1, 2 * b), r.range_of(depth + 1, 2 * b + 1));
                     assert_eq!((l.lo, l.hi, rr.hi), (sub.lo, rr.lo, sub.hi));
                 }
             }
@@ -109,11 +106,7 @@ mod tests {
             for depth in [0, 3, 4, 5, 20, 36] {
                 for t in [r.lo, r.lo + 1, (r.lo + r.hi) / 2, r.hi - 1] {
                     let slow = ((((t - r.lo) as u128) << depth) / r.width() as u128) as u64;
-                    assert_eq!(
-                        r.bucket_of(t as u32, depth),
-                        slow,
-                        "{r:?} depth {depth} token {t}"
-                    );
+                    assert_eq!(r.bucket_of(t as u32, depth), slow, "{r:?} depth {depth} token {t}");
                 }
             }
         }

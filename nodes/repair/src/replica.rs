@@ -99,9 +99,7 @@ impl Replica {
         }
         let k = (t, e.key);
         if let Some(old) = self.entries.get(&k) {
-            if entry::lww_cmp(e.ts, e.value.as_deref(), old.ts, old.value.as_deref())
-                != Ordering::Greater
-            {
+            if entry::lww_cmp(e.ts, e.value.as_deref(), old.ts, old.value.as_deref()) != Ordering::Greater {
                 return Merged::Kept;
             }
         }
@@ -112,8 +110,7 @@ impl Replica {
             digest,
         };
         let old = self.entries.insert(k, new);
-        self.tree
-            .update(t, old.as_ref().map(|v| &v.digest), Some(&digest));
+        self.tree.update(t, old.as_ref().map(|v| &v.digest), Some(&digest));
         Merged::Applied
     }
 
@@ -173,10 +170,7 @@ impl Replica {
             depth,
             self.entries.iter().map(|((t, _), v)| (*t, &v.digest)),
         );
-        Replica {
-            tree,
-            ..self.clone()
-        }
+        Replica { tree, ..self.clone() }
     }
 
     /// Rebuilds the tree from the entries (the reference the incremental

@@ -156,11 +156,7 @@ impl Walk {
         let bits = 8 * hash_bytes.clamp(1, 8) as u32;
         Walk {
             seed,
-            mask: if bits == 64 {
-                u64::MAX
-            } else {
-                (1u64 << bits) - 1
-            },
+            mask: if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 },
             range,
             depth,
             row_level,
@@ -264,9 +260,7 @@ impl Walk {
 
     /// Finals where both sides hold entries.
     fn both(&self) -> impl Iterator<Item = &Final> {
-        self.finals
-            .iter()
-            .filter(|f| f.a_class > 0 && f.b_class > 0)
+        self.finals.iter().filter(|f| f.a_class > 0 && f.b_class > 0)
     }
 
     /// Finals that need the fingerprint exchange: both sides hold entries
@@ -339,13 +333,7 @@ impl Initiator {
         let mut a = Initiator {
             cfg,
             peer,
-            walk: Walk::new(
-                cfg.seed,
-                r,
-                replica.tree().depth(),
-                cfg.row_level,
-                cfg.hash_bytes,
-            ),
+            walk: Walk::new(cfg.seed, r, replica.tree().depth(), cfg.row_level, cfg.hash_bytes),
             phase: APhase::Hello,
             sent_classes: Vec::new(),
             sent_fps: Vec::new(),
@@ -359,12 +347,7 @@ impl Initiator {
         let e = m.encode();
         self.report.bytes_a_to_b += e.bytes.len() as u64;
         self.report.stream_bytes += e.entry_bytes as u64;
-        if let Some(t) = self
-            .report
-            .trace
-            .last_mut()
-            .filter(|_| matches!(m, Msg::Level { .. }))
-        {
+        if let Some(t) = self.report.trace.last_mut().filter(|_| matches!(m, Msg::Level { .. })) {
             t.bytes_a_to_b += e.bytes.len() as u64;
         }
         e.bytes
@@ -519,15 +502,8 @@ impl Initiator {
         present: Vec<Vec<bool>>,
         versions: Vec<VersionRef>,
     ) -> Result<Step, WireError> {
-        if present.len() != self.sent_fps.len()
-            || present
-                .iter()
-                .zip(&self.sent_fps)
-                .any(|(p, f)| p.len() != f.len())
-        {
-            return Err(WireError(
-                "fingerprint bitmaps do not match what was sent".into(),
-            ));
+        if present.len() != self.sent_fps.len() || present.iter().zip(&self.sent_fps).any(|(p, f)| p.len() != f.len()) {
+            return Err(WireError("fingerprint bitmaps do not match what was sent".into()));
         }
         self.report.versions_sent = versions.len() as u64;
         let mut send: Vec<Entry> = Vec::new();
@@ -539,12 +515,7 @@ impl Initiator {
                 None => want.push(v.key.clone()),
                 Some(mine) => {
                     let v_value = if v.tombstone { None } else { Some(&[][..]) };
-                    let order = entry::lww_cmp(
-                        mine.ts,
-                        mine.value.as_deref().map(|_| &[][..]),
-                        v.ts,
-                        v_value,
-                    );
+                    let order = entry::lww_cmp(mine.ts, mine.value.as_deref().map(|_| &[][..]), v.ts, v_value);
                     match order {
                         Ordering::Greater => send.push(mine),
                         Ordering::Less => want.push(v.key.clone()),
@@ -575,28 +546,17 @@ impl Initiator {
                 }
             }
         }
-        for f in self
-            .walk
-            .both()
-            .filter(|f| f.a_class == 1 && f.b_class == 1)
-        {
+        for f in self.walk.both().filter(|f| f.a_class == 1 && f.b_class == 1) {
             unmatched.extend(entries_of(replica, self.walk.final_range(f)));
         }
-        send.extend(
-            unmatched
-                .into_iter()
-                .filter(|e| !theirs.contains(e.key.as_slice())),
-        );
+        send.extend(unmatched.into_iter().filter(|e| !theirs.contains(e.key.as_slice())));
         // ranges the responder has nothing in
         for f in self.walk.finals.iter().filter(|f| f.b_class == 0) {
             send.extend(entries_of(replica, self.walk.final_range(f)));
         }
         self.report.entries_a_to_b += send.len() as u64;
         self.phase = APhase::Stream;
-        Ok(Step::Send(self.send(&Msg::Stream {
-            entries: send,
-            want,
-        })))
+        Ok(Step::Send(self.send(&Msg::Stream { entries: send, want })))
     }
 
     fn finish(&mut self, replica: &mut Replica) -> Step {
@@ -636,11 +596,7 @@ impl Responder {
 
     /// Answers one request. A malformed or out-of-order request gets an
     /// `Error` message (and an `Err` for the driver to log).
-    pub fn on_request(
-        &mut self,
-        replica: &mut Replica,
-        bytes: &[u8],
-    ) -> Result<Vec<u8>, WireError> {
+    pub fn on_request(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Vec<u8>, WireError> {
         let reply = Msg::decode(bytes).and_then(|m| self.handle(replica, m));
         match reply {
             Ok(m) => Ok(m.encode().bytes),
@@ -650,11 +606,7 @@ impl Responder {
 
     /// The error reply for a failed request.
     pub fn error_reply(e: &WireError) -> Vec<u8> {
-        Msg::Error {
-            reason: e.0.clone(),
-        }
-        .encode()
-        .bytes
+        Msg::Error { reason: e.0.clone() }.encode().bytes
     }
 
     fn handle(&mut self, replica: &mut Replica, m: Msg) -> Result<Msg, WireError> {
@@ -721,21 +673,13 @@ impl Responder {
         }
     }
 
-    fn level(
-        &mut self,
-        replica: &mut Replica,
-        hashes: Vec<u64>,
-        a_classes: Vec<u8>,
-    ) -> Result<Msg, WireError> {
+    fn level(&mut self, replica: &mut Replica, hashes: Vec<u64>, a_classes: Vec<u8>) -> Result<Msg, WireError> {
         let walk = self.walk.as_mut().expect("walk exists");
         let level = walk.level;
         let n = walk.frontier.len();
         let derived = walk.sibling_derived(level);
         let expect_hashes = if derived { n / 2 } else { n };
-        if hashes.len() != expect_hashes
-            || a_classes.len() != n
-            || (derived && self.parents.len() != n / 2)
-        {
+        if hashes.len() != expect_hashes || a_classes.len() != n || (derived && self.parents.len() != n / 2) {
             return Err(WireError(format!(
                 "level {level}: {} hashes for {n} nodes",
                 hashes.len()
@@ -750,25 +694,15 @@ impl Responder {
         } else {
             hashes
         };
-        let mine: Vec<(u64, u8)> = walk
-            .frontier
-            .iter()
-            .map(|&i| walk.node(replica, level, i))
-            .collect();
-        let mismatch: Vec<bool> = mine
-            .iter()
-            .zip(&a_hashes)
-            .map(|((h, _), a)| h != a)
-            .collect();
+        let mine: Vec<(u64, u8)> = walk.frontier.iter().map(|&i| walk.node(replica, level, i)).collect();
+        let mismatch: Vec<bool> = mine.iter().zip(&a_hashes).map(|((h, _), a)| h != a).collect();
         let b_classes: Vec<u8> = mine.iter().map(|(_, c)| *c).collect();
         // remember the initiator's hashes of the nodes that descend
         let frontier = walk.frontier.clone();
         self.parents = frontier
             .iter()
             .enumerate()
-            .filter(|&(k, &i)| {
-                walk.decide(i, mismatch[k], a_classes[k], b_classes[k]) == Decision::Descend
-            })
+            .filter(|&(k, &i)| walk.decide(i, mismatch[k], a_classes[k], b_classes[k]) == Decision::Descend)
             .map(|(k, _)| a_hashes[k])
             .collect();
         walk.advance(&mismatch, &a_classes, &b_classes);
@@ -808,10 +742,7 @@ impl Responder {
         for (f, theirs) in fingerprinted.iter().zip(&ranges) {
             let mut mine: BTreeMap<u64, (&[u8], u64, bool)> = BTreeMap::new();
             for (_, k, v) in replica.entries_in(walk.final_range(f)) {
-                mine.insert(
-                    fingerprint(walk.seed, &v.digest),
-                    (k, v.ts, v.value.is_none()),
-                );
+                mine.insert(fingerprint(walk.seed, &v.digest), (k, v.ts, v.value.is_none()));
             }
             let theirs_set: BTreeSet<u64> = theirs.iter().copied().collect();
             present.push(theirs.iter().map(|fp| mine.contains_key(fp)).collect());
@@ -888,7 +819,5 @@ pub fn run(
             Step::Done(report) => return Ok(report),
         }
     }
-    Err(WireError(
-        "session did not finish within its round limit".into(),
-    ))
+    Err(WireError("session did not finish within its round limit".into()))
 }

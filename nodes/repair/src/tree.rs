@@ -46,10 +46,7 @@ fn at(level: u32, i: u64) -> usize {
 impl MerkleTree {
     /// An empty tree. Panics past [`TREE_DEPTH_MAX`] (a configuration error).
     pub fn new(range: TokenRange, depth: u32) -> MerkleTree {
-        assert!(
-            depth <= TREE_DEPTH_MAX,
-            "tree depth {depth} exceeds TREE_DEPTH_MAX"
-        );
+        assert!(depth <= TREE_DEPTH_MAX, "tree depth {depth} exceeds TREE_DEPTH_MAX");
         let n = (1usize << (depth + 1)) - 1;
         MerkleTree {
             range,

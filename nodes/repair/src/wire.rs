@@ -126,12 +126,8 @@ impl W {
     fn bits(&mut self, bits: &[bool]) {
         self.var(bits.len() as u64);
         for chunk in bits.chunks(8) {
-            self.buf.push(
-                chunk
-                    .iter()
-                    .enumerate()
-                    .fold(0u8, |b, (i, &x)| b | (x as u8) << i),
-            );
+            self.buf
+                .push(chunk.iter().enumerate().fold(0u8, |b, (i, &x)| b | (x as u8) << i));
         }
     }
 
@@ -145,12 +141,8 @@ impl W {
         }
         self.buf.push(0);
         for chunk in vals.chunks(4) {
-            self.buf.push(
-                chunk
-                    .iter()
-                    .enumerate()
-                    .fold(0u8, |b, (i, &x)| b | (x & 3) << (2 * i)),
-            );
+            self.buf
+                .push(chunk.iter().enumerate().fold(0u8, |b, (i, &x)| b | (x & 3) << (2 * i)));
         }
     }
 
@@ -472,9 +464,7 @@ impl Msg {
                     .collect::<Result<_, _>>()?;
                 Msg::Stream { entries, want }
             }
-            T_ENTRIES => Msg::Entries {
-                entries: r.entries()?,
-            },
+            T_ENTRIES => Msg::Entries { entries: r.entries()? },
             T_ERROR => Msg::Error {
                 reason: String::from_utf8_lossy(r.bytes()?).into_owned(),
             },

@@ -13,11 +13,7 @@ use std::collections::BTreeMap;
 /// Random versions over a small key space, so replicas overlap.
 fn versions() -> impl Strategy<Value = Vec<Entry>> {
     prop::collection::vec(
-        (
-            0..40u8,
-            0..6u64,
-            prop::option::of(prop::collection::vec(0..3u8, 0..3)),
-        ),
+        (0..40u8, 0..6u64, prop::option::of(prop::collection::vec(0..3u8, 0..3))),
         0..60,
     )
     .prop_map(|v| {

@@ -66,11 +66,7 @@ fn single_divergent_key_costs_two_hashes_per_level_plus_the_root() {
             a.merge(Entry::put(b"key17", 9, b"new"));
             let r = repair(&mut a, &mut b, cfg(5, row_level));
             assert_eq!(r.hashes_compared, 2 * depth as u64 + 1, "depth {depth}");
-            assert_eq!(
-                r.hashes_sent,
-                depth as u64 + 1,
-                "siblings are derived, depth {depth}"
-            );
+            assert_eq!(r.hashes_sent, depth as u64 + 1, "siblings are derived, depth {depth}");
             assert_eq!(b.get(b"key17").unwrap().ts, 9);
         }
     }
@@ -78,10 +74,7 @@ fn single_divergent_key_costs_two_hashes_per_level_plus_the_root() {
 
 #[test]
 fn missed_delete_repaired_within_grace_stays_deleted() {
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 8),
-        Replica::new(TokenRange::FULL, 8),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 8), Replica::new(TokenRange::FULL, 8));
     a.merge(Entry::put(b"k", 1, b"v"));
     b.merge(Entry::put(b"k", 1, b"v"));
     a.merge(Entry::tombstone(b"k", 5)); // b missed the delete
@@ -101,10 +94,7 @@ fn missed_delete_repaired_within_grace_stays_deleted() {
 /// purged, and repair brings the old value back.
 #[test]
 fn time_gc_beyond_grace_resurrects_a_deleted_key() {
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 8),
-        Replica::new(TokenRange::FULL, 8),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 8), Replica::new(TokenRange::FULL, 8));
     a.merge(Entry::put(b"k", 1, b"v"));
     b.merge(Entry::put(b"k", 1, b"v"));
     a.merge(Entry::tombstone(b"k", 5));
@@ -115,10 +105,7 @@ fn time_gc_beyond_grace_resurrects_a_deleted_key() {
 
 #[test]
 fn repair_gated_gc_never_resurrects() {
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 8),
-        Replica::new(TokenRange::FULL, 8),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 8), Replica::new(TokenRange::FULL, 8));
     a.merge(Entry::put(b"k", 1, b"v"));
     b.merge(Entry::put(b"k", 1, b"v"));
     a.merge(Entry::tombstone(b"k", 5));
@@ -135,11 +122,7 @@ fn repair_gated_gc_never_resurrects() {
     c.started_ts = 100;
     repair(&mut a, &mut b, c);
     assert!(b.get(b"k").unwrap().is_tombstone());
-    assert_eq!(
-        gc::collect(&mut a, &policy, 120),
-        1,
-        "now every peer has it"
-    );
+    assert_eq!(gc::collect(&mut a, &policy, 120), 1, "now every peer has it");
     let b_policy = GcPolicy::RepairGated {
         grace: 10,
         peers: vec![1],
@@ -151,10 +134,7 @@ fn repair_gated_gc_never_resurrects() {
 
 #[test]
 fn replicas_that_purged_at_different_times_agree_on_one_gc_before() {
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 8),
-        Replica::new(TokenRange::FULL, 8),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 8), Replica::new(TokenRange::FULL, 8));
     for r in [&mut a, &mut b] {
         r.merge(Entry::tombstone(b"gone", 5));
         r.merge(Entry::put(b"kept", 7, b"x"));
@@ -162,25 +142,15 @@ fn replicas_that_purged_at_different_times_agree_on_one_gc_before() {
     a.purge_tombstones_before(50); // a purged, b not yet
     let r = repair(&mut a, &mut b, cfg(1, true));
     assert_eq!(r.gc_before, 50);
-    assert_eq!(
-        r.entries_streamed(),
-        0,
-        "the purged tombstone is not streamed back"
-    );
-    assert!(
-        b.get(b"gone").is_none(),
-        "b purged below the session's gc_before"
-    );
+    assert_eq!(r.entries_streamed(), 0, "the purged tombstone is not streamed back");
+    assert!(b.get(b"gone").is_none(), "b purged below the session's gc_before");
     assert_eq!(a.tree().root(), b.tree().root());
 }
 
 #[test]
 fn equal_timestamp_tombstone_beats_value_on_both_sides() {
     for row_level in [false, true] {
-        let (mut a, mut b) = (
-            Replica::new(TokenRange::FULL, 6),
-            Replica::new(TokenRange::FULL, 6),
-        );
+        let (mut a, mut b) = (Replica::new(TokenRange::FULL, 6), Replica::new(TokenRange::FULL, 6));
         a.merge(Entry::tombstone(b"k", 5));
         b.merge(Entry::put(b"k", 5, b"zzz"));
         b.merge(Entry::put(b"tie", 5, b"b"));
@@ -198,10 +168,7 @@ fn equal_timestamp_tombstone_beats_value_on_both_sides() {
 
 #[test]
 fn extreme_timestamps_repair() {
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 6),
-        Replica::new(TokenRange::FULL, 6),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 6), Replica::new(TokenRange::FULL, 6));
     a.merge(Entry::put(b"zero", 0, b"z"));
     b.merge(Entry::put(b"max", u64::MAX, b"m"));
     b.merge(Entry::put(b"zero", 0, b"y"));
@@ -215,10 +182,7 @@ fn extreme_timestamps_repair() {
 #[test]
 fn keys_at_the_range_edges_repair() {
     // the whole ring: tokens 0 and 2^32 - 1
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 10),
-        Replica::new(TokenRange::FULL, 10),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 10), Replica::new(TokenRange::FULL, 10));
     for t in [0u32, u32::MAX] {
         a.merge(Entry::put(&key_with_token(1, t), 3, b"a"));
     }
@@ -246,10 +210,7 @@ fn keys_at_the_range_edges_repair() {
 
 #[test]
 fn fifty_keys_on_one_token_repair_row_by_row() {
-    let (mut a, mut b) = (
-        Replica::new(TokenRange::FULL, 12),
-        Replica::new(TokenRange::FULL, 12),
-    );
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 12), Replica::new(TokenRange::FULL, 12));
     let keys: Vec<Vec<u8>> = (0..50).map(|p| key_with_token(p, 0xdead_beef)).collect();
     for k in &keys {
         a.merge(Entry::put(k, 1, b"v"));
@@ -359,8 +320,6 @@ fn malformed_and_out_of_order_messages_are_errors_not_panics() {
         row_level: true,
         hash_bytes: 6,
     };
-    let e = resp
-        .on_request(&mut b, &wrong_range.encode().bytes)
-        .unwrap_err();
+    let e = resp.on_request(&mut b, &wrong_range.encode().bytes).unwrap_err();
     assert!(e.0.contains("not this replica's"), "{e}");
 }

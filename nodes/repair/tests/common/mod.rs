@@ -39,11 +39,7 @@ pub fn seed_scenario(n: u32, divergent: usize, depth: u32, seed: u64) -> (Replic
     let mut a = Replica::new(TokenRange::FULL, depth);
     let mut b = Replica::new(TokenRange::FULL, depth);
     for i in 0..n {
-        let e = Entry::put(
-            format!("key{i}").as_bytes(),
-            1,
-            format!("value{i}").as_bytes(),
-        );
+        let e = Entry::put(format!("key{i}").as_bytes(), 1, format!("value{i}").as_bytes());
         a.merge(e.clone());
         b.merge(e);
     }
@@ -99,9 +95,7 @@ fn mix_k(k: u32) -> u32 {
 }
 
 fn mix_k_inverse(k: u32) -> u32 {
-    k.wrapping_mul(inverse(C2))
-        .rotate_right(15)
-        .wrapping_mul(inverse(C1))
+    k.wrapping_mul(inverse(C2)).rotate_right(15).wrapping_mul(inverse(C1))
 }
 
 /// An 8-byte key `prefix ‖ x` whose token is `target`.
@@ -111,17 +105,10 @@ pub fn key_with_token(prefix: u32, target: u32) -> Vec<u8> {
     h = h.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
     // backwards from the target to the state before the second block
     let mut t = fmix_inverse(target) ^ 8;
-    t = t
-        .wrapping_sub(0xe654_6b64)
-        .wrapping_mul(inverse(5))
-        .rotate_right(13);
+    t = t.wrapping_sub(0xe654_6b64).wrapping_mul(inverse(5)).rotate_right(13);
     let k2 = mix_k_inverse(t ^ h);
     let mut key = prefix.to_le_bytes().to_vec();
     key.extend_from_slice(&k2.to_le_bytes());
-    assert_eq!(
-        drift_repair::token::token(&key),
-        target,
-        "inverse murmur3 is wrong"
-    );
+    assert_eq!(drift_repair::token::token(&key), target, "inverse murmur3 is wrong");
     key
 }
