@@ -154,6 +154,9 @@ struct Node {
     /// Set while a node that started without Raft state waits to hear
     /// from a leader (see `step`).
     quiet_until: Option<Instant>,
+    /// Peers whose Raft traffic this node drops (the `isolate` fault hook:
+    /// a partition of the Raft links, both ways when set on both ends).
+    isolated: BTreeSet<u64>,
 }
 
 fn now_ms(started: Instant) -> u64 {
@@ -267,6 +270,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     let mut node = Node {
         id: opts.id,
         passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
+        isolated: BTreeSet::new(),
         quiet_until: fresh.then(|| {
             Instant::now() + Duration::from_millis(3 * (cfg.election_ticks as u64 + jitter as u64) * cfg.tick_ms)
         }),
@@ -554,7 +558,9 @@ impl Node {
         match m {
             PeerMsg::Raft(bytes) => {
                 if let Ok(msg) = Message::parse_from_bytes(&bytes) {
-                    self.step(msg);
+                    if !self.isolated.contains(&msg.from) {
+                        self.step(msg);
+                    }
                 }
             }
             PeerMsg::Forward {
@@ -614,6 +620,9 @@ impl Node {
     fn send_messages(&mut self, msgs: Vec<Message>) {
         for m in msgs {
             let to = m.to;
+            if self.isolated.contains(&to) {
+                continue;
+            }
             if let Ok(bytes) = m.write_to_bytes() {
                 self.links.send(to, &PeerMsg::Raft(bytes));
             }
@@ -1346,8 +1355,29 @@ impl Node {
                 }
                 Err(_) => "error clock needs an integer offset in ms".into(),
             },
+            (Some("isolate"), Some(ids)) => match ids
+                .split(',')
+                .map(str::parse::<u64>)
+                .collect::<Result<BTreeSet<u64>, _>>()
+            {
+                Ok(set) => {
+                    log(
+                        self.id,
+                        "isolate",
+                        serde_json::json!({"from": set.iter().collect::<Vec<_>>()}),
+                    );
+                    self.isolated = set;
+                    "ok".into()
+                }
+                Err(_) => "error isolate needs comma-separated peer ids".into(),
+            },
+            (Some("heal"), _) => {
+                self.isolated.clear();
+                log(self.id, "heal", serde_json::json!({}));
+                "ok".into()
+            }
             (Some("status"), _) => self.four_letter(b"dgst"),
-            _ => "error unknown command (diverge | clock <ms> | status)".into(),
+            _ => "error unknown command (diverge | clock <ms> | isolate <ids> | heal | status)".into(),
         }
     }
 
