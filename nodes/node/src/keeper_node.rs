@@ -52,6 +52,9 @@ const CONN_QUEUE_MAX: usize = 8192;
 /// How long a request may wait for its commit before the client is told
 /// the connection was lost.
 const PENDING_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most events handled between two Raft Readies (bounds the latency one
+/// Ready adds to the events queued behind it).
+const EVENTS_PER_READY_MAX: usize = 512;
 /// Most containers / TTL nodes reaped per scan.
 const REAP_PER_SCAN_MAX: usize = 64;
 
@@ -469,7 +472,17 @@ impl Node {
         while !stop.load(Ordering::Relaxed) {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
-                Ok(ev) => self.handle(ev),
+                Ok(ev) => {
+                    self.handle(ev);
+                    // take what else is waiting, so one Ready (one fsync)
+                    // carries many proposals
+                    for _ in 0..EVENTS_PER_READY_MAX {
+                        match rx.try_recv() {
+                            Ok(ev) => self.handle(ev),
+                            Err(_) => break,
+                        }
+                    }
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }

@@ -37,6 +37,8 @@ pub struct RaftLog {
     snapshot_bytes: Vec<u8>,
     /// A peer asked for a snapshot newer than the one held.
     wanted: Cell<u64>,
+    /// (term, vote) as last made durable.
+    persisted: (u64, u64),
 }
 
 fn err(e: impl std::fmt::Display) -> raft::Error {
@@ -70,12 +72,13 @@ impl RaftLog {
             RaftLog {
                 disk,
                 changelog: log,
-                hard_state,
                 conf_state,
                 snapshot_index,
                 snapshot_term,
                 snapshot_bytes,
                 wanted: Cell::new(0),
+                persisted: (hard_state.term, hard_state.vote),
+                hard_state,
             },
             report,
         ))
@@ -113,8 +116,23 @@ impl RaftLog {
             .map_err(|e| e.to_string())
     }
 
-    /// Persists the hard state atomically; returns after fsync.
+    /// Records the hard state. Term and vote are made durable (atomic
+    /// replace, fsync) before this returns whenever they change; the commit
+    /// index alone is kept in memory and written with the next durable
+    /// write — it is only a hint on restart (the leader re-teaches it), and
+    /// an fsync per commit would double the cost of every write.
     pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), String> {
+        let durable = hs.term != self.persisted.0 || hs.vote != self.persisted.1;
+        self.hard_state = hs;
+        if durable {
+            self.persist_hard_state()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the hard state (term, vote, commit) durably.
+    pub fn persist_hard_state(&mut self) -> Result<(), String> {
+        let hs = &self.hard_state;
         let mut b = Vec::with_capacity(28);
         b.extend_from_slice(&hs.term.to_be_bytes());
         b.extend_from_slice(&hs.vote.to_be_bytes());
@@ -126,7 +144,7 @@ impl RaftLog {
         self.disk
             .rename(HARD_STATE_TMP, HARD_STATE)
             .map_err(|e| e.to_string())?;
-        self.hard_state = hs;
+        self.persisted = (hs.term, hs.vote);
         Ok(())
     }
 
@@ -150,11 +168,10 @@ impl RaftLog {
                 .map_err(|e| e.to_string())?;
         }
         if self.hard_state.commit < index {
-            let mut hs = self.hard_state.clone();
-            hs.commit = index;
-            self.set_hard_state(hs)?;
+            self.hard_state.commit = index;
         }
-        Ok(())
+        // the snapshot's index must be a commit index a restart can trust
+        self.persist_hard_state()
     }
 
     fn record_term(&self, idx: u64) -> Option<u64> {
@@ -313,6 +330,7 @@ mod tests {
             Some((8, 1, b"snap".to_vec())),
         )
         .unwrap();
+        // commit 10 was never made durable on its own; the snapshot made 9
         assert_eq!(log.hard_state().commit, 9);
         assert_eq!(log.last_index().unwrap(), 10);
         assert_eq!(
