@@ -358,13 +358,27 @@ impl HistoryWriter {
     /// Appends `op` with its `index` replaced by the next dense index, and
     /// returns that index.
     pub fn append(&mut self, op: &Op) -> std::io::Result<u64> {
+        let index = self.append_buffered(op)?;
+        self.out.flush()?;
+        Ok(index)
+    }
+
+    /// Like [`HistoryWriter::append`] but leaves the line in the buffer
+    /// until [`HistoryWriter::flush`]: for a writer that flushes whenever
+    /// it has nothing queued (many lines per write call, same prefix
+    /// guarantee once flushed).
+    pub fn append_buffered(&mut self, op: &Op) -> std::io::Result<u64> {
         let index = self.next_index;
         let mut line = serde_json::to_vec(&Op { index, ..op.clone() }).map_err(std::io::Error::other)?;
         line.push(b'\n');
         self.out.write_all(&line)?;
-        self.out.flush()?;
         self.next_index += 1;
         Ok(index)
+    }
+
+    /// Hands buffered lines to the OS.
+    pub fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
     }
 
     /// Forces appended lines to stable storage.

@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run a campaign: deploy a cluster, drive a workload under faults, check the history.
-    Test(Unbuilt),
+    Test(TestArgs),
     /// Check a recorded history (a history.jsonl file or a run directory).
     Check(CheckArgs),
     /// Run a stored run again with its seed and nemesis schedule.
@@ -44,6 +44,62 @@ pub enum Command {
 pub struct Unbuilt {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
     pub args: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct TestArgs {
+    /// register, unique-ids, counter or total-queue.
+    #[arg(long, default_value = "register")]
+    pub workload: String,
+    /// The system under test: drift (its own keeper).
+    #[arg(long, default_value = "drift")]
+    pub target: String,
+    #[arg(long, default_value_t = 5)]
+    pub nodes: u64,
+    /// Keys of the register workload.
+    #[arg(long, default_value_t = 5)]
+    pub keys: u32,
+    /// Concurrent client processes.
+    #[arg(long, default_value_t = 10)]
+    pub concurrency: usize,
+    /// Total operations per second across all clients.
+    #[arg(long, default_value_t = 100.0)]
+    pub rate: f64,
+    /// Seconds of the main phase.
+    #[arg(long = "time-limit", default_value_t = 60)]
+    pub time_limit: u64,
+    /// Faults, comma-separated: partition, kill, pause, corrupt, diverge, clock (or none).
+    #[arg(long, value_delimiter = ',', default_value = "kill,partition")]
+    pub nemesis: Vec<String>,
+    /// Seconds between faults (each lasts half of it).
+    #[arg(long = "nemesis-interval", default_value_t = 6)]
+    pub nemesis_interval: u64,
+    /// Seed of every random choice (default: random, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Linearizable reads (read-index round) on the keeper.
+    #[arg(long = "quorum-reads")]
+    pub quorum_reads: bool,
+    /// Keeper digest mode: off, incremental or full.
+    #[arg(long, default_value = "incremental")]
+    pub digest: String,
+    /// Client port of the nodes (Raft port+1, admin port+2).
+    #[arg(long, default_value_t = 2281)]
+    pub port: u16,
+    /// Client operation timeout; past it the op is recorded `info`.
+    #[arg(long = "op-timeout-ms", default_value_t = 2000)]
+    pub op_timeout_ms: u64,
+    #[arg(long = "session-timeout-ms", default_value_t = 4000)]
+    pub session_timeout_ms: u64,
+    /// Time budget of the checkers, in seconds.
+    #[arg(long = "check-budget-s", default_value_t = 120)]
+    pub check_budget_s: u64,
+    /// Root of the result store.
+    #[arg(long, default_value = "store")]
+    pub store: PathBuf,
+    /// A nemesis schedule to apply instead of deriving one (replay).
+    #[arg(skip)]
+    pub schedule: Option<Vec<crate::nemesis::Step>>,
 }
 
 #[derive(Args, Debug)]

@@ -5,10 +5,14 @@
 mod bench;
 mod bench_keeper;
 mod bench_repair;
+mod campaign;
 mod check;
 mod cli;
 mod cluster;
 mod fail;
+mod local;
+mod nemesis;
+mod recorder;
 
 use clap::Parser;
 use cli::{BenchWhat, Cli, Command};
@@ -30,7 +34,7 @@ fn main() {
             BenchWhat::Repair(args) => bench_repair::repair(args),
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
         },
-        Command::Test(_) => Err(Failure::unbuilt("test")),
+        Command::Test(args) => campaign::run(args),
         Command::Replay(_) => Err(Failure::unbuilt("replay")),
         Command::Compare(_) => Err(Failure::unbuilt("compare")),
         Command::Serve(_) => Err(Failure::unbuilt("serve")),

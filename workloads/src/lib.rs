@@ -1,2 +1,13 @@
-//! drift-workloads: generators and clients for the znode, insert-retry and
-//! delete workloads `drift test` drives. It has no code yet.
+//! drift-workloads: what a campaign asks of the system under test.
+//!
+//! # Layout
+//! * [`rng`] — seeded randomness with named sub-seeds (replayable)
+//! * [`workload`] — operation mixes and the checkers that judge them
+//! * [`zkclient`] — the operations through a real ZooKeeper client
+
+pub mod rng;
+pub mod workload;
+pub mod zkclient;
+
+pub use rng::Rng;
+pub use workload::{OpSpec, Outcome, Workload};

@@ -1,0 +1,340 @@
+//! The local-process backend: N nodes as child processes of `drift`, node
+//! i on its own loopback address 127.0.0.(10+i) (client port P, Raft P+1,
+//! admin P+2), data and logs under the run directory.
+//!
+//! Capabilities (Jepsen's `DB`, `Kill`, `Pause`, `LogFiles`): start, kill
+//! (SIGKILL), stop (SIGTERM), pause/resume (SIGSTOP/SIGCONT), wipe and
+//! corrupt the data dir (only while the node is down), fault hooks through
+//! the node's token-guarded admin endpoint, and its log file. Every signal
+//! goes to a PID this backend started and still owns; nothing else is
+//! touched.
+
+use drift_node::config::ClusterConfig;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Most nodes a local campaign starts.
+pub const NODES_MAX: u64 = 9;
+
+pub struct LocalNode {
+    pub id: u64,
+    pub client: SocketAddr,
+    pub admin: SocketAddr,
+    pub dir: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+    paused: bool,
+}
+
+pub struct LocalCluster {
+    pub nodes: Vec<LocalNode>,
+    pub config_path: PathBuf,
+    pub config: ClusterConfig,
+    token: String,
+    digest: String,
+    exe: PathBuf,
+}
+
+/// What happened to a node the harness did not ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub node: u64,
+    pub code: Option<i32>,
+}
+
+fn ip(i: u64) -> String {
+    format!("127.0.0.{}", 10 + i)
+}
+
+impl LocalCluster {
+    /// Writes the cluster file under `run_dir/nodes` (not started yet).
+    pub fn new(
+        run_dir: &Path,
+        n: u64,
+        port: u16,
+        quorum_reads: bool,
+        digest: &str,
+        token: &str,
+    ) -> Result<LocalCluster, String> {
+        if !(1..=NODES_MAX).contains(&n) {
+            return Err(format!("--nodes must be in 1..={NODES_MAX}"));
+        }
+        let base = run_dir.join("nodes");
+        std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+        let mut text = format!(
+            "data_dir = {:?}\ntick_ms = 50\nquorum_reads = {quorum_reads}\ndigest = {digest:?}\nsnapshot_distance = 2000\nreserved_log_items = 500\nrotate_interval = 1000\nsession_timeout_min_ms = 1000\n",
+            base.display().to_string()
+        );
+        for i in 1..=n {
+            text.push_str(&format!(
+                "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
+                ip = ip(i),
+                raft = port + 1
+            ));
+        }
+        let config_path = run_dir.join("cluster.toml");
+        std::fs::write(&config_path, text).map_err(|e| format!("{}: {e}", config_path.display()))?;
+        let config = ClusterConfig::load(&config_path)?;
+        let nodes = (1..=n)
+            .map(|i| LocalNode {
+                id: i,
+                client: format!("{}:{port}", ip(i)).parse().expect("valid address"),
+                admin: format!("{}:{}", ip(i), port + 2).parse().expect("valid address"),
+                dir: config.node_dir(i),
+                log: base.join(format!("n{i}.log")),
+                child: None,
+                paused: false,
+            })
+            .collect();
+        Ok(LocalCluster {
+            nodes,
+            config_path,
+            config,
+            token: token.to_string(),
+            digest: digest.to_string(),
+            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        })
+    }
+
+    pub fn connect_string(&self) -> String {
+        self.config.connect_string()
+    }
+
+    fn node(&mut self, i: u64) -> &mut LocalNode {
+        &mut self.nodes[(i - 1) as usize]
+    }
+
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    pub fn start(&mut self, i: u64) -> Result<(), String> {
+        let (exe, config, token, digest) = (
+            self.exe.clone(),
+            self.config_path.clone(),
+            self.token.clone(),
+            self.digest.clone(),
+        );
+        let n = self.node(i);
+        if n.child.is_some() {
+            return Ok(());
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&n.log)
+            .map_err(|e| format!("{}: {e}", n.log.display()))?;
+        let child = Command::new(exe)
+            .args(["node", "--config"])
+            .arg(config)
+            .args([
+                "--id",
+                &i.to_string(),
+                "--digest",
+                &digest,
+                "--fault-hooks",
+                &token,
+                "--admin",
+            ])
+            .arg(n.admin.to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("starting node {i}: {e}"))?;
+        n.child = Some(child);
+        n.paused = false;
+        Ok(())
+    }
+
+    pub fn start_all(&mut self) -> Result<(), String> {
+        for i in self.ids() {
+            self.start(i)?;
+        }
+        Ok(())
+    }
+
+    pub fn is_up(&self, i: u64) -> bool {
+        self.nodes[(i - 1) as usize].child.is_some()
+    }
+
+    fn signal(pid: u32, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self, i: u64) {
+        let n = self.node(i);
+        if let Some(mut c) = n.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        n.paused = false;
+    }
+
+    /// SIGTERM, wait up to `grace`, then SIGKILL.
+    pub fn stop(&mut self, i: u64, grace: Duration) {
+        let n = self.node(i);
+        if let Some(mut c) = n.child.take() {
+            if n.paused {
+                Self::signal(c.id(), "CONT");
+            }
+            Self::signal(c.id(), "TERM");
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    n.paused = false;
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        n.paused = false;
+    }
+
+    pub fn pause(&mut self, i: u64) {
+        let n = self.node(i);
+        if let Some(c) = &n.child {
+            Self::signal(c.id(), "STOP");
+            n.paused = true;
+        }
+    }
+
+    pub fn resume(&mut self, i: u64) {
+        let n = self.node(i);
+        if let Some(c) = &n.child {
+            if n.paused {
+                Self::signal(c.id(), "CONT");
+            }
+        }
+        n.paused = false;
+    }
+
+    /// Nodes that exited on their own since the last call (reaped).
+    pub fn exits(&mut self) -> Vec<Exit> {
+        let mut out = Vec::new();
+        for n in &mut self.nodes {
+            if let Some(c) = &mut n.child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    out.push(Exit {
+                        node: n.id,
+                        code: status.code(),
+                    });
+                    n.child = None;
+                    n.paused = false;
+                }
+            }
+        }
+        out
+    }
+
+    /// Removes a stopped node's data dir.
+    pub fn wipe(&mut self, i: u64) -> Result<(), String> {
+        let n = self.node(i);
+        if n.child.is_some() {
+            return Err(format!("node {i} is running: wipe only while down"));
+        }
+        match std::fs::remove_dir_all(&n.dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(format!("{}: {e}", n.dir.display())),
+        }
+    }
+
+    /// Damages the newest changelog segment or snapshot of a stopped node:
+    /// truncates it, or flips one byte. Returns what was done.
+    pub fn corrupt(&mut self, i: u64, pick: u64) -> Result<String, String> {
+        let n = self.node(i);
+        if n.child.is_some() {
+            return Err(format!("node {i} is running: corrupt only while down"));
+        }
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&n.dir)
+            .map_err(|e| format!("{}: {e}", n.dir.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| f.starts_with("changelog_") || f.starts_with("snapshot_"))
+            })
+            .collect();
+        files.sort();
+        let Some(target) = files.get((pick as usize) % files.len().max(1)).cloned() else {
+            return Ok("nothing to corrupt".into());
+        };
+        let mut bytes = std::fs::read(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+        if bytes.is_empty() {
+            return Ok(format!("{} is empty", target.display()));
+        }
+        let what = if pick.is_multiple_of(2) {
+            let keep = bytes.len() * 3 / 4;
+            bytes.truncate(keep);
+            format!("truncated {} to {keep} bytes", target.display())
+        } else {
+            let at = (pick as usize / 2) % bytes.len();
+            bytes[at] ^= 0x5a;
+            format!("flipped byte {at} of {}", target.display())
+        };
+        std::fs::write(&target, bytes).map_err(|e| format!("{}: {e}", target.display()))?;
+        Ok(what)
+    }
+
+    /// Sends a fault-hook command; the node's answer.
+    pub fn admin(&self, i: u64, cmd: &str) -> Result<String, String> {
+        let n = &self.nodes[(i - 1) as usize];
+        let mut s = TcpStream::connect_timeout(&n.admin, Duration::from_secs(1))
+            .map_err(|e| format!("admin {}: {e}", n.admin))?;
+        s.set_read_timeout(Some(Duration::from_secs(3))).ok();
+        s.write_all(format!("{} {cmd}\n", self.token).as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+        Ok(out.trim().to_string())
+    }
+
+    /// Sends a four-letter word to node i's client port.
+    pub fn four(&self, i: u64, word: &str) -> Option<String> {
+        crate::cluster::four_letter(self.nodes[(i - 1) as usize].client, word)
+    }
+
+    pub fn field(&self, i: u64, word: &str, key: &str) -> Option<String> {
+        self.four(i, word)?
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+    }
+
+    pub fn leader(&self) -> Option<u64> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some() && !n.paused)
+            .find(|n| self.four(n.id, "srvr").is_some_and(|s| s.contains("Mode: leader")))
+            .map(|n| n.id)
+    }
+
+    /// Stops every node (teardown).
+    pub fn stop_all(&mut self) {
+        for i in self.ids() {
+            self.stop(i, Duration::from_secs(3));
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            if let Some(mut c) = n.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+}
