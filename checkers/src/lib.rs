@@ -11,10 +11,12 @@
 //! * [`linear`] — linearizability (cas-register, kv)
 //! * [`unique_ids`], [`set`], [`counter`], [`queue`], [`stats`] — Jepsen's
 //!   other classic checkers
+//! * [`digest`] — the keeper's divergence detector, from nemesis events
 //! * [`registry`] — checkers by name, as the CLI names them
 
 pub mod checker;
 pub mod counter;
+pub mod digest;
 mod fxhash;
 pub mod history;
 pub mod linear;

@@ -10,7 +10,15 @@ use crate::stats::Stats;
 use crate::unique_ids::UniqueIds;
 
 /// Every checker name, in the order help text lists them.
-pub const NAMES: [&str; 6] = ["linearizable", "unique-ids", "set", "counter", "total-queue", "stats"];
+pub const NAMES: [&str; 7] = [
+    "linearizable",
+    "unique-ids",
+    "set",
+    "counter",
+    "total-queue",
+    "stats",
+    "digest",
+];
 
 /// Builds the checker called `name`. `model` is required by (and only
 /// meaningful for) `linearizable`.
@@ -25,6 +33,7 @@ pub fn build(name: &str, model: Option<ModelKind>) -> Result<Box<dyn Checker>, S
         "counter" => Box::new(Counter),
         "total-queue" => Box::new(TotalQueue),
         "stats" => Box::new(Stats),
+        "digest" => Box::new(crate::digest::DigestChecker),
         other => return Err(format!("unknown checker `{other}` (known: {})", NAMES.join(", "))),
     })
 }

@@ -17,14 +17,13 @@ use crate::recorder::Recorder;
 use drift_checkers::checker::MEM_BYTES_DEFAULT;
 use drift_checkers::history::{OpType, Process};
 use drift_checkers::linear::model::ModelKind;
-use drift_checkers::{check_all, registry, CheckContext, CheckResult, Checker, History, Verdict};
+use drift_checkers::{check_all, registry, CheckContext, Checker, History, Verdict};
 use drift_results::files::{ResultsFile, RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
 use drift_results::{picture, time};
 use drift_workloads::zkclient::ZkClient;
 use drift_workloads::{Outcome, Rng, Workload};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::io::{BufRead, Seek};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,15 +34,6 @@ const PHASE_TIMEOUT: Duration = Duration::from_secs(45);
 /// The whole run may take the time limit plus this much before the
 /// watchdog ends it.
 const WATCHDOG_SLACK: Duration = Duration::from_secs(240);
-
-/// What the monitor saw in node logs.
-#[derive(Default, Debug)]
-struct Seen {
-    /// (node, log_index) of digest aborts.
-    aborts: Vec<(u64, u64)>,
-    /// (node, log_index) where a diverge was applied.
-    diverged: Vec<(u64, u64)>,
-}
 
 pub fn run(args: TestArgs) -> Result<i32, Failure> {
     let workload = Workload::parse(&args.workload, args.keys).ok_or_else(|| {
@@ -77,7 +67,12 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
             args.digest
         )));
     }
-    if args.concurrency == 0 || args.concurrency > 1000 || !args.rate.is_finite() || args.rate <= 0.0 || args.time_limit == 0 {
+    if args.concurrency == 0
+        || args.concurrency > 1000
+        || !args.rate.is_finite()
+        || args.rate <= 0.0
+        || args.time_limit == 0
+    {
         return Err(Failure::new(
             "--concurrency (1..=1000), --rate and --time-limit must be positive",
         ));
@@ -110,6 +105,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         "concurrency": args.concurrency, "rate": args.rate, "time_limit_s": args.time_limit,
         "nemesis": kinds, "nemesis_interval_s": args.nemesis_interval, "quorum_reads": args.quorum_reads,
         "digest": args.digest, "port": args.port, "op_timeout_ms": args.op_timeout_ms,
+        "session_timeout_ms": args.session_timeout_ms,
     });
     println!("drift test  seed {seed}");
     println!("  {}", serde_json::to_string(&config).expect("json"));
@@ -154,9 +150,8 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     let (recorder, handle) = Recorder::start(&run.history(), Instant::now())
         .map_err(|e| Failure::new(format!("{}: {e}", run.history().display())))?;
     let cluster = Arc::new(Mutex::new(cluster));
-    let seen = Arc::new(Mutex::new(Seen::default()));
     let stop = Arc::new(AtomicBool::new(false));
-    let monitor = spawn_monitor(cluster.clone(), recorder.clone(), seen.clone(), stop.clone());
+    let monitor = spawn_monitor(cluster.clone(), recorder.clone(), stop.clone());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -215,7 +210,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
 
     // heal and converge
     println!("\n  healing: every fault stopped, dead nodes restarted");
-    let heal_note = heal_all(&cluster, &recorder, &partitioner, &seen);
+    let heal_note = heal_all(&cluster, &recorder, &partitioner);
     let converged = wait_converged(&cluster, watchdog_deadline);
     recorder.event("healed", json!({"converged": converged.is_ok(), "note": heal_note}));
     // final reads through a fresh client
@@ -232,6 +227,14 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         });
     }
     let dgst = final_digests(&cluster);
+    recorder.event(
+        "final-digests",
+        json!({
+            "converged": converged.is_ok(),
+            "note": converged.as_ref().err(),
+            "nodes": dgst.iter().map(|(n, a, d)| json!({"node": n, "applied_index": a, "digest": d})).collect::<Vec<_>>(),
+        }),
+    );
     stop.store(true, Ordering::Relaxed);
     let _ = progress.join();
     let _ = monitor.join();
@@ -261,22 +264,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     }
     let ctx = CheckContext::new(Some(Duration::from_secs(args.check_budget_s)), MEM_BYTES_DEFAULT);
     let check_started = Instant::now();
-    let mut composed = check_all(&checkers, &history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
-    let seen = seen
-        .lock()
-        .map(|s| Seen {
-            aborts: s.aborts.clone(),
-            diverged: s.diverged.clone(),
-        })
-        .unwrap_or_default();
-    let digest_result = digest_check(
-        &seen,
-        &applied.lock().map(|a| a.clone()).unwrap_or_default(),
-        &dgst,
-        &converged,
-    );
-    composed.verdict = composed.verdict.and(digest_result.verdict);
-    composed.results.push(digest_result);
+    let composed = check_all(&checkers, &history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
     let artifacts = write_pictures(&run, &composed)?;
     let results = ResultsFile {
         verdict: composed.verdict,
@@ -573,7 +561,7 @@ fn stop_fault(cluster: &Mutex<LocalCluster>, p: &Partitioner, step: &Step) -> St
 
 /// Stops every fault and brings every node back; a node that will not
 /// start (a corruption it refuses) is wiped and rejoins from its peers.
-fn heal_all(cluster: &Mutex<LocalCluster>, r: &Recorder, p: &Partitioner, _seen: &Mutex<Seen>) -> String {
+fn heal_all(cluster: &Mutex<LocalCluster>, r: &Recorder, p: &Partitioner) -> String {
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
@@ -636,69 +624,9 @@ fn final_digests(cluster: &Mutex<LocalCluster>) -> Vec<(u64, String, String)> {
         .collect()
 }
 
-/// The digest checker: no abort without an injected divergence; each
-/// applied divergence aborted its node at exactly that log index; and at
-/// the end every replica holds the same tree at the same index.
-fn digest_check(
-    seen: &Seen,
-    steps: &[Step],
-    dgst: &[(u64, String, String)],
-    converged: &Result<(), String>,
-) -> CheckResult {
-    let mut problems = Vec::new();
-    let injected = steps.iter().filter(|s| s.fault == "diverge").count();
-    for &(node, index) in &seen.aborts {
-        if !seen.diverged.contains(&(node, index)) {
-            problems.push(format!(
-                "node {node} aborted at log index {index} with no divergence injected there"
-            ));
-        }
-    }
-    for &(node, index) in &seen.diverged {
-        if !seen.aborts.contains(&(node, index)) {
-            problems.push(format!(
-                "divergence applied on node {node} at log index {index} did not abort it"
-            ));
-        }
-    }
-    let digests: BTreeMap<&str, Vec<u64>> = dgst.iter().fold(BTreeMap::new(), |mut m, (n, _, d)| {
-        m.entry(d.as_str()).or_default().push(*n);
-        m
-    });
-    if digests.len() > 1 {
-        problems.push(format!("replicas disagree at the end: {digests:?}"));
-    }
-    if let Err(e) = converged {
-        problems.push(e.clone());
-    }
-    let verdict = if problems.is_empty() {
-        Verdict::Valid
-    } else {
-        Verdict::Invalid
-    };
-    CheckResult {
-        checker: "digest".into(),
-        verdict,
-        reason: None,
-        elapsed_ms: 0.0,
-        details: json!({
-            "divergences_injected": injected,
-            "divergences_applied": seen.diverged,
-            "aborts": seen.aborts,
-            "final": dgst.iter().map(|(n, a, d)| json!({"node": n, "applied_index": a, "digest": d})).collect::<Vec<_>>(),
-            "problems": problems,
-        }),
-    }
-}
-
 /// Tails node logs: leader changes, digest aborts and divergences become
 /// nemesis events on the history's timeline.
-fn spawn_monitor(
-    cluster: Arc<Mutex<LocalCluster>>,
-    r: Recorder,
-    seen: Arc<Mutex<Seen>>,
-    stop: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<()> {
+fn spawn_monitor(cluster: Arc<Mutex<LocalCluster>>, r: Recorder, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let logs: Vec<(u64, std::path::PathBuf)> = cluster
             .lock()
@@ -719,7 +647,7 @@ fn spawn_monitor(
                         break;
                     }
                     offsets[k] += line.len() as u64;
-                    observe(*node, &line, &r, &seen);
+                    observe(*node, &line, &r);
                     line.clear();
                 }
             }
@@ -731,7 +659,7 @@ fn spawn_monitor(
     })
 }
 
-fn observe(node: u64, line: &str, r: &Recorder, seen: &Mutex<Seen>) {
+fn observe(node: u64, line: &str, r: &Recorder) {
     let Ok(v) = serde_json::from_str::<Value>(line.trim()) else {
         return;
     };
@@ -742,15 +670,9 @@ fn observe(node: u64, line: &str, r: &Recorder, seen: &Mutex<Seen>) {
                 "digest-abort",
                 json!({"node": node, "log_index": index, "phase": v["phase"], "request": v["request"]}),
             );
-            if let Ok(mut s) = seen.lock() {
-                s.aborts.push((node, index));
-            }
         }
         Some("diverge_applied") => {
             r.event("diverge-applied", json!({"node": node, "log_index": index}));
-            if let Ok(mut s) = seen.lock() {
-                s.diverged.push((node, index));
-            }
         }
         Some("role") if v["role"] == "Leader" => r.event("leader", json!({"node": node, "term": v["term"]})),
         Some("snapshot_installed") => r.event("snapshot-installed", json!({"node": node, "index": v["index"]})),
@@ -852,4 +774,76 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
     if results.verdict != Verdict::Valid {
         println!("reproduce: drift replay {}   (seed {seed})", run.path.display());
     }
+}
+
+/// `drift replay <run dir>`: the same campaign again — its seed, options
+/// and nemesis schedule as applied — into a new run beside it.
+pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
+    let stored = RunDir::open(dir).map_err(Failure::new)?;
+    let bytes =
+        std::fs::read(stored.run_json()).map_err(|e| Failure::new(format!("{}: {e}", stored.run_json().display())))?;
+    let info: RunInfo =
+        serde_json::from_slice(&bytes).map_err(|e| Failure::new(format!("{}: {e}", stored.run_json().display())))?;
+    if info.kind != "test" {
+        return Err(Failure::new(format!(
+            "{}: not a campaign run (kind {:?}); re-check it with drift check",
+            dir.display(),
+            info.kind
+        )));
+    }
+    let c = &info.config;
+    let get = |k: &str| {
+        c.get(k)
+            .ok_or_else(|| Failure::new(format!("{}: config has no `{k}`", stored.run_json().display())))
+    };
+    let num = |k: &str| {
+        get(k).and_then(|v| {
+            v.as_u64()
+                .ok_or_else(|| Failure::new(format!("config `{k}` is not a number")))
+        })
+    };
+    let text = |k: &str| {
+        get(k).and_then(|v| {
+            v.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| Failure::new(format!("config `{k}` is not text")))
+        })
+    };
+    let mut schedule = Vec::new();
+    for s in &info.nemesis_schedule {
+        let mut step: Step =
+            serde_json::from_value(s.clone()).map_err(|e| Failure::new(format!("nemesis schedule: {e}")))?;
+        step.applied.clear();
+        schedule.push(step);
+    }
+    let store_root = dir
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.to_path_buf())
+        .unwrap_or_else(|| "store".into());
+    let args = TestArgs {
+        workload: text("workload")?,
+        target: text("target")?,
+        nodes: num("nodes")?,
+        keys: num("keys")? as u32,
+        concurrency: num("concurrency")? as usize,
+        rate: get("rate")?.as_f64().unwrap_or(100.0),
+        time_limit: num("time_limit_s")?,
+        nemesis: get("nemesis")?
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+        nemesis_interval: num("nemesis_interval_s")?,
+        seed: info.seed,
+        quorum_reads: get("quorum_reads")?.as_bool().unwrap_or(false),
+        digest: text("digest")?,
+        port: num("port")? as u16,
+        op_timeout_ms: num("op_timeout_ms")?,
+        session_timeout_ms: c.get("session_timeout_ms").and_then(Value::as_u64).unwrap_or(4000),
+        check_budget_s: 120,
+        store: store_root,
+        schedule: Some(schedule),
+    };
+    println!("replaying {} (seed {:?})", dir.display(), info.seed);
+    run(args)
 }

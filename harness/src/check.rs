@@ -21,12 +21,19 @@ use std::time::{Duration, Instant, SystemTime};
 const BUDGET_S_MAX: f64 = 7.0 * 86_400.0;
 
 pub fn run(args: CheckArgs) -> Result<i32, Failure> {
-    let checkers = build_checkers(&args)?;
+    let mut args = args;
     let budget = parse_budget(args.budget_s)?;
     if args.mem_mb == 0 {
         return Err(Failure::new("--mem-mb must be at least 1"));
     }
     let (history_path, run_dir) = resolve_input(&args.input)?;
+    if args.checkers.is_empty() {
+        args.checkers = run_dir
+            .as_ref()
+            .and_then(workload_checkers)
+            .unwrap_or_else(|| vec!["linearizable".into()]);
+    }
+    let checkers = build_checkers(&args)?;
 
     let history = History::load(&history_path).map_err(|e| Failure::new(e.to_string()))?;
     let ctx = CheckContext::new(budget, (args.mem_mb as usize) << 20);
@@ -63,6 +70,13 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
         print_summary(&results, &composed, &artifacts, &results_path);
     }
     Ok(composed.verdict.exit_code())
+}
+
+/// The checkers of the workload a stored campaign ran.
+fn workload_checkers(run: &RunDir) -> Option<Vec<String>> {
+    let info: RunInfo = serde_json::from_slice(&std::fs::read(run.run_json()).ok()?).ok()?;
+    let w = drift_workloads::Workload::parse(info.config["workload"].as_str()?, 1)?;
+    Some(w.checkers().into_iter().map(|(c, _)| c.to_string()).collect())
 }
 
 fn build_checkers(args: &CheckArgs) -> Result<Vec<Box<dyn Checker>>, Failure> {

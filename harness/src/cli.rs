@@ -25,7 +25,7 @@ pub enum Command {
     /// Check a recorded history (a history.jsonl file or a run directory).
     Check(CheckArgs),
     /// Run a stored run again with its seed and nemesis schedule.
-    Replay(Unbuilt),
+    Replay(ReplayArgs),
     /// Compare stored runs across versions.
     Compare(Unbuilt),
     /// Benchmarks: `drift bench checker [DIR]`.
@@ -44,6 +44,12 @@ pub enum Command {
 pub struct Unbuilt {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
     pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// A run directory of `drift test`.
+    pub run: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -170,7 +176,8 @@ pub struct CheckArgs {
     pub input: PathBuf,
     /// Checker to run; repeat or comma-separate for several
     /// (linearizable, unique-ids, set, counter, total-queue, stats).
-    #[arg(long = "checker", value_delimiter = ',', default_value = "linearizable")]
+    /// Default: the checkers of the run's workload, else linearizable.
+    #[arg(long = "checker", value_delimiter = ',')]
     pub checkers: Vec<String>,
     /// Model for the linearizable checker: cas-register or kv.
     #[arg(long, default_value = "cas-register")]

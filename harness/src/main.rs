@@ -35,7 +35,7 @@ fn main() {
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
         },
         Command::Test(args) => campaign::run(args),
-        Command::Replay(_) => Err(Failure::unbuilt("replay")),
+        Command::Replay(args) => campaign::replay(&args.run),
         Command::Compare(_) => Err(Failure::unbuilt("compare")),
         Command::Serve(_) => Err(Failure::unbuilt("serve")),
         Command::Node(args) => cluster::node(args),

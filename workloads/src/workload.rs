@@ -81,7 +81,7 @@ impl Workload {
             Workload::Counter => ("counter", None),
             Workload::TotalQueue => ("total-queue", None),
         };
-        vec![main, ("stats", None)]
+        vec![main, ("stats", None), ("digest", None)]
     }
 
     /// The next operation of a worker. `unique` is a per-worker counter

@@ -1,0 +1,178 @@
+//! `digest`: the keeper's divergence detector, judged from the nemesis
+//! events a campaign records on the history's timeline.
+//!
+//! Valid when: no node aborted on a digest mismatch except where a
+//! divergence was injected; every injected divergence (`diverge-applied`,
+//! node and log index) aborted that node at exactly that log index; and
+//! at the end (`final-digests`) every replica reported the same tree
+//! digest at the same applied index. Without a `final-digests` event the
+//! verdict is unknown. It does not check what clients read.
+
+use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
+use crate::history::HistoryError;
+use crate::pairing::History;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+pub struct DigestChecker;
+
+fn at(v: &Value) -> Option<(u64, u64)> {
+    Some((v["node"].as_u64()?, v["log_index"].as_u64()?))
+}
+
+impl Checker for DigestChecker {
+    fn name(&self) -> &str {
+        "digest"
+    }
+
+    fn check(&self, h: &History, _ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
+        let started = Instant::now();
+        let (mut aborts, mut diverged, mut injected, mut finals) = (Vec::new(), Vec::new(), 0u64, None);
+        for &i in &h.nemesis {
+            let op = &h.ops[i];
+            match op.f.as_str() {
+                "digest-abort" => aborts.extend(at(&op.value)),
+                "diverge-applied" => diverged.extend(at(&op.value)),
+                "start-diverge" => injected += 1,
+                "final-digests" => finals = Some(op.value.clone()),
+                _ => {}
+            }
+        }
+        let mut problems = Vec::new();
+        for &(node, index) in &aborts {
+            if !diverged.contains(&(node, index)) {
+                problems.push(format!(
+                    "node {node} aborted at log index {index} with no divergence injected there"
+                ));
+            }
+        }
+        for &(node, index) in &diverged {
+            if !aborts.contains(&(node, index)) {
+                problems.push(format!(
+                    "divergence applied on node {node} at log index {index} did not abort it"
+                ));
+            }
+        }
+        let Some(finals) = finals else {
+            return Ok(CheckResult {
+                checker: self.name().into(),
+                verdict: Verdict::Unknown,
+                reason: Some("no final-digests event: the run did not reach its final phase".into()),
+                elapsed_ms: elapsed_ms(started),
+                details: json!({"aborts": aborts, "divergences_applied": diverged, "problems": problems}),
+            });
+        };
+        if finals["converged"] == false {
+            problems.push(format!("replicas did not converge: {}", finals["note"]));
+        }
+        let mut by_digest: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for n in finals["nodes"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            by_digest
+                .entry(n["digest"].as_str().unwrap_or("?").to_string())
+                .or_default()
+                .push(n["node"].as_u64().unwrap_or(0));
+        }
+        if by_digest.len() > 1 {
+            problems.push(format!("replicas disagree at the end: {by_digest:?}"));
+        }
+        if by_digest.is_empty() {
+            problems.push("no replica reported a digest at the end".into());
+        }
+        Ok(CheckResult {
+            checker: self.name().into(),
+            verdict: if problems.is_empty() {
+                Verdict::Valid
+            } else {
+                Verdict::Invalid
+            },
+            reason: None,
+            elapsed_ms: elapsed_ms(started),
+            details: json!({
+                "divergences_injected": injected, "divergences_applied": diverged, "aborts": aborts,
+                "final": finals, "problems": problems,
+            }),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Op, OpType, Process};
+    use std::path::Path;
+
+    fn nemesis(events: &[(&str, Value)]) -> History {
+        let mut ops: Vec<Op> = events
+            .iter()
+            .enumerate()
+            .map(|(i, (f, v))| Op {
+                index: i as u64,
+                time: i as i64,
+                process: Process::Nemesis,
+                kind: OpType::Info,
+                f: f.to_string(),
+                value: v.clone(),
+                key: None,
+                node: None,
+                error: None,
+            })
+            .collect();
+        ops.push(Op {
+            index: ops.len() as u64,
+            time: 0,
+            process: Process::Client(0),
+            kind: OpType::Invoke,
+            f: "read".into(),
+            value: Value::Null,
+            key: None,
+            node: None,
+            error: None,
+        });
+        let n = ops.len() as u64;
+        History::from_ops(Path::new("h"), ops, (1..=n).collect()).unwrap()
+    }
+
+    fn verdict(events: &[(&str, Value)]) -> Verdict {
+        DigestChecker
+            .check(&nemesis(events), &CheckContext::new(None, 1 << 20))
+            .unwrap()
+            .verdict
+    }
+
+    fn finals(digests: &[&str]) -> (&'static str, Value) {
+        let nodes: Vec<Value> = digests
+            .iter()
+            .enumerate()
+            .map(|(i, d)| json!({"node": i + 1, "applied_index": "9", "digest": d}))
+            .collect();
+        ("final-digests", json!({"converged": true, "nodes": nodes}))
+    }
+
+    #[test]
+    fn an_injected_divergence_must_abort_at_its_index_and_nothing_else_may() {
+        let ok = [
+            ("start-diverge", json!({})),
+            ("diverge-applied", json!({"node": 2, "log_index": 7})),
+            ("digest-abort", json!({"node": 2, "log_index": 7})),
+            finals(&["a", "a", "a"]),
+        ];
+        assert_eq!(verdict(&ok), Verdict::Valid);
+        let wrong_index = [
+            ("diverge-applied", json!({"node": 2, "log_index": 7})),
+            ("digest-abort", json!({"node": 2, "log_index": 8})),
+            finals(&["a"]),
+        ];
+        assert_eq!(verdict(&wrong_index), Verdict::Invalid);
+        let missed = [("diverge-applied", json!({"node": 2, "log_index": 7})), finals(&["a"])];
+        assert_eq!(verdict(&missed), Verdict::Invalid);
+        let spurious = [("digest-abort", json!({"node": 1, "log_index": 3})), finals(&["a"])];
+        assert_eq!(verdict(&spurious), Verdict::Invalid);
+    }
+
+    #[test]
+    fn replicas_must_agree_at_the_end() {
+        assert_eq!(verdict(&[finals(&["a", "b", "a"])]), Verdict::Invalid);
+        assert_eq!(verdict(&[]), Verdict::Unknown);
+    }
+}
