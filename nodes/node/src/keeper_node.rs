@@ -443,25 +443,20 @@ fn parse_context(c: &[u8]) -> (u64, u64) {
     )
 }
 
-/// The same request, applied differently (the `diverge` fault).
+/// The same request, applied differently (the `diverge` fault): its own
+/// effect, plus a node only this replica has, so the trees differ for good
+/// (a later write cannot paper over it).
 fn diverged(w: &Write) -> Write {
+    let marker = Op::Create(Create {
+        path: "/diverged-".into(),
+        data: vec![],
+        acl: drift_keeper::acl::Acl::open(),
+        mode: drift_keeper::CreateMode::PersistentSequential,
+        ttl_ms: 0,
+    });
     match w {
-        Write::Op(Op::Create(c)) => Write::Op(Op::Create(Create {
-            data: b"diverged".to_vec(),
-            ..c.clone()
-        })),
-        Write::Op(Op::SetData { path, version, .. }) => Write::Op(Op::SetData {
-            path: path.clone(),
-            data: b"diverged".to_vec(),
-            version: *version,
-        }),
-        other => Write::Op(Op::Create(Create {
-            path: format!("/diverged-{}", other.name()),
-            data: vec![],
-            acl: drift_keeper::acl::Acl::open(),
-            mode: drift_keeper::CreateMode::PersistentSequential,
-            ttl_ms: 0,
-        })),
+        Write::Op(op) => Write::Multi(vec![op.clone(), marker]),
+        _ => Write::Op(marker),
     }
 }
 
