@@ -118,7 +118,7 @@ fn total_queue_reports_lost_duplicated_unexpected_and_recovered() {
 }
 
 #[test]
-fn stats_counts_per_f_and_flags_an_f_that_never_succeeded() {
+fn stats_counts_per_f_lists_an_f_that_never_succeeded_and_fails_a_run_with_no_success() {
     let h = history(&[
         (0, "invoke", "read", N),
         (0, "ok", "read", json!(1)),
@@ -127,9 +127,11 @@ fn stats_counts_per_f_and_flags_an_f_that_never_succeeded() {
         (2, "invoke", "write", json!(3)),
     ]);
     let r = check(&Stats, &h);
-    assert_eq!(r.verdict, Verdict::Invalid);
+    assert_eq!(r.verdict, Verdict::Valid);
     assert_eq!(r.details["by_f"]["write"], json!({"ok": 0, "fail": 1, "info": 1}));
     assert_eq!(r.details["never_ok"], json!(["write"]));
+    let nothing = history(&[(1, "invoke", "write", json!(2)), (1, "fail", "write", json!(2))]);
+    assert_eq!(check(&Stats, &nothing).verdict, Verdict::Invalid);
 }
 
 struct Panics;

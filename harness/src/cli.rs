@@ -128,6 +128,9 @@ pub struct NodeArgs {
     /// Override the config: linearizable reads through a read-index round.
     #[arg(long = "quorum-reads")]
     pub quorum_reads: bool,
+    /// Exit when the parent process goes away (campaigns start nodes so).
+    #[arg(long = "exit-with-parent")]
+    pub exit_with_parent: bool,
 }
 
 #[derive(Args, Debug)]

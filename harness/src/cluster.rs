@@ -39,6 +39,7 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
         config,
         fault_token: args.fault_hooks,
         admin: args.admin,
+        exit_with_parent: args.exit_with_parent,
     })
     .map_err(|e| Failure::new(format!("node {}: {e}", args.id)))?;
     Ok(0)

@@ -135,6 +135,7 @@ impl LocalCluster {
                 &i.to_string(),
                 "--digest",
                 &digest,
+                "--exit-with-parent",
                 "--fault-hooks",
                 &token,
                 "--admin",

@@ -65,6 +65,9 @@ pub struct NodeOptions {
     /// `admin`; without both, nothing can trigger them.
     pub fault_token: Option<String>,
     pub admin: Option<SocketAddr>,
+    /// Exit when the process that started this node goes away (a campaign
+    /// killed mid-run must not leave its nodes running).
+    pub exit_with_parent: bool,
 }
 
 enum Event {
@@ -154,6 +157,8 @@ struct Node {
     received: u64,
     sent: u64,
     passwd_key: (u64, u64),
+    /// The parent to outlive no longer than (see NodeOptions).
+    parent: Option<u32>,
     /// Set while a node that started without Raft state waits to hear
     /// from a leader (see `step`).
     quiet_until: Option<Instant>,
@@ -296,6 +301,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         diverge_next: false,
         clock_offset_ms: 0,
         fault_token: opts.fault_token,
+        parent: opts.exit_with_parent.then(std::os::unix::process::parent_id),
         started: Instant::now(),
         ticks: 0,
         received: 0,
@@ -964,6 +970,10 @@ impl Node {
 
     fn tick(&mut self) {
         self.ticks += 1;
+        if self.parent.is_some_and(|p| p != std::os::unix::process::parent_id()) {
+            log(self.id, "parent_gone", serde_json::json!({}));
+            std::process::exit(0);
+        }
         match self.quiet_until {
             // a node without state waits to hear from a leader before it
             // may campaign; if none speaks, the cluster is new: go ahead

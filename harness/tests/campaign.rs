@@ -1,0 +1,167 @@
+//! `drift test` end to end, as the README's main job runs it (briefly).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn drift() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_drift"))
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!("drift-campaign-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+fn only_run(store: &Path) -> PathBuf {
+    let test_dir = std::fs::read_dir(store)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.is_dir() && !p.ends_with("latest"))
+        .expect("a test directory");
+    std::fs::read_dir(test_dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .next()
+        .expect("a run")
+}
+
+#[test]
+fn a_short_campaign_stores_a_checked_run_and_replays_it() {
+    let store = scratch("short");
+    let out = drift()
+        .args([
+            "test",
+            "--workload",
+            "unique-ids",
+            "--nemesis",
+            "kill",
+            "--nemesis-interval",
+            "4",
+            "--time-limit",
+            "8",
+        ])
+        .args([
+            "--nodes", "3", "--rate", "40", "--port", "22281", "--seed", "5", "--store",
+        ])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.starts_with("drift test  seed 5"),
+        "the seed comes first: {stdout}"
+    );
+    let run = only_run(&store);
+    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info["seed"], 5);
+    let schedule = info["nemesis_schedule"].as_array().unwrap();
+    assert!(
+        !schedule.is_empty()
+            && schedule
+                .iter()
+                .all(|s| s["fault"] == "kill" && !s["applied"].as_str().unwrap().is_empty())
+    );
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    assert_eq!(results["verdict"], "valid");
+    let names: Vec<&str> = results["checkers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["checker"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["unique-ids", "stats", "digest"]);
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(history.contains("\"start-kill\"") && history.contains("\"final-digests\""));
+    // re-check the stored run
+    let check = drift().arg("check").arg(&run).output().unwrap();
+    assert_eq!(
+        check.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn a_campaign_killed_mid_run_leaves_a_checkable_history_and_no_nodes() {
+    let store = scratch("killed");
+    let mut child = drift()
+        .args([
+            "test",
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "60",
+            "--nodes",
+            "3",
+            "--port",
+            "22381",
+            "--store",
+        ])
+        .arg(&store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait until ops are being recorded
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let history = loop {
+        let h = std::fs::read_dir(&store).ok().and_then(|_| {
+            let run = only_run(&store);
+            let h = run.join("history.jsonl");
+            (std::fs::metadata(&h).map(|m| m.len()).unwrap_or(0) > 2000).then_some(h)
+        });
+        if let Some(h) = h {
+            break h;
+        }
+        assert!(Instant::now() < deadline, "the campaign never recorded ops");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let run = history.parent().unwrap().to_path_buf();
+    let check = drift().arg("check").arg(&run).output().unwrap();
+    let code = check.status.code();
+    assert!(
+        matches!(code, Some(0) | Some(2)),
+        "drift check refused the history: {}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // the nodes noticed their parent died and exited
+    let node_logs: Vec<PathBuf> = (1..=3).map(|i| run.join("nodes").join(format!("n{i}.log"))).collect();
+    let gone = || {
+        node_logs
+            .iter()
+            .all(|l| std::fs::read_to_string(l).unwrap_or_default().contains("parent_gone"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gone() {
+        assert!(Instant::now() < deadline, "nodes outlived their campaign");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn bad_campaign_arguments_exit_3() {
+    for args in [
+        &["test", "--workload", "bogus"][..],
+        &["test", "--nemesis", "meteor"],
+        &["test", "--target", "zookeeper"],
+        &["test", "--digest", "maybe"],
+        &["test", "--concurrency", "0"],
+    ] {
+        let out = drift().args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{args:?}");
+    }
+}
