@@ -88,6 +88,37 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
         "{}",
         String::from_utf8_lossy(&check.stdout)
     );
+    // replay: a new run with the same seed and the same schedule
+    let replay = drift().arg("replay").arg(&run).output().unwrap();
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&replay.stdout)
+    );
+    let runs: Vec<PathBuf> = std::fs::read_dir(run.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    assert_eq!(runs.len(), 2);
+    let again = runs.iter().find(|p| **p != run).unwrap();
+    let info2: serde_json::Value = serde_json::from_slice(&std::fs::read(again.join("run.json")).unwrap()).unwrap();
+    assert_eq!(info2["seed"], 5);
+    let plan = |v: &serde_json::Value| -> Vec<(u64, u64, String)> {
+        v["nemesis_schedule"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["start_ms"].as_u64().unwrap(),
+                    s["nodes"][0].as_u64().unwrap(),
+                    s["fault"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(plan(&info2), plan(&info), "the replay applied the same schedule");
     let _ = std::fs::remove_dir_all(&store);
 }
 
