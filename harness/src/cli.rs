@@ -219,6 +219,21 @@ pub enum BenchWhat {
     /// Keeper core costs: apply throughput by digest mode, snapshot
     /// write/load, changelog appends with fsync.
     Keeper(BenchKeeperArgs),
+    /// Generator + history recording throughput against a no-op client.
+    Harness(BenchHarnessArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchHarnessArgs {
+    #[arg(long, default_value_t = 1_000_000)]
+    pub ops: u64,
+    #[arg(long, default_value = "register")]
+    pub workload: String,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print one JSON document instead of the summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

@@ -3,6 +3,7 @@
 //! run itself failed).
 
 mod bench;
+mod bench_harness;
 mod bench_keeper;
 mod bench_repair;
 mod campaign;
@@ -33,6 +34,7 @@ fn main() {
             BenchWhat::Checker(args) => bench::checker(args),
             BenchWhat::Repair(args) => bench_repair::repair(args),
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
+            BenchWhat::Harness(args) => bench_harness::harness(args),
         },
         Command::Test(args) => campaign::run(args),
         Command::Replay(args) => campaign::replay(&args.run),
