@@ -76,7 +76,13 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
 fn workload_checkers(run: &RunDir) -> Option<Vec<String>> {
     let info: RunInfo = serde_json::from_slice(&std::fs::read(run.run_json()).ok()?).ok()?;
     let w = drift_workloads::Workload::parse(info.config["workload"].as_str()?, 1)?;
-    Some(w.checkers().into_iter().map(|(c, _)| c.to_string()).collect())
+    let target = info.config["target"].as_str().unwrap_or("drift");
+    Some(
+        crate::campaign::checker_names(&w, target)
+            .into_iter()
+            .map(|(c, _)| c.to_string())
+            .collect(),
+    )
 }
 
 fn build_checkers(args: &CheckArgs) -> Result<Vec<Box<dyn Checker>>, Failure> {

@@ -26,10 +26,14 @@ pub struct LocalNode {
     pub dir: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
+    /// For a ZooKeeper node: the watcher that ends it if drift dies.
+    watcher: Option<Child>,
     paused: bool,
 }
 
 pub struct LocalCluster {
+    /// Apache ZooKeeper instead of the drift keeper (a baseline).
+    pub zookeeper: bool,
     pub nodes: Vec<LocalNode>,
     pub config_path: PathBuf,
     pub config: ClusterConfig,
@@ -49,6 +53,36 @@ fn ip(i: u64) -> String {
     format!("127.0.0.{}", 10 + i)
 }
 
+/// Debian's Apache ZooKeeper 3.8 (`apt install zookeeper`).
+const ZOOKEEPER_CLASSPATH: &str =
+    "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
+
+/// Whether Apache ZooKeeper is installed where the zookeeper target looks.
+pub fn zookeeper_installed() -> bool {
+    Path::new("/usr/share/java/zookeeper.jar").exists()
+}
+
+/// zoo.cfg and myid for each node: quorum on 127.0.0.(10+i) ports
+/// P+1/P+3, clients on P; ticks of 200 ms so elections and session
+/// expiry run at the pace of the drift keeper's.
+fn write_zookeeper_configs(config: &ClusterConfig, n: u64, port: u16) -> Result<(), String> {
+    for i in 1..=n {
+        let dir = config.node_dir(i);
+        std::fs::create_dir_all(dir.join("data")).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::write(dir.join("data").join("myid"), format!("{i}\n")).map_err(|e| e.to_string())?;
+        let mut cfg = format!(
+            "tickTime=200\ninitLimit=25\nsyncLimit=10\ndataDir={}\nclientPort={port}\nclientPortAddress={}\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=1000\nmaxSessionTimeout=30000\n",
+            dir.join("data").display(),
+            ip(i)
+        );
+        for j in 1..=n {
+            cfg.push_str(&format!("server.{j}={}:{}:{}\n", ip(j), port + 1, port + 3));
+        }
+        std::fs::write(dir.join("zoo.cfg"), cfg).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
 impl LocalCluster {
     /// Writes the cluster file under `run_dir/nodes` (not started yet).
     pub fn new(
@@ -58,6 +92,7 @@ impl LocalCluster {
         quorum_reads: bool,
         digest: &str,
         token: &str,
+        zookeeper: bool,
     ) -> Result<LocalCluster, String> {
         if !(1..=NODES_MAX).contains(&n) {
             return Err(format!("--nodes must be in 1..={NODES_MAX}"));
@@ -86,10 +121,15 @@ impl LocalCluster {
                 dir: config.node_dir(i),
                 log: base.join(format!("n{i}.log")),
                 child: None,
+                watcher: None,
                 paused: false,
             })
             .collect();
+        if zookeeper {
+            write_zookeeper_configs(&config, n, port)?;
+        }
         Ok(LocalCluster {
+            zookeeper,
             nodes,
             config_path,
             config,
@@ -118,6 +158,7 @@ impl LocalCluster {
             self.token.clone(),
             self.digest.clone(),
         );
+        let zookeeper = self.zookeeper;
         let n = self.node(i);
         if n.child.is_some() {
             return Ok(());
@@ -127,6 +168,42 @@ impl LocalCluster {
             .append(true)
             .open(&n.log)
             .map_err(|e| format!("{}: {e}", n.log.display()))?;
+        if zookeeper {
+            let child = Command::new("java")
+                .args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_CLASSPATH])
+                .arg(format!("-Dzookeeper.log.dir={}", n.dir.display()))
+                .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
+                .arg("-Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties")
+                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+                .arg(n.dir.join("zoo.cfg"))
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().map_err(|e| e.to_string())?)
+                .stderr(log)
+                .spawn()
+                .map_err(|e| format!("starting ZooKeeper node {i} (is `zookeeper` installed?): {e}"))?;
+            // the drift node exits with its parent by itself; a JVM does
+            // not, so a watcher ends it once drift is gone (or quits with it)
+            let watch = format!(
+                "while kill -0 {drift} 2>/dev/null && kill -0 {java} 2>/dev/null; do sleep 0.5; done; \
+                 kill -0 {drift} 2>/dev/null || kill -9 {java} 2>/dev/null; true",
+                drift = std::process::id(),
+                java = child.id()
+            );
+            if let Some(mut old) = n.watcher.take() {
+                // its JVM is gone, so it ends within half a second
+                let _ = old.wait();
+            }
+            n.watcher = Command::new("sh")
+                .args(["-c", &watch])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .ok();
+            n.child = Some(child);
+            n.paused = false;
+            return Ok(());
+        }
         let child = Command::new(exe)
             .args(["node", "--config"])
             .arg(config)
@@ -241,14 +318,21 @@ impl LocalCluster {
 
     /// Removes a stopped node's data dir.
     pub fn wipe(&mut self, i: u64) -> Result<(), String> {
+        let zookeeper = self.zookeeper;
         let n = self.node(i);
         if n.child.is_some() {
             return Err(format!("node {i} is running: wipe only while down"));
         }
-        match std::fs::remove_dir_all(&n.dir) {
+        // a ZooKeeper node keeps its zoo.cfg and myid: only its state goes
+        let dir = if zookeeper {
+            n.dir.join("data/version-2")
+        } else {
+            n.dir.clone()
+        };
+        match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("{}: {e}", n.dir.display())),
+            Err(e) => Err(format!("{}: {e}", dir.display())),
         }
     }
 
@@ -259,13 +343,20 @@ impl LocalCluster {
         if n.child.is_some() {
             return Err(format!("node {i} is running: corrupt only while down"));
         }
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&n.dir)
-            .map_err(|e| format!("{}: {e}", n.dir.display()))?
+        let where_ = if n.dir.join("data/version-2").is_dir() {
+            n.dir.join("data/version-2")
+        } else {
+            n.dir.clone()
+        };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&where_)
+            .map_err(|e| format!("{}: {e}", where_.display()))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
-                p.file_name()
-                    .and_then(|f| f.to_str())
-                    .is_some_and(|f| f.starts_with("changelog_") || f.starts_with("snapshot_"))
+                p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
+                    ["changelog_", "snapshot_", "log.", "snapshot."]
+                        .iter()
+                        .any(|p| f.starts_with(p))
+                })
             })
             .collect();
         files.sort();
@@ -276,12 +367,14 @@ impl LocalCluster {
         if bytes.is_empty() {
             return Ok(format!("{} is empty", target.display()));
         }
+        // ZooKeeper preallocates its logs with zeros: damage the written part
+        let used = bytes.iter().rposition(|&b| b != 0).map_or(bytes.len(), |p| p + 1);
         let what = if pick.is_multiple_of(2) {
-            let keep = bytes.len() * 3 / 4;
+            let keep = used * 3 / 4;
             bytes.truncate(keep);
             format!("truncated {} to {keep} bytes", target.display())
         } else {
-            let at = (pick as usize / 2) % bytes.len();
+            let at = (pick as usize / 2) % used;
             bytes[at] ^= 0x5a;
             format!("flipped byte {at} of {}", target.display())
         };
@@ -335,6 +428,9 @@ impl Drop for LocalCluster {
             if let Some(mut c) = n.child.take() {
                 let _ = c.kill();
                 let _ = c.wait();
+            }
+            if let Some(mut w) = n.watcher.take() {
+                let _ = w.wait();
             }
         }
     }

@@ -188,11 +188,85 @@ fn bad_campaign_arguments_exit_3() {
     for args in [
         &["test", "--workload", "bogus"][..],
         &["test", "--nemesis", "meteor"],
-        &["test", "--target", "zookeeper"],
+        &["test", "--target", "etcd"],
+        &["test", "--target", "zookeeper", "--nemesis", "partition"],
         &["test", "--digest", "maybe"],
         &["test", "--concurrency", "0"],
     ] {
         let out = drift().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(3), "{args:?}");
     }
+}
+
+#[test]
+fn the_zookeeper_target_runs_the_same_workload_against_apache_zookeeper() {
+    if !Path::new("/usr/share/java/zookeeper.jar").exists() {
+        eprintln!("NOT RUN: Apache ZooKeeper is missing (ci/test installs the `zookeeper` package)");
+        return;
+    }
+    let store = scratch("zookeeper");
+    let out = drift()
+        .args([
+            "test",
+            "--target",
+            "zookeeper",
+            "--workload",
+            "register",
+            "--nemesis",
+            "kill",
+        ])
+        .args([
+            "--nemesis-interval",
+            "4",
+            "--time-limit",
+            "10",
+            "--nodes",
+            "3",
+            "--rate",
+            "40",
+        ])
+        .args(["--port", "22381", "--seed", "11", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = only_run(&store);
+    assert!(
+        run.parent().unwrap().ends_with("register-zookeeper"),
+        "{}",
+        run.display()
+    );
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    let checkers: Vec<&str> = results["checkers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["checker"].as_str().unwrap_or(""))
+        .collect();
+    // no tree digest on ZooKeeper, so no digest checker; the rest as on drift
+    assert!(
+        checkers.contains(&"linearizable") && !checkers.contains(&"digest"),
+        "{checkers:?}"
+    );
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    let ok_ops = history
+        .lines()
+        .filter(|l| l.contains("\"type\":\"ok\"") && !l.contains("nemesis"))
+        .count();
+    assert!(ok_ops > 50, "ZooKeeper answered {ok_ops} operations");
+    assert!(history.contains("\"start-kill\""), "the kill nemesis ran");
+    // ZooKeeper's own server log is in the node directory
+    let log = std::fs::read_to_string(run.join("nodes/n1.log")).unwrap_or_default();
+    assert!(
+        log.contains("QuorumPeer") || log.contains("zookeeper"),
+        "node log: {}",
+        &log[..log.len().min(500)]
+    );
+    let _ = std::fs::remove_dir_all(&store);
 }
