@@ -17,6 +17,7 @@
 pub mod checker;
 pub mod counter;
 pub mod digest;
+pub mod ephemeral;
 mod fxhash;
 pub mod history;
 pub mod linear;

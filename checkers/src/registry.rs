@@ -10,12 +10,13 @@ use crate::stats::Stats;
 use crate::unique_ids::UniqueIds;
 
 /// Every checker name, in the order help text lists them.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "linearizable",
     "unique-ids",
     "set",
     "counter",
     "total-queue",
+    "ephemeral",
     "stats",
     "digest",
 ];
@@ -32,6 +33,7 @@ pub fn build(name: &str, model: Option<ModelKind>) -> Result<Box<dyn Checker>, S
         "set" => Box::new(SetChecker),
         "counter" => Box::new(Counter),
         "total-queue" => Box::new(TotalQueue),
+        "ephemeral" => Box::new(crate::ephemeral::Ephemeral),
         "stats" => Box::new(Stats),
         "digest" => Box::new(crate::digest::DigestChecker),
         other => return Err(format!("unknown checker `{other}` (known: {})", NAMES.join(", "))),

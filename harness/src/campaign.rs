@@ -232,6 +232,14 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     recorder.event("healed", json!({"converged": converged.is_ok(), "note": heal_note}));
     // final reads through a fresh client
     let finals = workload.final_ops();
+    let settle = workload.settle_before_final(session_timeout);
+    if !settle.is_zero() {
+        println!(
+            "  waiting {:.1}s for abandoned sessions to expire",
+            settle.as_secs_f64()
+        );
+        std::thread::sleep(settle);
+    }
     if !finals.is_empty() {
         let r = recorder.clone();
         let h = hosts.clone();
@@ -376,13 +384,21 @@ async fn worker(
         }
         next = next.max(Instant::now()) + every.mul_f64(0.5 + rng.unit());
         if client.is_none() {
-            client = ZkClient::connect(&hosts, workload, session, op_timeout).await.ok();
+            // each session's fate (closed, or left to expire) is drawn
+            // when it starts; only `ephemeral` sessions ever end on purpose
+            let detached = workload == Workload::Ephemeral && rng.below(2) == 1;
+            client = ZkClient::connect_session(&hosts, workload, session, op_timeout, detached)
+                .await
+                .ok();
             if client.is_none() {
                 continue;
             }
         }
-        let op = workload.next(&mut rng, w, &mut unique);
+        let mut op = workload.next(&mut rng, w, &mut unique);
         let c = client.as_ref().expect("connected");
+        if op.f == "close" && c.detached() {
+            op.f = "expire";
+        }
         r.record(
             Process::Client(process),
             OpType::Invoke,
@@ -392,13 +408,34 @@ async fn worker(
             None,
             None,
         );
-        let outcome = c.invoke(&op).await;
+        let ends = workload.ends_session(op.f);
+        let outcome = if ends {
+            client.take().expect("connected").end_session().await
+        } else {
+            c.invoke(&op).await
+        };
         record_outcome(&r, process, op.f, &op.key, &outcome);
-        if matches!(outcome, Outcome::Info(_)) {
-            // the process may still be executing that op: retire it
+        if ends || matches!(outcome, Outcome::Info(_)) {
+            // a new session, or the process may still be executing that
+            // op: retire the process either way
             process += stride;
             client = None;
         }
+    }
+    // the last session ends the way the others do
+    if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
+        let f = if c.detached() { "expire" } else { "close" };
+        r.record(
+            Process::Client(process),
+            OpType::Invoke,
+            f,
+            Value::Null,
+            None,
+            None,
+            None,
+        );
+        let outcome = c.end_session().await;
+        record_outcome(&r, process, f, &None, &outcome);
     }
 }
 

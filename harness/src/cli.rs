@@ -54,10 +54,11 @@ pub struct ReplayArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct TestArgs {
-    /// register, unique-ids, counter or total-queue.
+    /// register, unique-ids, counter, total-queue or ephemeral.
     #[arg(long, default_value = "register")]
     pub workload: String,
-    /// The system under test: drift (its own keeper).
+    /// The system under test: drift (its own keeper) or zookeeper (Apache
+    /// ZooKeeper 3.8 from Debian's `zookeeper` package, as a baseline).
     #[arg(long, default_value = "drift")]
     pub target: String,
     #[arg(long, default_value_t = 5)]
@@ -178,7 +179,8 @@ pub struct CheckArgs {
     /// A history.jsonl file, or a run directory holding one.
     pub input: PathBuf,
     /// Checker to run; repeat or comma-separate for several
-    /// (linearizable, unique-ids, set, counter, total-queue, stats).
+    /// (linearizable, unique-ids, set, counter, total-queue, ephemeral,
+    /// stats, digest).
     /// Default: the checkers of the run's workload, else linearizable.
     #[arg(long = "checker", value_delimiter = ',')]
     pub checkers: Vec<String>,

@@ -270,3 +270,56 @@ fn the_zookeeper_target_runs_the_same_workload_against_apache_zookeeper() {
     );
     let _ = std::fs::remove_dir_all(&store);
 }
+
+#[test]
+fn the_ephemeral_workload_ends_sessions_both_ways_and_checks_none_outlives_them() {
+    let store = scratch("ephemeral");
+    let out = drift()
+        .args([
+            "test",
+            "--workload",
+            "ephemeral",
+            "--nemesis",
+            "kill",
+            "--nemesis-interval",
+            "3",
+        ])
+        .args([
+            "--time-limit",
+            "8",
+            "--nodes",
+            "3",
+            "--rate",
+            "60",
+            "--port",
+            "22481",
+            "--seed",
+            "9",
+        ])
+        .arg("--store")
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = only_run(&store);
+    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    let eph = results["checkers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["checker"] == "ephemeral")
+        .expect("the ephemeral checker ran")["details"]
+        .clone();
+    assert!(eph["closed"].as_u64().unwrap() > 0, "{eph}");
+    assert!(eph["expired"].as_u64().unwrap() > 0, "{eph}");
+    assert!(eph["created_ok"].as_u64().unwrap() > 20, "{eph}");
+    // the final read came after every session had time to expire
+    assert_eq!(eph["final_read_sizes"], serde_json::json!([0]), "{eph}");
+    let _ = std::fs::remove_dir_all(&store);
+}

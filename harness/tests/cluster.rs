@@ -428,7 +428,17 @@ async fn read_on_a_cut_off_follower(c: &Cluster) -> Option<Vec<u8>> {
     let writer = connect(&c.connect_to(&rest)).await;
     let reader = connect(&c.connect_to(&[victim])).await;
     writer.create("/q", b"old", &persistent()).await.unwrap();
-    assert_eq!(reader.get_data("/q").await.unwrap().0, b"old");
+    // before the cut the victim serves the value (a leader change while
+    // the test starts up may cost the reader its connection once)
+    let mut before = reader.get_data("/q").await;
+    for _ in 0..20 {
+        if before.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        before = reader.get_data("/q").await;
+    }
+    assert_eq!(before.unwrap().0, b"old");
     let ids = rest.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
     c.admin(victim, &format!("isolate {ids}"));
     for &i in &rest {
@@ -542,4 +552,56 @@ fn drift_keeper_connect_request() -> Vec<u8> {
     let mut f = (b.len() as i32).to_be_bytes().to_vec();
     f.extend_from_slice(&b);
     f
+}
+
+/// A follower that loses its leader answers the requests it had forwarded
+/// there: writes hear connection loss at once (not after a long timeout,
+/// while their sessions stay alive), and a close is acknowledged only once
+/// it committed, so its ephemerals are gone when the client hears back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_orphaned_by_a_lost_leader_end_promptly_and_a_close_is_acknowledged_only_once_committed() {
+    let c = Cluster::up("orphans", 21190, &["--fault-hooks", "sesame"]);
+    let old = c.wait_leader(Duration::from_secs(5));
+    let others: Vec<u64> = (1..=3).filter(|&i| i != old).collect();
+    let follower = others[0];
+    let closing = connect(&c.connect_to(&[follower])).await;
+    let ephemeral = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    closing.create("/e", b"", &ephemeral).await.unwrap();
+    let writer = connect(&c.connect_to(&[follower])).await;
+    // cut the leader off; the next requests still go its way
+    let ids = others.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    assert_eq!(c.admin(old, &format!("isolate {ids}")).trim(), "ok");
+    for &i in &others {
+        assert_eq!(c.admin(i, &format!("isolate {old}")).trim(), "ok");
+    }
+    let mut state = closing.state_watcher();
+    drop(closing);
+    let started = Instant::now();
+    let write = tokio::time::timeout(Duration::from_secs(15), writer.create("/x", b"", &persistent())).await;
+    assert!(
+        matches!(write, Ok(Err(zk::Error::ConnectionLoss)) | Ok(Ok(_))),
+        "the orphaned write ends with connection loss (or commits): {write:?}"
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if state.changed().await == zk::SessionState::Closed {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(
+        closed.is_ok(),
+        "the close was acknowledged at last ({:?})",
+        state.peek_state()
+    );
+    // acknowledged means committed: the ephemeral is already gone
+    let reader = connect(&c.connect_to(&others)).await;
+    reader.sync("/").await.unwrap();
+    let kids = reader.list_children("/").await.unwrap();
+    assert!(
+        !kids.contains(&"e".to_string()),
+        "ephemeral outlived its closed session: {kids:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(25), "{:?}", started.elapsed());
 }

@@ -7,6 +7,10 @@
 //! * `counter` — add n = a multi of n sequential creates; read = child count.
 //! * `total-queue` — enqueue = create a child; dequeue = take the smallest
 //!   (get then versioned delete); a final drain.
+//! * `ephemeral` — each session creates ephemerals, reads the children
+//!   (after a sync) and ends with `close` or `expire` (walks away and lets
+//!   the session time out); a final read once every session had time to
+//!   expire. No ephemeral may outlive its session.
 
 use crate::rng::Rng;
 use serde_json::{json, Value};
@@ -21,6 +25,7 @@ pub enum Workload {
     UniqueIds,
     Counter,
     TotalQueue,
+    Ephemeral,
 }
 
 /// One operation to invoke.
@@ -41,7 +46,7 @@ pub enum Outcome {
     Info(String),
 }
 
-pub const NAMES: [&str; 4] = ["register", "unique-ids", "counter", "total-queue"];
+pub const NAMES: [&str; 5] = ["register", "unique-ids", "counter", "total-queue", "ephemeral"];
 
 impl Workload {
     pub fn parse(name: &str, keys: u32) -> Option<Workload> {
@@ -50,6 +55,7 @@ impl Workload {
             "unique-ids" => Workload::UniqueIds,
             "counter" => Workload::Counter,
             "total-queue" => Workload::TotalQueue,
+            "ephemeral" => Workload::Ephemeral,
             _ => return None,
         })
     }
@@ -60,6 +66,7 @@ impl Workload {
             Workload::UniqueIds => "unique-ids",
             Workload::Counter => "counter",
             Workload::TotalQueue => "total-queue",
+            Workload::Ephemeral => "ephemeral",
         }
     }
 
@@ -70,6 +77,7 @@ impl Workload {
             Workload::UniqueIds => "/drift/ids",
             Workload::Counter => "/drift/counter",
             Workload::TotalQueue => "/drift/queue",
+            Workload::Ephemeral => "/drift/ephemeral",
         }
     }
 
@@ -80,6 +88,7 @@ impl Workload {
             Workload::UniqueIds => ("unique-ids", None),
             Workload::Counter => ("counter", None),
             Workload::TotalQueue => ("total-queue", None),
+            Workload::Ephemeral => ("ephemeral", None),
         };
         vec![main, ("stats", None), ("digest", None)]
     }
@@ -140,6 +149,44 @@ impl Workload {
                     key: None,
                 },
             },
+            // a session lives about ten ops; `close` or `expire` is the
+            // session's fate, which the worker picks when it connects
+            Workload::Ephemeral => match rng.weighted(&[5, 4, 1]) {
+                0 => {
+                    *unique += 1;
+                    OpSpec {
+                        f: "create",
+                        value: json!(format!("w{worker}-{}", *unique)),
+                        key: None,
+                    }
+                }
+                1 => OpSpec {
+                    f: "read",
+                    value: Value::Null,
+                    key: None,
+                },
+                _ => OpSpec {
+                    f: "close",
+                    value: Value::Null,
+                    key: None,
+                },
+            },
+        }
+    }
+
+    /// Whether `f` ends the client's session (the worker then starts a
+    /// new session under a new process).
+    pub fn ends_session(&self, f: &str) -> bool {
+        matches!(f, "close" | "expire")
+    }
+
+    /// How long the final phase waits after the cluster recovered: enough
+    /// for every abandoned session to expire (twice the session timeout,
+    /// as a new leader restarts session clocks), for `ephemeral`.
+    pub fn settle_before_final(&self, session_timeout: std::time::Duration) -> std::time::Duration {
+        match self {
+            Workload::Ephemeral => session_timeout * 2 + std::time::Duration::from_secs(1),
+            _ => std::time::Duration::ZERO,
         }
     }
 
@@ -161,6 +208,11 @@ impl Workload {
             }],
             Workload::TotalQueue => vec![OpSpec {
                 f: "drain",
+                value: Value::Null,
+                key: None,
+            }],
+            Workload::Ephemeral => vec![OpSpec {
+                f: "final-read",
                 value: Value::Null,
                 key: None,
             }],
@@ -207,5 +259,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn ephemeral_names_are_unique_and_sessions_end() {
+        let w = Workload::parse("ephemeral", 1).unwrap();
+        let mut names = std::collections::BTreeSet::new();
+        let mut ends = 0;
+        for worker in 0..4 {
+            let mut rng = Rng::new(worker);
+            let mut u = 0;
+            for _ in 0..300 {
+                let op = w.next(&mut rng, worker, &mut u);
+                match op.f {
+                    "create" => assert!(names.insert(op.value.as_str().unwrap().to_string())),
+                    "read" => assert!(op.value.is_null()),
+                    "close" => {
+                        assert!(w.ends_session(op.f));
+                        ends += 1;
+                    }
+                    other => panic!("{other}"),
+                }
+            }
+        }
+        assert!(ends > 50, "sessions end now and then: {ends}");
+        assert_eq!(w.final_ops()[0].f, "final-read");
+        assert!(w.settle_before_final(std::time::Duration::from_secs(4)) >= std::time::Duration::from_secs(8));
+        assert_eq!(
+            Workload::UniqueIds.settle_before_final(std::time::Duration::from_secs(4)),
+            std::time::Duration::ZERO
+        );
     }
 }

@@ -21,6 +21,9 @@ pub struct ZkClient {
     client: zk::Client,
     workload: Workload,
     op_timeout: Duration,
+    /// Dropping the client leaves the session to expire instead of
+    /// closing it (the `ephemeral` workload's `expire` fate).
+    detached: bool,
 }
 
 fn definite(e: &zk::Error) -> bool {
@@ -51,6 +54,10 @@ fn open() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
 
+fn ephemeral() -> zk::CreateOptions<'static> {
+    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
+}
+
 fn sequential() -> zk::CreateOptions<'static> {
     zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all())
 }
@@ -70,9 +77,23 @@ impl ZkClient {
         session_timeout: Duration,
         op_timeout: Duration,
     ) -> Result<ZkClient, String> {
-        let connect = zk::Client::connector()
-            .with_session_timeout(session_timeout)
-            .connect(hosts);
+        Self::connect_session(hosts, workload, session_timeout, op_timeout, false).await
+    }
+
+    /// Connects; a `detached` session is left to expire when the client
+    /// goes away, rather than closed.
+    pub async fn connect_session(
+        hosts: &str,
+        workload: Workload,
+        session_timeout: Duration,
+        op_timeout: Duration,
+        detached: bool,
+    ) -> Result<ZkClient, String> {
+        let mut connector = zk::Client::connector().with_session_timeout(session_timeout);
+        if detached {
+            connector = connector.with_detached();
+        }
+        let connect = connector.connect(hosts);
         let client = tokio::time::timeout(op_timeout.max(Duration::from_secs(1)) * 3, connect)
             .await
             .map_err(|_| format!("connecting to {hosts} timed out"))?
@@ -81,6 +102,7 @@ impl ZkClient {
             client,
             workload,
             op_timeout,
+            detached,
         })
     }
 
@@ -116,6 +138,73 @@ impl ZkClient {
             },
             Workload::Counter => self.counter(op).await,
             Workload::TotalQueue => self.queue(op).await,
+            Workload::Ephemeral => self.ephemeral(op).await,
+        }
+    }
+
+    /// The session's id, as the servers name it in their logs.
+    pub fn session_id(&self) -> i64 {
+        self.client.session_id().0
+    }
+
+    /// Whether dropping this client leaves its session to expire.
+    pub fn detached(&self) -> bool {
+        self.detached
+    }
+
+    /// Ends the session: `close` waits for the cluster to acknowledge the
+    /// close (past the op timeout: info); `expire` walks away from it.
+    pub async fn end_session(self) -> Outcome {
+        if self.detached {
+            drop(self.client);
+            return Outcome::Ok(Value::Null);
+        }
+        let mut state = self.client.state_watcher();
+        drop(self.client);
+        let closed = async {
+            loop {
+                match state.changed().await {
+                    zk::SessionState::Closed => return Ok(()),
+                    s if s.is_terminated() => return Err(s),
+                    _ => {}
+                }
+            }
+        };
+        match tokio::time::timeout(self.op_timeout, closed).await {
+            Ok(Ok(())) => Outcome::Ok(Value::Null),
+            Ok(Err(s)) => Outcome::Info(format!("session {s} before it closed")),
+            Err(_) if state.peek_state() == zk::SessionState::Closed => Outcome::Ok(Value::Null),
+            Err(_) => Outcome::Info("close timed out".into()),
+        }
+    }
+
+    async fn ephemeral(&self, op: &OpSpec) -> Outcome {
+        let root = self.workload.root();
+        match op.f {
+            "create" => {
+                let Some(name) = op.value.as_str() else {
+                    return Outcome::Fail("create needs a name".into());
+                };
+                match self.client.create(&format!("{root}/{name}"), b"", &ephemeral()).await {
+                    Ok(_) => Outcome::Ok(op.value.clone()),
+                    Err(e) => outcome_of(e),
+                }
+            }
+            // sync first: the read then reflects every write acknowledged
+            // before it began, whichever server answers it
+            "read" | "final-read" => {
+                if let Err(e) = self.client.sync(root).await {
+                    return outcome_of(e);
+                }
+                match self.client.list_children(root).await {
+                    Ok(mut kids) => {
+                        kids.sort();
+                        Outcome::Ok(json!(kids))
+                    }
+                    Err(e) => outcome_of(e),
+                }
+            }
+            f => Outcome::Fail(format!("ephemeral has no op {f} on a live client")),
         }
     }
 

@@ -117,6 +117,9 @@ struct Pending {
     conn: u64,
     kind: PendingKind,
     since: Instant,
+    /// The leader that has the request: this node when it proposed it,
+    /// else the one it was forwarded to (0: none yet).
+    via: u64,
 }
 
 struct ParkedRead {
@@ -655,6 +658,7 @@ impl Node {
                 conn,
                 kind,
                 since: Instant::now(),
+                via: self.leader(),
             },
         );
         if self.is_leader() {
@@ -704,16 +708,15 @@ impl Node {
         }
     }
 
+    /// A request whose fate this node cannot learn (no leader, refused,
+    /// or the leader that had it is gone): the connection is dropped, as a
+    /// ZooKeeper server drops its clients when it loses its leader. The
+    /// client hears connection loss for everything in flight (the outcome
+    /// is unknown) and reconnects with its session; a close is retried
+    /// there, so an answered close always means a committed one.
     fn fail_pending(&mut self, req: u64) {
-        let Some(p) = self.pending.remove(&req) else {
-            return;
-        };
-        let zxid = self.last_zxid();
-        match p.kind {
-            PendingKind::Write { xid, .. } | PendingKind::Close { xid } => {
-                self.send_raw(p.conn, proto::encode_error(xid, zxid, ZkError::ConnectionLoss))
-            }
-            PendingKind::Connect => self.drop_conn(p.conn),
+        if let Some(p) = self.pending.remove(&req) {
+            self.drop_conn(p.conn);
         }
     }
 
@@ -1112,6 +1115,18 @@ impl Node {
             "role",
             serde_json::json!({"role": format!("{role:?}"), "leader": leader, "term": self.raw.raft.term}),
         );
+        // requests the old leader had may commit or vanish: their clients
+        // hear connection loss now (the outcome is unknown) rather than
+        // wait out PENDING_TIMEOUT while their sessions stay alive
+        let orphaned: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.via != 0 && p.via != leader)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in orphaned {
+            self.fail_pending(r);
+        }
         if role == StateRole::Leader {
             // every known session gets a fresh deadline under this leader
             let now = now_ms(self.started);
