@@ -9,6 +9,7 @@
 //! watchdog bounds the whole run, so a hung run still ends with a verdict;
 //! a failing teardown is reported beside the verdict, never instead of it.
 
+use crate::backend::Backend;
 use crate::cli::TestArgs;
 use crate::fail::Failure;
 use crate::local::LocalCluster;
@@ -144,25 +145,28 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
 
     let started = Instant::now();
     let token = format!("{:016x}", Rng::new(seed ^ 0x746f6b656e).next_u64());
-    let mut cluster = LocalCluster::new(
-        &run.path,
-        args.nodes,
-        args.port,
-        args.quorum_reads,
-        &args.digest,
-        &token,
-        zookeeper,
-    )
-    .map_err(Failure::new)?;
+    let mut cluster: Box<dyn Backend> = Box::new(
+        LocalCluster::new(
+            &run.path,
+            args.nodes,
+            args.port,
+            args.quorum_reads,
+            &args.digest,
+            &token,
+            zookeeper,
+        )
+        .map_err(Failure::new)?,
+    );
     info.hosts = cluster
-        .nodes
-        .iter()
-        .map(|n| json!({"id": n.id, "client": n.client.to_string()}))
+        .ids()
+        .into_iter()
+        .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string()}))
         .collect();
+    println!("  nodes on {}", cluster.name());
     let partitioner = Partitioner::choose(&format!("{:x}", seed & 0xffff_ffff));
     println!("  partitions via {}", partitioner.name());
     cluster.start_all().map_err(Failure::new)?;
-    wait_ready(&cluster)?;
+    wait_ready(cluster.as_ref())?;
 
     let (recorder, handle) = Recorder::start(&run.history(), Instant::now())
         .map_err(|e| Failure::new(format!("{}: {e}", run.history().display())))?;
@@ -315,7 +319,7 @@ fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
         .map_err(|e| Failure::new(format!("{}: {e}", run.run_json().display())))
 }
 
-fn wait_ready(cluster: &LocalCluster) -> Result<(), Failure> {
+fn wait_ready(cluster: &dyn Backend) -> Result<(), Failure> {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     while Instant::now() < deadline {
         let up = cluster
@@ -479,7 +483,7 @@ async fn final_phase(
 }
 
 fn run_schedule(
-    cluster: &Mutex<LocalCluster>,
+    cluster: &Mutex<Box<dyn Backend>>,
     r: &Recorder,
     p: &Partitioner,
     applied: &Mutex<Vec<Step>>,
@@ -512,7 +516,7 @@ fn run_schedule(
 
 /// Sleeps until `t`, watching for nodes that exit on their own; false if
 /// the run is stopping.
-fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<LocalCluster>, r: &Recorder) -> bool {
+fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> bool {
     while Instant::now() < t {
         if stop.load(Ordering::Relaxed) {
             return false;
@@ -527,12 +531,12 @@ fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<LocalCluster>, r: 
     true
 }
 
-fn apply(cluster: &Mutex<LocalCluster>, p: &Partitioner, step: &Step) -> String {
+fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
     match step.fault.as_str() {
-        "partition" => p.cut(&c, &step.links),
+        "partition" => p.cut(c.as_ref(), &step.links),
         "kill" => {
             for &n in &step.nodes {
                 c.kill(n);
@@ -581,13 +585,13 @@ fn apply(cluster: &Mutex<LocalCluster>, p: &Partitioner, step: &Step) -> String 
     }
 }
 
-fn stop_fault(cluster: &Mutex<LocalCluster>, p: &Partitioner, step: &Step) -> String {
+fn stop_fault(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
     match step.fault.as_str() {
         "partition" => {
-            p.heal(&c);
+            p.heal(c.as_ref());
             "healed".into()
         }
         "kill" | "corrupt" | "diverge" => {
@@ -615,11 +619,11 @@ fn stop_fault(cluster: &Mutex<LocalCluster>, p: &Partitioner, step: &Step) -> St
 
 /// Stops every fault and brings every node back; a node that will not
 /// start (a corruption it refuses) is wiped and rejoins from its peers.
-fn heal_all(cluster: &Mutex<LocalCluster>, r: &Recorder, p: &Partitioner) -> String {
+fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner) -> String {
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
-    p.heal(&c);
+    p.heal(c.as_ref());
     let mut notes = Vec::new();
     for i in c.ids() {
         c.resume(i);
@@ -653,12 +657,12 @@ fn keeper_exit_code() -> i32 {
 }
 
 /// Waits until every node is up and reports the same applied index.
-fn wait_converged(cluster: &Mutex<LocalCluster>, watchdog: Instant) -> Result<(), String> {
+fn wait_converged(cluster: &Mutex<Box<dyn Backend>>, watchdog: Instant) -> Result<(), String> {
     let deadline = (Instant::now() + PHASE_TIMEOUT).min(watchdog);
     let mut last = String::new();
     while Instant::now() < deadline {
         if let Ok(c) = cluster.lock() {
-            let applied: Vec<Option<String>> = c.ids().iter().map(|&i| applied_index(&c, i)).collect();
+            let applied: Vec<Option<String>> = c.ids().iter().map(|&i| c.applied_index(i)).collect();
             last = format!("{applied:?}");
             if c.leader().is_some() && applied.iter().all(|a| a.is_some() && *a == applied[0]) {
                 return Ok(());
@@ -667,16 +671,6 @@ fn wait_converged(cluster: &Mutex<LocalCluster>, watchdog: Instant) -> Result<()
         std::thread::sleep(Duration::from_millis(200));
     }
     Err(format!("replicas did not converge: applied indices {last}"))
-}
-
-/// The node's applied log position: the drift keeper's `dgst` index, or
-/// ZooKeeper's last processed zxid.
-fn applied_index(c: &LocalCluster, i: u64) -> Option<String> {
-    if c.zookeeper {
-        c.field(i, "srvr", "Zxid:")
-    } else {
-        c.field(i, "dgst", "applied_index")
-    }
 }
 
 /// The checkers a run of `workload` on `target` is judged by: ZooKeeper
@@ -690,25 +684,23 @@ pub fn checker_names(workload: &drift_workloads::Workload, target: &str) -> Vec<
 }
 
 /// (node, applied index, digest) of every node that answers.
-fn final_digests(cluster: &Mutex<LocalCluster>) -> Vec<(u64, String, String)> {
+fn final_digests(cluster: &Mutex<Box<dyn Backend>>) -> Vec<(u64, String, String)> {
     let Ok(c) = cluster.lock() else { return vec![] };
-    if c.zookeeper {
-        return vec![];
-    }
     c.ids()
         .into_iter()
-        .filter_map(|i| Some((i, c.field(i, "dgst", "applied_index")?, c.field(i, "dgst", "digest\t")?)))
+        .filter_map(|i| c.digest(i).map(|(a, d)| (i, a, d)))
         .collect()
 }
 
 /// Tails node logs: leader changes, digest aborts and divergences become
 /// nemesis events on the history's timeline.
-fn spawn_monitor(cluster: Arc<Mutex<LocalCluster>>, r: Recorder, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+fn spawn_monitor(
+    cluster: Arc<Mutex<Box<dyn Backend>>>,
+    r: Recorder,
+    stop: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
-        let logs: Vec<(u64, std::path::PathBuf)> = cluster
-            .lock()
-            .map(|c| c.nodes.iter().map(|n| (n.id, n.log.clone())).collect())
-            .unwrap_or_default();
+        let logs: Vec<(u64, std::path::PathBuf)> = cluster.lock().map(|c| c.log_files()).unwrap_or_default();
         let mut offsets = vec![0u64; logs.len()];
         loop {
             let last_pass = stop.load(Ordering::Relaxed);

@@ -2,16 +2,17 @@
 //! i on its own loopback address 127.0.0.(10+i) (client port P, Raft P+1,
 //! admin P+2), data and logs under the run directory.
 //!
-//! Capabilities (Jepsen's `DB`, `Kill`, `Pause`, `LogFiles`): start, kill
-//! (SIGKILL), stop (SIGTERM), pause/resume (SIGSTOP/SIGCONT), wipe and
+//! It implements every capability of [`crate::backend`]: start, stop
+//! (SIGTERM), kill (SIGKILL), pause/resume (SIGSTOP/SIGCONT), wipe and
 //! corrupt the data dir (only while the node is down), fault hooks through
 //! the node's token-guarded admin endpoint, and its log file. Every signal
 //! goes to a PID this backend started and still owns; nothing else is
-//! touched.
+//! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
+use crate::backend::{Backend, Corrupt, Db, Exit, FaultHooks, Kill, LogFiles, Pause, Probe};
 use drift_node::config::ClusterConfig;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -36,17 +37,9 @@ pub struct LocalCluster {
     pub zookeeper: bool,
     pub nodes: Vec<LocalNode>,
     pub config_path: PathBuf,
-    pub config: ClusterConfig,
     token: String,
     digest: String,
     exe: PathBuf,
-}
-
-/// What happened to a node the harness did not ask for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exit {
-    pub node: u64,
-    pub code: Option<i32>,
 }
 
 fn ip(i: u64) -> String {
@@ -132,26 +125,32 @@ impl LocalCluster {
             zookeeper,
             nodes,
             config_path,
-            config,
             token: token.to_string(),
             digest: digest.to_string(),
             exe: std::env::current_exe().map_err(|e| e.to_string())?,
         })
     }
 
-    pub fn connect_string(&self) -> String {
-        self.config.connect_string()
-    }
-
     fn node(&mut self, i: u64) -> &mut LocalNode {
         &mut self.nodes[(i - 1) as usize]
     }
 
-    pub fn ids(&self) -> Vec<u64> {
+    fn signal(pid: u32, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+impl Db for LocalCluster {
+    fn ids(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| n.id).collect()
     }
 
-    pub fn start(&mut self, i: u64) -> Result<(), String> {
+    fn start(&mut self, i: u64) -> Result<(), String> {
         let (exe, config, token, digest) = (
             self.exe.clone(),
             self.config_path.clone(),
@@ -228,38 +227,8 @@ impl LocalCluster {
         Ok(())
     }
 
-    pub fn start_all(&mut self) -> Result<(), String> {
-        for i in self.ids() {
-            self.start(i)?;
-        }
-        Ok(())
-    }
-
-    pub fn is_up(&self, i: u64) -> bool {
-        self.nodes[(i - 1) as usize].child.is_some()
-    }
-
-    fn signal(pid: u32, sig: &str) {
-        let _ = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self, i: u64) {
-        let n = self.node(i);
-        if let Some(mut c) = n.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        n.paused = false;
-    }
-
     /// SIGTERM, wait up to `grace`, then SIGKILL.
-    pub fn stop(&mut self, i: u64, grace: Duration) {
+    fn stop(&mut self, i: u64, grace: Duration) {
         let n = self.node(i);
         if let Some(mut c) = n.child.take() {
             if n.paused {
@@ -280,26 +249,12 @@ impl LocalCluster {
         n.paused = false;
     }
 
-    pub fn pause(&mut self, i: u64) {
-        let n = self.node(i);
-        if let Some(c) = &n.child {
-            Self::signal(c.id(), "STOP");
-            n.paused = true;
-        }
-    }
-
-    pub fn resume(&mut self, i: u64) {
-        let n = self.node(i);
-        if let Some(c) = &n.child {
-            if n.paused {
-                Self::signal(c.id(), "CONT");
-            }
-        }
-        n.paused = false;
+    fn is_up(&self, i: u64) -> bool {
+        self.nodes[(i - 1) as usize].child.is_some()
     }
 
     /// Nodes that exited on their own since the last call (reaped).
-    pub fn exits(&mut self) -> Vec<Exit> {
+    fn exits(&mut self) -> Vec<Exit> {
         let mut out = Vec::new();
         for n in &mut self.nodes {
             if let Some(c) = &mut n.child {
@@ -317,7 +272,7 @@ impl LocalCluster {
     }
 
     /// Removes a stopped node's data dir.
-    pub fn wipe(&mut self, i: u64) -> Result<(), String> {
+    fn wipe(&mut self, i: u64) -> Result<(), String> {
         let zookeeper = self.zookeeper;
         let n = self.node(i);
         if n.child.is_some() {
@@ -336,9 +291,51 @@ impl LocalCluster {
         }
     }
 
+    fn client_addr(&self, i: u64) -> SocketAddr {
+        self.nodes[(i - 1) as usize].client
+    }
+
+    fn peer_ip(&self, i: u64) -> IpAddr {
+        ip(i).parse().expect("a loopback address")
+    }
+}
+
+impl Kill for LocalCluster {
+    /// SIGKILL and reap.
+    fn kill(&mut self, i: u64) {
+        let n = self.node(i);
+        if let Some(mut c) = n.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        n.paused = false;
+    }
+}
+
+impl Pause for LocalCluster {
+    fn pause(&mut self, i: u64) {
+        let n = self.node(i);
+        if let Some(c) = &n.child {
+            Self::signal(c.id(), "STOP");
+            n.paused = true;
+        }
+    }
+
+    fn resume(&mut self, i: u64) {
+        let n = self.node(i);
+        if let Some(c) = &n.child {
+            if n.paused {
+                Self::signal(c.id(), "CONT");
+            }
+        }
+        n.paused = false;
+    }
+}
+
+impl Corrupt for LocalCluster {
     /// Damages the newest changelog segment or snapshot of a stopped node:
     /// truncates it, or flips one byte. Returns what was done.
-    pub fn corrupt(&mut self, i: u64, pick: u64) -> Result<String, String> {
+    fn corrupt(&mut self, i: u64, pick: u64) -> Result<String, String> {
         let n = self.node(i);
         if n.child.is_some() {
             return Err(format!("node {i} is running: corrupt only while down"));
@@ -381,9 +378,51 @@ impl LocalCluster {
         std::fs::write(&target, bytes).map_err(|e| format!("{}: {e}", target.display()))?;
         Ok(what)
     }
+}
 
+impl LogFiles for LocalCluster {
+    fn log_files(&self) -> Vec<(u64, PathBuf)> {
+        self.nodes.iter().map(|n| (n.id, n.log.clone())).collect()
+    }
+}
+
+impl Probe for LocalCluster {
+    /// Sends a four-letter word to node i's client port.
+    fn four(&self, i: u64, word: &str) -> Option<String> {
+        crate::cluster::four_letter(self.nodes[(i - 1) as usize].client, word)
+    }
+
+    fn leader(&self) -> Option<u64> {
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some() && !n.paused)
+            .find(|n| self.four(n.id, "srvr").is_some_and(|s| s.contains("Mode: leader")))
+            .map(|n| n.id)
+    }
+
+    /// The drift keeper's `dgst` index, or ZooKeeper's last zxid.
+    fn applied_index(&self, i: u64) -> Option<String> {
+        if self.zookeeper {
+            self.field(i, "srvr", "Zxid:")
+        } else {
+            self.field(i, "dgst", "applied_index")
+        }
+    }
+
+    fn digest(&self, i: u64) -> Option<(String, String)> {
+        if self.zookeeper {
+            return None;
+        }
+        Some((
+            self.field(i, "dgst", "applied_index")?,
+            self.field(i, "dgst", "digest\t")?,
+        ))
+    }
+}
+
+impl FaultHooks for LocalCluster {
     /// Sends a fault-hook command; the node's answer.
-    pub fn admin(&self, i: u64, cmd: &str) -> Result<String, String> {
+    fn admin(&self, i: u64, cmd: &str) -> Result<String, String> {
         let n = &self.nodes[(i - 1) as usize];
         let mut s = TcpStream::connect_timeout(&n.admin, Duration::from_secs(1))
             .map_err(|e| format!("admin {}: {e}", n.admin))?;
@@ -394,30 +433,14 @@ impl LocalCluster {
         s.read_to_string(&mut out).map_err(|e| e.to_string())?;
         Ok(out.trim().to_string())
     }
+}
 
-    /// Sends a four-letter word to node i's client port.
-    pub fn four(&self, i: u64, word: &str) -> Option<String> {
-        crate::cluster::four_letter(self.nodes[(i - 1) as usize].client, word)
-    }
-
-    pub fn field(&self, i: u64, word: &str, key: &str) -> Option<String> {
-        self.four(i, word)?
-            .lines()
-            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-    }
-
-    pub fn leader(&self) -> Option<u64> {
-        self.nodes
-            .iter()
-            .filter(|n| n.child.is_some() && !n.paused)
-            .find(|n| self.four(n.id, "srvr").is_some_and(|s| s.contains("Mode: leader")))
-            .map(|n| n.id)
-    }
-
-    /// Stops every node (teardown).
-    pub fn stop_all(&mut self) {
-        for i in self.ids() {
-            self.stop(i, Duration::from_secs(3));
+impl Backend for LocalCluster {
+    fn name(&self) -> &'static str {
+        if self.zookeeper {
+            "local processes (Apache ZooKeeper)"
+        } else {
+            "local processes"
         }
     }
 }

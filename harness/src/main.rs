@@ -2,6 +2,7 @@
 //! and maps outcomes to exit codes (0 valid, 1 invalid, 2 unknown, 3 the
 //! run itself failed).
 
+mod backend;
 mod bench;
 mod bench_harness;
 mod bench_keeper;

@@ -14,7 +14,7 @@
 //! The schedule is derived from the run's seed and stored as applied, so a
 //! replay applies the same faults at the same times.
 
-use crate::local::LocalCluster;
+use crate::backend::Backend;
 use drift_workloads::Rng;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -180,12 +180,12 @@ impl Partitioner {
     }
 
     /// Cuts `links`; returns what it did.
-    pub fn cut(&self, cluster: &LocalCluster, links: &[(u64, u64)]) -> String {
+    pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)]) -> String {
         match self {
             Partitioner::Iptables { chain } => {
                 let mut n = 0;
                 for (a, b) in links {
-                    let (sa, sb) = (format!("127.0.0.{}", 10 + a), format!("127.0.0.{}", 10 + b));
+                    let (sa, sb) = (cluster.peer_ip(*a).to_string(), cluster.peer_ip(*b).to_string());
                     if ipt(&["-A", chain, "-s", &sa, "-d", &sb, "-j", "DROP"]) {
                         n += 1;
                     }
@@ -207,7 +207,7 @@ impl Partitioner {
         }
     }
 
-    pub fn heal(&self, cluster: &LocalCluster) {
+    pub fn heal(&self, cluster: &dyn Backend) {
         match self {
             Partitioner::Iptables { chain } => {
                 let _ = ipt(&["-F", chain]);

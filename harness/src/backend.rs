@@ -1,0 +1,112 @@
+//! What a campaign needs from wherever the nodes run, as small capability
+//! traits (Jepsen's `DB`, `Kill`, `Pause`, `LogFiles`): the campaign and
+//! the nemeses speak only these, so a backend (local processes today; SSH
+//! hosts and containers to come) plugs in by implementing them. Node ids
+//! are 1-based, as in the cluster file.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// A node that ended without the harness asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub node: u64,
+    /// Its exit code (None: killed by a signal).
+    pub code: Option<i32>,
+}
+
+/// Deploy and run the system under test.
+pub trait Db {
+    fn ids(&self) -> Vec<u64>;
+    /// The address node `i` serves clients on.
+    fn client_addr(&self, i: u64) -> SocketAddr;
+    /// The address node `i`'s peer traffic comes from and goes to (what a
+    /// partition cuts).
+    fn peer_ip(&self, i: u64) -> IpAddr;
+    /// Starts node `i` if it is down.
+    fn start(&mut self, i: u64) -> Result<(), String>;
+    /// Ends node `i` gracefully, forcibly after `grace`.
+    fn stop(&mut self, i: u64, grace: Duration);
+    fn is_up(&self, i: u64) -> bool;
+    /// Nodes that exited on their own since the last call.
+    fn exits(&mut self) -> Vec<Exit>;
+    /// Drops a stopped node's state (it rejoins empty).
+    fn wipe(&mut self, i: u64) -> Result<(), String>;
+
+    fn start_all(&mut self) -> Result<(), String> {
+        for i in self.ids() {
+            self.start(i)?;
+        }
+        Ok(())
+    }
+
+    fn stop_all(&mut self) {
+        for i in self.ids() {
+            self.stop(i, Duration::from_secs(3));
+        }
+    }
+
+    /// The client connect string of every node.
+    fn connect_string(&self) -> String {
+        self.ids()
+            .into_iter()
+            .map(|i| self.client_addr(i).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Crash a node (no goodbye).
+pub trait Kill {
+    fn kill(&mut self, i: u64);
+}
+
+/// Freeze and thaw a node's process.
+pub trait Pause {
+    fn pause(&mut self, i: u64);
+    fn resume(&mut self, i: u64);
+}
+
+/// Damage a stopped node's durable files.
+pub trait Corrupt {
+    /// Truncates or flips bytes of a log or snapshot file, chosen by
+    /// `pick`; returns what was done.
+    fn corrupt(&mut self, i: u64, pick: u64) -> Result<String, String>;
+}
+
+/// Where each node's log is, for the monitor and the run's artifacts.
+pub trait LogFiles {
+    fn log_files(&self) -> Vec<(u64, PathBuf)>;
+}
+
+/// Ask a running node how it is (ZooKeeper's four-letter words).
+pub trait Probe {
+    fn four(&self, i: u64, word: &str) -> Option<String>;
+
+    /// The value after `key` on a line of `word`'s answer.
+    fn field(&self, i: u64, word: &str, key: &str) -> Option<String> {
+        self.four(i, word)?
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+    }
+
+    /// A node that says it leads.
+    fn leader(&self) -> Option<u64>;
+    /// How far node `i` has applied its log, comparable across nodes.
+    fn applied_index(&self, i: u64) -> Option<String>;
+    /// (applied index, digest of the whole tree) of node `i`; None where
+    /// the system keeps no digest.
+    fn digest(&self, i: u64) -> Option<(String, String)>;
+}
+
+/// The nodes' token-guarded fault hooks (diverge, clock, isolate/heal).
+pub trait FaultHooks {
+    fn admin(&self, i: u64, cmd: &str) -> Result<String, String>;
+}
+
+/// Everything a campaign drives.
+pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + Send {
+    /// A short name for progress lines and run.json.
+    fn name(&self) -> &'static str;
+}
