@@ -105,8 +105,16 @@ pub trait FaultHooks {
     fn admin(&self, i: u64, cmd: &str) -> Result<String, String>;
 }
 
+/// Cut and heal directed peer links through means the backend owns (its
+/// per-link proxies), for when the partitioner cannot use the firewall.
+pub trait LinkCut {
+    /// Cuts the links a→b; how many it cut, or None without such means.
+    fn cut_links(&self, links: &[(u64, u64)]) -> Option<usize>;
+    fn heal_links(&self);
+}
+
 /// Everything a campaign drives.
-pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + Send {
+pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + LinkCut + Send {
     /// A short name for progress lines and run.json.
     fn name(&self) -> &'static str;
 }

@@ -12,7 +12,7 @@
 use crate::backend::Backend;
 use crate::cli::TestArgs;
 use crate::fail::Failure;
-use crate::local::LocalCluster;
+use crate::local::{LocalCluster, LocalSpec};
 use crate::nemesis::{self, Partitioner, Step};
 use crate::recorder::Recorder;
 use drift_checkers::checker::MEM_BYTES_DEFAULT;
@@ -78,6 +78,12 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
             )));
         }
     }
+    if !["auto", "iptables", "proxies"].contains(&args.partitioner.as_str()) {
+        return Err(Failure::new(format!(
+            "--partitioner {}: expected auto, iptables or proxies",
+            args.partitioner
+        )));
+    }
     if drift_keeper::DigestMode::parse(&args.digest).is_none() {
         return Err(Failure::new(format!(
             "--digest {}: expected off, incremental or full",
@@ -122,7 +128,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         "concurrency": args.concurrency, "rate": args.rate, "time_limit_s": args.time_limit,
         "nemesis": kinds, "nemesis_interval_s": args.nemesis_interval, "quorum_reads": args.quorum_reads,
         "digest": args.digest, "port": args.port, "op_timeout_ms": args.op_timeout_ms,
-        "session_timeout_ms": args.session_timeout_ms,
+        "session_timeout_ms": args.session_timeout_ms, "partitioner": args.partitioner,
     });
     println!("drift test  seed {seed}");
     println!("  {}", serde_json::to_string(&config).expect("json"));
@@ -145,26 +151,27 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
 
     let started = Instant::now();
     let token = format!("{:016x}", Rng::new(seed ^ 0x746f6b656e).next_u64());
-    let mut cluster: Box<dyn Backend> = Box::new(
-        LocalCluster::new(
-            &run.path,
-            args.nodes,
-            args.port,
-            args.quorum_reads,
-            &args.digest,
-            &token,
-            zookeeper,
-        )
-        .map_err(Failure::new)?,
-    );
+    let partitioner =
+        Partitioner::choose(&format!("{:x}", seed & 0xffff_ffff), &args.partitioner).map_err(Failure::new)?;
+    let spec = LocalSpec {
+        nodes: args.nodes,
+        port: args.port,
+        quorum_reads: args.quorum_reads,
+        digest: &args.digest,
+        token: &token,
+        zookeeper,
+        proxies: partitioner.needs_proxies() && kinds.iter().any(|k| k == "partition"),
+    };
+    let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
     info.hosts = cluster
         .ids()
         .into_iter()
         .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string()}))
         .collect();
     println!("  nodes on {}", cluster.name());
-    let partitioner = Partitioner::choose(&format!("{:x}", seed & 0xffff_ffff));
-    println!("  partitions via {}", partitioner.name());
+    if kinds.iter().any(|k| k == "partition") {
+        println!("  partitions via {}", partitioner.name());
+    }
     cluster.start_all().map_err(Failure::new)?;
     wait_ready(cluster.as_ref())?;
 
@@ -909,6 +916,11 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
         port: num("port")? as u16,
         op_timeout_ms: num("op_timeout_ms")?,
         session_timeout_ms: c.get("session_timeout_ms").and_then(Value::as_u64).unwrap_or(4000),
+        partitioner: c
+            .get("partitioner")
+            .and_then(Value::as_str)
+            .unwrap_or("auto")
+            .to_string(),
         check_budget_s: 120,
         store: store_root,
         schedule: Some(schedule),

@@ -81,6 +81,10 @@ pub struct TestArgs {
     /// Seconds between faults (each lasts half of it).
     #[arg(long = "nemesis-interval", default_value_t = 6)]
     pub nemesis_interval: u64,
+    /// How partitions cut links: auto (iptables as root, else per-link
+    /// proxies), iptables, or proxies.
+    #[arg(long, default_value = "auto")]
+    pub partitioner: String,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -132,6 +136,10 @@ pub struct NodeArgs {
     /// Exit when the parent process goes away (campaigns start nodes so).
     #[arg(long = "exit-with-parent")]
     pub exit_with_parent: bool,
+    /// Reach peer ID through ADDR instead of its Raft address (`ID=ADDR`,
+    /// repeatable): campaigns route links through their own proxies.
+    #[arg(long = "peer-via")]
+    pub peer_via: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -34,12 +34,28 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     if args.fault_hooks.is_some() != args.admin.is_some() {
         return Err(Failure::new("--fault-hooks and --admin go together"));
     }
+    let mut peer_via = Vec::new();
+    for v in &args.peer_via {
+        let parsed = v
+            .split_once('=')
+            .and_then(|(id, addr)| Some((id.trim().parse::<u64>().ok()?, addr.trim().parse().ok()?)));
+        match parsed {
+            Some((id, addr)) if config.peers.iter().any(|p| p.id == id) => peer_via.push((id, addr)),
+            Some((id, _)) => {
+                return Err(Failure::new(format!(
+                    "--peer-via {v}: no peer {id} in the cluster file"
+                )))
+            }
+            None => return Err(Failure::new(format!("--peer-via {v}: expected ID=IP:PORT"))),
+        }
+    }
     keeper_node::run(NodeOptions {
         id: args.id,
         config,
         fault_token: args.fault_hooks,
         admin: args.admin,
         exit_with_parent: args.exit_with_parent,
+        peer_via,
     })
     .map_err(|e| Failure::new(format!("node {}: {e}", args.id)))?;
     Ok(0)

@@ -1,6 +1,7 @@
 //! The local-process backend: N nodes as child processes of `drift`, node
 //! i on its own loopback address 127.0.0.(10+i) (client port P, Raft P+1,
-//! admin P+2), data and logs under the run directory.
+//! admin P+2; with proxies, link i→j on 127.0.0.(10+j):P+10+i), data and
+//! logs under the run directory.
 //!
 //! It implements every capability of [`crate::backend`]: start, stop
 //! (SIGTERM), kill (SIGKILL), pause/resume (SIGSTOP/SIGCONT), wipe and
@@ -9,7 +10,8 @@
 //! goes to a PID this backend started and still owns; nothing else is
 //! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
-use crate::backend::{Backend, Corrupt, Db, Exit, FaultHooks, Kill, LogFiles, Pause, Probe};
+use crate::backend::{Backend, Corrupt, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe};
+use crate::proxy::ProxyMesh;
 use drift_node::config::ClusterConfig;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -32,9 +34,26 @@ pub struct LocalNode {
     paused: bool,
 }
 
+/// What [`LocalCluster::new`] builds.
+pub struct LocalSpec<'a> {
+    pub nodes: u64,
+    /// Client port P (Raft P+1, admin P+2, proxies P+11..=P+19).
+    pub port: u16,
+    pub quorum_reads: bool,
+    pub digest: &'a str,
+    /// The fault hooks' token.
+    pub token: &'a str,
+    /// Apache ZooKeeper instead of the drift keeper.
+    pub zookeeper: bool,
+    /// Route every peer link through a proxy this backend owns, so that
+    /// partitions can cut links without iptables.
+    pub proxies: bool,
+}
+
 pub struct LocalCluster {
     /// Apache ZooKeeper instead of the drift keeper (a baseline).
     pub zookeeper: bool,
+    mesh: Option<ProxyMesh>,
     pub nodes: Vec<LocalNode>,
     pub config_path: PathBuf,
     token: String,
@@ -78,15 +97,16 @@ fn write_zookeeper_configs(config: &ClusterConfig, n: u64, port: u16) -> Result<
 
 impl LocalCluster {
     /// Writes the cluster file under `run_dir/nodes` (not started yet).
-    pub fn new(
-        run_dir: &Path,
-        n: u64,
-        port: u16,
-        quorum_reads: bool,
-        digest: &str,
-        token: &str,
-        zookeeper: bool,
-    ) -> Result<LocalCluster, String> {
+    pub fn new(run_dir: &Path, spec: LocalSpec<'_>) -> Result<LocalCluster, String> {
+        let LocalSpec {
+            nodes: n,
+            port,
+            quorum_reads,
+            digest,
+            token,
+            zookeeper,
+            proxies,
+        } = spec;
         if !(1..=NODES_MAX).contains(&n) {
             return Err(format!("--nodes must be in 1..={NODES_MAX}"));
         }
@@ -121,8 +141,24 @@ impl LocalCluster {
         if zookeeper {
             write_zookeeper_configs(&config, n, port)?;
         }
+        // link i→j: node i dials 127.0.0.(10+j):P+10+i, the proxy dials
+        // j's Raft address from i's
+        let mesh = if proxies && !zookeeper {
+            let links: Vec<_> = (1..=n)
+                .flat_map(|i| (1..=n).filter(move |&j| j != i).map(move |j| (i, j)))
+                .map(|(i, j)| {
+                    let listen: SocketAddr = format!("{}:{}", ip(j), port + 10 + i as u16).parse().expect("address");
+                    let target: SocketAddr = format!("{}:{}", ip(j), port + 1).parse().expect("address");
+                    (i, j, listen, target, ip(i).parse().expect("address"))
+                })
+                .collect();
+            Some(ProxyMesh::start(&links)?)
+        } else {
+            None
+        };
         Ok(LocalCluster {
             zookeeper,
+            mesh,
             nodes,
             config_path,
             token: token.to_string(),
@@ -158,6 +194,14 @@ impl Db for LocalCluster {
             self.digest.clone(),
         );
         let zookeeper = self.zookeeper;
+        let via: Vec<String> = match &self.mesh {
+            Some(m) => self
+                .ids()
+                .into_iter()
+                .filter_map(|j| Some(format!("--peer-via={j}={}", m.listen_addr(i, j)?)))
+                .collect(),
+            None => Vec::new(),
+        };
         let n = self.node(i);
         if n.child.is_some() {
             return Ok(());
@@ -217,6 +261,7 @@ impl Db for LocalCluster {
                 "--admin",
             ])
             .arg(n.admin.to_string())
+            .args(&via)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
@@ -432,6 +477,18 @@ impl FaultHooks for LocalCluster {
         let mut out = String::new();
         s.read_to_string(&mut out).map_err(|e| e.to_string())?;
         Ok(out.trim().to_string())
+    }
+}
+
+impl LinkCut for LocalCluster {
+    fn cut_links(&self, links: &[(u64, u64)]) -> Option<usize> {
+        self.mesh.as_ref().map(|m| m.cut(links))
+    }
+
+    fn heal_links(&self) {
+        if let Some(m) = &self.mesh {
+            m.heal();
+        }
     }
 }
 

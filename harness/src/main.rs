@@ -14,6 +14,7 @@ mod cluster;
 mod fail;
 mod local;
 mod nemesis;
+mod proxy;
 mod recorder;
 
 use clap::Parser;

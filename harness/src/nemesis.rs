@@ -17,7 +17,6 @@
 use crate::backend::Backend;
 use drift_workloads::Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
 use std::process::{Command, Stdio};
 
 pub const KINDS: [&str; 6] = ["partition", "kill", "pause", "corrupt", "diverge", "clock"];
@@ -143,13 +142,19 @@ fn partition_links(kind: &str, ids: &[u64]) -> Vec<(u64, u64)> {
 pub enum Partitioner {
     /// iptables rules in a chain owned by this run.
     Iptables { chain: String },
-    /// The nodes' `isolate` fault hooks.
-    Hooks,
+    /// The backend's per-link proxies.
+    Proxies,
 }
 
 impl Partitioner {
-    /// iptables when root and available, else the hooks.
-    pub fn choose(run_tag: &str) -> Partitioner {
+    /// `auto`: iptables when root and available, else proxies. `iptables`
+    /// or `proxies` insist (an error says why iptables cannot be had).
+    pub fn choose(run_tag: &str, mode: &str) -> Result<Partitioner, String> {
+        match mode {
+            "proxies" => return Ok(Partitioner::Proxies),
+            "auto" | "iptables" => {}
+            other => return Err(format!("--partitioner {other}: expected auto, iptables or proxies")),
+        }
         let root = Command::new("id")
             .arg("-u")
             .output()
@@ -165,17 +170,34 @@ impl Partitioner {
             let chain = format!("DRIFT-{}", &run_tag[..run_tag.len().min(20)]);
             let ok = ipt(&["-N", &chain]) && ipt(&["-I", "OUTPUT", "-j", &chain]);
             if ok {
-                return Partitioner::Iptables { chain };
+                return Ok(Partitioner::Iptables { chain });
             }
             let _ = ipt(&["-X", &chain]);
         }
-        Partitioner::Hooks
+        if mode == "iptables" {
+            return Err(format!(
+                "--partitioner iptables: {}",
+                if !root {
+                    "needs root"
+                } else if !have {
+                    "iptables is not installed (apt install iptables)"
+                } else {
+                    "could not create a chain"
+                }
+            ));
+        }
+        Ok(Partitioner::Proxies)
+    }
+
+    /// Whether the backend must route peer links through its proxies.
+    pub fn needs_proxies(&self) -> bool {
+        matches!(self, Partitioner::Proxies)
     }
 
     pub fn name(&self) -> &'static str {
         match self {
             Partitioner::Iptables { .. } => "iptables",
-            Partitioner::Hooks => "isolate hooks",
+            Partitioner::Proxies => "per-link proxies",
         }
     }
 
@@ -192,18 +214,10 @@ impl Partitioner {
                 }
                 format!("iptables: {n} directed links dropped")
             }
-            Partitioner::Hooks => {
-                let mut per: std::collections::BTreeMap<u64, BTreeSet<u64>> = Default::default();
-                for &(a, b) in links {
-                    per.entry(a).or_default().insert(b);
-                    per.entry(b).or_default().insert(a);
-                }
-                for (node, peers) in &per {
-                    let ids = peers.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
-                    let _ = cluster.admin(*node, &format!("isolate {ids}"));
-                }
-                format!("isolate hooks on {} nodes (symmetric)", per.len())
-            }
+            Partitioner::Proxies => match cluster.cut_links(links) {
+                Some(n) => format!("proxies: {n} directed links cut"),
+                None => "no proxies on this backend: nothing cut".to_string(),
+            },
         }
     }
 
@@ -212,13 +226,7 @@ impl Partitioner {
             Partitioner::Iptables { chain } => {
                 let _ = ipt(&["-F", chain]);
             }
-            Partitioner::Hooks => {
-                for i in cluster.ids() {
-                    if cluster.is_up(i) {
-                        let _ = cluster.admin(i, "heal");
-                    }
-                }
-            }
+            Partitioner::Proxies => cluster.heal_links(),
         }
     }
 
@@ -229,7 +237,7 @@ impl Partitioner {
                 let ok = ipt(&["-F", chain]) & ipt(&["-D", "OUTPUT", "-j", chain]) & ipt(&["-X", chain]);
                 (!ok).then(|| format!("could not remove iptables chain {chain}"))
             }
-            Partitioner::Hooks => None,
+            Partitioner::Proxies => None,
         }
     }
 }

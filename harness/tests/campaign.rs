@@ -191,6 +191,7 @@ fn bad_campaign_arguments_exit_3() {
         &["test", "--target", "etcd"],
         &["test", "--target", "zookeeper", "--nemesis", "partition"],
         &["test", "--digest", "maybe"],
+        &["test", "--partitioner", "carrier-pigeon"],
         &["test", "--concurrency", "0"],
     ] {
         let out = drift().args(args).output().unwrap();
@@ -321,5 +322,54 @@ fn the_ephemeral_workload_ends_sessions_both_ways_and_checks_none_outlives_them(
     assert!(eph["created_ok"].as_u64().unwrap() > 20, "{eph}");
     // the final read came after every session had time to expire
     assert_eq!(eph["final_read_sizes"], serde_json::json!([0]), "{eph}");
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn without_iptables_partitions_go_through_per_link_proxies() {
+    let store = scratch("proxies");
+    let out = drift()
+        .args([
+            "test",
+            "--workload",
+            "register",
+            "--nemesis",
+            "partition",
+            "--partitioner",
+            "proxies",
+        ])
+        .args([
+            "--quorum-reads",
+            "--nemesis-interval",
+            "3",
+            "--time-limit",
+            "8",
+            "--nodes",
+            "3",
+        ])
+        .args(["--rate", "60", "--port", "22581", "--seed", "13", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("partitions via per-link proxies"), "{stdout}");
+    let run = only_run(&store);
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    let cuts: Vec<&str> = history.lines().filter(|l| l.contains("\"start-partition\"")).collect();
+    assert!(!cuts.is_empty(), "a partition ran");
+    for c in &cuts {
+        assert!(c.contains("directed links cut") && !c.contains("proxies: 0 "), "{c}");
+    }
+    let run_json = std::fs::read_to_string(run.join("run.json")).unwrap();
+    assert!(
+        run_json.contains("\"partitioner\": \"proxies\""),
+        "replay keeps the partitioner"
+    );
     let _ = std::fs::remove_dir_all(&store);
 }

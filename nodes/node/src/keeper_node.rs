@@ -68,6 +68,9 @@ pub struct NodeOptions {
     /// Exit when the process that started this node goes away (a campaign
     /// killed mid-run must not leave its nodes running).
     pub exit_with_parent: bool,
+    /// Peers reached through another address than their Raft address (a
+    /// harness's per-link proxy).
+    pub peer_via: Vec<(u64, SocketAddr)>,
 }
 
 enum Event {
@@ -263,7 +266,14 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
 
     let raft_listener = TcpListener::bind(me.raft).map_err(|e| format!("bind raft {}: {e}", me.raft))?;
     let client_listener = TcpListener::bind(me.client).map_err(|e| format!("bind client {}: {e}", me.client))?;
-    let peers: Vec<(u64, SocketAddr)> = cfg.peers.iter().map(|p| (p.id, p.raft)).collect();
+    let peers: Vec<(u64, SocketAddr)> = cfg
+        .peers
+        .iter()
+        .map(|p| {
+            let via = opts.peer_via.iter().find(|(id, _)| *id == p.id);
+            (p.id, via.map_or(p.raft, |(_, a)| *a))
+        })
+        .collect();
     let links = Links::start(opts.id, me.raft.ip(), &peers);
 
     let (tx, rx) = mpsc::channel::<Event>();
