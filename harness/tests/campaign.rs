@@ -27,40 +27,54 @@ fn only_run(store: &Path) -> PathBuf {
         .expect("a run")
 }
 
-#[test]
-fn a_short_campaign_stores_a_checked_run_and_replays_it() {
-    let store = scratch("short");
+/// Runs `drift test ARGS --store <fresh>` (ARGS split at spaces) and
+/// asserts it ends valid (exit 0); returns its stdout, the run directory
+/// and the store.
+fn valid_campaign(tag: &str, args: &str) -> (String, PathBuf, PathBuf) {
+    let store = scratch(tag);
     let out = drift()
-        .args([
-            "test",
-            "--workload",
-            "unique-ids",
-            "--nemesis",
-            "kill",
-            "--nemesis-interval",
-            "4",
-            "--time-limit",
-            "8",
-        ])
-        .args([
-            "--nodes", "3", "--rate", "40", "--port", "22281", "--seed", "5", "--store",
-        ])
+        .arg("test")
+        .args(args.split_whitespace())
+        .arg("--store")
         .arg(&store)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert_eq!(
         out.status.code(),
         Some(0),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let run = only_run(&store);
+    (stdout, run, store)
+}
+
+fn json_file(path: PathBuf) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The results of checker `name` in a run's results.json.
+fn checker_results(run: &Path, name: &str) -> Option<serde_json::Value> {
+    let results = json_file(run.join("results.json"));
+    results["checkers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["checker"] == name)
+        .cloned()
+}
+
+#[test]
+fn a_short_campaign_stores_a_checked_run_and_replays_it() {
+    let (stdout, run, store) = valid_campaign(
+        "short",
+        "--workload unique-ids --nemesis kill --nemesis-interval 4 --time-limit 8 --nodes 3 --rate 40 --port 22281 --seed 5",
+    );
     assert!(
         stdout.starts_with("drift test  seed 5"),
         "the seed comes first: {stdout}"
     );
-    let run = only_run(&store);
-    let info: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    let info = json_file(run.join("run.json"));
     assert_eq!(info["seed"], 5);
     let schedule = info["nemesis_schedule"].as_array().unwrap();
     assert!(
@@ -69,7 +83,7 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
                 .iter()
                 .all(|s| s["fault"] == "kill" && !s["applied"].as_str().unwrap().is_empty())
     );
-    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
+    let results = json_file(run.join("results.json"));
     assert_eq!(results["verdict"], "valid");
     let names: Vec<&str> = results["checkers"]
         .as_array()
@@ -102,7 +116,7 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
         .collect();
     assert_eq!(runs.len(), 2);
     let again = runs.iter().find(|p| **p != run).unwrap();
-    let info2: serde_json::Value = serde_json::from_slice(&std::fs::read(again.join("run.json")).unwrap()).unwrap();
+    let info2 = json_file(again.join("run.json"));
     assert_eq!(info2["seed"], 5);
     let plan = |v: &serde_json::Value| -> Vec<(u64, u64, String)> {
         v["nemesis_schedule"]
@@ -205,56 +219,18 @@ fn the_zookeeper_target_runs_the_same_workload_against_apache_zookeeper() {
         eprintln!("NOT RUN: Apache ZooKeeper is missing (ci/test installs the `zookeeper` package)");
         return;
     }
-    let store = scratch("zookeeper");
-    let out = drift()
-        .args([
-            "test",
-            "--target",
-            "zookeeper",
-            "--workload",
-            "register",
-            "--nemesis",
-            "kill",
-        ])
-        .args([
-            "--nemesis-interval",
-            "4",
-            "--time-limit",
-            "10",
-            "--nodes",
-            "3",
-            "--rate",
-            "40",
-        ])
-        .args(["--port", "22381", "--seed", "11", "--store"])
-        .arg(&store)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (_, run, store) = valid_campaign(
+        "zookeeper",
+        "--target zookeeper --workload register --nemesis kill --nemesis-interval 4 --time-limit 10 --nodes 3 --rate 40 --port 22381 --seed 11",
     );
-    let run = only_run(&store);
     assert!(
         run.parent().unwrap().ends_with("register-zookeeper"),
         "{}",
         run.display()
     );
-    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
-    let checkers: Vec<&str> = results["checkers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["checker"].as_str().unwrap_or(""))
-        .collect();
     // no tree digest on ZooKeeper, so no digest checker; the rest as on drift
-    assert!(
-        checkers.contains(&"linearizable") && !checkers.contains(&"digest"),
-        "{checkers:?}"
-    );
+    assert!(checker_results(&run, "linearizable").is_some(), "{}", run.display());
+    assert!(checker_results(&run, "digest").is_none(), "{}", run.display());
     let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
     let ok_ops = history
         .lines()
@@ -274,49 +250,11 @@ fn the_zookeeper_target_runs_the_same_workload_against_apache_zookeeper() {
 
 #[test]
 fn the_ephemeral_workload_ends_sessions_both_ways_and_checks_none_outlives_them() {
-    let store = scratch("ephemeral");
-    let out = drift()
-        .args([
-            "test",
-            "--workload",
-            "ephemeral",
-            "--nemesis",
-            "kill",
-            "--nemesis-interval",
-            "3",
-        ])
-        .args([
-            "--time-limit",
-            "8",
-            "--nodes",
-            "3",
-            "--rate",
-            "60",
-            "--port",
-            "22481",
-            "--seed",
-            "9",
-        ])
-        .arg("--store")
-        .arg(&store)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (_, run, store) = valid_campaign(
+        "ephemeral",
+        "--workload ephemeral --nemesis kill --nemesis-interval 3 --time-limit 8 --nodes 3 --rate 60 --port 22481 --seed 9",
     );
-    let run = only_run(&store);
-    let results: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("results.json")).unwrap()).unwrap();
-    let eph = results["checkers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["checker"] == "ephemeral")
-        .expect("the ephemeral checker ran")["details"]
-        .clone();
+    let eph = checker_results(&run, "ephemeral").expect("the ephemeral checker ran")["details"].clone();
     assert!(eph["closed"].as_u64().unwrap() > 0, "{eph}");
     assert!(eph["expired"].as_u64().unwrap() > 0, "{eph}");
     assert!(eph["created_ok"].as_u64().unwrap() > 20, "{eph}");
@@ -327,39 +265,11 @@ fn the_ephemeral_workload_ends_sessions_both_ways_and_checks_none_outlives_them(
 
 #[test]
 fn without_iptables_partitions_go_through_per_link_proxies() {
-    let store = scratch("proxies");
-    let out = drift()
-        .args([
-            "test",
-            "--workload",
-            "register",
-            "--nemesis",
-            "partition",
-            "--partitioner",
-            "proxies",
-        ])
-        .args([
-            "--quorum-reads",
-            "--nemesis-interval",
-            "3",
-            "--time-limit",
-            "8",
-            "--nodes",
-            "3",
-        ])
-        .args(["--rate", "60", "--port", "22581", "--seed", "13", "--store"])
-        .arg(&store)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (stdout, run, store) = valid_campaign(
+        "proxies",
+        "--workload register --nemesis partition --partitioner proxies --quorum-reads --nemesis-interval 3 --time-limit 8 --nodes 3 --rate 60 --port 22581 --seed 13",
     );
     assert!(stdout.contains("partitions via per-link proxies"), "{stdout}");
-    let run = only_run(&store);
     let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
     let cuts: Vec<&str> = history.lines().filter(|l| l.contains("\"start-partition\"")).collect();
     assert!(!cuts.is_empty(), "a partition ran");
