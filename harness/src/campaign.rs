@@ -360,6 +360,10 @@ async fn setup_root(hosts: &str, workload: Workload, session: Duration, op: Dura
     }
 }
 
+fn record_invoke(r: &Recorder, p: u64, f: &str, value: Value, key: Option<String>) {
+    r.record(Process::Client(p), OpType::Invoke, f, value, key, None, None);
+}
+
 fn record_outcome(r: &Recorder, p: u64, f: &str, key: &Option<String>, o: &Outcome) {
     let (kind, value, err) = match o {
         Outcome::Ok(v) => (OpType::Ok, v.clone(), None),
@@ -410,15 +414,7 @@ async fn worker(
         if op.f == "close" && c.detached() {
             op.f = "expire";
         }
-        r.record(
-            Process::Client(process),
-            OpType::Invoke,
-            op.f,
-            op.value.clone(),
-            op.key.clone(),
-            None,
-            None,
-        );
+        record_invoke(&r, process, op.f, op.value.clone(), op.key.clone());
         let ends = workload.ends_session(op.f);
         let outcome = if ends {
             client.take().expect("connected").end_session().await
@@ -436,15 +432,7 @@ async fn worker(
     // the last session ends the way the others do
     if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
         let f = if c.detached() { "expire" } else { "close" };
-        r.record(
-            Process::Client(process),
-            OpType::Invoke,
-            f,
-            Value::Null,
-            None,
-            None,
-            None,
-        );
+        record_invoke(&r, process, f, Value::Null, None);
         let outcome = c.end_session().await;
         record_outcome(&r, process, f, &None, &outcome);
     }
@@ -466,15 +454,7 @@ async fn final_phase(
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
-            r.record(
-                Process::Client(process),
-                OpType::Invoke,
-                op.f,
-                op.value.clone(),
-                op.key.clone(),
-                None,
-                None,
-            );
+            record_invoke(&r, process, op.f, op.value.clone(), op.key.clone());
             let o = c.invoke(&op).await;
             record_outcome(&r, process, op.f, &op.key, &o);
             process += 1;
