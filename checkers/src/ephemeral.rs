@@ -35,18 +35,11 @@ struct Session<'h> {
     closed_at: Option<usize>,
 }
 
-fn names(h: &History, o: &Operation) -> Result<Vec<String>, HistoryError> {
-    let v = h.value_of(o);
-    let Some(items) = v.as_array() else {
-        return Err(HistoryError {
-            at: h.location(o.complete.unwrap_or(o.invoke)),
-            reason: format!("{} must return an array of names, got {v}", h.f_of(o)),
-        });
-    };
-    items
+fn names<'h>(h: &'h History, o: &Operation) -> Result<BTreeSet<&'h str>, HistoryError> {
+    h.array_of(o)?
         .iter()
         .map(|e| {
-            e.as_str().map(str::to_string).ok_or_else(|| HistoryError {
+            e.as_str().ok_or_else(|| HistoryError {
                 at: h.location(o.complete.unwrap_or(o.invoke)),
                 reason: format!("{} returned a name that is not a string: {e}", h.f_of(o)),
             })
@@ -54,15 +47,11 @@ fn names(h: &History, o: &Operation) -> Result<Vec<String>, HistoryError> {
         .collect()
 }
 
-fn created_name(h: &History, o: &Operation) -> Result<String, HistoryError> {
-    h.invoke_op(o)
-        .value
-        .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| HistoryError {
-            at: h.location(o.invoke),
-            reason: format!("create needs a name, got {}", h.invoke_op(o).value),
-        })
+fn created_name<'h>(h: &'h History, o: &Operation) -> Result<&'h str, HistoryError> {
+    h.invoke_op(o).value.as_str().ok_or_else(|| HistoryError {
+        at: h.location(o.invoke),
+        reason: format!("create needs a name, got {}", h.invoke_op(o).value),
+    })
 }
 
 struct Findings {
@@ -89,7 +78,7 @@ impl Checker for Ephemeral {
         let started = Instant::now();
         let mut sessions: BTreeMap<u64, Session> = BTreeMap::new();
         // name -> (session, create outcome)
-        let mut owner: BTreeMap<String, (u64, Outcome)> = BTreeMap::new();
+        let mut owner: BTreeMap<&str, (u64, Outcome)> = BTreeMap::new();
         let mut finals: Vec<&Operation> = Vec::new();
         for o in &h.operations {
             let Process::Client(p) = o.process else { continue };
@@ -112,49 +101,60 @@ impl Checker for Ephemeral {
             counts: BTreeMap::new(),
         };
         let line = |pos: usize| h.lines[pos];
+        // what a name listed by read `o` says; the final read comes after
+        // every session ended
+        let judge = |name: &str, o: &Operation, last: bool| -> Option<(&'static str, Value)> {
+            let read_line = line(o.complete.unwrap_or(o.invoke));
+            match owner.get(name) {
+                None => Some((
+                    "unexpected",
+                    json!({"name": name, "read_line": read_line, "final": last}),
+                )),
+                Some((q, Outcome::Fail)) => Some((
+                    "unexpected",
+                    json!({"name": name, "session": q, "create": "failed", "read_line": read_line, "final": last}),
+                )),
+                Some(&(q, _)) if last => Some((
+                    "outlived",
+                    json!({"name": name, "session": q, "read_line": read_line, "final": true}),
+                )),
+                Some(&(q, _)) => {
+                    let closed = sessions.get(&q).and_then(|s| s.closed_at).filter(|&at| at < o.invoke)?;
+                    Some((
+                        "outlived",
+                        json!({"name": name, "session": q, "closed_line": line(closed), "read_line": read_line}),
+                    ))
+                }
+            }
+        };
         let (mut reads, mut created_ok) = (0u64, 0u64);
         for (&p, s) in &sessions {
-            // per read: ephemerals this session created ok before it began
-            let mut mine: BTreeSet<String> = BTreeSet::new();
+            // ephemerals this session created ok before the current op; a
+            // process has one op at a time, so "before" is "earlier here"
+            let mut mine: BTreeSet<&str> = BTreeSet::new();
+            // the session's last successful create: proof it was alive
+            let last_create_ok = s
+                .ops
+                .iter()
+                .rposition(|l| h.f_of(l) == "create" && l.outcome == Outcome::Ok);
             for (k, o) in s.ops.iter().enumerate() {
                 match (h.f_of(o), o.outcome) {
                     ("create", Outcome::Ok) => {
                         created_ok += 1;
-                        // added once its completion precedes a later invoke;
-                        // a process has one op at a time, so that is now
                         mine.insert(created_name(h, o)?);
                     }
                     ("read", Outcome::Ok) => {
                         reads += 1;
-                        let listed: BTreeSet<String> = names(h, o)?.into_iter().collect();
-                        let complete = o.complete.unwrap_or(o.invoke);
+                        let listed = names(h, o)?;
                         for n in &listed {
-                            match owner.get(n) {
-                                None => found.add("unexpected", json!({"name": n, "read_line": line(complete)})),
-                                Some((_, Outcome::Fail)) => found.add(
-                                    "unexpected",
-                                    json!({"name": n, "read_line": line(complete), "create": "failed"}),
-                                ),
-                                Some(&(q, _)) => {
-                                    let closed = sessions.get(&q).and_then(|s| s.closed_at);
-                                    if let Some(closed) = closed.filter(|&at| at < o.invoke) {
-                                        found.add(
-                                            "outlived",
-                                            json!({"name": n, "session": q, "closed_line": line(closed), "read_line": line(complete)}),
-                                        );
-                                    }
-                                }
+                            if let Some((kind, v)) = judge(n, o, false) {
+                                found.add(kind, v);
                             }
                         }
-                        let alive_after = s.ops[k + 1..]
-                            .iter()
-                            .any(|l| h.f_of(l) == "create" && l.outcome == Outcome::Ok && l.invoke > complete);
-                        if alive_after {
+                        if last_create_ok.is_some_and(|last| last > k) {
                             for n in mine.difference(&listed) {
-                                found.add(
-                                    "vanished",
-                                    json!({"name": n, "session": p, "read_line": line(complete)}),
-                                );
+                                let at = line(o.complete.unwrap_or(o.invoke));
+                                found.add("vanished", json!({"name": n, "session": p, "read_line": at}));
                             }
                         }
                     }
@@ -167,11 +167,9 @@ impl Checker for Ephemeral {
             let listed = names(h, o)?;
             final_sizes.push(listed.len());
             for n in listed {
-                let session = owner.get(&n).map(|&(q, _)| q);
-                found.add(
-                    if session.is_some() { "outlived" } else { "unexpected" },
-                    json!({"name": n, "session": session, "read_line": line(o.complete.unwrap_or(o.invoke)), "final": true}),
-                );
+                if let Some((kind, v)) = judge(n, o, true) {
+                    found.add(kind, v);
+                }
             }
         }
         let violations: u64 = found.counts.values().sum();
@@ -333,9 +331,25 @@ mod tests {
     }
 
     #[test]
+    fn a_name_whose_create_failed_is_unexpected_in_any_read_and_an_unknown_create_is_not() {
+        let mut s = vec![
+            (1, "invoke", "create", json!("a")),
+            (1, "fail", "create", Value::Null),
+            (2, "invoke", "create", json!("b")),
+            (2, "info", "create", Value::Null),
+            (3, "invoke", "read", Value::Null),
+            (3, "ok", "read", json!(["b"])),
+        ];
+        s.extend(final_read(json!(["a"])));
+        let r = check(&s);
+        assert_eq!(r.details["violations"], json!({"unexpected": 1}), "{}", r.details);
+        assert_eq!(r.details["listed"]["unexpected"][0]["final"], true);
+    }
+
+    #[test]
     fn a_read_that_is_not_a_list_of_names_is_a_history_error() {
         let h = History::from_script(&[(1, "invoke", "read", Value::Null), (1, "ok", "read", json!(3))]).unwrap();
         let e = Ephemeral.check(&h, &CheckContext::new(None, 1 << 30)).err().unwrap();
-        assert!(e.reason.contains("array of names"), "{}", e.reason);
+        assert!(e.reason.contains("must return an array"), "{}", e.reason);
     }
 }

@@ -33,6 +33,16 @@ pub enum OpType {
 }
 
 impl OpType {
+    pub fn parse(s: &str) -> Option<OpType> {
+        Some(match s {
+            "invoke" => OpType::Invoke,
+            "ok" => OpType::Ok,
+            "fail" => OpType::Fail,
+            "info" => OpType::Info,
+            _ => return None,
+        })
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             OpType::Invoke => "invoke",
@@ -279,13 +289,9 @@ fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
         }
     };
     let kind = match take("type")? {
-        Value::String(s) => match s.as_str() {
-            "invoke" => OpType::Invoke,
-            "ok" => OpType::Ok,
-            "fail" => OpType::Fail,
-            "info" => OpType::Info,
-            _ => return Err(format!("unknown type \"{s}\": expected invoke, ok, fail or info")),
-        },
+        Value::String(s) => {
+            OpType::parse(&s).ok_or_else(|| format!("unknown type \"{s}\": expected invoke, ok, fail or info"))?
+        }
         other => return Err(format!("field `type` must be a string, got {other}")),
     };
     let f = match take("f")? {

@@ -175,18 +175,17 @@ impl History {
     }
 
     /// Builds a history in code, one `(process, type, f, value)` per line;
-    /// index and time (index × 1000 ns) are filled in. For tests and
-    /// tools that generate histories.
+    /// index and time (index × 1000 ns) are filled in. The type `nemesis`
+    /// makes a nemesis `info` line (its process number is ignored). For
+    /// tests and tools that generate histories.
     pub fn from_script(lines: &[(u64, &str, &str, Value)]) -> Result<History, HistoryError> {
         let path = Path::new("(script)");
         let mut ops = Vec::with_capacity(lines.len());
         for (i, (p, t, f, v)) in lines.iter().enumerate() {
-            let kind = match *t {
-                "invoke" => OpType::Invoke,
-                "ok" => OpType::Ok,
-                "fail" => OpType::Fail,
-                "info" => OpType::Info,
-                other => {
+            let (process, kind) = match (*t, OpType::parse(t)) {
+                ("nemesis", _) => (Process::Nemesis, OpType::Info),
+                (_, Some(kind)) => (Process::Client(*p), kind),
+                (other, None) => {
                     return Err(HistoryError {
                         at: Location {
                             file: path.to_path_buf(),
@@ -199,7 +198,7 @@ impl History {
             ops.push(Op {
                 index: i as u64,
                 time: i as i64 * 1000,
-                process: Process::Client(*p),
+                process,
                 kind,
                 f: f.to_string(),
                 value: v.clone(),
@@ -229,6 +228,16 @@ impl History {
             (Outcome::Ok, Some(c)) if !c.value.is_null() => &c.value,
             _ => &self.invoke_op(o).value,
         }
+    }
+
+    /// The value of `o` as an array; a history error naming the op
+    /// otherwise.
+    pub fn array_of(&self, o: &Operation) -> Result<&[Value], HistoryError> {
+        let v = self.value_of(o);
+        v.as_array().map(Vec::as_slice).ok_or_else(|| HistoryError {
+            at: self.location(o.complete.unwrap_or(o.invoke)),
+            reason: format!("{} must return an array, got {v}", self.f_of(o)),
+        })
     }
 
     pub fn f_of(&self, o: &Operation) -> &str {

@@ -43,14 +43,7 @@ impl Checker for TotalQueue {
                     *dequeued.entry(h.value_of(o).to_string()).or_default() += 1;
                 }
                 ("drain", Outcome::Ok) => {
-                    let v = h.value_of(o);
-                    let Some(items) = v.as_array() else {
-                        return Err(HistoryError {
-                            at: h.location(o.complete.unwrap_or(o.invoke)),
-                            reason: format!("drain must return an array, got {v}"),
-                        });
-                    };
-                    for e in items {
+                    for e in h.array_of(o)? {
                         *dequeued.entry(e.to_string()).or_default() += 1;
                     }
                 }

@@ -47,13 +47,7 @@ impl Checker for SetChecker {
                     }
                 }
                 ("read", Outcome::Ok) => {
-                    let v = h.value_of(o);
-                    let Some(items) = v.as_array() else {
-                        return Err(HistoryError {
-                            at: h.location(o.complete.unwrap_or(o.invoke)),
-                            reason: format!("set read must return an array, got {v}"),
-                        });
-                    };
+                    let items = h.array_of(o)?;
                     final_read = Some(items.iter().map(Value::to_string).collect());
                 }
                 _ => {}

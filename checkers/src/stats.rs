@@ -1,6 +1,8 @@
 //! `stats`: counts of ok / fail / info per `f` (Jepsen's stats checker).
 //! Invalid when ops were attempted and none succeeded — a run that never
-//! gets an op through tests nothing. An `f` that never succeeded is listed
+//! gets an op through tests nothing. In a campaign only the main phase
+//! counts for that (ops invoked before the `healed` event): the final
+//! reads after the heal nearly always succeed. An `f` that never succeeded is listed
 //! (`never_ok`) but does not fail the run: a CAS with a random expected
 //! value may well fail every time in a short run.
 
@@ -28,7 +30,12 @@ impl Checker for Stats {
     fn check(&self, h: &History, _ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
         let started = Instant::now();
         let mut by_f: BTreeMap<&str, Counts> = BTreeMap::new();
+        let healed = h.nemesis.iter().copied().find(|&i| h.ops[i].f == "healed");
+        let mut main_ok = 0u64;
         for o in &h.operations {
+            if o.outcome == Outcome::Ok && healed.is_none_or(|at| o.invoke < at) {
+                main_ok += 1;
+            }
             let c = by_f.entry(h.f_of(o)).or_default();
             match o.outcome {
                 Outcome::Ok => c.ok += 1,
@@ -48,16 +55,19 @@ impl Checker for Stats {
             .collect();
         Ok(CheckResult {
             checker: self.name().into(),
-            verdict: if total.ok == 0 && total.fail + total.info > 0 {
+            verdict: if main_ok == 0 && total.ok + total.fail + total.info > 0 {
                 Verdict::Invalid
             } else {
                 Verdict::Valid
             },
-            reason: None,
+            reason: (main_ok == 0 && total.ok + total.fail + total.info > 0).then(|| match healed {
+                Some(_) => "no operation succeeded before the heal".to_string(),
+                None => "no operation succeeded".to_string(),
+            }),
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "ok": total.ok, "fail": total.fail, "info": total.info,
-                "by_f": by_f_json, "never_ok": never_ok,
+                "by_f": by_f_json, "never_ok": never_ok, "ok_before_heal": healed.map(|_| main_ok),
             }),
         })
     }

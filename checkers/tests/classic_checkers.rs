@@ -132,6 +132,17 @@ fn stats_counts_per_f_lists_an_f_that_never_succeeded_and_fails_a_run_with_no_su
     assert_eq!(r.details["never_ok"], json!(["write"]));
     let nothing = history(&[(1, "invoke", "write", json!(2)), (1, "fail", "write", json!(2))]);
     assert_eq!(check(&Stats, &nothing).verdict, Verdict::Invalid);
+    // in a campaign, final reads after the heal do not count
+    let only_after_heal = history(&[
+        (1, "invoke", "write", json!(2)),
+        (1, "fail", "write", json!(2)),
+        (0, "nemesis", "healed", json!({})),
+        (2, "invoke", "read", N),
+        (2, "ok", "read", json!(1)),
+    ]);
+    let r = check(&Stats, &only_after_heal);
+    assert_eq!(r.verdict, Verdict::Invalid, "{}", r.details);
+    assert_eq!(r.details["ok_before_heal"], 0);
 }
 
 struct Panics;

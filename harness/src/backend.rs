@@ -68,16 +68,33 @@ pub trait Pause {
     fn resume(&mut self, i: u64);
 }
 
+/// What `corrupt` does to a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    /// Cut off its last quarter (of the written part).
+    Truncate,
+    /// Flip one byte.
+    Flip,
+}
+
 /// Damage a stopped node's durable files.
 pub trait Corrupt {
-    /// Truncates or flips bytes of a log or snapshot file, chosen by
-    /// `pick`; returns what was done.
-    fn corrupt(&mut self, i: u64, pick: u64) -> Result<String, String>;
+    /// Damages one of node `i`'s log or snapshot files, the file and the
+    /// byte chosen by `pick`; returns what was done.
+    fn corrupt(&mut self, i: u64, how: Damage, pick: u64) -> Result<String, String>;
 }
 
 /// Where each node's log is, for the monitor and the run's artifacts.
 pub trait LogFiles {
     fn log_files(&self) -> Vec<(u64, PathBuf)>;
+}
+
+/// The value after `key` on the first line of a four-letter-word answer
+/// that starts with it.
+pub fn field_of(answer: &str, key: &str) -> Option<String> {
+    answer
+        .lines()
+        .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
 }
 
 /// Ask a running node how it is (ZooKeeper's four-letter words).
@@ -86,9 +103,7 @@ pub trait Probe {
 
     /// The value after `key` on a line of `word`'s answer.
     fn field(&self, i: u64, word: &str, key: &str) -> Option<String> {
-        self.four(i, word)?
-            .lines()
-            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+        field_of(&self.four(i, word)?, key)
     }
 
     /// A node that says it leads.
@@ -100,7 +115,7 @@ pub trait Probe {
     fn digest(&self, i: u64) -> Option<(String, String)>;
 }
 
-/// The nodes' token-guarded fault hooks (diverge, clock, isolate/heal).
+/// The nodes' token-guarded fault hooks (diverge, clock).
 pub trait FaultHooks {
     fn admin(&self, i: u64, cmd: &str) -> Result<String, String>;
 }

@@ -9,7 +9,7 @@
 //! watchdog bounds the whole run, so a hung run still ends with a verdict;
 //! a failing teardown is reported beside the verdict, never instead of it.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Damage};
 use crate::cli::TestArgs;
 use crate::fail::Failure;
 use crate::local::{LocalCluster, LocalSpec};
@@ -22,7 +22,7 @@ use drift_checkers::{check_all, registry, CheckContext, Checker, History, Verdic
 use drift_results::files::{ResultsFile, RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
 use drift_results::{picture, time};
-use drift_workloads::zkclient::ZkClient;
+use drift_workloads::zkclient::{ClientSpec, ZkClient};
 use drift_workloads::{Outcome, Rng, Workload};
 use serde_json::{json, Value};
 use std::io::{BufRead, Seek};
@@ -30,8 +30,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+/// Bounds of --rate (ops/s over all clients) and of the time arguments.
+const RATE_MIN: f64 = 0.01;
+const RATE_MAX: f64 = 1e6;
+const TIME_LIMIT_MAX_S: u64 = 7 * 24 * 3600;
 /// Setup and heal each get at most this long.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(45);
+/// The final reads get at most this long.
+const FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Failed attempts a final operation gets.
+const FINAL_TRIES: u32 = 5;
 /// The whole run may take the time limit plus this much before the
 /// watchdog ends it.
 const WATCHDOG_SLACK: Duration = Duration::from_secs(240);
@@ -62,11 +70,6 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         )));
     }
     if zookeeper {
-        if !crate::local::zookeeper_installed() {
-            return Err(Failure::new(
-                "--target zookeeper needs Apache ZooKeeper: apt install zookeeper",
-            ));
-        }
         // ZooKeeper has no fault hooks, and on loopback its peers connect
         // from 127.0.0.1, so a per-link cut cannot name them
         if let Some(k) = kinds
@@ -76,6 +79,11 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
             return Err(Failure::new(format!(
                 "--nemesis {k} is not available on the zookeeper target (kill, pause and corrupt are)"
             )));
+        }
+        if !crate::local::zookeeper_installed() {
+            return Err(Failure::new(
+                "--target zookeeper needs Apache ZooKeeper: apt install zookeeper",
+            ));
         }
     }
     if !["auto", "iptables", "proxies"].contains(&args.partitioner.as_str()) {
@@ -93,11 +101,30 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     if args.concurrency == 0
         || args.concurrency > 1000
         || !args.rate.is_finite()
-        || args.rate <= 0.0
-        || args.time_limit == 0
+        || !(RATE_MIN..=RATE_MAX).contains(&args.rate)
+        || !(1..=TIME_LIMIT_MAX_S).contains(&args.time_limit)
+        || !(1..=TIME_LIMIT_MAX_S).contains(&args.nemesis_interval)
     {
+        return Err(Failure::new(format!(
+            "--concurrency must be in 1..=1000, --rate in {RATE_MIN}..={RATE_MAX}, --time-limit and --nemesis-interval in 1..={TIME_LIMIT_MAX_S} seconds"
+        )));
+    }
+    if !(1..=crate::local::NODES_MAX).contains(&args.nodes) {
+        return Err(Failure::new(format!(
+            "--nodes must be in 1..={}",
+            crate::local::NODES_MAX
+        )));
+    }
+    if args.port < 1024 || args.port > u16::MAX - crate::local::PORTS_USED {
+        return Err(Failure::new(format!(
+            "--port must be in 1024..={} (a node uses ports P..=P+{})",
+            u16::MAX - crate::local::PORTS_USED,
+            crate::local::PORTS_USED
+        )));
+    }
+    if !(1..=600_000).contains(&args.op_timeout_ms) || !(1..=600_000).contains(&args.session_timeout_ms) {
         return Err(Failure::new(
-            "--concurrency (1..=1000), --rate and --time-limit must be positive",
+            "--op-timeout-ms and --session-timeout-ms must be in 1..=600000",
         ));
     }
     let seed = args.seed.unwrap_or_else(|| {
@@ -118,6 +145,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
             seed,
         ),
     };
+    let checkers_used = checker_names(&workload, zookeeper);
     let test_name = format!("{}-{}", workload.name(), args.target);
     let store = Store::new(&args.store);
     let run = store
@@ -129,6 +157,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         "nemesis": kinds, "nemesis_interval_s": args.nemesis_interval, "quorum_reads": args.quorum_reads,
         "digest": args.digest, "port": args.port, "op_timeout_ms": args.op_timeout_ms,
         "session_timeout_ms": args.session_timeout_ms, "partitioner": args.partitioner,
+        "checkers": checkers_used.iter().map(|(name, _)| name).collect::<Vec<_>>(),
     });
     println!("drift test  seed {seed}");
     println!("  {}", serde_json::to_string(&config).expect("json"));
@@ -149,10 +178,15 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     };
     write_run_json(&run, &info)?;
 
-    let started = Instant::now();
+    let run_started = Instant::now();
     let token = format!("{:016x}", Rng::new(seed ^ 0x746f6b656e).next_u64());
-    let partitioner =
-        Partitioner::choose(&format!("{:x}", seed & 0xffff_ffff), &args.partitioner).map_err(Failure::new)?;
+    let partitions = kinds.iter().any(|k| k == "partition");
+    // removes its iptables chain when dropped, on every way out of here
+    let partitioner = if partitions {
+        Partitioner::choose(&format!("{:x}", seed & 0xffff_ffff), &args.partitioner).map_err(Failure::new)?
+    } else {
+        Partitioner::Unused
+    };
     let spec = LocalSpec {
         nodes: args.nodes,
         port: args.port,
@@ -160,7 +194,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         digest: &args.digest,
         token: &token,
         zookeeper,
-        proxies: partitioner.needs_proxies() && kinds.iter().any(|k| k == "partition"),
+        proxies: partitioner.needs_proxies(),
     };
     let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
     info.hosts = cluster
@@ -169,47 +203,49 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string()}))
         .collect();
     println!("  nodes on {}", cluster.name());
-    if kinds.iter().any(|k| k == "partition") {
+    if partitions {
         println!("  partitions via {}", partitioner.name());
     }
     cluster.start_all().map_err(Failure::new)?;
     wait_ready(cluster.as_ref())?;
-
-    let (recorder, handle) = Recorder::start(&run.history(), Instant::now())
-        .map_err(|e| Failure::new(format!("{}: {e}", run.history().display())))?;
-    let cluster = Arc::new(Mutex::new(cluster));
-    let stop = Arc::new(AtomicBool::new(false));
-    let monitor = spawn_monitor(cluster.clone(), recorder.clone(), stop.clone());
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| Failure::new(e.to_string()))?;
-    let hosts = cluster.lock().expect("cluster").connect_string();
     let op_timeout = Duration::from_millis(args.op_timeout_ms);
     let session_timeout = Duration::from_millis(args.session_timeout_ms);
-    rt.block_on(setup_root(&hosts, workload, session_timeout, op_timeout))
-        .map_err(Failure::new)?;
+    let spec = ClientSpec {
+        hosts: cluster.connect_string(),
+        workload,
+        session_timeout,
+        op_timeout,
+        // the drift keeper makes reads fresh server-side; ZooKeeper needs
+        // the client to sync first
+        sync_reads: zookeeper && args.quorum_reads,
+    };
+    rt.block_on(setup_root(&spec)).map_err(Failure::new)?;
 
-    // main phase
-    let main_until = Instant::now() + limit;
+    // main phase: history times, the fault schedule and the workers all
+    // count from this instant
+    let started = Instant::now();
+    let (recorder, handle) = Recorder::start(&run.history(), started)
+        .map_err(|e| Failure::new(format!("{}: {e}", run.history().display())))?;
+    let cluster = Arc::new(Mutex::new(cluster));
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = spawn_monitor(cluster.clone(), recorder.clone(), stop.clone());
+    let main_until = started + limit;
     let workers: Vec<_> = (0..args.concurrency)
         .map(|w| {
-            let (r, h) = (recorder.clone(), hosts.clone());
             let per_worker = Duration::from_secs_f64(args.concurrency as f64 / args.rate);
-            rt.spawn(worker(
-                w as u64,
-                args.concurrency as u64,
+            let pace = Pace {
+                stride: args.concurrency as u64,
                 seed,
-                workload,
-                r,
-                h,
-                main_until,
-                per_worker,
-                session_timeout,
-                op_timeout,
-            ))
+                until: main_until,
+                every: per_worker,
+            };
+            rt.spawn(worker(w as u64, pace, recorder.clone(), spec.clone()))
         })
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
@@ -229,9 +265,18 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         )
     };
     let progress = spawn_progress(recorder.clone(), applied.clone(), stop.clone(), started);
-    let watchdog_deadline = Instant::now() + limit + WATCHDOG_SLACK;
+    let watchdog_deadline = started + limit + WATCHDOG_SLACK;
+    // one deadline for all workers: an op past it is cut off (its
+    // invocation stays in the history without a completion, i.e. info)
+    let workers_deadline = tokio::time::Instant::from_std(main_until + op_timeout * 3 + Duration::from_secs(5));
     for w in workers {
-        let _ = rt.block_on(async { tokio::time::timeout(limit + op_timeout * 3 + Duration::from_secs(5), w).await });
+        let abort = w.abort_handle();
+        if rt
+            .block_on(async { tokio::time::timeout_at(workers_deadline, w).await })
+            .is_err()
+        {
+            abort.abort();
+        }
     }
     let (nem_thread, partitioner) = nem;
     let _ = nem_thread.join();
@@ -253,15 +298,19 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     }
     if !finals.is_empty() {
         let r = recorder.clone();
-        let h = hosts.clone();
-        let _ = rt.block_on(async move {
-            tokio::time::timeout(
-                Duration::from_secs(60),
-                final_phase(workload, r, h, session_timeout, op_timeout * 5, args.concurrency as u64),
-            )
-            .await
+        let final_spec = ClientSpec {
+            op_timeout: op_timeout * 5,
+            ..spec.clone()
+        };
+        let finished = rt.block_on(async move {
+            tokio::time::timeout(FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, args.concurrency as u64)).await
         });
+        if finished.is_err() {
+            recorder.event("final-phase-timeout", json!({"after_s": FINAL_PHASE_TIMEOUT.as_secs()}));
+        }
     }
+    // the final phase wrote too: compare digests once the nodes agree again
+    let converged = wait_converged(&cluster, watchdog_deadline);
     let dgst = final_digests(&cluster);
     recorder.event(
         "final-digests",
@@ -295,7 +344,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     // checks
     let history = History::load(&run.history()).map_err(|e| Failure::new(e.to_string()))?;
     let mut checkers: Vec<Box<dyn Checker>> = Vec::new();
-    for (name, model) in checker_names(&workload, &args.target) {
+    for (name, model) in checkers_used {
         checkers.push(registry::build(name, model.and_then(ModelKind::parse)).map_err(Failure::new)?);
     }
     let ctx = CheckContext::new(Some(Duration::from_secs(args.check_budget_s)), MEM_BYTES_DEFAULT);
@@ -316,7 +365,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     run.write_json(store::RESULTS_JSON, &results)
         .map_err(|e| Failure::new(e.to_string()))?;
     let _ = store.set_latest(&run);
-    summary(&results, ops, started.elapsed(), &teardown, &run, seed);
+    summary(&results, ops, run_started.elapsed(), &teardown, &run, seed);
     Ok(composed.verdict.exit_code())
 }
 
@@ -344,10 +393,10 @@ fn wait_ready(cluster: &dyn Backend) -> Result<(), Failure> {
     )))
 }
 
-async fn setup_root(hosts: &str, workload: Workload, session: Duration, op: Duration) -> Result<(), String> {
+async fn setup_root(spec: &ClientSpec) -> Result<(), String> {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     loop {
-        match ZkClient::connect(hosts, workload, session, op).await {
+        match ZkClient::connect(spec, false).await {
             Ok(c) => match c.setup().await {
                 Ok(()) => return Ok(()),
                 Err(e) if Instant::now() > deadline => return Err(e),
@@ -373,49 +422,47 @@ fn record_outcome(r: &Recorder, p: u64, f: &str, key: &Option<String>, o: &Outco
     r.record(Process::Client(p), kind, f, value, key.clone(), None, err);
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn worker(
-    w: u64,
+/// How a worker paces itself.
+#[derive(Clone, Copy)]
+struct Pace {
+    /// Process ids of one worker are `w`, `w + stride`, ….
     stride: u64,
     seed: u64,
-    workload: Workload,
-    r: Recorder,
-    hosts: String,
     until: Instant,
+    /// Mean time between two of its ops.
     every: Duration,
-    session: Duration,
-    op_timeout: Duration,
-) {
-    let mut rng = Rng::new(Rng::derive(seed, &format!("worker-{w}")));
+}
+
+async fn worker(w: u64, pace: Pace, r: Recorder, spec: ClientSpec) {
+    let workload = spec.workload;
+    let mut rng = Rng::new(Rng::derive(pace.seed, &format!("worker-{w}")));
     let mut process = w;
     let mut unique = 0u64;
     let mut client: Option<ZkClient> = None;
     // spread the workers' first ops over one period
-    let mut next = Instant::now() + every.mul_f64(rng.unit());
-    while Instant::now() < until {
+    let mut next = Instant::now() + pace.every.mul_f64(rng.unit());
+    while Instant::now() < pace.until {
         let now = Instant::now();
         if next > now {
             tokio::time::sleep(next - now).await;
         }
-        next = next.max(Instant::now()) + every.mul_f64(0.5 + rng.unit());
+        next = next.max(Instant::now()) + pace.every.mul_f64(0.5 + rng.unit());
         if client.is_none() {
             // each session's fate (closed, or left to expire) is drawn
             // when it starts; only `ephemeral` sessions ever end on purpose
             let detached = workload == Workload::Ephemeral && rng.below(2) == 1;
-            client = ZkClient::connect_session(&hosts, workload, session, op_timeout, detached)
-                .await
-                .ok();
+            client = ZkClient::connect(&spec, detached).await.ok();
             if client.is_none() {
                 continue;
             }
         }
         let mut op = workload.next(&mut rng, w, &mut unique);
         let c = client.as_ref().expect("connected");
-        if op.f == "close" && c.detached() {
-            op.f = "expire";
+        let ends = workload.ends_session(op.f);
+        if ends {
+            op.f = c.end_op();
         }
         record_invoke(&r, process, op.f, op.value.clone(), op.key.clone());
-        let ends = workload.ends_session(op.f);
         let outcome = if ends {
             client.take().expect("connected").end_session().await
         } else {
@@ -425,32 +472,29 @@ async fn worker(
         if ends || matches!(outcome, Outcome::Info(_)) {
             // a new session, or the process may still be executing that
             // op: retire the process either way
-            process += stride;
+            process += pace.stride;
             client = None;
         }
     }
     // the last session ends the way the others do
     if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
-        let f = if c.detached() { "expire" } else { "close" };
+        let f = c.end_op();
         record_invoke(&r, process, f, Value::Null, None);
         let outcome = c.end_session().await;
         record_outcome(&r, process, f, &None, &outcome);
     }
 }
 
-async fn final_phase(
-    workload: Workload,
-    r: Recorder,
-    hosts: String,
-    session: Duration,
-    op_timeout: Duration,
-    first_process: u64,
-) {
+/// The workload's final operations through fresh clients, each tried a few
+/// times; a drain is repeated until it comes back empty.
+async fn final_phase(spec: ClientSpec, r: Recorder, first_process: u64) {
+    let workload = spec.workload;
     let mut process = 1_000_000 + first_process;
     for op in workload.final_ops() {
-        let mut done = false;
-        for _ in 0..5 {
-            let Ok(c) = ZkClient::connect(&hosts, workload, session, op_timeout).await else {
+        let mut failures = 0;
+        while failures < FINAL_TRIES {
+            let Ok(c) = ZkClient::connect(&spec, false).await else {
+                failures += 1;
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
@@ -458,12 +502,13 @@ async fn final_phase(
             let o = c.invoke(&op).await;
             record_outcome(&r, process, op.f, &op.key, &o);
             process += 1;
-            if matches!(o, Outcome::Ok(_)) {
-                done = true;
-                break;
+            match &o {
+                Outcome::Ok(v) if workload.drains(op.f) && v.as_array().is_some_and(|a| !a.is_empty()) => {}
+                Outcome::Ok(_) => break,
+                _ => failures += 1,
             }
         }
-        if !done {
+        if failures == FINAL_TRIES {
             r.event("final-op-failed", json!({"f": op.f, "key": op.key}));
         }
     }
@@ -543,8 +588,8 @@ fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> Str
             let pick: u64 = pick.parse().unwrap_or(0);
             let what = match mode {
                 "wipe" => c.wipe(n).map(|_| format!("wiped node {n}")),
-                "truncate" => c.corrupt(n, pick & !1),
-                _ => c.corrupt(n, pick | 1),
+                "truncate" => c.corrupt(n, Damage::Truncate, pick),
+                _ => c.corrupt(n, Damage::Flip, pick),
             };
             what.unwrap_or_else(|e| e)
         }
@@ -660,14 +705,14 @@ fn wait_converged(cluster: &Mutex<Box<dyn Backend>>, watchdog: Instant) -> Resul
     Err(format!("replicas did not converge: applied indices {last}"))
 }
 
-/// The checkers a run of `workload` on `target` is judged by: ZooKeeper
-/// keeps no tree digest, so the digest checker has nothing to read there.
-pub fn checker_names(workload: &drift_workloads::Workload, target: &str) -> Vec<(&'static str, Option<&'static str>)> {
-    workload
-        .checkers()
-        .into_iter()
-        .filter(|(name, _)| target != "zookeeper" || *name != "digest")
-        .collect()
+/// The checkers a run is judged by: the workload's, and the digest
+/// checker where the nodes keep a tree digest (not on ZooKeeper).
+fn checker_names(workload: &drift_workloads::Workload, zookeeper: bool) -> Vec<(&'static str, Option<&'static str>)> {
+    let mut names = workload.checkers();
+    if !zookeeper {
+        names.push(("digest", None));
+    }
+    names
 }
 
 /// (node, applied index, digest) of every node that answers.
@@ -872,7 +917,11 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
         step.applied.clear();
         schedule.push(step);
     }
-    let store_root = dir
+    // <store>/<test>/<run>, with `latest` and relative paths resolved
+    let real = dir
+        .canonicalize()
+        .map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let store_root = real
         .parent()
         .and_then(|p| p.parent())
         .map(|p| p.to_path_buf())

@@ -72,17 +72,11 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
     Ok(composed.verdict.exit_code())
 }
 
-/// The checkers of the workload a stored campaign ran.
+/// The checkers a stored campaign was judged by (its run.json says).
 fn workload_checkers(run: &RunDir) -> Option<Vec<String>> {
     let info: RunInfo = serde_json::from_slice(&std::fs::read(run.run_json()).ok()?).ok()?;
-    let w = drift_workloads::Workload::parse(info.config["workload"].as_str()?, 1)?;
-    let target = info.config["target"].as_str().unwrap_or("drift");
-    Some(
-        crate::campaign::checker_names(&w, target)
-            .into_iter()
-            .map(|(c, _)| c.to_string())
-            .collect(),
-    )
+    let names = info.config["checkers"].as_array()?;
+    names.iter().map(|n| n.as_str().map(str::to_string)).collect()
 }
 
 fn build_checkers(args: &CheckArgs) -> Result<Vec<Box<dyn Checker>>, Failure> {

@@ -242,12 +242,7 @@ fn status(dir: &Path) -> Result<i32, Failure> {
         let alive = pid.is_some_and(|pid| is_our_node(pid, &config_path));
         let srvr = four_letter(p.client, "srvr").unwrap_or_default();
         let dgst = four_letter(p.client, "dgst").unwrap_or_default();
-        let field = |text: &str, key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(key))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_else(|| "-".into())
-        };
+        let field = |text: &str, key: &str| crate::backend::field_of(text, key).unwrap_or_else(|| "-".into());
         println!(
             "{:<5} {:<8} {:<9} {:<10} {:<12} {}",
             p.id,

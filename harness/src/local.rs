@@ -10,7 +10,7 @@
 //! goes to a PID this backend started and still owns; nothing else is
 //! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
-use crate::backend::{Backend, Corrupt, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe};
+use crate::backend::{field_of, Backend, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe};
 use crate::proxy::ProxyMesh;
 use drift_node::config::ClusterConfig;
 use std::io::{Read, Write};
@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 
 /// Most nodes a local campaign starts.
 pub const NODES_MAX: u64 = 9;
+/// Ports above the client port P a cluster uses: Raft P+1, admin P+2,
+/// ZooKeeper's election P+3, proxies P+11..=P+10+NODES_MAX.
+pub const PORTS_USED: u16 = 10 + NODES_MAX as u16;
 
 pub struct LocalNode {
     pub id: u64,
@@ -380,7 +383,7 @@ impl Pause for LocalCluster {
 impl Corrupt for LocalCluster {
     /// Damages the newest changelog segment or snapshot of a stopped node:
     /// truncates it, or flips one byte. Returns what was done.
-    fn corrupt(&mut self, i: u64, pick: u64) -> Result<String, String> {
+    fn corrupt(&mut self, i: u64, how: Damage, pick: u64) -> Result<String, String> {
         let n = self.node(i);
         if n.child.is_some() {
             return Err(format!("node {i} is running: corrupt only while down"));
@@ -411,14 +414,17 @@ impl Corrupt for LocalCluster {
         }
         // ZooKeeper preallocates its logs with zeros: damage the written part
         let used = bytes.iter().rposition(|&b| b != 0).map_or(bytes.len(), |p| p + 1);
-        let what = if pick.is_multiple_of(2) {
-            let keep = used * 3 / 4;
-            bytes.truncate(keep);
-            format!("truncated {} to {keep} bytes", target.display())
-        } else {
-            let at = (pick as usize / 2) % used;
-            bytes[at] ^= 0x5a;
-            format!("flipped byte {at} of {}", target.display())
+        let what = match how {
+            Damage::Truncate => {
+                let keep = used * 3 / 4;
+                bytes.truncate(keep);
+                format!("truncated {} to {keep} bytes", target.display())
+            }
+            Damage::Flip => {
+                let at = (pick / files.len() as u64) as usize % used;
+                bytes[at] ^= 0x5a;
+                format!("flipped byte {at} of {}", target.display())
+            }
         };
         std::fs::write(&target, bytes).map_err(|e| format!("{}: {e}", target.display()))?;
         Ok(what)
@@ -458,16 +464,18 @@ impl Probe for LocalCluster {
         if self.zookeeper {
             return None;
         }
-        Some((
-            self.field(i, "dgst", "applied_index")?,
-            self.field(i, "dgst", "digest\t")?,
-        ))
+        // one answer, so the index and the digest are of the same moment
+        let dgst = self.four(i, "dgst")?;
+        Some((field_of(&dgst, "applied_index")?, field_of(&dgst, "digest\t")?))
     }
 }
 
 impl FaultHooks for LocalCluster {
     /// Sends a fault-hook command; the node's answer.
     fn admin(&self, i: u64, cmd: &str) -> Result<String, String> {
+        if self.zookeeper {
+            return Err("ZooKeeper nodes have no fault hooks".into());
+        }
         let n = &self.nodes[(i - 1) as usize];
         let mut s = TcpStream::connect_timeout(&n.admin, Duration::from_secs(1))
             .map_err(|e| format!("admin {}: {e}", n.admin))?;

@@ -3,11 +3,11 @@
 //! * `partition` — halves, one node, bridge, majorities ring, asymmetric:
 //!   a set of directed links cut. As root, iptables DROP rules on the
 //!   address pairs in a chain of this run's own (so traffic really stops,
-//!   and teardown removes exactly those rules); otherwise the nodes'
-//!   `isolate` fault hook drops the Raft traffic (symmetric kinds only).
+//!   and teardown removes exactly those rules); otherwise the backend's
+//!   per-link proxies close and refuse the cut links.
 //! * `kill` / restart, `pause` / resume (SIGSTOP/SIGCONT) of a minority.
-//! * `corrupt` — kill a node, truncate or flip its newest changelog or
-//!   snapshot, or drop its data dir; restart it at the heal.
+//! * `corrupt` — kill a node, truncate or flip one of its changelog or
+//!   snapshot files, or drop its data dir; restart it at the heal.
 //! * `diverge` — make one follower apply its next entry differently (the
 //!   digest must catch it); `clock` — offset a node's entry times.
 //!
@@ -18,6 +18,7 @@ use crate::backend::Backend;
 use drift_workloads::Rng;
 use serde::{Deserialize, Serialize};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub const KINDS: [&str; 6] = ["partition", "kill", "pause", "corrupt", "diverge", "clock"];
 const PARTITIONS: [&str; 5] = ["halves", "one", "bridge", "majorities-ring", "asymmetric"];
@@ -140,10 +141,13 @@ fn partition_links(kind: &str, ids: &[u64]) -> Vec<(u64, u64)> {
 
 /// How partitions are made.
 pub enum Partitioner {
-    /// iptables rules in a chain owned by this run.
-    Iptables { chain: String },
+    /// iptables rules in a chain owned by this run; removed on teardown
+    /// or drop, whichever comes first.
+    Iptables { chain: String, torn: AtomicBool },
     /// The backend's per-link proxies.
     Proxies,
+    /// The run has no partitions.
+    Unused,
 }
 
 impl Partitioner {
@@ -170,7 +174,10 @@ impl Partitioner {
             let chain = format!("DRIFT-{}", &run_tag[..run_tag.len().min(20)]);
             let ok = ipt(&["-N", &chain]) && ipt(&["-I", "OUTPUT", "-j", &chain]);
             if ok {
-                return Ok(Partitioner::Iptables { chain });
+                return Ok(Partitioner::Iptables {
+                    chain,
+                    torn: AtomicBool::new(false),
+                });
             }
             let _ = ipt(&["-X", &chain]);
         }
@@ -198,13 +205,14 @@ impl Partitioner {
         match self {
             Partitioner::Iptables { .. } => "iptables",
             Partitioner::Proxies => "per-link proxies",
+            Partitioner::Unused => "nothing (no partitions)",
         }
     }
 
     /// Cuts `links`; returns what it did.
     pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)]) -> String {
         match self {
-            Partitioner::Iptables { chain } => {
+            Partitioner::Iptables { chain, .. } => {
                 let mut n = 0;
                 for (a, b) in links {
                     let (sa, sb) = (cluster.peer_ip(*a).to_string(), cluster.peer_ip(*b).to_string());
@@ -218,27 +226,35 @@ impl Partitioner {
                 Some(n) => format!("proxies: {n} directed links cut"),
                 None => "no proxies on this backend: nothing cut".to_string(),
             },
+            Partitioner::Unused => "no partitioner in this run: nothing cut".to_string(),
         }
     }
 
     pub fn heal(&self, cluster: &dyn Backend) {
         match self {
-            Partitioner::Iptables { chain } => {
+            Partitioner::Iptables { chain, .. } => {
                 let _ = ipt(&["-F", chain]);
             }
             Partitioner::Proxies => cluster.heal_links(),
+            Partitioner::Unused => {}
         }
     }
 
-    /// Removes the chain (teardown). Returns an error text on failure.
+    /// Removes the chain (teardown), once. Returns an error text on failure.
     pub fn teardown(&self) -> Option<String> {
         match self {
-            Partitioner::Iptables { chain } => {
+            Partitioner::Iptables { chain, torn } if !torn.swap(true, Ordering::SeqCst) => {
                 let ok = ipt(&["-F", chain]) & ipt(&["-D", "OUTPUT", "-j", chain]) & ipt(&["-X", chain]);
                 (!ok).then(|| format!("could not remove iptables chain {chain}"))
             }
-            Partitioner::Proxies => None,
+            _ => None,
         }
+    }
+}
+
+impl Drop for Partitioner {
+    fn drop(&mut self) {
+        let _ = self.teardown();
     }
 }
 

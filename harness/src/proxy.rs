@@ -22,17 +22,53 @@ struct Link {
     /// Where the proxied traffic goes, and the address it leaves from.
     target: SocketAddr,
     source: IpAddr,
-    cut: AtomicBool,
-    /// Both ends of every open connection, to close them on a cut.
-    open: Mutex<Vec<TcpStream>>,
+    /// Whether it is cut, and its open connections: one lock, so a
+    /// connection is either registered before a cut (and closed by it) or
+    /// sees the cut and closes itself.
+    state: Mutex<LinkState>,
+}
+
+#[derive(Default)]
+struct LinkState {
+    cut: bool,
+    /// Both ends of every open connection, by id.
+    open: BTreeMap<u64, (TcpStream, TcpStream)>,
+    next: u64,
 }
 
 impl Link {
-    fn close_all(&self) {
-        if let Ok(mut open) = self.open.lock() {
-            for s in open.drain(..) {
-                let _ = s.shutdown(Shutdown::Both);
+    fn set_cut(&self, cut: bool) {
+        if let Ok(mut st) = self.state.lock() {
+            st.cut = cut;
+            if cut {
+                for (_, (a, b)) in std::mem::take(&mut st.open) {
+                    let _ = a.shutdown(Shutdown::Both);
+                    let _ = b.shutdown(Shutdown::Both);
+                }
             }
+        }
+    }
+
+    fn is_cut(&self) -> bool {
+        self.state.lock().map_or(true, |st| st.cut)
+    }
+
+    /// Registers a connection unless the link is cut meanwhile.
+    fn register(&self, a: &TcpStream, b: &TcpStream) -> Option<u64> {
+        let mut st = self.state.lock().ok()?;
+        if st.cut {
+            return None;
+        }
+        let (a, b) = (a.try_clone().ok()?, b.try_clone().ok()?);
+        let id = st.next;
+        st.next += 1;
+        st.open.insert(id, (a, b));
+        Some(id)
+    }
+
+    fn forget(&self, id: u64) {
+        if let Ok(mut st) = self.state.lock() {
+            st.open.remove(&id);
         }
     }
 }
@@ -59,8 +95,7 @@ impl ProxyMesh {
             let link = Arc::new(Link {
                 target,
                 source,
-                cut: AtomicBool::new(false),
-                open: Mutex::new(Vec::new()),
+                state: Mutex::new(LinkState::default()),
             });
             let (l, s) = (link.clone(), stop.clone());
             thread::spawn(move || accept_loop(listener, l, s));
@@ -79,8 +114,7 @@ impl ProxyMesh {
         let mut n = 0;
         for l in links {
             if let Some((_, link)) = self.links.get(l) {
-                link.cut.store(true, Ordering::SeqCst);
-                link.close_all();
+                link.set_cut(true);
                 n += 1;
             }
         }
@@ -90,7 +124,7 @@ impl ProxyMesh {
     /// Heals every link.
     pub fn heal(&self) {
         for (_, link) in self.links.values() {
-            link.cut.store(false, Ordering::SeqCst);
+            link.set_cut(false);
         }
     }
 }
@@ -99,7 +133,7 @@ impl Drop for ProxyMesh {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
         for (_, link) in self.links.values() {
-            link.close_all();
+            link.set_cut(true);
         }
     }
 }
@@ -108,25 +142,27 @@ fn accept_loop(listener: TcpListener, link: Arc<Link>, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok((inbound, _)) => {
-                if link.cut.load(Ordering::SeqCst) {
-                    drop(inbound);
+                if link.is_cut() {
                     continue;
                 }
                 let _ = inbound.set_nonblocking(false);
                 let Ok(outbound) = drift_node::transport::connect_from(link.source, link.target, DIAL_TIMEOUT) else {
                     continue;
                 };
-                let pair = (inbound.try_clone(), outbound.try_clone());
-                let (Ok(in2), Ok(out2)) = pair else { continue };
-                if let Ok(mut open) = link.open.lock() {
-                    open.push(in2);
-                    open.push(out2);
-                }
-                let (a, b) = (inbound.try_clone(), outbound.try_clone());
-                if let (Ok(a), Ok(b)) = (a, b) {
-                    thread::spawn(move || pump(a, b));
-                }
-                thread::spawn(move || pump(outbound, inbound));
+                // a cut during the dial wins: the pair is dropped here
+                let Some(id) = link.register(&inbound, &outbound) else {
+                    continue;
+                };
+                let (Ok(a), Ok(b)) = (inbound.try_clone(), outbound.try_clone()) else {
+                    link.forget(id);
+                    continue;
+                };
+                thread::spawn(move || pump(a, b));
+                let l = link.clone();
+                thread::spawn(move || {
+                    pump(outbound, inbound);
+                    l.forget(id);
+                });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             Err(_) => thread::sleep(ACCEPT_POLL),

@@ -102,8 +102,9 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
         "{}",
         String::from_utf8_lossy(&check.stdout)
     );
-    // replay: a new run with the same seed and the same schedule
-    let replay = drift().arg("replay").arg(&run).output().unwrap();
+    // replay, through the store's `latest` as the README shows it: a new
+    // run with the same seed and the same schedule
+    let replay = drift().arg("replay").arg(store.join("latest")).output().unwrap();
     assert_eq!(
         replay.status.code(),
         Some(0),
@@ -206,6 +207,10 @@ fn bad_campaign_arguments_exit_3() {
         &["test", "--target", "zookeeper", "--nemesis", "partition"],
         &["test", "--digest", "maybe"],
         &["test", "--partitioner", "carrier-pigeon"],
+        &["test", "--nemesis-interval", "0"],
+        &["test", "--port", "65530"],
+        &["test", "--nodes", "12"],
+        &["test", "--rate", "0.000001"],
         &["test", "--concurrency", "0"],
     ] {
         let out = drift().args(args).output().unwrap();
@@ -221,7 +226,7 @@ fn the_zookeeper_target_runs_the_same_workload_against_apache_zookeeper() {
     }
     let (_, run, store) = valid_campaign(
         "zookeeper",
-        "--target zookeeper --workload register --nemesis kill --nemesis-interval 4 --time-limit 10 --nodes 3 --rate 40 --port 22381 --seed 11",
+        "--target zookeeper --workload register --nemesis kill --nemesis-interval 4 --time-limit 10 --nodes 3 --rate 40 --port 22681 --quorum-reads --seed 11",
     );
     assert!(
         run.parent().unwrap().ends_with("register-zookeeper"),

@@ -90,7 +90,7 @@ impl Workload {
             Workload::TotalQueue => ("total-queue", None),
             Workload::Ephemeral => ("ephemeral", None),
         };
-        vec![main, ("stats", None), ("digest", None)]
+        vec![main, ("stats", None)]
     }
 
     /// The next operation of a worker. `unique` is a per-worker counter
@@ -172,6 +172,12 @@ impl Workload {
                 },
             },
         }
+    }
+
+    /// Whether the final op `f` takes in chunks, to be repeated until it
+    /// comes back empty.
+    pub fn drains(&self, f: &str) -> bool {
+        *self == Workload::TotalQueue && f == "drain"
     }
 
     /// Whether `f` ends the client's session (the worker then starts a

@@ -14,13 +14,29 @@ use zookeeper_client as zk;
 
 /// Most children a dequeue tries before giving up as contended.
 const DEQUEUE_TRIES_MAX: usize = 16;
-/// Most elements one drain takes (the run bounds the queue anyway).
-const DRAIN_MAX: usize = 1_000_000;
+/// Most elements one drain takes; the final phase drains until a drain
+/// comes back empty, so each op stays short.
+const DRAIN_CHUNK: usize = 200;
+/// Times a drain asks whether a delete it lost track of took effect.
+const RESOLVE_TRIES: usize = 3;
+
+/// Where and how a workload's clients connect.
+#[derive(Debug, Clone)]
+pub struct ClientSpec {
+    pub hosts: String,
+    pub workload: Workload,
+    pub session_timeout: Duration,
+    /// Past it an operation is `info`.
+    pub op_timeout: Duration,
+    /// `sync` before every read, so a read reflects every write
+    /// acknowledged before it began (ZooKeeper's way to a fresh read; the
+    /// drift keeper can do it server-side with `quorum_reads`).
+    pub sync_reads: bool,
+}
 
 pub struct ZkClient {
     client: zk::Client,
-    workload: Workload,
-    op_timeout: Duration,
+    spec: ClientSpec,
     /// Dropping the client leaves the session to expire instead of
     /// closing it (the `ephemeral` workload's `expire` fate).
     detached: bool,
@@ -70,45 +86,47 @@ fn parse_int(data: &[u8]) -> Value {
 }
 
 impl ZkClient {
-    /// Connects with the given session timeout (bounded by `connect_timeout`).
-    pub async fn connect(
-        hosts: &str,
-        workload: Workload,
-        session_timeout: Duration,
-        op_timeout: Duration,
-    ) -> Result<ZkClient, String> {
-        Self::connect_session(hosts, workload, session_timeout, op_timeout, false).await
-    }
-
-    /// Connects; a `detached` session is left to expire when the client
-    /// goes away, rather than closed.
-    pub async fn connect_session(
-        hosts: &str,
-        workload: Workload,
-        session_timeout: Duration,
-        op_timeout: Duration,
-        detached: bool,
-    ) -> Result<ZkClient, String> {
-        let mut connector = zk::Client::connector().with_session_timeout(session_timeout);
+    /// Opens a session (bounded by three op timeouts, at least 3 s); a
+    /// `detached` session is left to expire when the client goes away,
+    /// rather than closed.
+    pub async fn connect(spec: &ClientSpec, detached: bool) -> Result<ZkClient, String> {
+        let mut connector = zk::Client::connector().with_session_timeout(spec.session_timeout);
         if detached {
             connector = connector.with_detached();
         }
+        let hosts = &spec.hosts;
         let connect = connector.connect(hosts);
-        let client = tokio::time::timeout(op_timeout.max(Duration::from_secs(1)) * 3, connect)
+        let client = tokio::time::timeout(spec.op_timeout.max(Duration::from_secs(1)) * 3, connect)
             .await
             .map_err(|_| format!("connecting to {hosts} timed out"))?
             .map_err(|e| format!("connecting to {hosts}: {e}"))?;
         Ok(ZkClient {
             client,
-            workload,
-            op_timeout,
+            spec: spec.clone(),
             detached,
         })
     }
 
+    fn root(&self) -> &'static str {
+        self.spec.workload.root()
+    }
+
+    /// Syncs `path` first when reads must be fresh.
+    async fn before_read(&self, path: &str) -> Result<(), zk::Error> {
+        if self.spec.sync_reads {
+            self.client.sync(path).await?;
+        }
+        Ok(())
+    }
+
+    async fn read_data(&self, path: &str) -> Result<(Vec<u8>, zk::Stat), zk::Error> {
+        self.before_read(path).await?;
+        self.client.get_data(path).await
+    }
+
     /// Creates the workload's root (and /drift) if missing.
     pub async fn setup(&self) -> Result<(), String> {
-        for p in ["/drift", self.workload.root()] {
+        for p in ["/drift", self.root()] {
             match self.client.create(p, b"", &open()).await {
                 Ok(_) | Err(zk::Error::NodeExists) => {}
                 Err(e) => return Err(format!("creating {p}: {e}")),
@@ -119,18 +137,18 @@ impl ZkClient {
 
     /// Invokes one operation, bounded by the op timeout (past it: info).
     pub async fn invoke(&self, op: &OpSpec) -> Outcome {
-        match tokio::time::timeout(self.op_timeout, self.run(op)).await {
+        match tokio::time::timeout(self.spec.op_timeout, self.run(op)).await {
             Ok(o) => o,
             Err(_) => Outcome::Info("timeout".into()),
         }
     }
 
     async fn run(&self, op: &OpSpec) -> Outcome {
-        match self.workload {
+        match self.spec.workload {
             Workload::Register { .. } => self.register(op).await,
             Workload::UniqueIds => match self
                 .client
-                .create(&format!("{}/id-", self.workload.root()), b"", &sequential())
+                .create(&format!("{}/id-", self.root()), b"", &sequential())
                 .await
             {
                 Ok((_, seq)) => Outcome::Ok(json!(seq.into_i64())),
@@ -142,14 +160,14 @@ impl ZkClient {
         }
     }
 
-    /// The session's id, as the servers name it in their logs.
-    pub fn session_id(&self) -> i64 {
-        self.client.session_id().0
-    }
-
-    /// Whether dropping this client leaves its session to expire.
-    pub fn detached(&self) -> bool {
-        self.detached
+    /// The op that ends this session: `close`, or `expire` for a session
+    /// left to time out.
+    pub fn end_op(&self) -> &'static str {
+        if self.detached {
+            "expire"
+        } else {
+            "close"
+        }
     }
 
     /// Ends the session: `close` waits for the cluster to acknowledge the
@@ -170,7 +188,7 @@ impl ZkClient {
                 }
             }
         };
-        match tokio::time::timeout(self.op_timeout, closed).await {
+        match tokio::time::timeout(self.spec.op_timeout, closed).await {
             Ok(Ok(())) => Outcome::Ok(Value::Null),
             Ok(Err(s)) => Outcome::Info(format!("session {s} before it closed")),
             Err(_) if state.peek_state() == zk::SessionState::Closed => Outcome::Ok(Value::Null),
@@ -179,7 +197,7 @@ impl ZkClient {
     }
 
     async fn ephemeral(&self, op: &OpSpec) -> Outcome {
-        let root = self.workload.root();
+        let root = self.root();
         match op.f {
             "create" => {
                 let Some(name) = op.value.as_str() else {
@@ -209,12 +227,13 @@ impl ZkClient {
     }
 
     async fn register(&self, op: &OpSpec) -> Outcome {
-        let path = format!("{}/{}", self.workload.root(), op.key.as_deref().unwrap_or("0"));
+        let path = format!("{}/{}", self.root(), op.key.as_deref().unwrap_or("0"));
         match op.f {
-            "read" => match self.client.get_data(&path).await {
+            // a read changes nothing: whatever its error, it did not happen
+            "read" => match self.read_data(&path).await {
                 Ok((data, _)) => Outcome::Ok(parse_int(&data)),
                 Err(zk::Error::NoNode) => Outcome::Ok(Value::Null),
-                Err(e) => outcome_of(e),
+                Err(e) => Outcome::Fail(e.to_string()),
             },
             "write" => {
                 let data = op.value.to_string();
@@ -249,7 +268,8 @@ impl ZkClient {
                     }
                     Ok(_) => Outcome::Fail("value differs".into()),
                     Err(zk::Error::NoNode) => Outcome::Fail("no value".into()),
-                    Err(e) => outcome_of(e),
+                    // the versioned set was never sent
+                    Err(e) => Outcome::Fail(e.to_string()),
                 }
             }
             f => Outcome::Fail(format!("register has no op {f}")),
@@ -257,7 +277,7 @@ impl ZkClient {
     }
 
     async fn counter(&self, op: &OpSpec) -> Outcome {
-        let root = self.workload.root();
+        let root = self.root();
         match op.f {
             "add" => {
                 let n = op.value.as_u64().unwrap_or(1);
@@ -273,16 +293,22 @@ impl ZkClient {
                     Err(zk::MultiWriteError::OperationFailed { source, .. }) => outcome_of(source),
                 }
             }
-            _ => match self.client.check_stat(root).await {
-                Ok(Some(stat)) => Outcome::Ok(json!(stat.num_children)),
-                Ok(None) => Outcome::Ok(json!(0)),
-                Err(e) => outcome_of(e),
-            },
+            _ => {
+                let read = async {
+                    self.before_read(root).await?;
+                    self.client.check_stat(root).await
+                };
+                match read.await {
+                    Ok(Some(stat)) => Outcome::Ok(json!(stat.num_children)),
+                    Ok(None) => Outcome::Ok(json!(0)),
+                    Err(e) => Outcome::Fail(e.to_string()),
+                }
+            }
         }
     }
 
     async fn queue(&self, op: &OpSpec) -> Outcome {
-        let root = self.workload.root();
+        let root = self.root();
         match op.f {
             "enqueue" => match self
                 .client
@@ -297,28 +323,74 @@ impl ZkClient {
                 Ok(None) => Outcome::Fail("empty".into()),
                 Err(o) => o,
             },
-            _ => {
-                let mut all = Vec::new();
-                while all.len() < DRAIN_MAX {
-                    match self.dequeue().await {
-                        Ok(Some(v)) => all.push(v),
-                        Ok(None) => break,
-                        // a drain that fails part-way may have taken some
-                        Err(_) if all.is_empty() => return Outcome::Info("drain interrupted".into()),
-                        Err(_) => return Outcome::Info(format!("drain interrupted after {}", all.len())),
+            _ => self.drain().await,
+        }
+    }
+
+    /// Takes up to [`DRAIN_CHUNK`] elements in order, after a sync: `ok`
+    /// with what it took (the final phase repeats it until it comes back
+    /// empty). A delete whose reply is lost is settled by looking for the
+    /// element again, so nothing taken goes unrecorded.
+    async fn drain(&self) -> Outcome {
+        let root = self.root();
+        let listed = async {
+            self.client.sync(root).await?;
+            self.client.list_children(root).await
+        };
+        let mut kids = match listed.await {
+            Ok(k) => k,
+            Err(e) => return Outcome::Fail(e.to_string()),
+        };
+        kids.sort();
+        let mut taken = Vec::new();
+        for kid in kids.iter().take(DRAIN_CHUNK) {
+            let path = format!("{root}/{kid}");
+            let Ok((data, stat)) = self.client.get_data(&path).await else {
+                // gone (taken by someone else) or unreachable: move on, or
+                // stop with what was taken
+                continue;
+            };
+            match self.client.delete(&path, Some(stat.version)).await {
+                Ok(()) => taken.push(parse_int(&data)),
+                Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
+                Err(_) => {
+                    if self.deleted(&path).await {
+                        taken.push(parse_int(&data));
                     }
+                    break;
                 }
-                Outcome::Ok(Value::Array(all))
             }
         }
+        Outcome::Ok(Value::Array(taken))
+    }
+
+    /// Whether `path` is gone, asked after a sync (a few tries, as the
+    /// connection may be coming back); false when it cannot be told.
+    async fn deleted(&self, path: &str) -> bool {
+        for _ in 0..RESOLVE_TRIES {
+            let asked = async {
+                self.client.sync(path).await?;
+                self.client.check_stat(path).await
+            };
+            match asked.await {
+                Ok(stat) => return stat.is_none(),
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+        false
     }
 
     /// Takes the smallest element: Ok(None) when empty; Err(outcome) on an
     /// error whose effect is unknown.
     async fn dequeue(&self) -> Result<Option<Value>, Outcome> {
-        let root = self.workload.root();
+        let root = self.root();
         for _ in 0..DEQUEUE_TRIES_MAX {
-            let mut kids = self.client.list_children(root).await.map_err(outcome_of)?;
+            // nothing is written before the delete: errors there are `fail`
+            let mut kids = self
+                .client
+                .list_children(root)
+                .await
+                .map_err(|e| Outcome::Fail(e.to_string()))?;
             if kids.is_empty() {
                 return Ok(None);
             }
@@ -327,7 +399,7 @@ impl ZkClient {
             let (data, stat) = match self.client.get_data(&path).await {
                 Ok(x) => x,
                 Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(outcome_of(e)),
+                Err(e) => return Err(Outcome::Fail(e.to_string())),
             };
             match self.client.delete(&path, Some(stat.version)).await {
                 Ok(()) => return Ok(Some(parse_int(&data))),
