@@ -140,6 +140,11 @@ pub struct NodeArgs {
     /// repeatable): campaigns route links through their own proxies.
     #[arg(long = "peer-via")]
     pub peer_via: Vec<String>,
+    /// The first start of a new cluster. A node that finds no Raft state
+    /// without this flag lost it, and votes only after hearing from a
+    /// leader (it may have voted in a term it no longer knows).
+    #[arg(long)]
+    pub bootstrap: bool,
 }
 
 #[derive(Args, Debug)]

@@ -56,6 +56,7 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
         admin: args.admin,
         exit_with_parent: args.exit_with_parent,
         peer_via,
+        bootstrap: args.bootstrap,
     })
     .map_err(|e| Failure::new(format!("node {}: {e}", args.id)))?;
     Ok(0)
@@ -137,13 +138,17 @@ fn up(
     std::fs::write(&config_path, text).map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
     let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
     let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
-    let mut pids = String::new();
+    // each pid is recorded as soon as its node runs, so `down` can end
+    // whatever started even if a later node fails to
+    let pids_path = dir.join("pids");
+    let mut pids =
+        std::fs::File::create(&pids_path).map_err(|e| Failure::new(format!("{}: {e}", pids_path.display())))?;
     for i in 1..=nodes {
         let log = std::fs::File::create(dir.join(format!("node-{i}.log"))).map_err(|e| Failure::new(e.to_string()))?;
         let mut cmd = Command::new(&exe);
         cmd.args(["node", "--config"])
             .arg(&config_path)
-            .args(["--id", &i.to_string()]);
+            .args(["--id", &i.to_string(), "--bootstrap"]);
         if let Some(token) = fault_hooks {
             cmd.args([
                 "--fault-hooks",
@@ -158,9 +163,8 @@ fn up(
             .stderr(log)
             .spawn()
             .map_err(|e| Failure::new(format!("starting node {i}: {e}")))?;
-        pids.push_str(&format!("{i} {}\n", child.id()));
+        writeln!(pids, "{i} {}", child.id()).map_err(|e| Failure::new(format!("{}: {e}", pids_path.display())))?;
     }
-    std::fs::write(dir.join("pids"), &pids).map_err(|e| Failure::new(e.to_string()))?;
     let deadline = Instant::now() + UP_TIMEOUT;
     loop {
         let leaders = config

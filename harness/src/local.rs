@@ -34,6 +34,9 @@ pub struct LocalNode {
     child: Option<Child>,
     /// For a ZooKeeper node: the watcher that ends it if drift dies.
     watcher: Option<Child>,
+    /// Whether it was started before: only its first start bootstraps
+    /// (after that, a node without Raft state lost it).
+    started_before: bool,
     paused: bool,
 }
 
@@ -138,6 +141,7 @@ impl LocalCluster {
                 log: base.join(format!("n{i}.log")),
                 child: None,
                 watcher: None,
+                started_before: false,
                 paused: false,
             })
             .collect();
@@ -265,12 +269,14 @@ impl Db for LocalCluster {
             ])
             .arg(n.admin.to_string())
             .args(&via)
+            .args((!n.started_before).then_some("--bootstrap"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log)
             .spawn()
             .map_err(|e| format!("starting node {i}: {e}"))?;
         n.child = Some(child);
+        n.started_before = true;
         n.paused = false;
         Ok(())
     }

@@ -503,14 +503,9 @@ impl Snapshots {
     pub fn clean_incomplete(&self, disk: &mut dyn Disk) -> Result<Vec<String>, SnapshotError> {
         let names = disk.list().map_err(io_err("(directory)"))?;
         let mut removed = Vec::new();
-        for marker in names.iter().filter(|n| n.starts_with(TMP_PREFIX)) {
-            let target = &marker[TMP_PREFIX.len()..];
-            if names.iter().any(|n| n == target) {
-                disk.remove(target).map_err(io_err(target))?;
-                removed.push(target.to_string());
-            }
-            disk.remove(marker).map_err(io_err(marker))?;
-            removed.push(marker.clone());
+        for tmp in names.iter().filter(|n| n.starts_with(TMP_PREFIX)) {
+            disk.remove(tmp).map_err(io_err(tmp))?;
+            removed.push(tmp.clone());
         }
         Ok(removed)
     }
@@ -530,19 +525,26 @@ impl Snapshots {
     /// Writes a snapshot of `state` durably, then prunes old ones.
     pub fn write(&self, disk: &mut dyn Disk, state: &State, meta: &SnapshotMeta) -> Result<String, SnapshotError> {
         let name = file_name(meta.last_index, meta.last_term);
-        let marker = format!("{TMP_PREFIX}{name}");
-        disk.write(&marker, b"").map_err(io_err(&marker))?;
-        disk.sync(&marker).map_err(io_err(&marker))?;
         let bytes = encode(state, meta, self.config.compress, self.config.zstd_level);
-        disk.write(&name, &bytes).map_err(io_err(&name))?;
-        disk.sync(&name).map_err(io_err(&name))?;
-        disk.remove(&marker).map_err(io_err(&marker))?;
+        self.write_bytes(disk, &name, &bytes)?;
+        Ok(name)
+    }
+
+    /// Stores an encoded snapshot (one received from a leader, say) as
+    /// `name`: written and synced under a temporary name, then renamed, so
+    /// a crash leaves either the old file or the new one (start-up removes
+    /// the temporary); then prunes old snapshots.
+    pub fn write_bytes(&self, disk: &mut dyn Disk, name: &str, bytes: &[u8]) -> Result<(), SnapshotError> {
+        let tmp = format!("{TMP_PREFIX}{name}");
+        disk.write(&tmp, bytes).map_err(io_err(&tmp))?;
+        disk.sync(&tmp).map_err(io_err(&tmp))?;
+        disk.rename(&tmp, name).map_err(io_err(name))?;
         let all = self.list(disk)?;
         let excess = all.len().saturating_sub(self.config.snapshots_to_keep);
         for (_, _, old) in all.into_iter().take(excess) {
             disk.remove(&old).map_err(io_err(&old))?;
         }
-        Ok(name)
+        Ok(())
     }
 
     pub fn load(&self, disk: &dyn Disk, name: &str, digest_on: bool) -> Result<(State, SnapshotMeta), SnapshotError> {

@@ -321,27 +321,30 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
     });
     let mut disk = MemDisk::new();
     snaps.write(&mut disk, s.state(), &meta_of(&s, 5)).unwrap();
-    // the next write dies before its file is durable: the marker is
-    // durable, the file is not, and start-up removes what is left
+    // the next write dies before its file is durable: nothing of it
+    // survives under the snapshot's name
     let mut broken = disk.clone();
-    broken.fail_next_on(DiskOp::Sync, &snapshot::file_name(6, 3));
+    broken.fail_next_on(DiskOp::Sync, &format!("tmp_{}", snapshot::file_name(6, 3)));
     assert!(snaps.write(&mut broken, s.state(), &meta_of(&s, 6)).is_err());
     broken.crash();
-    assert!(broken
-        .list()
-        .unwrap()
-        .contains(&format!("tmp_{}", snapshot::file_name(6, 3))));
-    assert_eq!(
-        snaps.clean_incomplete(&mut broken).unwrap(),
-        [format!("tmp_{}", snapshot::file_name(6, 3))]
-    );
+    snaps.clean_incomplete(&mut broken).unwrap();
     assert_eq!(snaps.load_latest(&broken, true).unwrap().unwrap().1.last_index, 5);
-    // a crash after the file but before the marker's removal
+    // rewriting the same snapshot and dying half-way keeps the good one
+    let mut again = disk.clone();
+    again.fail_next_on(DiskOp::Rename, &format!("tmp_{}", snapshot::file_name(5, 3)));
+    assert!(snaps.write(&mut again, s.state(), &meta_of(&s, 5)).is_err());
+    again.crash();
+    assert_eq!(
+        snaps.clean_incomplete(&mut again).unwrap(),
+        [format!("tmp_{}", snapshot::file_name(5, 3))]
+    );
+    let (state, meta, _) = snaps.load_latest(&again, true).unwrap().unwrap();
+    assert_eq!((meta.last_index, &state), (5, s.state()));
+    // a crash after the temporary file but before its rename
     let mut d = disk.clone();
-    d.write("tmp_snapshot_x.bin", b"").unwrap();
-    d.write("snapshot_x.bin", b"partial").unwrap();
+    d.write("tmp_snapshot_x.bin", b"partial").unwrap();
     let removed = snaps.clean_incomplete(&mut d).unwrap();
-    assert_eq!(removed, ["snapshot_x.bin", "tmp_snapshot_x.bin"]);
+    assert_eq!(removed, ["tmp_snapshot_x.bin"]);
     assert_eq!(snaps.list(&d).unwrap().len(), 1);
     let (state, meta, _) = snaps.load_latest(&d, true).unwrap().unwrap();
     assert_eq!((meta.last_index, &state), (5, s.state()));

@@ -52,6 +52,8 @@ const CONN_QUEUE_MAX: usize = 8192;
 /// How long a request may wait for its commit before the client is told
 /// the connection was lost.
 const PENDING_TIMEOUT: Duration = Duration::from_secs(30);
+/// A read-index round unanswered this long was dropped by raft.
+const READ_INDEX_TIMEOUT: Duration = Duration::from_secs(3);
 /// Most events handled between two Raft Readies (bounds the latency one
 /// Ready adds to the events queued behind it).
 const EVENTS_PER_READY_MAX: usize = 512;
@@ -71,6 +73,9 @@ pub struct NodeOptions {
     /// Peers reached through another address than their Raft address (a
     /// harness's per-link proxy).
     pub peer_via: Vec<(u64, SocketAddr)>,
+    /// The first start of a new cluster: a node without Raft state may
+    /// vote. Without it, no state means lost state (see `Node::quiet`).
+    pub bootstrap: bool,
 }
 
 enum Event {
@@ -133,6 +138,8 @@ struct ParkedRead {
     /// Serve once this zxid (or, for quorum reads, this raft index) is applied.
     until_zxid: i64,
     until_index: u64,
+    /// When it arrived (a read-index round that never answers times out).
+    since: Instant,
 }
 
 struct Node {
@@ -165,9 +172,9 @@ struct Node {
     passwd_key: (u64, u64),
     /// The parent to outlive no longer than (see NodeOptions).
     parent: Option<u32>,
-    /// Set while a node that started without Raft state waits to hear
-    /// from a leader (see `step`).
-    quiet_until: Option<Instant>,
+    /// Set while a node that lost its Raft state waits to hear from a
+    /// leader (see `step`).
+    quiet: bool,
     /// Peers whose Raft traffic this node drops (the `isolate` fault hook:
     /// a partition of the Raft links, both ways when set on both ends).
     isolated: BTreeSet<u64>,
@@ -234,8 +241,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         reserved_log_items: cfg.reserved_log_items,
         zstd_level: 1,
     };
-    let fresh = drift_keeper::disk::Disk::read(&disk, crate::raftlog::HARD_STATE).is_err();
-    let (store, report) = RaftLog::open(disk, voters, log_cfg, snap)?;
+    let (store, report, fresh) = RaftLog::open(disk, voters, log_cfg, snap)?;
     if let Some(t) = &report.torn_tail {
         log(
             opts.id,
@@ -292,9 +298,10 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         id: opts.id,
         passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
         isolated: BTreeSet::new(),
-        quiet_until: fresh.then(|| {
-            Instant::now() + Duration::from_millis(3 * (cfg.election_ticks as u64 + jitter as u64) * cfg.tick_ms)
-        }),
+        // a node without Raft state that is not part of a new cluster's
+        // first start lost its state: it may have voted in a term it no
+        // longer knows, so it stays quiet until a leader speaks
+        quiet: fresh && !opts.bootstrap,
         cfg,
         raw,
         ks,
@@ -302,7 +309,11 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         snaps,
         conns: BTreeMap::new(),
         pending: BTreeMap::new(),
-        next_req: 1,
+        // request ids travel in log entries and outlive this process: each
+        // incarnation starts past the last one's (milliseconds since the
+        // epoch × 1000: ahead unless the last one issued more than a
+        // thousand requests per millisecond it ran)
+        next_req: wall_ms().max(1) as u64 * 1000,
         preprocessed: VecDeque::new(),
         applied_index: snapshot_index,
         parked: Vec::new(),
@@ -623,17 +634,17 @@ impl Node {
     /// in this term before it lost its state).
     fn step(&mut self, mut msg: Message) {
         use raft::prelude::MessageType::*;
-        if let Some(until) = self.quiet_until {
+        if self.quiet {
             match msg.msg_type {
                 MsgAppend | MsgHeartbeat | MsgSnapshot => {
-                    self.quiet_until = None;
+                    self.quiet = false;
                     log(
                         self.id,
                         "rejoined",
                         serde_json::json!({"leader": msg.from, "term": msg.term}),
                     );
                 }
-                MsgRequestVote | MsgRequestPreVote if Instant::now() < until => return,
+                MsgRequestVote | MsgRequestPreVote => return,
                 _ => {}
             }
         }
@@ -713,6 +724,9 @@ impl Node {
                     self.fail_pending(req);
                 } else if origin != 0 {
                     self.links.send(origin, &PeerMsg::Refused { req });
+                } else if let Write::CloseSession = e.request {
+                    // an expiry raft refused: decide it again next tick
+                    self.closing.remove(&session);
                 }
             }
         }
@@ -792,6 +806,9 @@ impl Node {
                 self.alive.insert(req.session_id);
                 self.send_raw(conn, resp.encode());
             }
+            // a follower may not have applied the session yet: only the
+            // leader says a session is gone; here the client tries another
+            None if !self.is_leader() => self.drop_conn(conn),
             _ => {
                 let resp = ConnectResponse {
                     protocol_version: 0,
@@ -839,6 +856,7 @@ impl Node {
                     body,
                     until_zxid: last,
                     until_index: 0,
+                    since: Instant::now(),
                 };
                 if self.cfg.quorum_reads {
                     let ctx = self.next_req;
@@ -987,17 +1005,9 @@ impl Node {
             log(self.id, "parent_gone", serde_json::json!({}));
             std::process::exit(0);
         }
-        match self.quiet_until {
-            // a node without state waits to hear from a leader before it
-            // may campaign; if none speaks, the cluster is new: go ahead
-            Some(until) if Instant::now() < until => {}
-            Some(_) => {
-                self.quiet_until = None;
-                self.raw.tick();
-            }
-            None => {
-                self.raw.tick();
-            }
+        // a quiet node neither campaigns nor votes until a leader speaks
+        if !self.quiet {
+            self.raw.tick();
         }
         let now = now_ms(self.started);
         // sessions seen alive here reach the leader's tracker
@@ -1020,6 +1030,19 @@ impl Node {
             }
             if self.ticks.is_multiple_of((2000 / self.cfg.tick_ms).max(1)) {
                 self.reap();
+            }
+        }
+        // read-index rounds raft dropped (no leader, or one that has not
+        // committed in its term yet) never answer: the client reconnects
+        let lost: Vec<u64> = self
+            .read_index_wait
+            .iter()
+            .filter(|(_, r)| r.since.elapsed() > READ_INDEX_TIMEOUT)
+            .map(|(c, _)| *c)
+            .collect();
+        for ctx in lost {
+            if let Some(r) = self.read_index_wait.remove(&ctx) {
+                self.drop_conn(r.conn);
             }
         }
         // requests waiting too long: tell the client
@@ -1136,6 +1159,10 @@ impl Node {
             .collect();
         for r in orphaned {
             self.fail_pending(r);
+        }
+        // read-index rounds in flight are lost with the old leader
+        for (_, r) in std::mem::take(&mut self.read_index_wait) {
+            self.drop_conn(r.conn);
         }
         if role == StateRole::Leader {
             // every known session gets a fresh deadline under this leader
@@ -1342,10 +1369,14 @@ impl Node {
             zxid: self.last_zxid(),
             digest: self.ks.digest(),
         };
-        let bytes = snapshot::encode(self.ks.state(), &meta, true, 3);
+        let c = &self.snaps.config;
+        let bytes = snapshot::encode(self.ks.state(), &meta, c.compress, c.zstd_level);
         let name = snapshot::file_name(index, term);
         let store = self.raw.mut_store();
-        let result = write_snapshot_bytes(&self.snaps, &mut store.disk, &name, &bytes)
+        let result = self
+            .snaps
+            .write_bytes(&mut store.disk, &name, &bytes)
+            .map_err(|e| e.to_string())
             .and_then(|_| store.set_snapshot(index, term, bytes));
         match result {
             Ok(()) => log(self.id, "snapshot", serde_json::json!({"index": index, "term": term})),
@@ -1365,12 +1396,24 @@ impl Node {
         self.preprocessed.clear();
         let bytes = s.data.to_vec();
         let store = self.raw.mut_store();
-        if let Err(e) = write_snapshot_bytes(&self.snaps, &mut store.disk, &name, &bytes)
+        if let Err(e) = self
+            .snaps
+            .write_bytes(&mut store.disk, &name, &bytes)
+            .map_err(|e| e.to_string())
             .and_then(|_| store.set_snapshot(meta.index, meta.term, bytes))
         {
             self.die(&format!("installing snapshot: {e}"));
         }
         self.applied_index = meta.index;
+        // the tree jumped: sessions may have ended and watched nodes
+        // changed with no event. As ZooKeeper does after a full sync, the
+        // clients reconnect (and re-send their watches with the zxid they
+        // saw, which fires what changed since)
+        self.watches = WatchManager::new();
+        let conns: Vec<u64> = self.conns.keys().copied().collect();
+        for c in conns {
+            self.drop_conn(c);
+        }
         log(
             self.id,
             "snapshot_installed",
@@ -1432,22 +1475,30 @@ impl Node {
             _ => "candidate",
         };
         // with digests off nothing keeps one: compute it on demand, so an
-        // operator (and the campaign's final check) can still compare trees
-        let d = if self.ks.mode() == drift_keeper::DigestMode::Off {
-            drift_keeper::Digest {
-                version: drift_keeper::digest::DIGEST_VERSION,
-                value: drift_keeper::digest::tree_value(st.recompute_digest()),
+        // operator (and the campaign's final check) can still compare
+        // trees; only the words that report it pay for it
+        let digest = || {
+            if self.ks.mode() == drift_keeper::DigestMode::Off {
+                drift_keeper::Digest {
+                    version: drift_keeper::digest::DIGEST_VERSION,
+                    value: drift_keeper::digest::tree_value(st.recompute_digest()),
+                }
+            } else {
+                self.ks.digest()
             }
-        } else {
-            self.ks.digest()
         };
-        let ephemerals: usize = st.nodes().filter(|(_, n)| n.is_ephemeral()).count();
         match word {
             b"ruok" => "imok".into(),
-            b"dgst" => format!(
-                "applied_index\t{}\nzxid\t{}\ndigest\t{:#018x}\ndigest_version\t{}\n",
-                self.applied_index, st.last_zxid(), d.value, d.version
-            ),
+            b"dgst" => {
+                let d = digest();
+                format!(
+                    "applied_index\t{}\nzxid\t{}\ndigest\t{:#018x}\ndigest_version\t{}\n",
+                    self.applied_index,
+                    st.last_zxid(),
+                    d.value,
+                    d.version
+                )
+            }
             b"lgif" => {
                 let s = self.raw.store();
                 format!(
@@ -1461,11 +1512,15 @@ impl Node {
                     s.snapshot_index()
                 )
             }
-            b"mntr" => format!(
+            b"mntr" => {
+                let ephemerals = st.nodes().filter(|(_, n)| n.is_ephemeral()).count();
+                let d = digest();
+                format!(
                 "zk_version\tdrift-keeper {}\nzk_server_state\t{role}\nzk_znode_count\t{}\nzk_ephemerals_count\t{ephemerals}\nzk_watch_count\t{}\nzk_num_alive_connections\t{}\nzk_outstanding_requests\t{}\nzk_packets_received\t{}\nzk_packets_sent\t{}\nzk_last_zxid\t{}\nzk_digest\t{:#018x}\n",
                 env!("CARGO_PKG_VERSION"), st.node_count(), self.watches.count(), self.conns.len(), self.pending.len(),
                 self.received, self.sent, st.last_zxid(), d.value
-            ),
+                )
+            }
             b"srvr" | b"stat" => format!(
                 "Zookeeper version: drift-keeper {}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {role}\nNode count: {}\n",
                 env!("CARGO_PKG_VERSION"), self.received, self.sent, self.conns.len(), self.pending.len(), st.last_zxid(), st.node_count()
@@ -1479,22 +1534,4 @@ impl Node {
             _ => String::new(),
         }
     }
-}
-
-/// Writes a snapshot file durably under its temporary marker.
-fn write_snapshot_bytes(snaps: &Snapshots, disk: &mut FsDisk, name: &str, bytes: &[u8]) -> Result<(), String> {
-    use drift_keeper::disk::Disk;
-    let marker = format!("{}{name}", snapshot::TMP_PREFIX);
-    let io = |e: std::io::Error| e.to_string();
-    disk.write(&marker, b"").map_err(io)?;
-    disk.sync(&marker).map_err(io)?;
-    disk.write(name, bytes).map_err(io)?;
-    disk.sync(name).map_err(io)?;
-    disk.remove(&marker).map_err(io)?;
-    let all = snaps.list(disk).map_err(|e| e.to_string())?;
-    let excess = all.len().saturating_sub(snaps.config.snapshots_to_keep);
-    for (_, _, old) in all.into_iter().take(excess) {
-        disk.remove(&old).map_err(io)?;
-    }
-    Ok(())
 }

@@ -47,17 +47,23 @@ fn err(e: impl std::fmt::Display) -> raft::Error {
 
 impl RaftLog {
     /// Opens the log in `disk` for a cluster of `voters`, after the newest
-    /// snapshot (index, term, bytes) if there is one.
+    /// snapshot (index, term, bytes) if there is one. Also says whether the
+    /// node has no Raft state at all (a new node, or one whose data was
+    /// dropped): then it may have voted in a term it no longer knows.
     pub fn open(
         mut disk: FsDisk,
         voters: Vec<u64>,
         cfg: changelog::Config,
         snapshot: Option<(u64, u64, Vec<u8>)>,
-    ) -> Result<(RaftLog, changelog::LoadReport), String> {
+    ) -> Result<(RaftLog, changelog::LoadReport, bool), String> {
         let (mut log, report) = Changelog::open(&mut disk, cfg).map_err(|e| e.to_string())?;
-        let hard_state = match disk.read(HARD_STATE) {
-            Ok(bytes) => decode_hard_state(&bytes).ok_or_else(|| format!("{HARD_STATE} is corrupt"))?,
-            Err(_) => HardState::default(),
+        let (hard_state, fresh) = match disk.read(HARD_STATE) {
+            Ok(bytes) => (
+                decode_hard_state(&bytes).ok_or_else(|| format!("{HARD_STATE} is corrupt"))?,
+                false,
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (HardState::default(), true),
+            Err(e) => return Err(format!("{HARD_STATE}: {e}")),
         };
         let (snapshot_index, snapshot_term, snapshot_bytes) = snapshot.unwrap_or((0, 0, Vec::new()));
         // a log that ends before the snapshot is useless: start after it
@@ -81,6 +87,7 @@ impl RaftLog {
                 hard_state,
             },
             report,
+            fresh,
         ))
     }
 
@@ -305,7 +312,8 @@ mod tests {
             reserved_log_items: 2,
             zstd_level: 1,
         };
-        let (mut log, _) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], cfg, None).unwrap();
+        let (mut log, _, fresh) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], cfg, None).unwrap();
+        assert!(fresh, "no raft state yet");
         log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();
         log.set_hard_state(HardState {
             term: 2,
@@ -319,17 +327,23 @@ mod tests {
             [entry(3, 1), entry(4, 1)]
         );
         log.set_snapshot(8, 1, b"snap".to_vec()).unwrap();
-        // 5..=8 kept as reserved items: readable, first index moves up
-        assert!(log.first_index().unwrap() <= 7);
+        // two reserved items below the snapshot stay readable: the first
+        // index moves up from 1 to 6
+        assert_eq!(
+            log.first_index().unwrap(),
+            6,
+            "the segment below the reserved items went"
+        );
         assert_eq!(log.term(8).unwrap(), 1);
         drop(log);
-        let (log, _) = RaftLog::open(
+        let (log, _, fresh) = RaftLog::open(
             FsDisk::open(&dir).unwrap(),
             vec![1, 2, 3],
             cfg,
             Some((8, 1, b"snap".to_vec())),
         )
         .unwrap();
+        assert!(!fresh);
         // commit 10 was never made durable on its own; the snapshot made 9
         assert_eq!(log.hard_state().commit, 9);
         assert_eq!(log.last_index().unwrap(), 10);

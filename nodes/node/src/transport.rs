@@ -20,6 +20,10 @@ use std::time::Duration;
 pub const FRAME_BYTES_MAX: usize = 512 << 20;
 /// Messages queued per peer before new ones are dropped.
 pub const QUEUE_MAX: usize = 4096;
+/// A write to a peer blocked this long gives the connection up.
+const PEER_WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+/// An inbound peer connection silent this long is closed.
+const PEER_IDLE_MAX: Duration = Duration::from_secs(30);
 
 /// What travels between nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,8 +129,15 @@ pub fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<Vec<u
             format!("frame of {n} bytes"),
         ));
     }
-    let mut buf = vec![0u8; n];
-    s.read_exact(&mut buf)?;
+    // grows with what arrives, not with what the header claims
+    let mut buf = Vec::with_capacity(n.min(64 << 10));
+    s.take(n as u64).read_to_end(&mut buf)?;
+    if buf.len() < n {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("frame of {n} bytes cut at {}", buf.len()),
+        ));
+    }
     Ok(Some(buf))
 }
 
@@ -178,6 +189,9 @@ fn sender_loop(local_ip: std::net::IpAddr, addr: SocketAddr, rx: Receiver<Vec<u8
             match connect_from(local_ip, addr, Duration::from_millis(500)) {
                 Ok(s) => {
                     backoff = Duration::from_millis(20);
+                    // a write stuck behind a cut link gives up, and the
+                    // next message reconnects
+                    let _ = s.set_write_timeout(Some(PEER_WRITE_TIMEOUT));
                     conn = Some(s);
                 }
                 Err(_) => {
@@ -207,6 +221,8 @@ pub fn listen(listener: TcpListener, deliver: impl Fn(PeerMsg) -> bool + Send + 
                 let deliver = deliver.clone();
                 let _ = thread::Builder::new().name("peer-in".into()).spawn(move || {
                     let _ = s.set_nodelay(true);
+                    // a link silent this long is dead (its sender reconnects)
+                    let _ = s.set_read_timeout(Some(PEER_IDLE_MAX));
                     while let Ok(Some(frame)) = read_frame(&mut s, FRAME_BYTES_MAX) {
                         match PeerMsg::decode(&frame) {
                             Ok(m) => {
