@@ -136,6 +136,10 @@ impl Replica {
     /// Removes tombstones with ts < `before` and raises the GC horizon.
     /// Returns how many were purged.
     pub fn purge_tombstones_before(&mut self, before: u64) -> usize {
+        // no timestamp is below 0: no scan
+        if before == 0 {
+            return 0;
+        }
         let doomed: Vec<(u32, Vec<u8>)> = self
             .entries
             .iter()

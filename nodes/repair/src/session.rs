@@ -295,6 +295,8 @@ enum APhase {
     Level,
     Fingerprints,
     Stream,
+    /// Sent `Done`, waiting for its ack.
+    Closing,
     Done,
 }
 
@@ -305,8 +307,10 @@ pub struct Initiator {
     phase: APhase,
     /// Classes the initiator sent for the current level.
     sent_classes: Vec<u8>,
-    /// Fingerprint lists sent per "both" final, to read the bitmaps.
-    sent_fps: Vec<Vec<u64>>,
+    /// Keys whose fingerprints were sent, per fingerprinted final, to read
+    /// the bitmaps (writes may land between rounds: the keys, not a
+    /// re-scan, say which entry a bit is about).
+    sent_keys: Vec<Vec<Vec<u8>>>,
     report: Report,
 }
 
@@ -336,7 +340,7 @@ impl Initiator {
             walk: Walk::new(cfg.seed, r, replica.tree().depth(), cfg.row_level, cfg.hash_bytes),
             phase: APhase::Hello,
             sent_classes: Vec::new(),
-            sent_fps: Vec::new(),
+            sent_keys: Vec::new(),
             report: Report::default(),
         };
         let bytes = a.send(&hello);
@@ -420,8 +424,10 @@ impl Initiator {
             (APhase::Stream, Msg::Entries { entries }) => {
                 self.report.entries_b_to_a += entries.len() as u64;
                 merge_all(replica, entries);
-                Ok(self.finish(replica))
+                self.phase = APhase::Closing;
+                Ok(Step::Send(self.send(&Msg::Done)))
             }
+            (APhase::Closing, Msg::DoneAck) => Ok(self.finish(replica)),
             (phase, m) => Err(WireError(format!("unexpected {m:?} in phase {phase:?}"))),
         }
     }
@@ -477,21 +483,20 @@ impl Initiator {
             })));
         }
         let seed = self.cfg.seed;
-        self.sent_fps = self
+        let (keys, fps): (Vec<Vec<Vec<u8>>>, Vec<Vec<u64>>) = self
             .walk
             .fingerprinted()
             .map(|f| {
                 replica
                     .entries_in(self.walk.final_range(f))
-                    .map(|(_, _, v)| fingerprint(seed, &v.digest))
-                    .collect()
+                    .map(|(_, k, v)| (k.to_vec(), fingerprint(seed, &v.digest)))
+                    .unzip()
             })
-            .collect();
-        self.report.fingerprints_sent = self.sent_fps.iter().map(|v| v.len() as u64).sum();
+            .unzip();
+        self.sent_keys = keys;
+        self.report.fingerprints_sent = fps.iter().map(|v| v.len() as u64).sum();
         self.phase = APhase::Fingerprints;
-        let m = Msg::Fingerprints {
-            ranges: self.sent_fps.clone(),
-        };
+        let m = Msg::Fingerprints { ranges: fps };
         Ok(Step::Send(self.send(&m)))
     }
 
@@ -502,7 +507,8 @@ impl Initiator {
         present: Vec<Vec<bool>>,
         versions: Vec<VersionRef>,
     ) -> Result<Step, WireError> {
-        if present.len() != self.sent_fps.len() || present.iter().zip(&self.sent_fps).any(|(p, f)| p.len() != f.len()) {
+        if present.len() != self.sent_keys.len() || present.iter().zip(&self.sent_keys).any(|(p, k)| p.len() != k.len())
+        {
             return Err(WireError("fingerprint bitmaps do not match what was sent".into()));
         }
         self.report.versions_sent = versions.len() as u64;
@@ -533,16 +539,13 @@ impl Initiator {
         // my entries the responder does not hold, under keys it did not list:
         // those the fingerprints say it lacks, and the lone entry of every
         // one-to-one range
-        let fingerprinted: Vec<Final> = self.walk.fingerprinted().copied().collect();
+        // (the current version: a write since the fingerprints were sent is
+        // newer, and the responder merges)
         let mut unmatched: Vec<Entry> = Vec::new();
-        for (f, held) in fingerprinted.iter().zip(&present) {
-            for ((_, key, v), &h) in replica.entries_in(self.walk.final_range(f)).zip(held) {
+        for (keys, held) in self.sent_keys.iter().zip(&present) {
+            for (key, &h) in keys.iter().zip(held) {
                 if !h {
-                    unmatched.push(Entry {
-                        key: key.to_vec(),
-                        ts: v.ts,
-                        value: v.value.clone(),
-                    });
+                    unmatched.extend(replica.get(key));
                 }
             }
         }
@@ -568,13 +571,26 @@ impl Initiator {
 
 // ---------------------------------------------------------------- responder
 
+/// What the responder accepts next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RPhase {
+    Hello,
+    Level,
+    Fingerprints,
+    Stream,
+    /// Sent its entries; the repair counts once the initiator says it
+    /// merged them.
+    Done,
+    Finished,
+}
+
 pub struct Responder {
     peer: PeerId,
     started_ts: u64,
+    phase: RPhase,
     walk: Option<Walk>,
     /// The initiator's hashes of the nodes that descended (for siblings).
     parents: Vec<u64>,
-    done: bool,
 }
 
 impl Responder {
@@ -583,15 +599,10 @@ impl Responder {
         Responder {
             peer,
             started_ts,
+            phase: RPhase::Hello,
             walk: None,
             parents: Vec::new(),
-            done: false,
         }
-    }
-
-    /// Whether this side has sent its last message.
-    pub fn is_done(&self) -> bool {
-        self.done
     }
 
     /// Answers one request. A malformed or out-of-order request gets an
@@ -610,9 +621,9 @@ impl Responder {
     }
 
     fn handle(&mut self, replica: &mut Replica, m: Msg) -> Result<Msg, WireError> {
-        match (self.walk.as_ref().map(|w| w.level), m) {
+        match (self.phase, m) {
             (
-                None,
+                RPhase::Hello,
                 Msg::Hello {
                     seed,
                     lo,
@@ -637,39 +648,46 @@ impl Responder {
                 replica.purge_tombstones_before(gc);
                 let mine = replica.tree().depth();
                 self.walk = Some(Walk::new(seed, r, depth.min(mine), row_level, hash_bytes));
+                self.phase = RPhase::Level;
                 Ok(Msg::HelloAck {
                     depth: mine,
                     gc_before: gc,
                 })
             }
             (
-                Some(level),
+                RPhase::Level,
                 Msg::Level {
                     level: l,
                     hashes,
                     classes,
                     ..
                 },
-            ) if l == level => self.level(replica, hashes, classes),
-            (Some(_), Msg::Fingerprints { ranges }) => self.versions(replica, ranges),
-            (Some(_), Msg::Stream { entries, want }) => {
+            ) if Some(l) == self.walk.as_ref().map(|w| w.level) => self.level(replica, hashes, classes),
+            (RPhase::Fingerprints, Msg::Fingerprints { ranges }) => {
+                self.phase = RPhase::Stream;
+                self.versions(replica, ranges)
+            }
+            (RPhase::Stream, Msg::Stream { entries, want }) => {
                 let walk = self.walk.as_ref().expect("walk exists");
-                if walk.row_level {
+                let back = if walk.row_level {
                     merge_all(replica, entries);
-                    let back: Vec<Entry> = want.iter().filter_map(|k| replica.get(k)).collect();
-                    self.finish(replica);
-                    Ok(Msg::Entries { entries: back })
+                    want.iter().filter_map(|k| replica.get(k)).collect()
                 } else {
                     let mut back = Vec::new();
                     for f in &walk.finals {
                         back.extend(entries_of(replica, walk.final_range(f)));
                     }
                     merge_all(replica, entries);
-                    self.finish(replica);
-                    Ok(Msg::Entries { entries: back })
-                }
+                    back
+                };
+                self.phase = RPhase::Done;
+                Ok(Msg::Entries { entries: back })
             }
-            (_, m) => Err(WireError(format!("unexpected {} here", msg_name(&m)))),
+            (RPhase::Done, Msg::Done) => {
+                self.finish(replica);
+                Ok(Msg::DoneAck)
+            }
+            (phase, m) => Err(WireError(format!("unexpected {} in phase {phase:?}", msg_name(&m)))),
         }
     }
 
@@ -706,8 +724,17 @@ impl Responder {
             .map(|(k, _)| a_hashes[k])
             .collect();
         walk.advance(&mismatch, &a_classes, &b_classes);
-        if walk.frontier.is_empty() && walk.finals.is_empty() {
-            self.finish(replica);
+        if walk.frontier.is_empty() {
+            if walk.finals.is_empty() {
+                // nothing differs: the trees agree right now
+                self.finish(replica);
+            } else {
+                self.phase = if walk.row_level {
+                    RPhase::Fingerprints
+                } else {
+                    RPhase::Stream
+                };
+            }
         }
         let classes = b_classes
             .iter()
@@ -768,7 +795,7 @@ impl Responder {
     }
 
     fn finish(&mut self, replica: &mut Replica) {
-        self.done = true;
+        self.phase = RPhase::Finished;
         replica.record_repair(self.peer, self.started_ts);
     }
 }
@@ -793,6 +820,8 @@ fn msg_name(m: &Msg) -> &'static str {
         Msg::Versions { .. } => "versions",
         Msg::Stream { .. } => "stream",
         Msg::Entries { .. } => "entries",
+        Msg::Done => "done",
+        Msg::DoneAck => "done ack",
         Msg::Error { .. } => "error",
     }
 }
@@ -808,7 +837,7 @@ pub fn run(
 ) -> Result<Report, WireError> {
     let (mut init, mut msg) = Initiator::start(a, id_b, cfg);
     let mut resp = Responder::new(id_a, cfg.started_ts);
-    // a session is at most hello + DEPTH_MAX+1 levels + 2 rounds
+    // a session is at most hello + DEPTH_MAX+1 levels + 3 rounds
     for _ in 0..(DEPTH_MAX + 8) {
         let reply = match resp.on_request(b, &msg) {
             Ok(r) => r,

@@ -84,6 +84,11 @@ pub enum Msg {
     Entries {
         entries: Vec<Entry>,
     },
+    /// Initiator: it merged the responder's entries. Only now may the
+    /// responder count the session as a repair (GC gates on it).
+    Done,
+    /// Responder: recorded.
+    DoneAck,
     Error {
         reason: String,
     },
@@ -98,6 +103,8 @@ const T_VERSIONS: u8 = 6;
 const T_STREAM: u8 = 7;
 const T_ENTRIES: u8 = 8;
 const T_ERROR: u8 = 9;
+const T_DONE: u8 = 10;
+const T_DONE_ACK: u8 = 11;
 
 struct W {
     buf: Vec<u8>,
@@ -373,6 +380,8 @@ impl Msg {
                 w.buf.push(T_ENTRIES);
                 w.entries(entries);
             }
+            Msg::Done => w.buf.push(T_DONE),
+            Msg::DoneAck => w.buf.push(T_DONE_ACK),
             Msg::Error { reason } => {
                 w.buf.push(T_ERROR);
                 w.bytes(reason.as_bytes());
@@ -465,6 +474,8 @@ impl Msg {
                 Msg::Stream { entries, want }
             }
             T_ENTRIES => Msg::Entries { entries: r.entries()? },
+            T_DONE => Msg::Done,
+            T_DONE_ACK => Msg::DoneAck,
             T_ERROR => Msg::Error {
                 reason: String::from_utf8_lossy(r.bytes()?).into_owned(),
             },

@@ -31,7 +31,7 @@ fn seed_scenario_reproduces_the_seeds_figures() {
             r.entries_streamed()
         );
         assert_eq!(contents(&a), contents(&b));
-        assert_eq!(r.rounds, depth + 3, "hello, depth + 1 levels, stream");
+        assert_eq!(r.rounds, depth + 4, "hello, depth + 1 levels, stream, done");
     }
 }
 
@@ -270,6 +270,78 @@ fn a_write_racing_the_stream_survives() {
     );
     repair(&mut a, &mut b, cfg(12, true));
     assert_eq!(a.get(b"key5").unwrap().ts, 3);
+}
+
+#[test]
+fn the_responder_counts_a_repair_only_once_the_initiator_merged_its_entries() {
+    for row_level in [false, true] {
+        let (mut a, mut b) = seed_scenario(2_000, 10, 8, 5);
+        b.merge(Entry::tombstone(b"key3", 7)); // only b has the delete
+        let (mut init, mut msg) = Initiator::start(&a, 2, cfg(15, row_level));
+        let mut resp = Responder::new(1, 1_000);
+        // b answers the stream with its entries; that reply is lost
+        loop {
+            let reply = resp.on_request(&mut b, &msg).unwrap();
+            if matches!(Msg::decode(&reply).unwrap(), Msg::Entries { .. }) {
+                break;
+            }
+            match init.on_reply(&mut a, &reply).unwrap() {
+                Step::Send(next) => msg = next,
+                Step::Done(_) => panic!("session ended before its stream"),
+            }
+        }
+        assert_eq!(b.repaired_with(1), 0, "a never got b's tombstone");
+        let gated = GcPolicy::RepairGated {
+            grace: 1,
+            peers: vec![1],
+        };
+        assert_eq!(gc::collect(&mut b, &gated, 5_000), 0, "the tombstone must stay");
+        // messages out of their turn are refused and count nothing
+        let done = Msg::Done.encode().bytes;
+        assert!(Responder::new(1, 1_000).on_request(&mut b, &done).is_err());
+        // a whole session counts on both sides
+        repair(&mut a, &mut b, cfg(16, row_level));
+        assert_eq!((a.repaired_with(2), b.repaired_with(1)), (1_000, 1_000));
+        assert!(a.get(b"key3").unwrap().is_tombstone());
+    }
+}
+
+#[test]
+fn fingerprints_name_their_keys_so_writes_between_rounds_do_not_shift_them() {
+    // one token holds shared keys and keys only a has: fingerprints decide
+    // which travel. After a sends them, a client writes keys that sort
+    // first on that token; the bitmap b returns is about the keys sent,
+    // not about whatever sits in those positions now.
+    const T: u32 = 0x1234_5678;
+    let (mut a, mut b) = (Replica::new(TokenRange::FULL, 12), Replica::new(TokenRange::FULL, 12));
+    for p in 100..150 {
+        a.merge(Entry::put(&key_with_token(p, T), 1, b"v"));
+        b.merge(Entry::put(&key_with_token(p, T), 1, b"v"));
+    }
+    let only_a: Vec<Vec<u8>> = (200..210).map(|p| key_with_token(p, T)).collect();
+    for k in &only_a {
+        a.merge(Entry::put(k, 1, b"a"));
+    }
+    let (mut init, mut msg) = Initiator::start(&a, 2, cfg(17, true));
+    let mut resp = Responder::new(1, 1_000);
+    let mut raced = false;
+    loop {
+        if matches!(Msg::decode(&msg).unwrap(), Msg::Fingerprints { .. }) {
+            for p in 0..20 {
+                a.merge(Entry::put(&key_with_token(p, T), 2, b"late"));
+            }
+            raced = true;
+        }
+        let reply = resp.on_request(&mut b, &msg).unwrap();
+        match init.on_reply(&mut a, &reply).unwrap() {
+            Step::Send(next) => msg = next,
+            Step::Done(_) => break,
+        }
+    }
+    assert!(raced, "the session went through fingerprints");
+    for k in &only_a {
+        assert!(b.get(k).is_some(), "an entry b lacked never reached it");
+    }
 }
 
 #[test]
