@@ -28,6 +28,9 @@ const FULL_MODE_OPS: usize = 2_000;
 /// How long each changelog batch size is driven, in seconds.
 const APPEND_SECONDS: f64 = 1.5;
 const DATA_BYTES: usize = 100;
+/// Entry times as a leader stamps them (wall-clock milliseconds, here in
+/// 2027): their size matters to what the digest hashes.
+const ENTRY_TIME_BASE_MS: i64 = 1_800_000_000_000;
 
 #[derive(Serialize)]
 struct ApplyRow {
@@ -169,12 +172,12 @@ fn lead(s: &mut Storage, zxid: &mut i64, reqs: &[Write]) -> Vec<Vec<u8>> {
     reqs.iter()
         .map(|r| {
             *zxid += 1;
-            let digest = s.preprocess(0, *zxid, *zxid, r);
+            let digest = s.preprocess(0, *zxid, ENTRY_TIME_BASE_MS + *zxid, r);
             let c = s.commit(*zxid);
             assert_eq!(c.response.error(), drift_keeper::ZkError::Ok);
             Entry {
                 zxid: *zxid,
-                time_ms: *zxid,
+                time_ms: ENTRY_TIME_BASE_MS + *zxid,
                 session: 0,
                 digest,
                 request: r.clone(),
@@ -242,7 +245,7 @@ fn replica_apply(mode: DigestMode, log: &[Vec<Vec<u8>>; 3]) -> [f64; 3] {
 fn drive(s: &mut Storage, zxid: &mut i64, reqs: &[Write]) {
     for r in reqs {
         *zxid += 1;
-        s.preprocess(0, *zxid, *zxid, r);
+        s.preprocess(0, *zxid, ENTRY_TIME_BASE_MS + *zxid, r);
         s.commit(*zxid);
     }
 }

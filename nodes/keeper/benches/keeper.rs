@@ -23,23 +23,31 @@ fn create(path: String) -> Write {
     }))
 }
 
+/// Entry times as a leader stamps them (wall-clock milliseconds, 2027).
+const TIME_BASE_MS: i64 = 1_800_000_000_000;
+
 fn tree(mode: DigestMode, n: usize) -> (Storage, i64) {
     let mut s = Storage::new(mode);
     let mut z = 0;
     for r in std::iter::once(create("/b".into())).chain((0..n).map(|i| create(format!("/b/n{i:09}")))) {
         z += 1;
-        s.preprocess(0, z, z, &r);
+        s.preprocess(0, z, TIME_BASE_MS + z, &r);
         s.commit(z);
     }
     (s, z)
 }
 
 fn digests(c: &mut Criterion) {
+    // a node as a busy tree has it: zxids in the millions, times in
+    // wall-clock milliseconds, a few versions
     let stat = Stat {
-        czxid: 1,
-        mzxid: 2,
-        ctime: 3,
-        mtime: 4,
+        czxid: 4_200_000,
+        mzxid: 4_700_123,
+        ctime: TIME_BASE_MS,
+        mtime: TIME_BASE_MS + 86_400_000,
+        version: 17,
+        cversion: 3,
+        pzxid: 4_600_000,
         data_length: 100,
         ..Stat::default()
     };
@@ -71,7 +79,7 @@ fn apply(c: &mut Criterion) {
                             data: vec![b'y'; 100],
                             version: -1,
                         });
-                        s.preprocess(0, *z, *z, &w);
+                        s.preprocess(0, *z, TIME_BASE_MS + *z, &w);
                         s.commit(*z);
                     }
                 },

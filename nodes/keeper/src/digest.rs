@@ -1,8 +1,9 @@
 //! The tree digest: a replicated fingerprint of the whole znode tree.
 //!
 //! Node digest = SipHash-2-4-64 (keys 0, 0) over the zigzag varints of
-//! every Stat field, the TTL and — unlike Keeper, whose TODO admits the
-//! hole — the sequential counter, after the SipHash-2-4 of the path and
+//! every Stat field (the TTL of a TTL node is encoded in its
+//! `ephemeralOwner`, so it is in) and — unlike Keeper, whose TODO admits
+//! the hole — the sequential counter, after the SipHash-2-4 of the path and
 //! data (cached per node, so adding a child does not rehash the parent's
 //! data); 0 maps to 1 (0 means "no digest"). Tree digest = wrapping sum
 //! of node digests, so it is order-independent and kept incrementally:
@@ -13,7 +14,7 @@
 //! travels with every value, and a replica compares only values of the
 //! version it computes.
 
-use crate::node::{Kind, Node, Stat};
+use crate::node::{Node, Stat};
 use siphasher::sip::SipHasher24;
 use std::hash::Hasher;
 
@@ -58,9 +59,9 @@ pub fn content_hash(path: &str, data: &[u8]) -> u64 {
 
 /// Longest LEB128 encoding of a u64.
 const VARINT_MAX: usize = 10;
-/// Most bytes of the fields part: content hash, then 11 Stat fields, the
-/// TTL and the sequential counter as varints.
-const FIELDS_BYTES_MAX: usize = 8 + 13 * VARINT_MAX;
+/// Most bytes of the fields part: content hash, then 11 Stat fields and
+/// the sequential counter as varints.
+const FIELDS_BYTES_MAX: usize = 8 + 12 * VARINT_MAX;
 
 /// Writes `v` as LEB128 at `at`; returns the new end.
 fn put_varint(buf: &mut [u8], mut at: usize, mut v: u64) -> usize {
@@ -95,10 +96,6 @@ pub fn digest_from_content(content: u64, stat: &Stat, seq: i64) -> u64 {
 
 /// The fields part as hashed; returns its length.
 fn encode_fields(buf: &mut [u8; FIELDS_BYTES_MAX], content: u64, stat: &Stat, seq: i64) -> usize {
-    let ttl = match Kind::from_owner_field(stat.ephemeral_owner) {
-        Kind::Ttl { ttl_ms } => ttl_ms,
-        _ => 0,
-    };
     buf[..8].copy_from_slice(&content.to_le_bytes());
     let mut at = 8;
     for v in [
@@ -113,7 +110,6 @@ fn encode_fields(buf: &mut [u8; FIELDS_BYTES_MAX], content: u64, stat: &Stat, se
         stat.data_length as i64,
         stat.num_children as i64,
         stat.pzxid,
-        ttl,
         seq,
     ] {
         at = put_varint(buf, at, zigzag(v));
@@ -252,12 +248,11 @@ mod tests {
             };
             let mut buf = [0u8; FIELDS_BYTES_MAX];
             let n = encode_fields(&mut buf, content, &stat, seq);
-            let ttl = match Kind::from_owner_field(owner) { Kind::Ttl { ttl_ms } => ttl_ms, _ => 0 };
             let (c, fields) = decode_fields(&buf[..n]);
             proptest::prop_assert_eq!(c, content);
             proptest::prop_assert_eq!(fields, vec![
                 stat.czxid, stat.mzxid, stat.ctime, stat.mtime, versions[0] as i64, versions[1] as i64,
-                versions[2] as i64, owner, lens[0] as i64, lens[1] as i64, stat.pzxid, ttl, seq,
+                versions[2] as i64, owner, lens[0] as i64, lens[1] as i64, stat.pzxid, seq,
             ]);
         }
     }

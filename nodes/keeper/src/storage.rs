@@ -157,6 +157,12 @@ impl Storage {
 
     /// Resumes from a loaded state (a snapshot) with nothing pending.
     pub fn from_state(state: State, mode: DigestMode) -> Storage {
+        assert_eq!(
+            state.digest_on(),
+            mode != DigestMode::Off,
+            "a state built with digests {} cannot run in mode {mode:?}",
+            if state.digest_on() { "on" } else { "off" }
+        );
         let overlay = Overlay {
             digest_sum: state.digest_sum,
             ..Overlay::default()

@@ -97,6 +97,48 @@ fn crash_at_any_byte_keeps_exactly_the_whole_records_before_it() {
 }
 
 #[test]
+fn a_record_hidden_in_an_entrys_data_does_not_turn_a_torn_tail_into_corruption() {
+    // a client's data may hold the bytes of a well-formed record (zstd
+    // keeps incompressible data verbatim); tearing the entry that carries
+    // them is still a torn tail
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+    log.append(&mut disk, &[rec(1, 1), rec(2, 1)]).unwrap();
+    let mut data = changelog::encode_record(&rec(1, 1), 1);
+    // incompressible filler around it keeps it verbatim
+    let mut x = 0x9e37_79b9u32;
+    let noise: Vec<u8> = (0..2048)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect();
+    data.splice(0..0, noise.iter().copied());
+    data.extend_from_slice(&noise);
+    let carrier = LogRecord {
+        index: 3,
+        term: 1,
+        kind: 0,
+        data,
+    };
+    let name = changelog::segment_name(1);
+    let before = disk.read(&name).unwrap().len();
+    log.append(&mut disk, &[carrier]).unwrap();
+    let whole = disk.read(&name).unwrap();
+    // the crash keeps the carrier up to just past the hidden record
+    let cut = before + 20 + 2048 + changelog::encode_record(&rec(1, 1), 1).len() + 10;
+    assert!(cut < whole.len());
+    let mut d = MemDisk::new();
+    d.write(&name, &whole[..cut]).unwrap();
+    d.sync(&name).unwrap();
+    let (log, report) = Changelog::open(&mut d, config(1000)).expect("a torn tail, not corruption");
+    assert_eq!(log.last_index(), Some(2));
+    assert!(report.torn_tail.is_some());
+}
+
+#[test]
 fn interrupted_append_loses_only_the_unacknowledged_entry() {
     for keep in [0, 5, 13, 40, 10_000] {
         let mut disk = MemDisk::new();
