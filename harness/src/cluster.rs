@@ -19,7 +19,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Most nodes `drift cluster up` starts.
-const LOCAL_NODES_MAX: u64 = 9;
+/// Most nodes a local cluster has (their addresses 127.0.0.11..=19).
+pub const NODES_MAX: u64 = 9;
 const UP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn node(args: NodeArgs) -> Result<i32, Failure> {
@@ -77,7 +78,8 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
     }
 }
 
-fn node_ip(i: u64) -> String {
+/// Node i's loopback address.
+pub fn node_ip(i: u64) -> String {
     format!("127.0.0.{}", 10 + i)
 }
 
@@ -119,8 +121,8 @@ fn up(
     fault_hooks: Option<&str>,
     set: &[String],
 ) -> Result<i32, Failure> {
-    if !(1..=LOCAL_NODES_MAX).contains(&nodes) {
-        return Err(Failure::new(format!("--nodes must be in 1..={LOCAL_NODES_MAX}")));
+    if !(1..=NODES_MAX).contains(&nodes) {
+        return Err(Failure::new(format!("--nodes must be in 1..={NODES_MAX}")));
     }
     if dir.join("pids").exists() {
         return Err(Failure::new(format!(

@@ -11,6 +11,7 @@
 //! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
 use crate::backend::{field_of, Backend, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe};
+use crate::cluster::node_ip;
 use crate::proxy::ProxyMesh;
 use drift_node::config::ClusterConfig;
 use std::io::{Read, Write};
@@ -19,8 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Most nodes a local campaign starts.
-pub const NODES_MAX: u64 = 9;
+/// Most nodes a local cluster has.
+pub use crate::cluster::NODES_MAX;
 /// Ports above the client port P a cluster uses: Raft P+1, admin P+2,
 /// ZooKeeper's election P+3, proxies P+11..=P+10+NODES_MAX.
 pub const PORTS_USED: u16 = 10 + NODES_MAX as u16;
@@ -67,10 +68,6 @@ pub struct LocalCluster {
     exe: PathBuf,
 }
 
-fn ip(i: u64) -> String {
-    format!("127.0.0.{}", 10 + i)
-}
-
 /// Debian's Apache ZooKeeper 3.8 (`apt install zookeeper`).
 const ZOOKEEPER_CLASSPATH: &str =
     "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
@@ -91,10 +88,10 @@ fn write_zookeeper_configs(config: &ClusterConfig, n: u64, port: u16) -> Result<
         let mut cfg = format!(
             "tickTime=200\ninitLimit=25\nsyncLimit=10\ndataDir={}\nclientPort={port}\nclientPortAddress={}\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=1000\nmaxSessionTimeout=30000\n",
             dir.join("data").display(),
-            ip(i)
+            node_ip(i)
         );
         for j in 1..=n {
-            cfg.push_str(&format!("server.{j}={}:{}:{}\n", ip(j), port + 1, port + 3));
+            cfg.push_str(&format!("server.{j}={}:{}:{}\n", node_ip(j), port + 1, port + 3));
         }
         std::fs::write(dir.join("zoo.cfg"), cfg).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
@@ -118,25 +115,23 @@ impl LocalCluster {
         }
         let base = run_dir.join("nodes");
         std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-        let mut text = format!(
-            "data_dir = {:?}\ntick_ms = 50\nquorum_reads = {quorum_reads}\ndigest = {digest:?}\nsnapshot_distance = 2000\nreserved_log_items = 500\nrotate_interval = 1000\nsession_timeout_min_ms = 1000\n",
-            base.display().to_string()
-        );
-        for i in 1..=n {
-            text.push_str(&format!(
-                "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
-                ip = ip(i),
-                raft = port + 1
-            ));
-        }
+        // campaigns snapshot and compact often, so faults meet them
+        let campaign = [
+            format!("digest = {digest:?}"),
+            "snapshot_distance = 2000".to_string(),
+            "reserved_log_items = 500".to_string(),
+            "rotate_interval = 1000".to_string(),
+            "session_timeout_min_ms = 1000".to_string(),
+        ];
+        let text = crate::cluster::local_config(n, &base, port, quorum_reads, &campaign);
         let config_path = run_dir.join("cluster.toml");
         std::fs::write(&config_path, text).map_err(|e| format!("{}: {e}", config_path.display()))?;
         let config = ClusterConfig::load(&config_path)?;
         let nodes = (1..=n)
             .map(|i| LocalNode {
                 id: i,
-                client: format!("{}:{port}", ip(i)).parse().expect("valid address"),
-                admin: format!("{}:{}", ip(i), port + 2).parse().expect("valid address"),
+                client: format!("{}:{port}", node_ip(i)).parse().expect("valid address"),
+                admin: format!("{}:{}", node_ip(i), port + 2).parse().expect("valid address"),
                 dir: config.node_dir(i),
                 log: base.join(format!("n{i}.log")),
                 child: None,
@@ -154,9 +149,11 @@ impl LocalCluster {
             let links: Vec<_> = (1..=n)
                 .flat_map(|i| (1..=n).filter(move |&j| j != i).map(move |j| (i, j)))
                 .map(|(i, j)| {
-                    let listen: SocketAddr = format!("{}:{}", ip(j), port + 10 + i as u16).parse().expect("address");
-                    let target: SocketAddr = format!("{}:{}", ip(j), port + 1).parse().expect("address");
-                    (i, j, listen, target, ip(i).parse().expect("address"))
+                    let listen: SocketAddr = format!("{}:{}", node_ip(j), port + 10 + i as u16)
+                        .parse()
+                        .expect("address");
+                    let target: SocketAddr = format!("{}:{}", node_ip(j), port + 1).parse().expect("address");
+                    (i, j, listen, target, node_ip(i).parse().expect("address"))
                 })
                 .collect();
             Some(ProxyMesh::start(&links)?)
@@ -350,7 +347,7 @@ impl Db for LocalCluster {
     }
 
     fn peer_ip(&self, i: u64) -> IpAddr {
-        ip(i).parse().expect("a loopback address")
+        node_ip(i).parse().expect("a loopback address")
     }
 }
 
