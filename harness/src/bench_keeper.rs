@@ -13,12 +13,15 @@ use crate::cli::BenchKeeperArgs;
 use crate::fail::Failure;
 use drift_keeper::acl::Acl;
 use drift_keeper::changelog::{self, Changelog, LogRecord};
+use drift_keeper::digest::node_digest;
 use drift_keeper::entry::Entry;
+use drift_keeper::node::Stat;
 use drift_keeper::snapshot::{self, SnapshotMeta, Snapshots};
 use drift_keeper::{Create, CreateMode, Digest, DigestMode, Op, Storage, Write};
 use drift_node::fsdisk::FsDisk;
 use serde::Serialize;
 use serde_json::json;
+use std::hint::black_box;
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -28,6 +31,8 @@ const FULL_MODE_OPS: usize = 2_000;
 /// How long each changelog batch size is driven, in seconds.
 const APPEND_SECONDS: f64 = 1.5;
 const DATA_BYTES: usize = 100;
+/// Entries applied to one replica before the other takes its turn.
+const PAIR_CHUNK: usize = 500;
 /// Entry times as a leader stamps them (wall-clock milliseconds, here in
 /// 2027): their size matters to what the digest hashes.
 const ENTRY_TIME_BASE_MS: i64 = 1_800_000_000_000;
@@ -57,8 +62,8 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
     };
 
     say(&format!(
-        "apply (per log entry, as a replica: decode, preprocess, digest check, commit, digest check):\n  {} creates, sets, deletes per mode; modes interleaved, median of {} runs",
-        args.ops, args.runs
+        "apply (per log entry, as a replica: decode, preprocess, digest check, commit, digest check):\n  {} creates, sets, deletes per mode; the two modes' replicas alternate every {} entries; median of {} runs",
+        args.ops, PAIR_CHUNK, args.runs
     ));
     let mut apply = Vec::new();
     let mut paired_cost: Option<[f64; 4]> = None;
@@ -75,15 +80,12 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
             FULL_MODE_OPS.min(args.ops),
         ),
     ] {
-        let logs: Vec<[Vec<Vec<u8>>; 3]> = modes.iter().map(|(m, _)| leader_log(*m, ops)).collect();
+        let logs = [leader_log(modes[0].0, ops), leader_log(modes[1].0, ops)];
         let mut samples: Vec<Vec<[f64; 3]>> = vec![Vec::new(); modes.len()];
-        for run in 0..args.runs {
-            // alternate which mode goes first, so drift in machine speed
-            // does not favour one
-            for j in 0..modes.len() {
-                let k = (j + run) % modes.len();
-                samples[k].push(replica_apply(modes[k].0, &logs[k]));
-            }
+        for _ in 0..args.runs {
+            let [a, b] = paired_apply([modes[0].0, modes[1].0], &logs);
+            samples[0].push(a);
+            samples[1].push(b);
         }
         if modes[1].0 == DigestMode::Incremental {
             paired_cost = Some(paired_costs(&samples[0], &samples[1]));
@@ -98,9 +100,6 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
         }
     }
     let cost = paired_cost.expect("the off/incremental pair ran");
-    let digest_cost = json!({
-        "create": cost[0], "set": cost[1], "delete": cost[2], "mixed": cost[3],
-    });
     say(&format!(
         "  incremental digest cost vs off (median of paired runs): create {:+.1}%  set {:+.1}%  delete {:+.1}%  equal mix {:+.1}%",
         100.0 * cost[0],
@@ -108,6 +107,17 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
         100.0 * cost[2],
         100.0 * cost[3]
     ));
+
+    let off_set_ns = 1e9 / apply[0].set_per_s;
+    let hash_ns = set_digest_ns();
+    say(&format!(
+        "  one set's node digest alone: {hash_ns:.0} ns = {:.1}% of an off-mode set ({off_set_ns:.0} ns), the least a set's digest can cost",
+        100.0 * hash_ns / off_set_ns
+    ));
+    let digest_cost = json!({
+        "create": cost[0], "set": cost[1], "delete": cost[2], "mixed": cost[3],
+        "set_node_digest_ns": hash_ns, "set_node_digest_share": hash_ns / off_set_ns,
+    });
 
     std::fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
     say(&format!("snapshot: {} nodes, files in {}", args.nodes, dir.display()));
@@ -122,6 +132,36 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
         println!("{}", serde_json::to_string_pretty(&out).expect("json"));
     }
     Ok(0)
+}
+
+/// The time of one node digest as the set phase computes it (a node of
+/// `DATA_BYTES` bytes at a bench path with a set's Stat), best of five
+/// tight loops: the hashing every set must do, whatever surrounds it.
+fn set_digest_ns() -> f64 {
+    let path = "/b/n000050000";
+    let data = vec![b'y'; DATA_BYTES];
+    let stat = Stat {
+        czxid: 50_002,
+        mzxid: 150_002,
+        ctime: ENTRY_TIME_BASE_MS + 50_002,
+        mtime: ENTRY_TIME_BASE_MS + 150_002,
+        version: 1,
+        data_length: DATA_BYTES as i32,
+        pzxid: 50_002,
+        ..Stat::default()
+    };
+    const N: u32 = 1_000_000;
+    (0..5)
+        .map(|_| {
+            let started = Instant::now();
+            let mut acc = 0u64;
+            for _ in 0..N {
+                acc = acc.wrapping_add(node_digest(black_box(path), black_box(&data), &stat, 0));
+            }
+            black_box(acc);
+            started.elapsed().as_secs_f64() * 1e9 / N as f64
+        })
+        .fold(f64::INFINITY, f64::min)
 }
 
 /// Per run, 1 − incremental/off for each phase and for an equal mix of
@@ -221,23 +261,35 @@ fn leader_log(mode: DigestMode, ops: usize) -> [Vec<Vec<u8>>; 3] {
     ]
 }
 
-/// Applies the log as a follower: decode, preprocess, check, commit,
-/// check. Returns entries/s per phase.
-fn replica_apply(mode: DigestMode, log: &[Vec<Vec<u8>>; 3]) -> [f64; 3] {
-    let mut s = Storage::new(mode);
-    let mut out = [0.0; 3];
-    for (k, phase) in log.iter().enumerate() {
-        let started = Instant::now();
-        for bytes in phase {
-            let e = Entry::decode(bytes).expect("bench entries decode");
-            let d = s.preprocess(e.session, e.zxid, e.time_ms, &e.request);
-            assert!(!e.digest.mismatches(d), "digest mismatch in the bench");
-            let c = s.commit(e.zxid);
-            assert!(!e.digest.mismatches(c.digest), "digest mismatch in the bench");
+/// Applies each mode's log as a follower would (decode, preprocess, check,
+/// commit, check), one replica per mode, in chunks of [`PAIR_CHUNK`]
+/// entries that alternate between the replicas (and which goes first), so
+/// both see the same machine moment by moment: a neighbour's burst or a
+/// frequency change lands on both sides instead of on whichever mode ran
+/// then. Returns entries/s per phase for each mode.
+fn paired_apply(modes: [DigestMode; 2], logs: &[[Vec<Vec<u8>>; 3]; 2]) -> [[f64; 3]; 2] {
+    let mut replicas = modes.map(Storage::new);
+    let mut secs = [[0.0f64; 3]; 2];
+    for phase in 0..3 {
+        let n = logs[0][phase].len();
+        assert_eq!(n, logs[1][phase].len(), "paired logs have equal phases");
+        for (c, start) in (0..n).step_by(PAIR_CHUNK).enumerate() {
+            let end = (start + PAIR_CHUNK).min(n);
+            for k in [c % 2, 1 - c % 2] {
+                let s = &mut replicas[k];
+                let started = Instant::now();
+                for bytes in &logs[k][phase][start..end] {
+                    let e = Entry::decode(bytes).expect("bench entries decode");
+                    let d = s.preprocess(e.session, e.zxid, e.time_ms, &e.request);
+                    assert!(!e.digest.mismatches(d), "digest mismatch in the bench");
+                    let c = s.commit(e.zxid);
+                    assert!(!e.digest.mismatches(c.digest), "digest mismatch in the bench");
+                }
+                secs[k][phase] += started.elapsed().as_secs_f64();
+            }
         }
-        out[k] = phase.len() as f64 / started.elapsed().as_secs_f64();
     }
-    out
+    [0, 1].map(|k| [0, 1, 2].map(|p| logs[k][p].len() as f64 / secs[k][p]))
 }
 
 /// Runs `reqs` through preprocess + commit (building trees for the
