@@ -39,6 +39,15 @@ impl Verdict {
         }
     }
 
+    /// `Valid` when `ok`, else `Invalid`.
+    pub fn valid_if(ok: bool) -> Verdict {
+        if ok {
+            Verdict::Valid
+        } else {
+            Verdict::Invalid
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Valid => "valid",
@@ -59,6 +68,20 @@ pub struct CheckResult {
     pub elapsed_ms: f64,
     /// Checker-specific findings.
     pub details: Value,
+}
+
+impl CheckResult {
+    /// `unknown`, with why: the history holds nothing this checker can
+    /// judge (a run that tested nothing must not pass as valid).
+    pub fn unknown(checker: &str, started: Instant, reason: impl Into<String>, details: Value) -> CheckResult {
+        CheckResult {
+            checker: checker.to_string(),
+            verdict: Verdict::Unknown,
+            reason: Some(reason.into()),
+            elapsed_ms: elapsed_ms(started),
+            details,
+        }
+    }
 }
 
 /// Limits every checker of one composed check shares.

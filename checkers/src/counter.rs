@@ -67,6 +67,14 @@ impl Checker for Counter {
                 _ => {}
             }
         }
+        if reads.is_empty() {
+            return Ok(CheckResult::unknown(
+                self.name(),
+                started,
+                "no ok read: nothing to judge the adds against",
+                json!({"adds": adds.len(), "reads": 0}),
+            ));
+        }
         let mut errors: Vec<Value> = Vec::new();
         let mut error_count = 0usize;
         for &(invoke, ret, value) in &reads {
@@ -90,11 +98,7 @@ impl Checker for Counter {
                 }
             }
         }
-        let verdict = if error_count == 0 {
-            Verdict::Valid
-        } else {
-            Verdict::Invalid
-        };
+        let verdict = Verdict::valid_if(error_count == 0);
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,

@@ -55,13 +55,12 @@ impl Checker for DigestChecker {
             }
         }
         let Some(finals) = finals else {
-            return Ok(CheckResult {
-                checker: self.name().into(),
-                verdict: Verdict::Unknown,
-                reason: Some("no final-digests event: the run did not reach its final phase".into()),
-                elapsed_ms: elapsed_ms(started),
-                details: json!({"aborts": aborts, "divergences_applied": diverged, "problems": problems}),
-            });
+            return Ok(CheckResult::unknown(
+                self.name(),
+                started,
+                "no final-digests event: the run did not reach its final phase",
+                json!({"aborts": aborts, "divergences_applied": diverged, "problems": problems}),
+            ));
         };
         if finals["converged"] == false {
             problems.push(format!("replicas did not converge: {}", finals["note"]));
@@ -89,11 +88,7 @@ impl Checker for DigestChecker {
         }
         Ok(CheckResult {
             checker: self.name().into(),
-            verdict: if problems.is_empty() {
-                Verdict::Valid
-            } else {
-                Verdict::Invalid
-            },
+            verdict: Verdict::valid_if(problems.is_empty()),
             reason: None,
             elapsed_ms: elapsed_ms(started),
             details: json!({

@@ -175,9 +175,10 @@ impl Checker for Ephemeral {
         let violations: u64 = found.counts.values().sum();
         let verdict = if violations > 0 {
             Verdict::Invalid
-        } else if finals.iter().all(|o| o.outcome != Outcome::Ok) {
-            // without a final read, "outlived" cannot be judged for
-            // sessions that expired rather than closed
+        } else if created_ok == 0 || finals.iter().all(|o| o.outcome != Outcome::Ok) {
+            // nothing created tests nothing; without a final read,
+            // "outlived" cannot be judged for sessions that expired rather
+            // than closed
             Verdict::Unknown
         } else {
             Verdict::Valid
@@ -191,6 +192,7 @@ impl Checker for Ephemeral {
                     .collect::<Vec<_>>()
                     .join(", "),
             ),
+            Verdict::Unknown if created_ok == 0 => Some("no ephemeral create succeeded: nothing to judge".to_string()),
             Verdict::Unknown => Some("no final read succeeded".to_string()),
             _ => None,
         };

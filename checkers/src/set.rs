@@ -54,13 +54,12 @@ impl Checker for SetChecker {
             }
         }
         let Some(read) = final_read else {
-            return Ok(CheckResult {
-                checker: self.name().into(),
-                verdict: Verdict::Unknown,
-                reason: Some("no ok read: nothing to judge the adds against".into()),
-                elapsed_ms: elapsed_ms(started),
-                details: json!({"attempted": attempted.len(), "acknowledged": acked.len()}),
-            });
+            return Ok(CheckResult::unknown(
+                self.name(),
+                started,
+                "no ok read: nothing to judge the adds against",
+                json!({"attempted": attempted.len(), "acknowledged": acked.len()}),
+            ));
         };
         let lost: BTreeSet<String> = acked.difference(&read).cloned().collect();
         let unexpected: BTreeSet<String> = read.difference(&attempted).cloned().collect();
@@ -69,11 +68,7 @@ impl Checker for SetChecker {
             .filter(|e| !acked.contains(*e))
             .cloned()
             .collect();
-        let verdict = if lost.is_empty() && unexpected.is_empty() {
-            Verdict::Valid
-        } else {
-            Verdict::Invalid
-        };
+        let verdict = Verdict::valid_if(lost.is_empty() && unexpected.is_empty());
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,

@@ -1,5 +1,5 @@
 //! `stats`: counts of ok / fail / info per `f` (Jepsen's stats checker).
-//! Invalid when ops were attempted and none succeeded — a run that never
+//! Invalid when no op was attempted, or none succeeded — a run that never
 //! gets an op through tests nothing. In a campaign only the main phase
 //! counts for that (ops invoked before the `healed` event): the final
 //! reads after the heal nearly always succeed. An `f` that never succeeded is listed
@@ -53,17 +53,16 @@ impl Checker for Stats {
             .iter()
             .map(|(f, c)| (f.to_string(), json!({"ok": c.ok, "fail": c.fail, "info": c.info})))
             .collect();
+        let reason = match (h.operations.is_empty(), main_ok, healed) {
+            (true, _, _) => Some("no operation was attempted"),
+            (false, 0, Some(_)) => Some("no operation succeeded before the heal"),
+            (false, 0, None) => Some("no operation succeeded"),
+            _ => None,
+        };
         Ok(CheckResult {
             checker: self.name().into(),
-            verdict: if main_ok == 0 && total.ok + total.fail + total.info > 0 {
-                Verdict::Invalid
-            } else {
-                Verdict::Valid
-            },
-            reason: (main_ok == 0 && total.ok + total.fail + total.info > 0).then(|| match healed {
-                Some(_) => "no operation succeeded before the heal".to_string(),
-                None => "no operation succeeded".to_string(),
-            }),
+            verdict: Verdict::valid_if(reason.is_none()),
+            reason: reason.map(str::to_string),
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "ok": total.ok, "fail": total.fail, "info": total.info,

@@ -51,13 +51,15 @@ impl Checker for UniqueIds {
         let duplicated_count = seen.values().filter(|&&n| n > 1).count();
         let verdict = if duplicated_count > 0 {
             Verdict::Invalid
+        } else if acknowledged == 0 {
+            Verdict::Unknown
         } else {
             Verdict::Valid
         };
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,
-            reason: None,
+            reason: (verdict == Verdict::Unknown).then(|| "no id was acknowledged: nothing to judge".to_string()),
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "attempted": attempted,

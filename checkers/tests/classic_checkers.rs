@@ -183,6 +183,73 @@ fn an_invalid_checker_outranks_a_panicking_one() {
 }
 
 #[test]
+fn total_queue_judges_lost_only_once_a_drain_found_the_queue_empty() {
+    let mut lines = vec![
+        (0, "invoke", "enqueue", json!(1)),
+        (0, "ok", "enqueue", json!(1)),
+        (0, "invoke", "enqueue", json!(2)),
+        (0, "ok", "enqueue", json!(2)),
+        (1, "invoke", "drain", N),
+        (1, "ok", "drain", json!([1])),
+    ];
+    // 2 may still be queued: the drain took a chunk, not everything
+    let r = check(&TotalQueue, &history(&lines));
+    assert_eq!(r.verdict, Verdict::Unknown, "{:?}", r.reason);
+    assert_eq!(r.details["lost"], json!([2]));
+    // an empty drain after it: 2 is lost
+    lines.extend([(1, "invoke", "drain", N), (1, "ok", "drain", json!([]))]);
+    assert_eq!(check(&TotalQueue, &history(&lines)).verdict, Verdict::Invalid);
+    // ... unless an earlier drain had taken it
+    lines[5].3 = json!([1, 2]);
+    assert_eq!(check(&TotalQueue, &history(&lines)).verdict, Verdict::Valid);
+}
+
+#[test]
+fn a_history_with_nothing_to_judge_is_never_valid() {
+    use drift_checkers::ephemeral::Ephemeral;
+    use drift_checkers::linear::model::ModelKind;
+    use drift_checkers::linear::Linearizable;
+    let lin = Linearizable {
+        model: ModelKind::CasRegister,
+        explain: false,
+    };
+    // a run whose clients never got an op in (an empty file is refused
+    // when read)
+    let empty = history(&[(0, "nemesis", "kill", N), (0, "nemesis", "healed", N)]);
+    let r = check(&Stats, &empty);
+    assert_eq!(
+        (r.verdict, r.reason.as_deref()),
+        (Verdict::Invalid, Some("no operation was attempted"))
+    );
+    for c in [
+        &UniqueIds as &dyn Checker,
+        &Counter,
+        &TotalQueue,
+        &SetChecker,
+        &Ephemeral,
+        &lin,
+    ] {
+        assert_eq!(
+            check(c, &empty).verdict,
+            Verdict::Unknown,
+            "{} on an empty history",
+            c.name()
+        );
+    }
+    // everything attempted, nothing acknowledged or read
+    let failed = history(&[
+        (0, "invoke", "generate", N),
+        (0, "fail", "generate", N),
+        (1, "invoke", "add", json!(1)),
+        (1, "ok", "add", json!(1)),
+        (2, "invoke", "create", json!("e1")),
+        (2, "fail", "create", json!("e1")),
+    ]);
+    assert_eq!(check(&UniqueIds, &failed).verdict, Verdict::Unknown);
+    assert_eq!(check(&Counter, &failed).verdict, Verdict::Unknown, "adds with no read");
+}
+
+#[test]
 fn linearizability_is_checked_per_key() {
     use drift_checkers::linear::model::ModelKind;
     use drift_checkers::linear::{LinearReport, Linearizable};

@@ -277,18 +277,18 @@ mod tests {
             let mut u = 0;
             for _ in 0..300 {
                 let op = w.next(&mut rng, worker, &mut u);
+                // only a close ends the session
+                assert_eq!(w.ends_session(op.f), op.f == "close", "{}", op.f);
                 match op.f {
                     "create" => assert!(names.insert(op.value.as_str().unwrap().to_string())),
                     "read" => assert!(op.value.is_null()),
-                    "close" => {
-                        assert!(w.ends_session(op.f));
-                        ends += 1;
-                    }
+                    "close" => ends += 1,
                     other => panic!("{other}"),
                 }
             }
         }
         assert!(ends > 50, "sessions end now and then: {ends}");
+        assert!(w.ends_session("expire"), "an expiry ends a session too");
         assert_eq!(w.final_ops()[0].f, "final-read");
         assert!(w.settle_before_final(std::time::Duration::from_secs(4)) >= std::time::Duration::from_secs(8));
         assert_eq!(

@@ -209,17 +209,19 @@ impl ZkClient {
                 }
             }
             // sync first: the read then reflects every write acknowledged
-            // before it began, whichever server answers it
+            // before it began, whichever server answers it. A read changes
+            // nothing, so any error is `fail` (an `info` would retire a
+            // healthy session)
             "read" | "final-read" => {
                 if let Err(e) = self.client.sync(root).await {
-                    return outcome_of(e);
+                    return Outcome::Fail(e.to_string());
                 }
                 match self.client.list_children(root).await {
                     Ok(mut kids) => {
                         kids.sort();
                         Outcome::Ok(json!(kids))
                     }
-                    Err(e) => outcome_of(e),
+                    Err(e) => Outcome::Fail(e.to_string()),
                 }
             }
             f => Outcome::Fail(format!("ephemeral has no op {f} on a live client")),
@@ -329,9 +331,12 @@ impl ZkClient {
 
     /// Takes up to [`DRAIN_CHUNK`] elements in order, after a sync: `ok`
     /// with what it took (the final phase repeats it until it comes back
-    /// empty). A delete whose reply is lost is settled by looking for the
-    /// element again, so nothing taken goes unrecorded.
+    /// empty; `ok []` means the queue was empty). A delete whose reply is
+    /// lost is settled by looking for the element again. The drain stops
+    /// itself at half the op timeout and returns what it took, so the
+    /// timeout never cuts it off with deletes done and unrecorded.
     async fn drain(&self) -> Outcome {
+        let deadline = tokio::time::Instant::now() + self.spec.op_timeout / 2;
         let root = self.root();
         let listed = async {
             self.client.sync(root).await?;
@@ -341,27 +346,42 @@ impl ZkClient {
             Ok(k) => k,
             Err(e) => return Outcome::Fail(e.to_string()),
         };
+        if kids.is_empty() {
+            return Outcome::Ok(json!([]));
+        }
         kids.sort();
         let mut taken = Vec::new();
+        let mut unsettled = false;
         for kid in kids.iter().take(DRAIN_CHUNK) {
             let path = format!("{root}/{kid}");
-            let Ok((data, stat)) = self.client.get_data(&path).await else {
-                // gone (taken by someone else) or unreachable: move on, or
-                // stop with what was taken
+            // gone (taken by someone else), unreachable or out of time:
+            // move on (the deadline check below ends the loop)
+            let Ok(Ok((data, stat))) = tokio::time::timeout_at(deadline, self.client.get_data(&path)).await else {
+                if tokio::time::Instant::now() >= deadline {
+                    break;
+                }
                 continue;
             };
-            match self.client.delete(&path, Some(stat.version)).await {
-                Ok(()) => taken.push(parse_int(&data)),
-                Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => {}
-                Err(_) => {
+            match tokio::time::timeout_at(deadline, self.client.delete(&path, Some(stat.version))).await {
+                Ok(Ok(())) => taken.push(parse_int(&data)),
+                Ok(Err(zk::Error::NoNode)) | Ok(Err(zk::Error::BadVersion)) => {}
+                Ok(Err(_)) | Err(_) => {
                     if self.deleted(&path).await {
                         taken.push(parse_int(&data));
+                    } else {
+                        unsettled = true;
                     }
                     break;
                 }
             }
         }
-        Outcome::Ok(Value::Array(taken))
+        match (taken.is_empty(), unsettled) {
+            (false, _) => Outcome::Ok(Value::Array(taken)),
+            // nothing taken from a queue that was not empty: not an `ok []`,
+            // which would claim the queue empty
+            (true, false) => Outcome::Fail("took nothing from a non-empty queue".into()),
+            (true, true) => Outcome::Info("a delete could not be settled".into()),
+        }
     }
 
     /// Whether `path` is gone, asked after a sync (a few tries, as the

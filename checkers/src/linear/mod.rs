@@ -181,6 +181,8 @@ impl Linearizable {
                     report.keys_unknown, report.keys
                 )),
             )
+        } else if report.keys == 0 {
+            (Verdict::Unknown, Some("no operations: nothing to judge".to_string()))
         } else {
             (Verdict::Valid, None)
         };
