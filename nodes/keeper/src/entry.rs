@@ -87,9 +87,9 @@ pub struct DigestMismatch {
     pub log_index: u64,
     pub phase: Phase,
     pub request: String,
+    /// The leader's digest, whose version is the one both were computed by.
     pub expected: Digest,
     pub actual: Digest,
-    pub version: u8,
 }
 
 impl fmt::Display for DigestMismatch {
@@ -97,7 +97,7 @@ impl fmt::Display for DigestMismatch {
         write!(
             f,
             "digest mismatch at log index {} after {}: expected {:#018x}, actual {:#018x} (digest version {}); request {}",
-            self.log_index, self.phase, self.expected.value, self.actual.value, self.version, self.request
+            self.log_index, self.phase, self.expected.value, self.actual.value, self.expected.version, self.request
         )
     }
 }
@@ -111,7 +111,6 @@ pub fn check_digest(log_index: u64, phase: Phase, entry: &Entry, actual: Digest)
             request: entry.request.describe(),
             expected: entry.digest,
             actual,
-            version: entry.digest.version,
         });
     }
     Ok(())

@@ -125,12 +125,12 @@ impl<'a, O: Overlay> Planner<'a, O> {
         self.put_node(path, Some(new));
     }
 
-    fn auth_ids(&self) -> Vec<acl::Id> {
-        self.session(self.session).map(|s| s.auth.clone()).unwrap_or_default()
+    fn auth_ids(&self) -> &[acl::Id] {
+        self.session(self.session).map_or(&[], |s| &s.auth)
     }
 
     fn check_acl(&self, node: &Node, perm: u32) -> Planned<()> {
-        if acl::allowed(&node.acl, perm, &self.auth_ids()) {
+        if acl::allowed(&node.acl, perm, self.auth_ids()) {
             Ok(())
         } else {
             Err(ZkError::NoAuth)
@@ -238,7 +238,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if self.node(&path).is_some() {
             return Err(ZkError::NodeExists);
         }
-        let acl = acl::resolve(&c.acl, &self.auth_ids())?;
+        let acl = acl::resolve(&c.acl, self.auth_ids())?;
         let stat = Stat {
             czxid: self.zxid,
             mzxid: self.zxid,
@@ -266,7 +266,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn delete(&mut self, path: &str, version: i32, check_acl: bool) -> Planned<OpResult> {
         valid(path)?;
-        if path == "/" || path == "/zookeeper" || path == "/zookeeper/quota" {
+        if crate::state::SYSTEM_PATHS.contains(&path) {
             return Err(ZkError::BadArguments);
         }
         let parent_path = path::parent(path).to_string();
@@ -314,7 +314,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         let node = self.node(path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&node, PERM_ADMIN)?;
         version_matches(version, node.stat.aversion)?;
-        let acl = acl::resolve(acl_req, &self.auth_ids())?;
+        let acl = acl::resolve(acl_req, self.auth_ids())?;
         let stat = Stat {
             aversion: node.stat.aversion.wrapping_add(1),
             ..node.stat

@@ -15,9 +15,10 @@
 //! snapshot whose recomputed digest differs from the one it carries is
 //! refused.
 //!
-//! Writing: a `tmp_<name>` marker is made durable first and removed last,
-//! so start-up ([`Snapshots::clean_incomplete`]) can delete a snapshot
-//! whose write a crash interrupted, together with its marker.
+//! Writing: the file is written and synced as `tmp_<name>`, then renamed
+//! to its name, so a crash leaves the old snapshots and perhaps a `tmp_`
+//! file, which start-up ([`Snapshots::clean_incomplete`]) removes; a
+//! snapshot under its own name is always whole.
 
 use crate::acl::Acl;
 use crate::codec::{DecodeError, Reader, Writer};
@@ -498,8 +499,8 @@ impl Snapshots {
         Snapshots { config }
     }
 
-    /// Removes every `tmp_` marker and the snapshot it guards; returns the
-    /// names removed. Run at start-up, before loading.
+    /// Removes every `tmp_` file (a write a crash interrupted); returns
+    /// the names removed. Run at start-up, before loading.
     pub fn clean_incomplete(&self, disk: &mut dyn Disk) -> Result<Vec<String>, SnapshotError> {
         let names = disk.list().map_err(io_err("(directory)"))?;
         let mut removed = Vec::new();

@@ -9,7 +9,7 @@
 //! digests when digests are on.
 
 use crate::acl::{Acl, Id};
-use crate::digest::{self, Digest, DIGEST_VERSION};
+use crate::digest::{self, Digest};
 use crate::node::{Node, Stat};
 use crate::path;
 use std::collections::{BTreeMap, BTreeSet};
@@ -168,14 +168,7 @@ impl State {
 
     /// The committed tree's digest.
     pub fn digest(&self) -> Digest {
-        if self.digest_on {
-            Digest {
-                version: DIGEST_VERSION,
-                value: digest::tree_value(self.digest_sum),
-            }
-        } else {
-            Digest::NONE
-        }
+        Digest::of_sum(self.digest_on, self.digest_sum)
     }
 
     /// The digest recomputed from every node's fields.
@@ -350,6 +343,7 @@ mod tests {
         let s = State::new(true);
         s.check_invariants();
         assert_eq!(s.children("/zookeeper"), ["quota"]);
-        assert_eq!(s.digest().version, DIGEST_VERSION);
+        assert_eq!(s.digest().value, digest::tree_value(s.recompute_digest()));
+        assert_eq!(State::new(false).digest(), Digest::NONE);
     }
 }

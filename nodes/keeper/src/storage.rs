@@ -15,7 +15,7 @@
 //! the overlay's digest = committed digest + pending digest changes.
 
 use crate::acl::{self, PERM_ADMIN, PERM_READ};
-use crate::digest::{Digest, DIGEST_VERSION};
+use crate::digest::Digest;
 use crate::error::ZkError;
 use crate::node::Node;
 use crate::plan::{Overlay as OverlayView, Planner};
@@ -146,23 +146,21 @@ pub struct Storage {
     state: State,
     overlay: Overlay,
     pending: VecDeque<Pending>,
-    mode: DigestMode,
+    /// Recompute the digest from scratch after every commit (the `Full`
+    /// mode; whether digests are on at all is the state's).
+    full_check: bool,
     last_preprocessed: i64,
 }
 
 impl Storage {
     pub fn new(mode: DigestMode) -> Storage {
-        Storage::from_state(State::new(mode != DigestMode::Off), mode)
+        Storage::from_state(State::new(mode != DigestMode::Off), mode == DigestMode::Full)
     }
 
     /// Resumes from a loaded state (a snapshot) with nothing pending.
-    pub fn from_state(state: State, mode: DigestMode) -> Storage {
-        assert_eq!(
-            state.digest_on(),
-            mode != DigestMode::Off,
-            "a state built with digests {} cannot run in mode {mode:?}",
-            if state.digest_on() { "on" } else { "off" }
-        );
+    /// Digests are on or off as the state was built; `full_check`
+    /// recomputes them after every commit.
+    pub fn from_state(state: State, full_check: bool) -> Storage {
         let overlay = Overlay {
             digest_sum: state.digest_sum,
             ..Overlay::default()
@@ -172,7 +170,7 @@ impl Storage {
             state,
             overlay,
             pending: VecDeque::new(),
-            mode,
+            full_check,
         }
     }
 
@@ -181,7 +179,11 @@ impl Storage {
     }
 
     pub fn mode(&self) -> DigestMode {
-        self.mode
+        match (self.state.digest_on(), self.full_check) {
+            (false, _) => DigestMode::Off,
+            (true, false) => DigestMode::Incremental,
+            (true, true) => DigestMode::Full,
+        }
     }
 
     /// zxid of the last preprocessed entry (= last committed if none pending).
@@ -200,13 +202,7 @@ impl Storage {
 
     /// The digest the tree has once every preprocessed entry commits.
     pub fn uncommitted_digest(&self) -> Digest {
-        match self.mode {
-            DigestMode::Off => Digest::NONE,
-            _ => Digest {
-                version: DIGEST_VERSION,
-                value: crate::digest::tree_value(self.overlay.digest_sum),
-            },
-        }
+        Digest::of_sum(self.state.digest_on(), self.overlay.digest_sum)
     }
 
     /// Applies `req` speculatively as entry `zxid` at `time_ms` and returns
@@ -243,7 +239,7 @@ impl Storage {
             self.overlay.release(d);
         }
         self.state.last_zxid = zxid;
-        if self.mode == DigestMode::Full {
+        if self.mode() == DigestMode::Full {
             let full = self.state.recompute_digest();
             assert_eq!(
                 full, self.state.digest_sum,
@@ -281,7 +277,7 @@ impl Storage {
 
     /// Serves a read from the committed tree for `session`.
     pub fn read(&self, session: i64, req: &Read) -> Response {
-        let ids = self.state.session(session).map(|s| s.auth.clone()).unwrap_or_default();
+        let ids: &[crate::acl::Id] = self.state.session(session).map_or(&[], |s| &s.auth);
         let path = match req {
             Read::GetData { path } | Read::Exists { path } | Read::GetChildren { path } | Read::GetAcl { path } => path,
         };
@@ -291,7 +287,7 @@ impl Storage {
         let Some(node) = self.state.get(path) else {
             return Response::Error(ZkError::NoNode);
         };
-        let can = |perm| acl::allowed(&node.acl, perm, &ids);
+        let can = |perm| acl::allowed(&node.acl, perm, ids);
         match req {
             Read::Exists { .. } => Response::Exists { stat: node.stat },
             Read::GetData { .. } if can(PERM_READ) => Response::GetData {

@@ -692,7 +692,7 @@ fn a_follower_that_applies_an_entry_differently_fails_the_digest_check_at_that_i
         } else {
             let m = pre.unwrap_err();
             assert_eq!(
-                (m.log_index, m.phase, m.version),
+                (m.log_index, m.phase, m.expected.version),
                 (101, Phase::Preprocess, drift_keeper::digest::DIGEST_VERSION)
             );
             assert_eq!(m.expected, entry.digest);
