@@ -206,7 +206,7 @@ fn fatal_digest(node: u64, m: &DigestMismatch) -> ! {
         "level": "FATAL", "event": "digest_mismatch", "node": node,
         "log_index": m.log_index, "phase": m.phase.to_string(), "request": m.request,
         "expected": format!("{:#018x}", m.expected.value), "actual": format!("{:#018x}", m.actual.value),
-        "digest_version": m.version,
+        "digest_version": m.expected.version,
     });
     eprintln!("{line}");
     let _ = std::io::stderr().flush();
@@ -230,7 +230,10 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         Some((index, term, name)) => {
             let bytes = drift_keeper::disk::Disk::read(&disk, &name).map_err(|e| format!("{name}: {e}"))?;
             let (state, _meta) = snapshot::decode(&name, &bytes, digest_on).map_err(|e| e.to_string())?;
-            (Storage::from_state(state, mode), Some((index, term, bytes)))
+            (
+                Storage::from_state(state, mode == drift_keeper::DigestMode::Full),
+                Some((index, term, bytes)),
+            )
         }
         None => (Storage::new(mode), None),
     };
@@ -390,18 +393,11 @@ fn spawn_reader(conn: u64, mut s: TcpStream, tx: Sender<Event>) {
         let mut first = [0u8; 4];
         let ev = match s.read_exact(&mut first) {
             Ok(()) if proto::FOUR_LETTER_WORDS.iter().any(|w| **w == first) => Event::FourLetter { conn, word: first },
-            Ok(()) => {
-                let n = i32::from_be_bytes(first);
-                if n < 0 || n as usize > jute::FRAME_BYTES_MAX {
-                    Event::Closed { conn }
-                } else {
-                    let mut payload = vec![0u8; n as usize];
-                    match s.read_exact(&mut payload) {
-                        Ok(()) => Event::Frame { conn, payload },
-                        Err(_) => Event::Closed { conn },
-                    }
-                }
-            }
+            // a negative length reads as more than the most a frame holds
+            Ok(()) => match transport::read_body(&mut s, u32::from_be_bytes(first), jute::FRAME_BYTES_MAX) {
+                Ok(payload) => Event::Frame { conn, payload },
+                Err(_) => Event::Closed { conn },
+            },
             Err(_) => Event::Closed { conn },
         };
         let more = matches!(ev, Event::Frame { .. });
@@ -584,6 +580,8 @@ impl Node {
         }
     }
 
+    /// Ends a connection: its reader stops at once; its writer sends what
+    /// is queued, then closes the socket.
     fn drop_conn(&mut self, conn: u64) {
         if let Some(c) = self.conns.remove(&conn) {
             let _ = c.stream.shutdown(std::net::Shutdown::Read);
@@ -939,18 +937,24 @@ impl Node {
 
     fn set_watches(&mut self, session: i64, rel: i64, data: Vec<String>, exist: Vec<String>, child: Vec<String>) {
         let mut fire = Vec::new();
-        for p in data {
-            match self.ks.state().get(&p) {
-                None => fire.push(WatchEvent {
-                    kind: EventType::NodeDeleted,
-                    path: p,
-                }),
-                Some(n) if n.stat.mzxid > rel => fire.push(WatchEvent {
-                    kind: EventType::NodeDataChanged,
-                    path: p,
-                }),
-                Some(_) => {
-                    self.watches.register(session, &p, WatchKind::Data);
+        // a data or child watch fires at once if its node changed (or went)
+        // since the zxid the client last saw; else it is registered
+        type Changed = fn(&drift_keeper::node::Stat) -> i64;
+        let kinds: [(Vec<String>, Changed, EventType, WatchKind); 2] = [
+            (data, |s| s.mzxid, EventType::NodeDataChanged, WatchKind::Data),
+            (child, |s| s.pzxid, EventType::NodeChildrenChanged, WatchKind::Child),
+        ];
+        for (paths, changed, event, kind) in kinds {
+            for p in paths {
+                match self.ks.state().get(&p) {
+                    None => fire.push(WatchEvent {
+                        kind: EventType::NodeDeleted,
+                        path: p,
+                    }),
+                    Some(n) if changed(&n.stat) > rel => fire.push(WatchEvent { kind: event, path: p }),
+                    Some(_) => {
+                        self.watches.register(session, &p, kind);
+                    }
                 }
             }
         }
@@ -962,21 +966,6 @@ impl Node {
                 });
             } else {
                 self.watches.register(session, &p, WatchKind::Data);
-            }
-        }
-        for p in child {
-            match self.ks.state().get(&p) {
-                None => fire.push(WatchEvent {
-                    kind: EventType::NodeDeleted,
-                    path: p,
-                }),
-                Some(n) if n.stat.pzxid > rel => fire.push(WatchEvent {
-                    kind: EventType::NodeChildrenChanged,
-                    path: p,
-                }),
-                Some(_) => {
-                    self.watches.register(session, &p, WatchKind::Child);
-                }
             }
         }
         let zxid = self.last_zxid();
@@ -1306,10 +1295,8 @@ impl Node {
                     .map(|(id, _)| *id)
                     .collect();
                 for id in gone {
-                    // let the writer flush the reply, then close
-                    if let Some(k) = self.conns.remove(&id) {
-                        drop(k.tx);
-                    }
+                    // the writer flushes the reply before its socket closes
+                    self.drop_conn(id);
                 }
             }
             resp => {
@@ -1392,7 +1379,7 @@ impl Node {
             Ok(x) => x,
             Err(e) => self.die(&format!("snapshot from the leader refused: {e}")),
         };
-        self.ks = Storage::from_state(state, self.ks.mode());
+        self.ks = Storage::from_state(state, self.ks.mode() == drift_keeper::DigestMode::Full);
         self.preprocessed.clear();
         let bytes = s.data.to_vec();
         let store = self.raw.mut_store();

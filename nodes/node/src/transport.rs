@@ -122,7 +122,12 @@ pub fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<Vec<u
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    let n = u32::from_be_bytes(len) as usize;
+    read_body(s, u32::from_be_bytes(len), max).map(Some)
+}
+
+/// Reads the body of a frame whose header said `len` bytes (at most `max`).
+pub fn read_body(s: &mut impl Read, len: u32, max: usize) -> std::io::Result<Vec<u8>> {
+    let n = len as usize;
     if n > max {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
@@ -138,7 +143,7 @@ pub fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<Vec<u
             format!("frame of {n} bytes cut at {}", buf.len()),
         ));
     }
-    Ok(Some(buf))
+    Ok(buf)
 }
 
 /// Connects from `local_ip` (port chosen by the OS) to `to`.

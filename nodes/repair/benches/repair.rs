@@ -15,14 +15,7 @@ const VALUE: &[u8] = b"a value of about sixty bytes, like a small row in a kv st
 
 /// The canonical bytes `entry::digest` hashes, built once.
 fn canonical() -> Vec<u8> {
-    let mut v = b"drift.e1".to_vec();
-    v.extend_from_slice(&(KEY.len() as u32).to_be_bytes());
-    v.extend_from_slice(KEY);
-    v.extend_from_slice(&7u64.to_be_bytes());
-    v.push(0);
-    v.extend_from_slice(&(VALUE.len() as u32).to_be_bytes());
-    v.extend_from_slice(VALUE);
-    v
+    drift_repair::entry::canonical_bytes(KEY, 7, Some(VALUE))
 }
 
 fn hashing(c: &mut Criterion) {

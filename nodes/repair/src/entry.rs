@@ -69,34 +69,31 @@ pub fn digest(key: &[u8], ts: u64, value: Option<&[u8]>) -> Digest {
     let total = DOMAIN.len() + 4 + key.len() + 8 + 1 + value.map_or(0, |v| 4 + v.len());
     if total <= INLINE_BYTES {
         let mut buf = [0u8; INLINE_BYTES];
-        let n = encode_canonical(&mut buf, key, ts, value);
-        debug_assert_eq!(n, total);
-        return Sha256::digest(&buf[..n]).into();
+        let mut at = 0;
+        canonical(key, ts, value, |b| {
+            buf[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        });
+        debug_assert_eq!(at, total);
+        return Sha256::digest(&buf[..at]).into();
     }
     let mut h = Sha256::new();
-    h.update(DOMAIN);
-    h.update((key.len() as u32).to_be_bytes());
-    h.update(key);
-    h.update(ts.to_be_bytes());
-    match value {
-        None => h.update([1u8]),
-        Some(v) => {
-            h.update([0u8]);
-            h.update((v.len() as u32).to_be_bytes());
-            h.update(v);
-        }
-    }
+    canonical(key, ts, value, |b| h.update(b));
     h.finalize().into()
 }
 
-/// Writes the canonical encoding into `buf` (which must be large
-/// enough); returns its length.
-fn encode_canonical(buf: &mut [u8], key: &[u8], ts: u64, value: Option<&[u8]>) -> usize {
-    let mut at = 0;
-    let mut put = |b: &[u8]| {
-        buf[at..at + b.len()].copy_from_slice(b);
-        at += b.len();
-    };
+/// The canonical encoding of an entry, as [`digest`] hashes it (for
+/// benchmarks and tools; the digest never builds it on the heap).
+pub fn canonical_bytes(key: &[u8], ts: u64, value: Option<&[u8]>) -> Vec<u8> {
+    let mut v = Vec::new();
+    canonical(key, ts, value, |b| v.extend_from_slice(b));
+    v
+}
+
+/// Feeds the canonical encoding to `put`, part by part: the domain, the
+/// key with its length, the timestamp, then a tombstone flag or 0 and the
+/// value with its length.
+fn canonical(key: &[u8], ts: u64, value: Option<&[u8]>, mut put: impl FnMut(&[u8])) {
     put(DOMAIN);
     put(&(key.len() as u32).to_be_bytes());
     put(key);
@@ -109,7 +106,6 @@ fn encode_canonical(buf: &mut [u8], key: &[u8], ts: u64, value: Option<&[u8]>) -
             put(v);
         }
     }
-    at
 }
 
 /// LWW order of (ts, value-or-tombstone) versions.
@@ -132,6 +128,14 @@ mod tests {
         assert_ne!(digest(b"a", 1, None), digest(b"a", 1, Some(b"")));
         assert_ne!(digest(b"a", 1, Some(b"x")), digest(b"a", 2, Some(b"x")));
         assert_eq!(digest(b"a", 1, Some(b"x")), Entry::put(b"a", 1, b"x").digest());
+    }
+
+    #[test]
+    fn the_stack_and_the_streaming_paths_hash_the_same_encoding() {
+        for value in [None, Some(&[5u8; 10][..]), Some(&[5u8; INLINE_BYTES][..])] {
+            let want: Digest = Sha256::digest(canonical_bytes(b"key", 9, value)).into();
+            assert_eq!(digest(b"key", 9, value), want, "{:?}", value.map(<[u8]>::len));
+        }
     }
 
     #[test]

@@ -26,6 +26,17 @@ pub struct Version {
     pub digest: Digest,
 }
 
+impl Version {
+    /// This version as the entry of `key`.
+    pub fn to_entry(&self, key: &[u8]) -> Entry {
+        Entry {
+            key: key.to_vec(),
+            ts: self.ts,
+            value: self.value.clone(),
+        }
+    }
+}
+
 /// Identifies a peer replica for repair-gated GC.
 pub type PeerId = u64;
 
@@ -83,12 +94,7 @@ impl Replica {
     }
 
     pub fn get(&self, key: &[u8]) -> Option<Entry> {
-        let v = self.entries.get(&(token(key), key.to_vec()))?;
-        Some(Entry {
-            key: key.to_vec(),
-            ts: v.ts,
-            value: v.value.clone(),
-        })
+        Some(self.entries.get(&(token(key), key.to_vec()))?.to_entry(key))
     }
 
     /// Merges a version of a key (a client write, or a repair stream).
@@ -126,11 +132,7 @@ impl Replica {
 
     /// Every entry, in (token, key) order.
     pub fn entries(&self) -> impl Iterator<Item = Entry> + '_ {
-        self.entries.iter().map(|((_, k), v)| Entry {
-            key: k.clone(),
-            ts: v.ts,
-            value: v.value.clone(),
-        })
+        self.entries.iter().map(|((_, k), v)| v.to_entry(k))
     }
 
     /// Removes tombstones with ts < `before` and raises the GC horizon.

@@ -272,13 +272,7 @@ impl Walk {
 }
 
 fn entries_of(r: &Replica, range: TokenRange) -> Vec<Entry> {
-    r.entries_in(range)
-        .map(|(_, k, v)| Entry {
-            key: k.to_vec(),
-            ts: v.ts,
-            value: v.value.clone(),
-        })
-        .collect()
+    r.entries_in(range).map(|(_, k, v)| v.to_entry(k)).collect()
 }
 
 fn merge_all(r: &mut Replica, entries: Vec<Entry>) {

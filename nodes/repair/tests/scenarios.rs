@@ -296,9 +296,15 @@ fn the_responder_counts_a_repair_only_once_the_initiator_merged_its_entries() {
             peers: vec![1],
         };
         assert_eq!(gc::collect(&mut b, &gated, 5_000), 0, "the tombstone must stay");
-        // messages out of their turn are refused and count nothing
+        // a Done out of its turn is refused and counts nothing: before the
+        // Hello, and in a session that has not streamed yet
         let done = Msg::Done.encode().bytes;
         assert!(Responder::new(1, 1_000).on_request(&mut b, &done).is_err());
+        let (_, hello) = Initiator::start(&a, 2, cfg(15, row_level));
+        let mut early = Responder::new(1, 1_000);
+        early.on_request(&mut b, &hello).unwrap();
+        assert!(early.on_request(&mut b, &done).is_err(), "a Done before the stream");
+        assert_eq!(b.repaired_with(1), 0);
         // a whole session counts on both sides
         repair(&mut a, &mut b, cfg(16, row_level));
         assert_eq!((a.repaired_with(2), b.repaired_with(1)), (1_000, 1_000));
