@@ -65,58 +65,40 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
         "apply (per log entry, as a replica: decode, preprocess, digest check, commit, digest check):\n  {} creates, sets, deletes per mode; the two modes' replicas alternate every {} entries; median of {} runs",
         args.ops, PAIR_CHUNK, args.runs
     ));
-    let mut apply = Vec::new();
-    let mut paired_cost: Option<[f64; 4]> = None;
-    for (modes, ops) in [
-        (
-            [(DigestMode::Off, "off"), (DigestMode::Incremental, "incremental")],
-            args.ops,
-        ),
-        (
-            [
-                (DigestMode::Off, "off (small tree)"),
-                (DigestMode::Full, "full (small tree)"),
-            ],
-            FULL_MODE_OPS.min(args.ops),
-        ),
-    ] {
-        let logs = [leader_log(modes[0].0, ops), leader_log(modes[1].0, ops)];
-        let mut samples: Vec<Vec<[f64; 3]>> = vec![Vec::new(); modes.len()];
-        for _ in 0..args.runs {
-            let [a, b] = paired_apply([modes[0].0, modes[1].0], &logs);
-            samples[0].push(a);
-            samples[1].push(b);
-        }
-        if modes[1].0 == DigestMode::Incremental {
-            paired_cost = Some(paired_costs(&samples[0], &samples[1]));
-        }
-        for (k, (_, name)) in modes.iter().enumerate() {
-            let row = median_row(name, ops, &samples[k]);
-            say(&format!(
-                "  {:<18} {:>8} ops  create {:>10.0}/s  set {:>10.0}/s  delete {:>10.0}/s",
-                row.mode, row.ops, row.create_per_s, row.set_per_s, row.delete_per_s
-            ));
-            apply.push(row);
-        }
-    }
-    let cost = paired_cost.expect("the off/incremental pair ran");
+    let row = |name: &'static str, ops: usize, samples: &[[f64; 3]]| {
+        let r = median_row(name, ops, samples);
+        say(&format!(
+            "  {:<18} {:>8} ops  create {:>10.0}/s  set {:>10.0}/s  delete {:>10.0}/s",
+            r.mode, r.ops, r.create_per_s, r.set_per_s, r.delete_per_s
+        ));
+        r
+    };
+    let [off, inc] = paired_runs([DigestMode::Off, DigestMode::Incremental], args.ops, args.runs);
+    let lost = throughput_lost(&off, &inc);
+    let mut apply = vec![row("off", args.ops, &off), row("incremental", args.ops, &inc)];
+    let small = FULL_MODE_OPS.min(args.ops);
+    let [small_off, full] = paired_runs([DigestMode::Off, DigestMode::Full], small, args.runs);
+    apply.push(row("off (small tree)", small, &small_off));
+    apply.push(row("full (small tree)", small, &full));
     say(&format!(
-        "  incremental digest cost vs off (median of paired runs): create {:+.1}%  set {:+.1}%  delete {:+.1}%  equal mix {:+.1}%",
-        100.0 * cost[0],
-        100.0 * cost[1],
-        100.0 * cost[2],
-        100.0 * cost[3]
+        "  throughput lost to the incremental digest (median of paired runs): create {:.1}%  set {:.1}%  delete {:.1}%  equal mix {:.1}%",
+        100.0 * lost[0],
+        100.0 * lost[1],
+        100.0 * lost[2],
+        100.0 * lost[3]
     ));
-
+    // however the rest is arranged, a set hashes its node: that alone
+    // costs hash / (off + hash) of the set's throughput
     let off_set_ns = 1e9 / apply[0].set_per_s;
-    let hash_ns = set_digest_ns();
+    let hash_ns = set_digest_ns(args.ops);
+    let floor = hash_ns / (off_set_ns + hash_ns);
     say(&format!(
-        "  one set's node digest alone: {hash_ns:.0} ns = {:.1}% of an off-mode set ({off_set_ns:.0} ns), the least a set's digest can cost",
-        100.0 * hash_ns / off_set_ns
+        "  one set's node digest alone: {hash_ns:.0} ns beside an off-mode set's {off_set_ns:.0} ns: at least {:.1}% of set throughput",
+        100.0 * floor
     ));
     let digest_cost = json!({
-        "create": cost[0], "set": cost[1], "delete": cost[2], "mixed": cost[3],
-        "set_node_digest_ns": hash_ns, "set_node_digest_share": hash_ns / off_set_ns,
+        "throughput_lost": {"create": lost[0], "set": lost[1], "delete": lost[2], "mixed": lost[3]},
+        "set_node_digest_ns": hash_ns, "set_throughput_lost_floor": floor,
     });
 
     std::fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
@@ -134,20 +116,24 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
-/// The time of one node digest as the set phase computes it (a node of
-/// `DATA_BYTES` bytes at a bench path with a set's Stat), best of five
-/// tight loops: the hashing every set must do, whatever surrounds it.
-fn set_digest_ns() -> f64 {
-    let path = "/b/n000050000";
+/// The time of one node digest as the set phase computes it: the node
+/// in the middle of the `ops` the bench creates, with the Stat the set
+/// phase leaves it (created at zxid k + 2, after /b; set at ops + k + 2),
+/// best of five tight loops. The hashing every set must do, whatever
+/// surrounds it.
+fn set_digest_ns(ops: usize) -> f64 {
+    let k = (ops / 2) as i64;
+    let path = format!("/b/n{k:09}");
     let data = vec![b'y'; DATA_BYTES];
+    let (czxid, mzxid) = (k + 2, ops as i64 + k + 2);
     let stat = Stat {
-        czxid: 50_002,
-        mzxid: 150_002,
-        ctime: ENTRY_TIME_BASE_MS + 50_002,
-        mtime: ENTRY_TIME_BASE_MS + 150_002,
+        czxid,
+        mzxid,
+        ctime: ENTRY_TIME_BASE_MS + czxid,
+        mtime: ENTRY_TIME_BASE_MS + mzxid,
         version: 1,
         data_length: DATA_BYTES as i32,
-        pzxid: 50_002,
+        pzxid: czxid,
         ..Stat::default()
     };
     const N: u32 = 1_000_000;
@@ -156,7 +142,7 @@ fn set_digest_ns() -> f64 {
             let started = Instant::now();
             let mut acc = 0u64;
             for _ in 0..N {
-                acc = acc.wrapping_add(node_digest(black_box(path), black_box(&data), &stat, 0));
+                acc = acc.wrapping_add(node_digest(black_box(&path), black_box(&data), &stat, 0));
             }
             black_box(acc);
             started.elapsed().as_secs_f64() * 1e9 / N as f64
@@ -164,9 +150,23 @@ fn set_digest_ns() -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Per run, 1 − incremental/off for each phase and for an equal mix of
-/// the three (time-weighted); the median of each over the runs.
-fn paired_costs(off: &[[f64; 3]], inc: &[[f64; 3]]) -> [f64; 4] {
+/// `runs` paired runs of the two modes over `ops` entries per phase:
+/// entries/s per phase, per mode, per run.
+fn paired_runs(modes: [DigestMode; 2], ops: usize, runs: usize) -> [Vec<[f64; 3]>; 2] {
+    let logs = modes.map(|m| leader_log(m, ops));
+    let mut samples: [Vec<[f64; 3]>; 2] = Default::default();
+    for _ in 0..runs {
+        let [a, b] = paired_apply(modes, &logs);
+        samples[0].push(a);
+        samples[1].push(b);
+    }
+    samples
+}
+
+/// Per run, the share of throughput the incremental replica lost,
+/// 1 − incremental/off, for each phase and for an equal mix of the three
+/// (by time); the median of each over the runs.
+fn throughput_lost(off: &[[f64; 3]], inc: &[[f64; 3]]) -> [f64; 4] {
     let mut per: [Vec<f64>; 4] = Default::default();
     for (o, i) in off.iter().zip(inc) {
         for k in 0..3 {
@@ -175,24 +175,22 @@ fn paired_costs(off: &[[f64; 3]], inc: &[[f64; 3]]) -> [f64; 4] {
         let time = |r: &[f64; 3]| r.iter().map(|x| 1.0 / x).sum::<f64>();
         per[3].push(1.0 - time(o) / time(i));
     }
-    per.map(|mut v| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    })
+    per.map(median)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }
 
 fn median_row(mode: &'static str, ops: usize, samples: &[[f64; 3]]) -> ApplyRow {
-    let median = |k: usize| {
-        let mut v: Vec<f64> = samples.iter().map(|s| s[k]).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
+    let at = |k: usize| median(samples.iter().map(|s| s[k]).collect());
     ApplyRow {
         mode,
         ops,
-        create_per_s: median(0),
-        set_per_s: median(1),
-        delete_per_s: median(2),
+        create_per_s: at(0),
+        set_per_s: at(1),
+        delete_per_s: at(2),
     }
 }
 

@@ -5,9 +5,11 @@
 //! ops at the given rate while the nemesis applies its schedule) → heal
 //! (every fault stopped, dead nodes restarted, wait for the replicas to
 //! converge) → final reads → checks (the workload's checkers and the
-//! digest checker) → store and summary. Every wait is bounded and a
-//! watchdog bounds the whole run, so a hung run still ends with a verdict;
-//! a failing teardown is reported beside the verdict, never instead of it.
+//! digest checker) → store and summary. Every phase is bounded (the
+//! schedule ends within the time limit; healing, convergence, the final
+//! ops and the checks have deadlines of their own), so a hung run still
+//! ends with a verdict; a failing teardown is reported beside the verdict,
+//! never instead of it.
 
 use crate::backend::{Backend, Damage};
 use crate::cli::TestArgs;
@@ -115,13 +117,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
             crate::local::NODES_MAX
         )));
     }
-    if args.port < 1024 || args.port > u16::MAX - crate::local::PORTS_USED {
-        return Err(Failure::new(format!(
-            "--port must be in 1024..={} (a node uses ports P..=P+{})",
-            u16::MAX - crate::local::PORTS_USED,
-            crate::local::PORTS_USED
-        )));
-    }
+    crate::cluster::check_port(args.port, crate::local::PORTS_USED)?;
     if !(1..=600_000).contains(&args.op_timeout_ms) || !(1..=600_000).contains(&args.session_timeout_ms) {
         return Err(Failure::new(
             "--op-timeout-ms and --session-timeout-ms must be in 1..=600000",
@@ -157,6 +153,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         "nemesis": kinds, "nemesis_interval_s": args.nemesis_interval, "quorum_reads": args.quorum_reads,
         "digest": args.digest, "port": args.port, "op_timeout_ms": args.op_timeout_ms,
         "session_timeout_ms": args.session_timeout_ms, "partitioner": args.partitioner,
+        "check_budget_s": args.check_budget_s,
         "checkers": checkers_used.iter().map(|(name, _)| name).collect::<Vec<_>>(),
     });
     println!("drift test  seed {seed}");
@@ -903,6 +900,11 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
                 .ok_or_else(|| Failure::new(format!("config `{k}` is not a number")))
         })
     };
+    // a number that must fit its field: a tampered run.json is refused,
+    // not wrapped
+    fn fit<T: TryFrom<u64>>(k: &str, v: u64) -> Result<T, Failure> {
+        T::try_from(v).map_err(|_| Failure::new(format!("config `{k}` = {v} is out of range")))
+    }
     let text = |k: &str| {
         get(k).and_then(|v| {
             v.as_str()
@@ -930,8 +932,8 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
         workload: text("workload")?,
         target: text("target")?,
         nodes: num("nodes")?,
-        keys: num("keys")? as u32,
-        concurrency: num("concurrency")? as usize,
+        keys: fit("keys", num("keys")?)?,
+        concurrency: fit("concurrency", num("concurrency")?)?,
         rate: get("rate")?.as_f64().unwrap_or(100.0),
         time_limit: num("time_limit_s")?,
         nemesis: get("nemesis")?
@@ -942,7 +944,7 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
         seed: info.seed,
         quorum_reads: get("quorum_reads")?.as_bool().unwrap_or(false),
         digest: text("digest")?,
-        port: num("port")? as u16,
+        port: fit("port", num("port")?)?,
         op_timeout_ms: num("op_timeout_ms")?,
         session_timeout_ms: c.get("session_timeout_ms").and_then(Value::as_u64).unwrap_or(4000),
         partitioner: c
@@ -950,7 +952,7 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
             .and_then(Value::as_str)
             .unwrap_or("auto")
             .to_string(),
-        check_budget_s: 120,
+        check_budget_s: c.get("check_budget_s").and_then(Value::as_u64).unwrap_or(120),
         store: store_root,
         schedule: Some(schedule),
     };

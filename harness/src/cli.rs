@@ -269,7 +269,7 @@ pub struct BenchKeeperArgs {
     /// Nodes in the snapshot tree.
     #[arg(long, default_value_t = 1_000_000)]
     pub nodes: usize,
-    /// Apply runs per mode (the best is reported).
+    /// Paired apply runs per mode (the median is reported).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Directory for snapshot and changelog files (default: a temporary one, removed after).

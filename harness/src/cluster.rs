@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Most nodes `drift cluster up` starts.
 /// Most nodes a local cluster has (their addresses 127.0.0.11..=19).
 pub const NODES_MAX: u64 = 9;
 const UP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,6 +78,18 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
 }
 
 /// Node i's loopback address.
+/// A base port for nodes that use ports `port..=port + used`: not
+/// privileged, and the last one still a port.
+pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
+    if port < 1024 || port > u16::MAX - used {
+        return Err(Failure::new(format!(
+            "--port must be in 1024..={} (a node uses ports P..=P+{used})",
+            u16::MAX - used
+        )));
+    }
+    Ok(())
+}
+
 pub fn node_ip(i: u64) -> String {
     format!("127.0.0.{}", 10 + i)
 }
@@ -124,6 +135,8 @@ fn up(
     if !(1..=NODES_MAX).contains(&nodes) {
         return Err(Failure::new(format!("--nodes must be in 1..={NODES_MAX}")));
     }
+    // client port P, Raft P+1, admin P+2
+    check_port(port, 2)?;
     if dir.join("pids").exists() {
         return Err(Failure::new(format!(
             "{}: a cluster is already up here (drift cluster down first)",

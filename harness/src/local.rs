@@ -64,7 +64,6 @@ pub struct LocalCluster {
     pub nodes: Vec<LocalNode>,
     pub config_path: PathBuf,
     token: String,
-    digest: String,
     exe: PathBuf,
 }
 
@@ -166,7 +165,6 @@ impl LocalCluster {
             nodes,
             config_path,
             token: token.to_string(),
-            digest: digest.to_string(),
             exe: std::env::current_exe().map_err(|e| e.to_string())?,
         })
     }
@@ -191,12 +189,7 @@ impl Db for LocalCluster {
     }
 
     fn start(&mut self, i: u64) -> Result<(), String> {
-        let (exe, config, token, digest) = (
-            self.exe.clone(),
-            self.config_path.clone(),
-            self.token.clone(),
-            self.digest.clone(),
-        );
+        let (exe, config, token) = (self.exe.clone(), self.config_path.clone(), self.token.clone());
         let zookeeper = self.zookeeper;
         let via: Vec<String> = match &self.mesh {
             Some(m) => self
@@ -257,8 +250,6 @@ impl Db for LocalCluster {
             .args([
                 "--id",
                 &i.to_string(),
-                "--digest",
-                &digest,
                 "--exit-with-parent",
                 "--fault-hooks",
                 &token,
