@@ -137,6 +137,23 @@ impl ConnectRequest {
 }
 
 impl ConnectResponse {
+    /// The answer that establishes (or re-establishes) `session_id`.
+    pub fn accepted(timeout_ms: i32, session_id: i64, passwd: Vec<u8>) -> ConnectResponse {
+        ConnectResponse {
+            protocol_version: 0,
+            timeout_ms,
+            session_id,
+            passwd,
+            read_only: false,
+        }
+    }
+
+    /// The answer ZooKeeper gives a reconnect to an expired or unknown
+    /// session: timeout 0, session 0, a zero password.
+    pub fn expired() -> ConnectResponse {
+        ConnectResponse::accepted(0, 0, vec![0; 16])
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut o = Out::frame();
         o.int(self.protocol_version);

@@ -13,6 +13,7 @@ use crate::digest::{self, Digest};
 use crate::node::{Node, Stat};
 use crate::path;
 use std::collections::{BTreeMap, BTreeSet};
+use std::ops::Bound;
 use std::sync::Arc;
 
 /// A client session as replicated: its timeout and the ids it has
@@ -179,45 +180,54 @@ impl State {
     }
 
     /// Names of `path`'s children, sorted. Walks the path-ordered map,
-    /// jumping over each child's own subtree.
+    /// jumping over each child's own subtree; the key to resume from is
+    /// kept in one buffer.
     pub fn children(&self, path: &str) -> Vec<String> {
         let prefix = path::child_prefix(path);
         let mut out = Vec::new();
         let mut from = prefix.clone();
-        while let Some((key, _)) = self.nodes.range(from.clone()..).next() {
+        loop {
+            let next = self
+                .nodes
+                .range::<str, _>((Bound::Included(from.as_str()), Bound::Unbounded))
+                .next();
+            let Some((key, _)) = next else { break };
             if !key.starts_with(&prefix) {
                 break;
             }
             let rest = &key[prefix.len()..];
-            if rest.is_empty() {
-                // only "/" itself has an empty rest; skip it
-                from = format!("{key}\u{0}");
-                continue;
-            }
+            from.clear();
             match rest.find('/') {
+                // a child, or "/" itself (empty rest, only when listing "/")
                 None => {
-                    out.push(rest.to_string());
-                    from = format!("{key}\u{0}");
+                    if !rest.is_empty() {
+                        out.push(rest.to_string());
+                    }
+                    from.push_str(key);
+                    from.push('\0');
                 }
+                // a descendant of the child just listed: skip past its
+                // subtree ('0' follows '/')
                 Some(i) => {
-                    // a descendant of a child we have not seen: the child
-                    // itself sorts before it, so this only skips subtrees
-                    from = format!("{}{}", &key[..prefix.len() + i], '0');
+                    from.push_str(&key[..prefix.len() + i]);
+                    from.push('0');
                 }
             }
         }
         out
     }
 
-    /// Applies one delta. The caller guarantees it was planned against
-    /// exactly this state (its `before` values are current).
-    pub fn apply(&mut self, delta: &Delta) {
+    /// Applies one delta, moving its new values into the tree. The caller
+    /// guarantees it was planned against exactly this state (its `before`
+    /// values are current).
+    pub fn apply(&mut self, delta: Delta) {
+        let change = delta.digest_change();
         match delta {
             Delta::Node { path, before, after } => {
-                debug_assert_eq!(self.nodes.get(path), before.as_ref(), "stale delta for {path}");
+                debug_assert_eq!(self.nodes.get(&path), before.as_ref(), "stale delta for {path}");
                 if let Some(owner) = before.as_ref().and_then(ephemeral_owner) {
                     if let Some(set) = self.ephemerals.get_mut(&owner) {
-                        set.remove(path);
+                        set.remove(&path);
                         if set.is_empty() {
                             self.ephemerals.remove(&owner);
                         }
@@ -225,26 +235,26 @@ impl State {
                 }
                 match after {
                     Some(n) => {
-                        if let Some(owner) = ephemeral_owner(n) {
+                        if let Some(owner) = ephemeral_owner(&n) {
                             self.ephemerals.entry(owner).or_default().insert(path.clone());
                         }
-                        self.nodes.insert(path.clone(), n.clone());
+                        self.nodes.insert(path, n);
                     }
                     None => {
-                        self.nodes.remove(path);
+                        self.nodes.remove(&path);
                     }
                 }
-                self.digest_sum = self.digest_sum.wrapping_add(delta.digest_change());
+                self.digest_sum = self.digest_sum.wrapping_add(change);
             }
             Delta::Session { id, after, .. } => match after {
                 Some(s) => {
-                    self.sessions.insert(*id, s.clone());
+                    self.sessions.insert(id, s);
                 }
                 None => {
-                    self.sessions.remove(id);
+                    self.sessions.remove(&id);
                 }
             },
-            Delta::NextSessionId { after, .. } => self.next_session_id = *after,
+            Delta::NextSessionId { after, .. } => self.next_session_id = after,
         }
     }
 
@@ -311,13 +321,13 @@ mod tests {
         let before = pn.clone();
         pn.stat.num_children += 1;
         let pn = make_node(&parent, pn.data.clone(), pn.stat, pn.acl.clone(), pn.seq, true);
-        s.apply(&Delta::Node {
+        s.apply(Delta::Node {
             path: parent,
             before: Some(before),
             after: Some(pn),
         });
         let n = make_node(p, Arc::from(&b""[..]), Stat::default(), Acl::open().into(), 0, true);
-        s.apply(&Delta::Node {
+        s.apply(Delta::Node {
             path: p.to_string(),
             before: None,
             after: Some(n),

@@ -77,11 +77,15 @@ impl OverlayView for Overlay {
 impl Overlay {
     fn push(&mut self, d: &Delta) {
         match d {
-            Delta::Node { path, after, .. } => {
-                let e = self.nodes.entry(path.clone()).or_insert((None, 0));
-                e.0 = after.clone();
-                e.1 += 1;
-            }
+            Delta::Node { path, after, .. } => match self.nodes.get_mut(path) {
+                Some(e) => {
+                    e.0 = after.clone();
+                    e.1 += 1;
+                }
+                None => {
+                    self.nodes.insert(path.clone(), (after.clone(), 1));
+                }
+            },
             Delta::Session { id, after, .. } => {
                 let e = self.sessions.entry(*id).or_insert((None, 0));
                 e.0 = after.clone();
@@ -233,10 +237,10 @@ impl Storage {
         assert_eq!(p.zxid, zxid, "commit out of order");
         assert!(zxid > self.state.last_zxid, "commit of an old zxid");
         let mut events = Vec::new();
-        for d in &p.deltas {
-            watch::events_of(d, &mut events);
+        for d in p.deltas {
+            watch::events_of(&d, &mut events);
+            self.overlay.release(&d);
             self.state.apply(d);
-            self.overlay.release(d);
         }
         self.state.last_zxid = zxid;
         if self.mode() == DigestMode::Full {

@@ -152,8 +152,8 @@ struct Node {
     conns: BTreeMap<u64, Conn>,
     pending: BTreeMap<u64, Pending>,
     next_req: u64,
-    /// (raft index, raft term, zxid) of preprocessed, uncommitted entries.
-    preprocessed: VecDeque<(u64, u64, i64)>,
+    /// Preprocessed, uncommitted entries, in log order.
+    preprocessed: VecDeque<Preprocessed>,
     applied_index: u64,
     parked: Vec<ParkedRead>,
     /// Quorum reads waiting for their read-index round: ctx → read.
@@ -486,6 +486,16 @@ fn diverged(w: &Write) -> Write {
     }
 }
 
+/// An entry this node preprocessed and has not committed yet.
+#[derive(Clone, Copy)]
+struct Preprocessed {
+    index: u64,
+    term: u64,
+    zxid: i64,
+    /// The digest the entry carries, checked again after commit.
+    carried: drift_keeper::Digest,
+}
+
 impl Node {
     fn run(&mut self, rx: Receiver<Event>, stop: &AtomicBool) {
         let tick = Duration::from_millis(self.cfg.tick_ms);
@@ -714,7 +724,12 @@ impl Node {
         match self.raw.propose(context(origin, req), e.encode()) {
             Ok(()) => {
                 let index = self.raw.raft.raft_log.last_index();
-                self.preprocessed.push_back((index, self.raw.raft.term, zxid));
+                self.preprocessed.push_back(Preprocessed {
+                    index,
+                    term: self.raw.raft.term,
+                    zxid,
+                    carried: digest,
+                });
             }
             Err(_) => {
                 self.ks.rollback_after(zxid - 1);
@@ -790,13 +805,7 @@ impl Node {
         let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
         match known {
             Some(t) if req.passwd == self.passwd(req.session_id) => {
-                let resp = ConnectResponse {
-                    protocol_version: 0,
-                    timeout_ms: t,
-                    session_id: req.session_id,
-                    passwd: self.passwd(req.session_id),
-                    read_only: false,
-                };
+                let resp = ConnectResponse::accepted(t, req.session_id, self.passwd(req.session_id));
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.state = ConnState::Session(req.session_id);
                     c.last_zxid = req.last_zxid_seen;
@@ -808,14 +817,7 @@ impl Node {
             // leader says a session is gone; here the client tries another
             None if !self.is_leader() => self.drop_conn(conn),
             _ => {
-                let resp = ConnectResponse {
-                    protocol_version: 0,
-                    timeout_ms: 0,
-                    session_id: 0,
-                    passwd: vec![0; 16],
-                    read_only: false,
-                };
-                self.send_raw(conn, resp.encode());
+                self.send_raw(conn, ConnectResponse::expired().encode());
                 self.drop_conn(conn);
             }
         }
@@ -1175,15 +1177,15 @@ impl Node {
     /// leader overwrote it) rolls the overlay back first.
     fn preprocess_appended(&mut self, entries: &[Entry]) {
         for e in entries {
-            if let Some(pos) = self.preprocessed.iter().position(|&(i, _, _)| i >= e.index) {
-                let (i, t, _) = self.preprocessed[pos];
-                if i == e.index && t == e.term {
+            if let Some(pos) = self.preprocessed.iter().position(|p| p.index >= e.index) {
+                let p = self.preprocessed[pos];
+                if p.index == e.index && p.term == e.term {
                     continue;
                 }
                 let keep = if pos == 0 {
                     self.last_zxid()
                 } else {
-                    self.preprocessed[pos - 1].2
+                    self.preprocessed[pos - 1].zxid
                 };
                 self.ks.rollback_after(keep);
                 self.preprocessed.truncate(pos);
@@ -1195,23 +1197,32 @@ impl Node {
         }
     }
 
-    fn preprocess_entry(&mut self, e: &Entry) -> i64 {
-        let ke = match KEntry::decode(&e.data) {
-            Ok(k) => k,
-            Err(err) => self.die(&format!("log entry {} does not decode: {err}", e.index)),
-        };
-        let request = if std::mem::take(&mut self.diverge_next) {
+    fn preprocess_entry(&mut self, e: &Entry) -> Preprocessed {
+        let ke = self.decode_entry(e);
+        let diverged = std::mem::take(&mut self.diverge_next).then(|| {
             log(self.id, "diverge_applied", serde_json::json!({"log_index": e.index}));
             diverged(&ke.request)
-        } else {
-            ke.request.clone()
-        };
-        let d = self.ks.preprocess(ke.session, ke.zxid, ke.time_ms, &request);
+        });
+        let request = diverged.as_ref().unwrap_or(&ke.request);
+        let d = self.ks.preprocess(ke.session, ke.zxid, ke.time_ms, request);
         if let Err(m) = check_digest(e.index, Phase::Preprocess, &ke, d) {
             fatal_digest(self.id, &m);
         }
-        self.preprocessed.push_back((e.index, e.term, ke.zxid));
-        ke.zxid
+        let p = Preprocessed {
+            index: e.index,
+            term: e.term,
+            zxid: ke.zxid,
+            carried: ke.digest,
+        };
+        self.preprocessed.push_back(p);
+        p
+    }
+
+    fn decode_entry(&self, e: &Entry) -> KEntry {
+        match KEntry::decode(&e.data) {
+            Ok(k) => k,
+            Err(err) => self.die(&format!("log entry {} does not decode: {err}", e.index)),
+        }
     }
 
     fn apply(&mut self, entries: Vec<Entry>) {
@@ -1221,11 +1232,11 @@ impl Node {
             }
             if e.entry_type == EntryType::EntryNormal && !e.data.is_empty() {
                 // preprocessed already, unless replayed after a restart
-                while self.preprocessed.front().is_some_and(|&(i, _, _)| i < e.index) {
+                while self.preprocessed.front().is_some_and(|p| p.index < e.index) {
                     self.preprocessed.pop_front();
                 }
-                let zxid = match self.preprocessed.front() {
-                    Some(&(i, t, z)) if i == e.index && t == e.term => z,
+                let p = match self.preprocessed.front() {
+                    Some(&p) if p.index == e.index && p.term == e.term => p,
                     _ => {
                         self.preprocessed.clear();
                         self.ks.rollback_after(self.last_zxid());
@@ -1233,10 +1244,13 @@ impl Node {
                     }
                 };
                 self.preprocessed.pop_front();
-                let ke = KEntry::decode(&e.data).expect("decoded at preprocess");
-                let c = self.ks.commit(zxid);
-                if let Err(m) = check_digest(e.index, Phase::Commit, &ke, c.digest) {
-                    fatal_digest(self.id, &m);
+                let c = self.ks.commit(p.zxid);
+                if p.carried.mismatches(c.digest) {
+                    // decoded again only to describe the request
+                    let ke = self.decode_entry(&e);
+                    if let Err(m) = check_digest(e.index, Phase::Commit, &ke, c.digest) {
+                        fatal_digest(self.id, &m);
+                    }
                 }
                 let (origin, req) = parse_context(&e.context);
                 self.on_committed(origin, req, c);
@@ -1261,13 +1275,7 @@ impl Node {
                     self.tracker.touch(*session_id, timeout as u64, now_ms(self.started));
                 }
                 if let Some(p) = mine {
-                    let resp = ConnectResponse {
-                        protocol_version: 0,
-                        timeout_ms: timeout,
-                        session_id: *session_id,
-                        passwd: self.passwd(*session_id),
-                        read_only: false,
-                    };
+                    let resp = ConnectResponse::accepted(timeout, *session_id, self.passwd(*session_id));
                     if let Some(conn) = self.conns.get_mut(&p.conn) {
                         conn.state = ConnState::Session(*session_id);
                         conn.last_zxid = c.zxid;
