@@ -379,8 +379,8 @@ fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
 
 fn spawn_writer(mut s: TcpStream, rx: Receiver<Vec<u8>>) {
     let _ = thread::Builder::new().name("client-out".into()).spawn(move || {
-        while let Ok(frame) = rx.recv() {
-            if s.write_all(&frame).is_err() {
+        while let Some(frames) = transport::next_batch(&rx) {
+            if s.write_all(&frames).is_err() {
                 break;
             }
         }
@@ -388,8 +388,9 @@ fn spawn_writer(mut s: TcpStream, rx: Receiver<Vec<u8>>) {
     });
 }
 
-fn spawn_reader(conn: u64, mut s: TcpStream, tx: Sender<Event>) {
+fn spawn_reader(conn: u64, s: TcpStream, tx: Sender<Event>) {
     let _ = thread::Builder::new().name("client-in".into()).spawn(move || {
+        let mut s = std::io::BufReader::with_capacity(transport::READ_BUFFER_BYTES, s);
         let mut first = [0u8; 4];
         let ev = match s.read_exact(&mut first) {
             Ok(()) if proto::FOUR_LETTER_WORDS.iter().any(|w| **w == first) => Event::FourLetter { conn, word: first },
