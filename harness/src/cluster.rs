@@ -101,8 +101,6 @@ pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool, 
         ("data_dir", format!("{:?}", data_dir.display().to_string())),
         ("tick_ms", "50".to_string()),
         ("quorum_reads", quorum_reads.to_string()),
-        ("snapshot_distance", "5000".to_string()),
-        ("reserved_log_items", "2000".to_string()),
     ];
     let overridden = |k: &str| set.iter().any(|l| l.split('=').next().is_some_and(|x| x.trim() == k));
     for (k, v) in defaults {

@@ -3,7 +3,7 @@
 //! ```toml
 //! data_dir = "/var/lib/drift"      # node N uses <data_dir>/node-N
 //! tick_ms = 50
-//! snapshot_distance = 10000
+//! snapshot_distance = 100000       # as ClickHouse Keeper; ZooKeeper snapCount is 100000 too
 //! reserved_log_items = 10000
 //! rotate_interval = 100000
 //! quorum_reads = false
@@ -71,7 +71,7 @@ fn d_election_ticks() -> usize {
     10
 }
 fn d_snapshot_distance() -> u64 {
-    10_000
+    100_000
 }
 fn d_reserved() -> u64 {
     10_000

@@ -175,6 +175,8 @@ struct Node {
     /// Set while a node that lost its Raft state waits to hear from a
     /// leader (see `step`).
     quiet: bool,
+    /// The snapshot being written in the background, if any.
+    snapshot_job: Option<SnapshotJob>,
     /// Peers whose Raft traffic this node drops (the `isolate` fault hook:
     /// a partition of the Raft links, both ways when set on both ends).
     isolated: BTreeSet<u64>,
@@ -301,6 +303,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         id: opts.id,
         passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
         isolated: BTreeSet::new(),
+        snapshot_job: None,
         // a node without Raft state that is not part of a new cluster's
         // first start lost its state: it may have voted in a term it no
         // longer knows, so it stays quiet until a leader speaks
@@ -487,6 +490,17 @@ fn diverged(w: &Write) -> Write {
     }
 }
 
+/// A snapshot a worker thread is writing: its identity, and where the
+/// file's bytes (or why there are none) arrive once it is durable.
+struct SnapshotJob {
+    index: u64,
+    term: u64,
+    /// How long the loop spent copying the tree.
+    copy_ms: f64,
+    /// The file's bytes and how long encoding and writing them took.
+    done: Receiver<Result<(Vec<u8>, f64), String>>,
+}
+
 /// An entry this node preprocessed and has not committed yet.
 #[derive(Clone, Copy)]
 struct Preprocessed {
@@ -523,6 +537,7 @@ impl Node {
                 self.tick();
             }
             self.handle_ready();
+            self.finish_snapshot(false);
         }
     }
 
@@ -1351,7 +1366,16 @@ impl Node {
         }
     }
 
+    /// Starts a snapshot once `snapshot_distance` entries were applied
+    /// since the last one (or raft wants one for a lagging follower). The
+    /// loop only copies the tree; a worker thread encodes, compresses and
+    /// writes it, so a large tree does not stall clients and heartbeats
+    /// for the time that takes. The log is compacted once the file is
+    /// durable ([`Node::finish_snapshot`]). One snapshot at a time.
     fn maybe_snapshot(&mut self) {
+        if self.snapshot_job.is_some() {
+            return;
+        }
         let last = self.raw.store().snapshot_index();
         let wanted = self.raw.store().snapshot_wanted();
         if self.applied_index <= last || (self.applied_index - last < self.cfg.snapshot_distance && wanted == 0) {
@@ -1365,22 +1389,73 @@ impl Node {
             zxid: self.last_zxid(),
             digest: self.ks.digest(),
         };
-        let c = &self.snaps.config;
-        let bytes = snapshot::encode(self.ks.state(), &meta, c.compress, c.zstd_level);
-        let name = snapshot::file_name(index, term);
+        let copying = Instant::now();
+        let state = self.ks.state().clone();
+        let copy_ms = copying.elapsed().as_secs_f64() * 1e3;
+        let config = self.snaps.config;
+        let dir = self.raw.store().disk.dir().to_path_buf();
+        let (tx, rx) = mpsc::sync_channel(1);
+        let spawned = thread::Builder::new().name("snapshot".into()).spawn(move || {
+            let started = Instant::now();
+            let bytes = snapshot::encode(&state, &meta, config.compress, config.zstd_level);
+            drop(state);
+            let name = snapshot::file_name(meta.last_index, meta.last_term);
+            let written = FsDisk::open(&dir)
+                .map_err(|e| format!("{}: {e}", dir.display()))
+                .and_then(|mut disk| {
+                    Snapshots::new(config)
+                        .write_bytes(&mut disk, &name, &bytes)
+                        .map_err(|e| e.to_string())
+                });
+            let _ = tx.send(written.map(|()| (bytes, started.elapsed().as_secs_f64() * 1e3)));
+        });
+        if let Err(e) = spawned {
+            self.die(&format!("snapshot: cannot start its thread: {e}"));
+        }
+        self.snapshot_job = Some(SnapshotJob {
+            index,
+            term,
+            copy_ms,
+            done: rx,
+        });
+    }
+
+    /// Takes the running snapshot's outcome if it is there (or, with
+    /// `wait`, once it is): a written file lets the log be compacted below
+    /// it, unless a snapshot installed from the leader meanwhile already
+    /// covers more.
+    fn finish_snapshot(&mut self, wait: bool) {
+        let Some(job) = &self.snapshot_job else { return };
+        let outcome = if wait {
+            job.done.recv().map_err(|_| mpsc::TryRecvError::Disconnected)
+        } else {
+            job.done.try_recv()
+        };
+        let (index, term, copy_ms) = (job.index, job.term, job.copy_ms);
+        let (bytes, write_ms) = match outcome {
+            Err(mpsc::TryRecvError::Empty) => return,
+            Err(mpsc::TryRecvError::Disconnected) => self.die("snapshot: its thread ended without a result"),
+            Ok(Err(e)) => self.die(&format!("snapshot: {e}")),
+            Ok(Ok(done)) => done,
+        };
+        self.snapshot_job = None;
         let store = self.raw.mut_store();
-        let result = self
-            .snaps
-            .write_bytes(&mut store.disk, &name, &bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|_| store.set_snapshot(index, term, bytes));
-        match result {
-            Ok(()) => log(self.id, "snapshot", serde_json::json!({"index": index, "term": term})),
+        if index <= store.snapshot_index() {
+            return;
+        }
+        match store.set_snapshot(index, term, bytes) {
+            Ok(()) => log(
+                self.id,
+                "snapshot",
+                serde_json::json!({"index": index, "term": term, "copy_ms": copy_ms, "write_ms": write_ms}),
+            ),
             Err(e) => self.die(&format!("snapshot: {e}")),
         }
     }
 
     fn install_snapshot(&mut self, s: &raft::prelude::Snapshot) {
+        // one writer of snapshot files at a time
+        self.finish_snapshot(true);
         let meta = s.get_metadata();
         let name = snapshot::file_name(meta.index, meta.term);
         let digest_on = self.ks.mode() != drift_keeper::DigestMode::Off;
