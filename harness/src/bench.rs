@@ -90,7 +90,7 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
     }
     let summary = summarize(&dir, model, args.runs, rows);
     if args.json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&summary).expect("summary serializes")
         );
@@ -179,16 +179,23 @@ fn summarize(dir: &Path, model: ModelKind, runs: u32, rows: Vec<FileRow>) -> Sum
 }
 
 fn print_table(s: &Summary) {
-    println!(
+    out!(
         "{:<18} {:>5}  {:<8} {:<8} {:>11} {:>11} {:>12} {:>9}",
-        "file", "ops", "verdict", "expected", "median µs", "max µs", "porcupine µs", "× faster"
+        "file",
+        "ops",
+        "verdict",
+        "expected",
+        "median µs",
+        "max µs",
+        "porcupine µs",
+        "× faster"
     );
     for r in &s.rows {
         let ratio = r
             .peer_us
             .map(|p| format!("{:.1}", p / r.median_us.max(1e-9)))
             .unwrap_or_default();
-        println!(
+        out!(
             "{:<18} {:>5}  {:<8} {:<8} {:>11.1} {:>11.1} {:>12} {:>9}",
             r.file,
             r.ops,
@@ -200,18 +207,20 @@ fn print_table(s: &Summary) {
             ratio
         );
     }
-    println!(
+    out!(
         "\n{} files, model {}, median of {} runs, one thread, parsing excluded",
-        s.files, s.model, s.runs
+        s.files,
+        s.model,
+        s.runs
     );
-    println!("total    {:.3} ms (sum of per-file medians)", s.total_ms);
-    println!("slowest  {} {:.1} µs", s.slowest_file, s.slowest_us);
+    out!("total    {:.3} ms (sum of per-file medians)", s.total_ms);
+    out!("slowest  {} {:.1} µs", s.slowest_file, s.slowest_us);
     if let (Some(p), Some(r)) = (s.peer_total_ms, s.ratio_to_peer) {
-        println!("peer     porcupine {p:.1} ms total → drift is {r:.1}× faster");
+        out!("peer     porcupine {p:.1} ms total → drift is {r:.1}× faster");
     }
     if s.mismatches.is_empty() {
-        println!("verdicts all as expected");
+        out!("verdicts all as expected");
     } else {
-        println!("MISMATCHED verdicts: {}", s.mismatches.join(", "));
+        out!("MISMATCHED verdicts: {}", s.mismatches.join(", "));
     }
 }

@@ -63,21 +63,21 @@ pub fn harness(args: BenchHarnessArgs) -> Result<i32, Failure> {
         "ops_per_cpu_s": args.ops as f64 / cpu.max(1e-9),
     });
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&out).expect("json"));
     } else {
-        println!(
+        out!(
             "generator + history recording, workload {}, no-op client, {} ops",
             workload.name(),
             args.ops
         );
-        println!(
+        out!(
             "  {:.0} ops/s wall ({:.2} s), {:.0} ops per CPU second ({:.2} CPU s, all threads)",
             args.ops as f64 / wall,
             wall,
             args.ops as f64 / cpu.max(1e-9),
             cpu
         );
-        println!("  history: {lines} lines, {:.1} MB", bytes as f64 / 1e6);
+        out!("  history: {lines} lines, {:.1} MB", bytes as f64 / 1e6);
     }
     Ok(0)
 }

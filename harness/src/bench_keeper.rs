@@ -56,7 +56,7 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
         .unwrap_or_else(|| std::env::temp_dir().join(format!("drift-bench-keeper-{}", std::process::id())));
     let say = |s: &str| {
         if !args.json {
-            println!("{s}");
+            out!("{s}");
             let _ = std::io::stdout().flush();
         }
     };
@@ -111,7 +111,7 @@ pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
     }
     if args.json {
         let out = json!({"apply": apply, "digest_cost": digest_cost, "snapshot": snap, "changelog": log});
-        println!("{}", serde_json::to_string_pretty(&out).expect("json"));
+        out!("{}", serde_json::to_string_pretty(&out).expect("json"));
     }
     Ok(0)
 }

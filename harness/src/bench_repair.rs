@@ -34,7 +34,7 @@ const SCENARIOS: [Scenario; 2] = [
 pub fn repair(args: BenchRepairArgs) -> Result<i32, Failure> {
     let mut rows = Vec::new();
     if !args.json {
-        println!(
+        out!(
             "{:<24} {:>5} {:<9} {:>9} {:>7} {:>6} {:>11} {:>11} {:>9} {:>10} {:>9} {:>8}",
             "scenario",
             "depth",
@@ -92,7 +92,7 @@ pub fn repair(args: BenchRepairArgs) -> Result<i32, Failure> {
             }
         }
         if !args.json {
-            println!(
+            out!(
                 "{:<24} naive per-key compare: {} hashes, {} bytes one way (built in {build_s:.1} s)",
                 format!("{} keys", human(sc.keys)),
                 sc.keys,
@@ -102,7 +102,7 @@ pub fn repair(args: BenchRepairArgs) -> Result<i32, Failure> {
         }
     }
     if args.json {
-        println!(
+        out!(
             "{}",
             serde_json::to_string_pretty(&json!({ "rows": rows })).expect("json")
         );
@@ -152,7 +152,7 @@ fn human(n: u64) -> String {
 }
 
 fn print_row(label: &str, depth: u32, row_level: bool, r: &Report, tree_mib: f64, ms: f64) {
-    println!(
+    out!(
         "{:<24} {:>5} {:<9} {:>9} {:>7} {:>6} {:>11} {:>11} {:>9} {:>10} {:>9.1} {:>8.0}",
         label,
         depth,

@@ -156,9 +156,9 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         "check_budget_s": args.check_budget_s,
         "checkers": checkers_used.iter().map(|(name, _)| name).collect::<Vec<_>>(),
     });
-    println!("drift test  seed {seed}");
-    println!("  {}", serde_json::to_string(&config).expect("json"));
-    println!("  run dir {}", run.path.display());
+    out!("drift test  seed {seed}");
+    out!("  {}", serde_json::to_string(&config).expect("json"));
+    out!("  run dir {}", run.path.display());
     let mut info = RunInfo {
         test: test_name.clone(),
         kind: "test".into(),
@@ -199,9 +199,9 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
         .into_iter()
         .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string()}))
         .collect();
-    println!("  nodes on {}", cluster.name());
+    out!("  nodes on {}", cluster.name());
     if partitions {
-        println!("  partitions via {}", partitioner.name());
+        out!("  partitions via {}", partitioner.name());
     }
     cluster.start_all().map_err(Failure::new)?;
     wait_ready(cluster.as_ref())?;
@@ -279,7 +279,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     let _ = nem_thread.join();
 
     // heal and converge
-    println!("\n  healing: every fault stopped, dead nodes restarted");
+    out!("\n  healing: every fault stopped, dead nodes restarted");
     let heal_note = heal_all(&cluster, &recorder, &partitioner);
     let converged = wait_converged(&cluster, watchdog_deadline);
     recorder.event("healed", json!({"converged": converged.is_ok(), "note": heal_note}));
@@ -287,7 +287,7 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     let finals = workload.final_ops();
     let settle = workload.settle_before_final(session_timeout);
     if !settle.is_zero() {
-        println!(
+        out!(
             "  waiting {:.1}s for abandoned sessions to expire",
             settle.as_secs_f64()
         );
@@ -840,7 +840,7 @@ fn write_pictures(run: &RunDir, composed: &drift_checkers::Composed) -> Result<V
 }
 
 fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String], run: &RunDir, seed: u64) {
-    println!(
+    out!(
         "\n  {} history lines, {} operations, {:.1}s",
         ops,
         results.operations,
@@ -856,21 +856,21 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
             "linearizable" => format!("{} keys, {} invalid", c.details["keys"], c.details["keys_invalid"]),
             _ => String::new(),
         };
-        println!("  checker {:<13} {:<8} {extra}", c.checker, c.verdict.as_str());
+        out!("  checker {:<13} {:<8} {extra}", c.checker, c.verdict.as_str());
         if let Some(reason) = &c.reason {
-            println!("          {reason}");
+            out!("          {reason}");
         }
     }
     for t in teardown {
-        println!("  teardown problem (verdict unaffected): {t}");
+        out!("  teardown problem (verdict unaffected): {t}");
     }
     for a in &results.artifacts {
-        println!("  picture {}", run.path.join(a).display());
+        out!("  picture {}", run.path.join(a).display());
     }
-    println!("verdict  {}", results.verdict.as_str().to_uppercase());
-    println!("results  {}", run.results_json().display());
+    out!("verdict  {}", results.verdict.as_str().to_uppercase());
+    out!("results  {}", run.results_json().display());
     if results.verdict != Verdict::Valid {
-        println!("reproduce: drift replay {}   (seed {seed})", run.path.display());
+        out!("reproduce: drift replay {}   (seed {seed})", run.path.display());
     }
 }
 
@@ -956,6 +956,6 @@ pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
         store: store_root,
         schedule: Some(schedule),
     };
-    println!("replaying {} (seed {:?})", dir.display(), info.seed);
+    out!("replaying {} (seed {:?})", dir.display(), info.seed);
     run(args)
 }

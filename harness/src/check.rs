@@ -65,7 +65,7 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
     }
 
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&results).expect("results serialize"));
+        out!("{}", serde_json::to_string_pretty(&results).expect("results serialize"));
     } else {
         print_summary(&results, &composed, &artifacts, &results_path);
     }
@@ -213,7 +213,7 @@ fn print_summary(
     artifacts: &[(String, Option<String>)],
     results_path: &Path,
 ) {
-    println!(
+    out!(
         "history  {}  ({} lines, {} operations, {} key{})",
         results.history,
         results.ops,
@@ -222,37 +222,38 @@ fn print_summary(
         if results.keys == 1 { "" } else { "s" }
     );
     for r in &composed.results {
-        println!(
+        out!(
             "checker  {:<13} {:<8} {:>9.2} ms",
             r.checker,
             r.verdict.as_str(),
             r.elapsed_ms
         );
         if let Some(reason) = &r.reason {
-            println!("         {reason}");
+            out!("         {reason}");
         }
         if let Ok(report) = serde_json::from_value::<LinearReport>(r.details.clone()) {
             if let Some(v) = report.violations.first() {
                 for line in v.explanation.lines() {
-                    println!("         {line}");
+                    out!("         {line}");
                 }
             }
             if report.keys_invalid > 1 {
-                println!(
+                out!(
                     "         {} of {} keys are not linearizable",
-                    report.keys_invalid, report.keys
+                    report.keys_invalid,
+                    report.keys
                 );
             }
         }
     }
     let dir = results_path.parent().unwrap_or(Path::new("."));
     for (name, _) in artifacts {
-        println!("picture  {}", dir.join(name).display());
+        out!("picture  {}", dir.join(name).display());
     }
-    println!(
+    out!(
         "verdict  {}  ({:.2} ms)",
         results.verdict.as_str().to_uppercase(),
         results.elapsed_ms
     );
-    println!("results  {}", results_path.display());
+    out!("results  {}", results_path.display());
 }

@@ -198,7 +198,7 @@ fn up(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    println!("{}", config.connect_string());
+    out!("{}", config.connect_string());
     Ok(0)
 }
 
@@ -250,9 +250,13 @@ fn status(dir: &Path) -> Result<i32, Failure> {
     let config = ClusterConfig::load(&dir.join("cluster.toml")).map_err(Failure::new)?;
     let pids = read_pids(dir)?;
     let config_path = std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
-    println!(
+    out!(
         "{:<5} {:<8} {:<9} {:<10} {:<12} digest",
-        "node", "pid", "alive", "role", "applied"
+        "node",
+        "pid",
+        "alive",
+        "role",
+        "applied"
     );
     for p in &config.peers {
         let pid = pids.iter().find(|(id, _)| *id == p.id).map(|(_, pid)| *pid);
@@ -260,7 +264,7 @@ fn status(dir: &Path) -> Result<i32, Failure> {
         let srvr = four_letter(p.client, "srvr").unwrap_or_default();
         let dgst = four_letter(p.client, "dgst").unwrap_or_default();
         let field = |text: &str, key: &str| crate::backend::field_of(text, key).unwrap_or_else(|| "-".into());
-        println!(
+        out!(
             "{:<5} {:<8} {:<9} {:<10} {:<12} {}",
             p.id,
             pid.map(|p| p.to_string()).unwrap_or_else(|| "-".into()),
@@ -270,7 +274,7 @@ fn status(dir: &Path) -> Result<i32, Failure> {
             field(&dgst, "digest\t")
         );
     }
-    println!("connect: {}", config.connect_string());
+    out!("connect: {}", config.connect_string());
     Ok(0)
 }
 
@@ -290,7 +294,7 @@ fn down(dir: &Path) -> Result<i32, Failure> {
     let left: Vec<u32> = ours.iter().copied().filter(|p| is_our_node(*p, &config_path)).collect();
     signal(&left, "KILL");
     std::fs::remove_file(dir.join("pids")).map_err(|e| Failure::new(e.to_string()))?;
-    println!("stopped {} node(s)", ours.len());
+    out!("stopped {} node(s)", ours.len());
     Ok(0)
 }
 

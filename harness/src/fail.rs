@@ -4,6 +4,24 @@
 /// Exit code of a run that failed before it could reach a verdict.
 pub const EXIT_FAILED: i32 = 3;
 
+/// Writes one line to stdout (what `out!` expands to). When stdout is
+/// gone (`drift cluster status | head -1`) the process ends quietly with
+/// [`EXIT_FAILED`], as a pipe's writer does when its reader left, instead
+/// of panicking as `println!` would; any other write error is reported.
+pub fn out_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout.write_fmt(args).and_then(|()| stdout.write_all(b"\n"));
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(EXIT_FAILED),
+        Err(e) => {
+            eprintln!("drift: writing to stdout: {e}");
+            std::process::exit(EXIT_FAILED)
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Failure {
     pub code: i32,

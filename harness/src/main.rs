@@ -2,6 +2,16 @@
 //! and maps outcomes to exit codes (0 valid, 1 invalid, 2 unknown, 3 the
 //! run itself failed).
 
+/// `println!` for drift's output: see [`fail::out_line`].
+macro_rules! out {
+    () => {
+        $crate::fail::out_line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::fail::out_line(format_args!($($arg)*))
+    };
+}
+
 mod backend;
 mod bench;
 mod bench_harness;

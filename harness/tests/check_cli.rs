@@ -341,3 +341,31 @@ fn a_run_directory_is_checked_in_place() {
     assert!(run_dir.join("results.json").is_file());
     std::fs::remove_dir_all(&run_dir).unwrap();
 }
+
+#[test]
+fn a_reader_that_leaves_ends_drift_quietly_instead_of_a_panic() {
+    let dir = scratch("closed-stdout");
+    let path = dir.join("history.jsonl");
+    let ok = r#"{"index":1,"time":3,"process":0,"type":"ok","f":"read","value":null}"#;
+    std::fs::write(&path, format!("{INVOKE0}\n{ok}\n")).unwrap();
+    let check = || {
+        let mut c = drift();
+        c.arg("check")
+            .arg(&path)
+            .args(["--checker", "stats", "--out"])
+            .arg(&dir);
+        c
+    };
+    // control: with a reader, the verdict is printed and the run is valid
+    let (code, stdout, stderr) = run(&mut check());
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(!stdout.is_empty());
+    // the reader is gone before drift writes its first line
+    let mut child = check().stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
