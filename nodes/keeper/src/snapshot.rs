@@ -372,7 +372,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
     for _ in 0..acl_count {
         acls.push(decode_acl(&mut r)?.into());
     }
-    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
+    let mut nodes: BTreeMap<Arc<str>, Node> = BTreeMap::new();
     let mut children: BTreeMap<String, i32> = BTreeMap::new();
     let mut sum = 0u64;
     let mut previous: Option<String> = None;
@@ -420,7 +420,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
             digest: if digest_on { d } else { 0 },
         };
         previous = Some(p.clone());
-        nodes.insert(p, node);
+        nodes.insert(Arc::from(p), node);
     }
     let mut sessions = BTreeMap::new();
     for _ in 0..session_count {
@@ -439,7 +439,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
     }
     r.finish()?;
     for (p, n) in &nodes {
-        let have = children.get(p).copied().unwrap_or(0);
+        let have = children.get(&**p).copied().unwrap_or(0);
         if n.stat.num_children != have {
             return r.error(format!("{p}: num_children {} but {have} children", n.stat.num_children));
         }

@@ -66,7 +66,9 @@ pub const SYSTEM_PATHS: [&str; 3] = ["/", "/zookeeper", "/zookeeper/quota"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
-    pub(crate) nodes: BTreeMap<String, Node>,
+    /// Keys are shared strings, so copying the tree for a background
+    /// snapshot costs reference counts, not an allocation per path.
+    pub(crate) nodes: BTreeMap<Arc<str>, Node>,
     pub(crate) sessions: BTreeMap<i64, Session>,
     pub(crate) next_session_id: i64,
     /// Ephemeral paths by owning session.
@@ -101,7 +103,7 @@ impl State {
             };
             let node = make_node(p, Arc::from(&b""[..]), stat, acl.clone(), 0, digest_on);
             s.digest_sum = s.digest_sum.wrapping_add(node.digest);
-            s.nodes.insert(p.to_string(), node);
+            s.nodes.insert(Arc::from(p), node);
         }
         s
     }
@@ -109,7 +111,7 @@ impl State {
     /// Assembles a state from loaded parts, deriving the ephemeral index
     /// and the digest sum from the nodes (whose digests must be set).
     pub fn from_parts(
-        nodes: BTreeMap<String, Node>,
+        nodes: BTreeMap<Arc<str>, Node>,
         sessions: BTreeMap<i64, Session>,
         next_session_id: i64,
         last_zxid: i64,
@@ -119,7 +121,7 @@ impl State {
         let mut digest_sum = 0u64;
         for (p, n) in &nodes {
             if let Some(owner) = ephemeral_owner(n) {
-                ephemerals.entry(owner).or_default().insert(p.clone());
+                ephemerals.entry(owner).or_default().insert(p.to_string());
             }
             digest_sum = digest_sum.wrapping_add(n.digest);
         }
@@ -135,8 +137,8 @@ impl State {
     }
 
     /// Every node in path order.
-    pub fn nodes(&self) -> impl Iterator<Item = (&String, &Node)> {
-        self.nodes.iter()
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().map(|(p, n)| (&**p, n))
     }
 
     pub fn next_session_id(&self) -> i64 {
@@ -224,7 +226,7 @@ impl State {
         let change = delta.digest_change();
         match delta {
             Delta::Node { path, before, after } => {
-                debug_assert_eq!(self.nodes.get(&path), before.as_ref(), "stale delta for {path}");
+                debug_assert_eq!(self.nodes.get(path.as_str()), before.as_ref(), "stale delta for {path}");
                 if let Some(owner) = before.as_ref().and_then(ephemeral_owner) {
                     if let Some(set) = self.ephemerals.get_mut(&owner) {
                         set.remove(&path);
@@ -238,10 +240,15 @@ impl State {
                         if let Some(owner) = ephemeral_owner(&n) {
                             self.ephemerals.entry(owner).or_default().insert(path.clone());
                         }
-                        self.nodes.insert(path, n);
+                        match self.nodes.get_mut(path.as_str()) {
+                            Some(slot) => *slot = n,
+                            None => {
+                                self.nodes.insert(Arc::from(path), n);
+                            }
+                        }
                     }
                     None => {
-                        self.nodes.remove(&path);
+                        self.nodes.remove(path.as_str());
                     }
                 }
                 self.digest_sum = self.digest_sum.wrapping_add(change);
@@ -263,7 +270,7 @@ impl State {
     pub fn check_invariants(&self) {
         let mut children: BTreeMap<&str, i32> = BTreeMap::new();
         let mut ephemerals: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-        for (p, n) in &self.nodes {
+        for (p, n) in self.nodes() {
             assert_eq!(n.stat.data_length as usize, n.data.len(), "{p}: data_length");
             if p != "/" {
                 let parent = path::parent(p);
@@ -271,11 +278,11 @@ impl State {
                 *children.entry(parent).or_default() += 1;
             }
             if let Some(owner) = ephemeral_owner(n) {
-                ephemerals.entry(owner).or_default().insert(p.clone());
+                ephemerals.entry(owner).or_default().insert(p.to_string());
             }
         }
-        for (p, n) in &self.nodes {
-            let have = children.get(p.as_str()).copied().unwrap_or(0);
+        for (p, n) in self.nodes() {
+            let have = children.get(p).copied().unwrap_or(0);
             assert_eq!(n.stat.num_children, have, "{p}: num_children");
         }
         assert_eq!(ephemerals, self.ephemerals, "ephemeral index");

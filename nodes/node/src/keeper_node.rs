@@ -1080,7 +1080,7 @@ impl Node {
                         _ => false,
                     }
             })
-            .map(|(p, _)| p.clone())
+            .map(|(p, _)| p.to_string())
             .take(REAP_PER_SCAN_MAX)
             .collect();
         for path in doomed {
