@@ -82,7 +82,7 @@ enum Event {
     Peer(PeerMsg),
     Accepted {
         conn: u64,
-        tx: SyncSender<Vec<u8>>,
+        tx: tokio::sync::mpsc::Sender<Vec<u8>>,
         stream: TcpStream,
     },
     Frame {
@@ -109,7 +109,9 @@ enum ConnState {
 }
 
 struct Conn {
-    tx: SyncSender<Vec<u8>>,
+    /// Frames for the connection's writer task.
+    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
+    /// A duplicate of its socket, to shut it down.
     stream: TcpStream,
     state: ConnState,
     last_zxid: i64,
@@ -290,7 +292,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     let (tx, rx) = mpsc::channel::<Event>();
     let ptx = tx.clone();
     transport::listen(raft_listener, move |m| ptx.send(Event::Peer(m)).is_ok());
-    accept_clients(client_listener, tx.clone());
+    client_io(client_listener, tx.clone())?;
     if let (Some(_), Some(addr)) = (&opts.fault_token, opts.admin) {
         admin_listener(addr, tx.clone())?;
     }
@@ -348,80 +350,120 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     Ok(())
 }
 
-fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
+/// Client connections. One thread runs every connection's reader and
+/// writer as tasks on a single-threaded tokio runtime, so a burst of
+/// requests over many connections costs that thread one wake-up instead of
+/// two thread switches per request. The loop reaches a connection through
+/// its frame queue and shuts it down through a duplicate of its socket.
+fn client_io(listener: TcpListener, tx: Sender<Event>) -> Result<(), String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("client listener: {e}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("client I/O runtime: {e}"))?;
     thread::Builder::new()
-        .name("client-accept".into())
-        .spawn(move || {
-            let mut next = 1u64;
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let conn = next;
-                next += 1;
-                let _ = stream.set_nodelay(true);
-                let (wtx, wrx) = mpsc::sync_channel::<Vec<u8>>(CONN_QUEUE_MAX);
-                let (Ok(reader), Ok(writer), Ok(handle)) = (stream.try_clone(), stream.try_clone(), stream.try_clone())
-                else {
-                    continue;
-                };
-                if tx
-                    .send(Event::Accepted {
-                        conn,
-                        tx: wtx,
-                        stream: handle,
-                    })
-                    .is_err()
-                {
-                    return;
-                }
-                spawn_writer(writer, wrx);
-                spawn_reader(conn, reader, tx.clone());
-            }
-        })
-        .expect("spawn client acceptor");
+        .name("client-io".into())
+        .spawn(move || rt.block_on(accept_clients(listener, tx)))
+        .map_err(|e| format!("client I/O thread: {e}"))?;
+    Ok(())
 }
 
-fn spawn_writer(mut s: TcpStream, rx: Receiver<Vec<u8>>) {
-    let _ = thread::Builder::new().name("client-out".into()).spawn(move || {
-        while let Some(frames) = transport::next_batch(&rx) {
-            if s.write_all(&frames).is_err() {
-                break;
+async fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
+    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+        return;
+    };
+    let mut next = 1u64;
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                // out of descriptors or the like: let it pass, then retry
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let conn = next;
+        next += 1;
+        let _ = stream.set_nodelay(true);
+        let Some((stream, handle)) = stream
+            .into_std()
+            .and_then(|s| Ok((s.try_clone()?, s)))
+            .ok()
+            .and_then(|(s, handle)| Some((tokio::net::TcpStream::from_std(s).ok()?, handle)))
+        else {
+            continue;
+        };
+        let (reader, writer) = stream.into_split();
+        let (wtx, wrx) = tokio::sync::mpsc::channel::<Vec<u8>>(CONN_QUEUE_MAX);
+        if tx
+            .send(Event::Accepted {
+                conn,
+                tx: wtx,
+                stream: handle,
+            })
+            .is_err()
+        {
+            return;
+        }
+        tokio::spawn(write_frames(writer, wrx));
+        tokio::spawn(read_frames(conn, reader, tx.clone()));
+    }
+}
+
+/// Sends what the loop queued for one connection, everything queued at
+/// the moment in one write; once the loop drops the queue, the rest is
+/// flushed and the write side closed.
+async fn write_frames(mut w: tokio::net::tcp::OwnedWriteHalf, mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>) {
+    use tokio::io::AsyncWriteExt;
+    while let Some(mut frames) = rx.recv().await {
+        while frames.len() < transport::COALESCE_BYTES {
+            match rx.try_recv() {
+                Ok(f) => frames.extend_from_slice(&f),
+                Err(_) => break,
             }
         }
-        let _ = s.shutdown(std::net::Shutdown::Write);
-    });
+        if w.write_all(&frames).await.is_err() {
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
 }
 
-fn spawn_reader(conn: u64, s: TcpStream, tx: Sender<Event>) {
-    let _ = thread::Builder::new().name("client-in".into()).spawn(move || {
-        let mut s = std::io::BufReader::with_capacity(transport::READ_BUFFER_BYTES, s);
-        let mut first = [0u8; 4];
-        let ev = match s.read_exact(&mut first) {
-            Ok(()) if proto::FOUR_LETTER_WORDS.iter().any(|w| **w == first) => Event::FourLetter { conn, word: first },
-            // a negative length reads as more than the most a frame holds
-            Ok(()) => match transport::read_body(&mut s, u32::from_be_bytes(first), jute::FRAME_BYTES_MAX) {
-                Ok(payload) => Event::Frame { conn, payload },
-                Err(_) => Event::Closed { conn },
-            },
+/// Reads one connection's frames and hands them to the loop: a
+/// four-letter word instead of a first frame is answered and ends it; a
+/// bad length, a short frame or the end of the stream closes it.
+async fn read_frames(conn: u64, r: tokio::net::tcp::OwnedReadHalf, tx: Sender<Event>) {
+    use tokio::io::AsyncReadExt;
+    let mut r = tokio::io::BufReader::with_capacity(transport::READ_BUFFER_BYTES, r);
+    let mut first = true;
+    loop {
+        let mut head = [0u8; 4];
+        let ev = match r.read_exact(&mut head).await {
             Err(_) => Event::Closed { conn },
+            Ok(_) if first && proto::FOUR_LETTER_WORDS.iter().any(|w| **w == head) => {
+                Event::FourLetter { conn, word: head }
+            }
+            // a negative length reads as more than the most a frame holds
+            Ok(_) if u32::from_be_bytes(head) as usize > jute::FRAME_BYTES_MAX => Event::Closed { conn },
+            Ok(_) => {
+                let n = u32::from_be_bytes(head) as usize;
+                // grows with what arrives, not with what the header claims
+                let mut payload = Vec::with_capacity(n.min(transport::READ_BUFFER_BYTES));
+                match (&mut r).take(n as u64).read_to_end(&mut payload).await {
+                    Ok(got) if got == n => Event::Frame { conn, payload },
+                    _ => Event::Closed { conn },
+                }
+            }
         };
+        first = false;
         let more = matches!(ev, Event::Frame { .. });
         if tx.send(ev).is_err() || !more {
             return;
         }
-        loop {
-            match transport::read_frame(&mut s, jute::FRAME_BYTES_MAX) {
-                Ok(Some(payload)) => {
-                    if tx.send(Event::Frame { conn, payload }).is_err() {
-                        return;
-                    }
-                }
-                _ => {
-                    let _ = tx.send(Event::Closed { conn });
-                    return;
-                }
-            }
-        }
-    });
+    }
 }
 
 fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), String> {
