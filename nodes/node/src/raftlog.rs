@@ -66,6 +66,12 @@ impl RaftLog {
             Err(e) => return Err(format!("{HARD_STATE}: {e}")),
         };
         let (snapshot_index, snapshot_term, snapshot_bytes) = snapshot.unwrap_or((0, 0, Vec::new()));
+        // a snapshot holds only applied, so committed, entries: a crash
+        // after its file was renamed into place but before the commit index
+        // behind it was persisted leaves the hard state behind it, and raft
+        // refuses a commit index below the snapshot's
+        let mut hard_state = hard_state;
+        hard_state.commit = hard_state.commit.max(snapshot_index);
         // a log that ends before the snapshot is useless: start after it
         if log.last_index().is_none_or(|l| l < snapshot_index) || log.start_index() > snapshot_index + 1 {
             log.reset(&mut disk, snapshot_index + 1).map_err(|e| e.to_string())?;
@@ -354,6 +360,38 @@ mod tests {
         assert_eq!(log.snapshot(8, 2).unwrap().get_metadata().index, 8);
         assert!(log.snapshot(9, 2).is_err());
         assert_eq!(log.snapshot_wanted(), 9);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_snapshot_newer_than_the_persisted_commit_index_raises_it() {
+        let dir = std::env::temp_dir().join(format!("drift-raftlog-commit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let cfg = changelog::Config {
+            rotate_interval: 4,
+            reserved_log_items: 2,
+            zstd_level: 1,
+        };
+        let (mut log, _, _) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1], cfg, None).unwrap();
+        log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();
+        log.set_hard_state(HardState {
+            term: 1,
+            vote: 1,
+            commit: 3,
+            ..HardState::default()
+        })
+        .unwrap();
+        drop(log);
+        // the snapshot at 8 reached the disk, its commit index did not
+        let (log, _, _) = RaftLog::open(
+            FsDisk::open(&dir).unwrap(),
+            vec![1],
+            cfg,
+            Some((8, 1, b"snap".to_vec())),
+        )
+        .unwrap();
+        assert_eq!(log.hard_state().commit, 8);
+        assert_eq!(log.initial_state().unwrap().hard_state.commit, 8);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
