@@ -309,25 +309,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn entries_hard_state_and_snapshot_window_survive_a_reopen() {
-        let dir = std::env::temp_dir().join(format!("drift-raftlog-{}", std::process::id()));
+    const CFG: changelog::Config = changelog::Config {
+        rotate_interval: 4,
+        reserved_log_items: 2,
+        zstd_level: 1,
+    };
+
+    /// A new log in a scratch directory holding entries 1..=10 of term 1
+    /// and the hard state (term, vote, commit).
+    fn ten_entries(tag: &str, hs: (u64, u64, u64)) -> (std::path::PathBuf, RaftLog) {
+        let dir = std::env::temp_dir().join(format!("drift-raftlog-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let cfg = changelog::Config {
-            rotate_interval: 4,
-            reserved_log_items: 2,
-            zstd_level: 1,
-        };
-        let (mut log, _, fresh) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], cfg, None).unwrap();
+        let (mut log, _, fresh) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], CFG, None).unwrap();
         assert!(fresh, "no raft state yet");
         log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();
+        let (term, vote, commit) = hs;
         log.set_hard_state(HardState {
-            term: 2,
-            vote: 3,
-            commit: 9,
+            term,
+            vote,
+            commit,
             ..HardState::default()
         })
         .unwrap();
+        (dir, log)
+    }
+
+    #[test]
+    fn entries_hard_state_and_snapshot_window_survive_a_reopen() {
+        let (dir, mut log) = ten_entries("reopen", (2, 3, 9));
+        let cfg = CFG;
         assert_eq!(
             log.entries(3, 5, None, GetEntriesContext::empty(false)).unwrap(),
             [entry(3, 1), entry(4, 1)]
@@ -365,22 +375,8 @@ mod tests {
 
     #[test]
     fn a_snapshot_newer_than_the_persisted_commit_index_raises_it() {
-        let dir = std::env::temp_dir().join(format!("drift-raftlog-commit-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let cfg = changelog::Config {
-            rotate_interval: 4,
-            reserved_log_items: 2,
-            zstd_level: 1,
-        };
-        let (mut log, _, _) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1], cfg, None).unwrap();
-        log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();
-        log.set_hard_state(HardState {
-            term: 1,
-            vote: 1,
-            commit: 3,
-            ..HardState::default()
-        })
-        .unwrap();
+        let (dir, log) = ten_entries("commit", (1, 1, 3));
+        let cfg = CFG;
         drop(log);
         // the snapshot at 8 reached the disk, its commit index did not
         let (log, _, _) = RaftLog::open(
