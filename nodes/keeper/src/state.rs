@@ -208,8 +208,9 @@ impl State {
                     from.push_str(key);
                     from.push('\0');
                 }
-                // a descendant of the child just listed: skip past its
-                // subtree ('0' follows '/')
+                // a descendant of a child already listed (a child sorts
+                // before its descendants): skip past that child's subtree
+                // ('0' follows '/')
                 Some(i) => {
                     from.push_str(&key[..prefix.len() + i]);
                     from.push('0');
