@@ -215,6 +215,31 @@ async fn connect(hosts: &str) -> zk::Client {
     }
 }
 
+/// Creates `{prefix}0` .. `{prefix}{n-1}` while the test's own faults
+/// happen around it. A create cut off by a lost connection is sent again
+/// (a node drops its clients' connections when it loses sight of the
+/// leader, as ZooKeeper's do, and on a loaded machine a follower can miss
+/// a heartbeat round); NodeExists on a resend means the first one
+/// committed.
+async fn create_each(client: &zk::Client, prefix: &str, n: usize) {
+    for i in 0..n {
+        let path = format!("{prefix}{i}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut resent = false;
+        loop {
+            match client.create(&path, b"", &persistent()).await {
+                Ok(_) => break,
+                Err(zk::Error::NodeExists) if resent => break,
+                Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
+                    resent = true;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("create {path}: {e}"),
+            }
+        }
+    }
+}
+
 fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
@@ -361,9 +386,7 @@ async fn a_restarted_follower_catches_up_by_log_and_after_compaction_or_a_wipe_b
 
     // down for a few writes: the log is enough
     c.kill(follower);
-    for i in 0..30 {
-        client.create(&format!("/c/a{i}"), b"", &persistent()).await.unwrap();
-    }
+    create_each(&client, "/c/a", 30).await;
     c.start(follower);
     let same = || {
         let want = c.field(leader, "dgst", "digest\t")?;
@@ -375,9 +398,7 @@ async fn a_restarted_follower_catches_up_by_log_and_after_compaction_or_a_wipe_b
     // wiped and down while the leader snapshots and compacts past it
     c.kill(follower);
     std::fs::remove_dir_all(c.dir.join("data").join(format!("node-{follower}"))).unwrap();
-    for i in 0..400 {
-        client.create(&format!("/c/b{i}"), b"", &persistent()).await.unwrap();
-    }
+    create_each(&client, "/c/b", 400).await;
     c.start(follower);
     wait_for(Duration::from_secs(20), same).expect("wiped follower catches up");
     assert!(
@@ -394,9 +415,7 @@ async fn a_restarted_follower_catches_up_by_log_and_after_compaction_or_a_wipe_b
     let installs = |c: &Cluster| c.log(follower).matches("snapshot_installed").count();
     let before = installs(&c);
     c.kill(follower);
-    for i in 0..400 {
-        client.create(&format!("/c/d{i}"), b"", &persistent()).await.unwrap();
-    }
+    create_each(&client, "/c/d", 400).await;
     c.start(follower);
     wait_for(Duration::from_secs(20), same).expect("restarted follower catches up after compaction");
     assert_eq!(installs(&c), before + 1, "by snapshot:\n{}", c.log(follower));
