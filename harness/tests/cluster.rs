@@ -218,9 +218,9 @@ async fn connect(hosts: &str) -> zk::Client {
 /// Creates `{prefix}0` .. `{prefix}{n-1}` while the test's own faults
 /// happen around it. A create cut off by a lost connection is sent again
 /// (a node drops its clients' connections when it loses sight of the
-/// leader, as ZooKeeper's do, and on a loaded machine a follower can miss
-/// a heartbeat round); NodeExists on a resend means the first one
-/// committed.
+/// leader, as ZooKeeper's do, and on a loaded machine a follower can hear
+/// nothing from the leader for an election timeout); NodeExists on a
+/// resend means the first one committed.
 async fn create_each(client: &zk::Client, prefix: &str, n: usize) {
     for i in 0..n {
         let path = format!("{prefix}{i}");
