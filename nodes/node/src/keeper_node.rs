@@ -356,14 +356,18 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
 /// two thread switches per request. The loop reaches a connection through
 /// its frame queue and shuts it down through a duplicate of its socket.
 fn client_io(listener: TcpListener, tx: Sender<Event>) -> Result<(), String> {
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| format!("client listener: {e}"))?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
         .map_err(|e| format!("client I/O runtime: {e}"))?;
+    let listener = {
+        let _in_runtime = rt.enter();
+        listener
+            .set_nonblocking(true)
+            .and_then(|()| tokio::net::TcpListener::from_std(listener))
+            .map_err(|e| format!("client listener: {e}"))?
+    };
     thread::Builder::new()
         .name("client-io".into())
         .spawn(move || rt.block_on(accept_clients(listener, tx)))
@@ -371,10 +375,7 @@ fn client_io(listener: TcpListener, tx: Sender<Event>) -> Result<(), String> {
     Ok(())
 }
 
-async fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
-    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-        return;
-    };
+async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>) {
     let mut next = 1u64;
     loop {
         let stream = match listener.accept().await {
@@ -418,13 +419,8 @@ async fn accept_clients(listener: TcpListener, tx: Sender<Event>) {
 /// flushed and the write side closed.
 async fn write_frames(mut w: tokio::net::tcp::OwnedWriteHalf, mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>) {
     use tokio::io::AsyncWriteExt;
-    while let Some(mut frames) = rx.recv().await {
-        while frames.len() < transport::COALESCE_BYTES {
-            match rx.try_recv() {
-                Ok(f) => frames.extend_from_slice(&f),
-                Err(_) => break,
-            }
-        }
+    while let Some(first) = rx.recv().await {
+        let frames = transport::coalesce(first, || rx.try_recv().ok());
         if w.write_all(&frames).await.is_err() {
             return;
         }
@@ -447,16 +443,15 @@ async fn read_frames(conn: u64, r: tokio::net::tcp::OwnedReadHalf, tx: Sender<Ev
                 Event::FourLetter { conn, word: head }
             }
             // a negative length reads as more than the most a frame holds
-            Ok(_) if u32::from_be_bytes(head) as usize > jute::FRAME_BYTES_MAX => Event::Closed { conn },
-            Ok(_) => {
-                let n = u32::from_be_bytes(head) as usize;
-                // grows with what arrives, not with what the header claims
-                let mut payload = Vec::with_capacity(n.min(transport::READ_BUFFER_BYTES));
-                match (&mut r).take(n as u64).read_to_end(&mut payload).await {
-                    Ok(got) if got == n => Event::Frame { conn, payload },
-                    _ => Event::Closed { conn },
-                }
-            }
+            Ok(_) => match transport::Body::new(u32::from_be_bytes(head), jute::FRAME_BYTES_MAX) {
+                Ok(mut body) => match (&mut r).take(body.len as u64).read_to_end(&mut body.buf).await {
+                    Ok(_) => body
+                        .complete()
+                        .map_or(Event::Closed { conn }, |payload| Event::Frame { conn, payload }),
+                    Err(_) => Event::Closed { conn },
+                },
+                Err(_) => Event::Closed { conn },
+            },
         };
         first = false;
         let more = matches!(ev, Event::Frame { .. });
@@ -530,6 +525,14 @@ fn diverged(w: &Write) -> Write {
         Write::Op(op) => Write::Multi(vec![op.clone(), marker]),
         _ => Write::Op(marker),
     }
+}
+
+/// The keys of `m` whose value arrived (`since`) longer than `age` ago.
+fn older_than<V>(m: &BTreeMap<u64, V>, age: Duration, since: impl Fn(&V) -> Instant) -> Vec<u64> {
+    m.iter()
+        .filter(|(_, v)| since(v).elapsed() > age)
+        .map(|(k, _)| *k)
+        .collect()
 }
 
 /// A snapshot a worker thread is writing: its identity, and where the
@@ -1083,25 +1086,13 @@ impl Node {
         }
         // read-index rounds raft dropped (no leader, or one that has not
         // committed in its term yet) never answer: the client reconnects
-        let lost: Vec<u64> = self
-            .read_index_wait
-            .iter()
-            .filter(|(_, r)| r.since.elapsed() > READ_INDEX_TIMEOUT)
-            .map(|(c, _)| *c)
-            .collect();
-        for ctx in lost {
+        for ctx in older_than(&self.read_index_wait, READ_INDEX_TIMEOUT, |r| r.since) {
             if let Some(r) = self.read_index_wait.remove(&ctx) {
                 self.drop_conn(r.conn);
             }
         }
         // requests waiting too long: tell the client
-        let stale: Vec<u64> = self
-            .pending
-            .iter()
-            .filter(|(_, p)| p.since.elapsed() > PENDING_TIMEOUT)
-            .map(|(r, _)| *r)
-            .collect();
-        for r in stale {
+        for r in older_than(&self.pending, PENDING_TIMEOUT, |p| p.since) {
             self.fail_pending(r);
         }
     }

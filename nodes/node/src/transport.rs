@@ -31,17 +31,22 @@ pub const COALESCE_BYTES: usize = 256 << 10;
 /// Read buffer of a connection: a batch of frames costs one read.
 pub const READ_BUFFER_BYTES: usize = 64 << 10;
 
-/// Takes `first` and whatever else is queued on `rx` right now, up to
-/// [`COALESCE_BYTES`], as one buffer; `None` once `rx` is closed.
+/// The next frame on `rx` and whatever else is queued right now, as one
+/// buffer (see [`coalesce`]); `None` once `rx` is closed.
 pub fn next_batch(rx: &Receiver<Vec<u8>>) -> Option<Vec<u8>> {
-    let mut batch = rx.recv().ok()?;
-    while batch.len() < COALESCE_BYTES {
-        match rx.try_recv() {
-            Ok(frame) => batch.extend_from_slice(&frame),
-            Err(_) => break,
+    Some(coalesce(rx.recv().ok()?, || rx.try_recv().ok()))
+}
+
+/// `first` followed by the frames `queued` yields without waiting, up to
+/// [`COALESCE_BYTES`]: what a writer sends in one write.
+pub fn coalesce(mut first: Vec<u8>, mut queued: impl FnMut() -> Option<Vec<u8>>) -> Vec<u8> {
+    while first.len() < COALESCE_BYTES {
+        match queued() {
+            Some(frame) => first.extend_from_slice(&frame),
+            None => break,
         }
     }
-    Some(batch)
+    first
 }
 
 /// What travels between nodes.
@@ -146,23 +151,44 @@ pub fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<Vec<u
 
 /// Reads the body of a frame whose header said `len` bytes (at most `max`).
 pub fn read_body(s: &mut impl Read, len: u32, max: usize) -> std::io::Result<Vec<u8>> {
-    let n = len as usize;
-    if n > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("frame of {n} bytes"),
-        ));
+    let mut body = Body::new(len, max)?;
+    s.take(body.len as u64).read_to_end(&mut body.buf)?;
+    body.complete()
+}
+
+/// A frame body being read: checked against the most a frame may hold
+/// before anything is read, and a buffer that grows with what arrives,
+/// not with what the header claims. Serves blocking and async readers.
+pub struct Body {
+    pub len: usize,
+    pub buf: Vec<u8>,
+}
+
+impl Body {
+    pub fn new(len: u32, max: usize) -> std::io::Result<Body> {
+        let len = len as usize;
+        if len > max {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("frame of {len} bytes"),
+            ));
+        }
+        Ok(Body {
+            len,
+            buf: Vec::with_capacity(len.min(READ_BUFFER_BYTES)),
+        })
     }
-    // grows with what arrives, not with what the header claims
-    let mut buf = Vec::with_capacity(n.min(64 << 10));
-    s.take(n as u64).read_to_end(&mut buf)?;
-    if buf.len() < n {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("frame of {n} bytes cut at {}", buf.len()),
-        ));
+
+    /// The body, once all of it arrived.
+    pub fn complete(self) -> std::io::Result<Vec<u8>> {
+        if self.buf.len() < self.len {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("frame of {} bytes cut at {}", self.len, self.buf.len()),
+            ));
+        }
+        Ok(self.buf)
     }
-    Ok(buf)
 }
 
 /// Connects from `local_ip` (port chosen by the OS) to `to`.
