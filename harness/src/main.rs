@@ -4,9 +4,6 @@
 
 /// `println!` for drift's output: see [`fail::out_line`].
 macro_rules! out {
-    () => {
-        $crate::fail::out_line(format_args!(""))
-    };
     ($($arg:tt)*) => {
         $crate::fail::out_line(format_args!($($arg)*))
     };

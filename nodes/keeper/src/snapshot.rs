@@ -375,13 +375,13 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
     let mut nodes: BTreeMap<Arc<str>, Node> = BTreeMap::new();
     let mut children: BTreeMap<String, i32> = BTreeMap::new();
     let mut sum = 0u64;
-    let mut previous: Option<String> = None;
+    let mut previous: Option<Arc<str>> = None;
     for _ in 0..node_count {
         let p = r.str(PATH_BYTES_MAX)?.to_string();
         if path::validate(&p).is_err() {
             return r.error(format!("invalid path {p:?}"));
         }
-        if previous.as_ref().is_some_and(|q| *q >= p) {
+        if previous.as_deref().is_some_and(|q| q >= p.as_str()) {
             return r.error(format!("node {p:?} out of path order"));
         }
         if previous.is_none() && p != "/" {
@@ -419,8 +419,9 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
             content: if digest_on { content } else { 0 },
             digest: if digest_on { d } else { 0 },
         };
-        previous = Some(p.clone());
-        nodes.insert(Arc::from(p), node);
+        let key: Arc<str> = Arc::from(p);
+        previous = Some(key.clone());
+        nodes.insert(key, node);
     }
     let mut sessions = BTreeMap::new();
     for _ in 0..session_count {
