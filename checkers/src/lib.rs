@@ -11,6 +11,7 @@
 //! * [`linear`] — linearizability (cas-register, kv)
 //! * [`unique_ids`], [`set`], [`counter`], [`queue`], [`stats`] — Jepsen's
 //!   other classic checkers
+//! * [`perf`] — latency quantiles and throughput per `f` and fault window
 //! * [`digest`] — the keeper's divergence detector, from nemesis events
 //! * [`registry`] — checkers by name, as the CLI names them
 
@@ -22,6 +23,7 @@ mod fxhash;
 pub mod history;
 pub mod linear;
 pub mod pairing;
+pub mod perf;
 pub mod queue;
 pub mod registry;
 pub mod set;

@@ -10,7 +10,7 @@ use crate::stats::Stats;
 use crate::unique_ids::UniqueIds;
 
 /// Every checker name, in the order help text lists them.
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "linearizable",
     "unique-ids",
     "set",
@@ -18,6 +18,7 @@ pub const NAMES: [&str; 8] = [
     "total-queue",
     "ephemeral",
     "stats",
+    "perf",
     "digest",
 ];
 
@@ -35,6 +36,7 @@ pub fn build(name: &str, model: Option<ModelKind>) -> Result<Box<dyn Checker>, S
         "total-queue" => Box::new(TotalQueue),
         "ephemeral" => Box::new(crate::ephemeral::Ephemeral),
         "stats" => Box::new(Stats),
+        "perf" => Box::new(crate::perf::Perf),
         "digest" => Box::new(crate::digest::DigestChecker),
         other => return Err(format!("unknown checker `{other}` (known: {})", NAMES.join(", "))),
     })

@@ -853,6 +853,7 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
                 c.details["ok"], c.details["fail"], c.details["info"]
             ),
             "digest" => format!("aborts {} problems {}", c.details["aborts"], c.details["problems"]),
+            "perf" => perf_line(&c.details),
             "linearizable" => format!("{} keys, {} invalid", c.details["keys"], c.details["keys_invalid"]),
             _ => String::new(),
         };
@@ -872,6 +873,26 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
     if results.verdict != Verdict::Valid {
         out!("reproduce: drift replay {}   (seed {seed})", run.path.display());
     }
+}
+
+/// The perf checker's headline: succeeded ops per second and the
+/// latency quantiles of all operations, then the same per fault window.
+fn perf_line(details: &serde_json::Value) -> String {
+    let span = |s: &serde_json::Value| {
+        let q = &s["all"]["latency_ms"];
+        let ms = |k: &str| q[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+        format!(
+            "{:.0} ok/s p50 {} p99 {} ms",
+            s["all"]["ok_per_s"].as_f64().unwrap_or(0.0),
+            ms("p50"),
+            ms("p99")
+        )
+    };
+    let mut line = span(details);
+    for w in details["windows"].as_array().into_iter().flatten() {
+        line.push_str(&format!("; {}: {}", w["window"].as_str().unwrap_or("?"), span(w)));
+    }
+    line
 }
 
 /// `drift replay <run dir>`: the same campaign again — its seed, options

@@ -26,8 +26,8 @@ pub enum Command {
     Check(CheckArgs),
     /// Run a stored run again with its seed and nemesis schedule.
     Replay(ReplayArgs),
-    /// Compare stored runs across versions.
-    Compare(Unbuilt),
+    /// Compare stored runs: versions, config, verdicts, and throughput and latency per op and fault window.
+    Compare(CompareArgs),
     /// Benchmarks: `drift bench checker [DIR]`.
     Bench(BenchArgs),
     /// Serve the result store over HTTP.
@@ -44,6 +44,33 @@ pub enum Command {
 pub struct Unbuilt {
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
     pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Exit codes: 0 no run is worse than the baseline, 1 a checker turned invalid or a --max-* limit was crossed, 2 a checker turned unknown, 3 the comparison itself failed (a missing or corrupt file)."
+)]
+pub struct CompareArgs {
+    /// The baseline, then the runs to compare with it: run directories
+    /// (`store/latest` works), or a test directory for its newest run. A
+    /// test directory alone compares its two newest runs.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Worse (exit 1) when an op's succeeded-ops throughput fell by more
+    /// than this many percent against the baseline.
+    #[arg(long = "max-throughput-drop", value_name = "PERCENT")]
+    pub max_throughput_drop: Option<f64>,
+    /// Worse (exit 1) when an op's p99 latency rose by more than this many
+    /// percent against the baseline.
+    #[arg(long = "max-p99-rise", value_name = "PERCENT")]
+    pub max_p99_rise: Option<f64>,
+    /// The --max-* limits judge only ops with at least this many
+    /// successes in both runs (fewer say little about a rate or a p99).
+    #[arg(long = "min-ops", default_value_t = 50)]
+    pub min_ops: u64,
 }
 
 #[derive(Args, Debug)]
@@ -193,7 +220,7 @@ pub struct CheckArgs {
     pub input: PathBuf,
     /// Checker to run; repeat or comma-separate for several
     /// (linearizable, unique-ids, set, counter, total-queue, ephemeral,
-    /// stats, digest).
+    /// stats, perf, digest).
     /// Default: the checkers of the run's workload, else linearizable.
     #[arg(long = "checker", value_delimiter = ',')]
     pub checkers: Vec<String>,

@@ -18,6 +18,7 @@ mod campaign;
 mod check;
 mod cli;
 mod cluster;
+mod compare;
 mod fail;
 mod local;
 mod nemesis;
@@ -47,7 +48,7 @@ fn main() {
         },
         Command::Test(args) => campaign::run(args),
         Command::Replay(args) => campaign::replay(&args.run),
-        Command::Compare(_) => Err(Failure::unbuilt("compare")),
+        Command::Compare(args) => compare::run(args),
         Command::Serve(_) => Err(Failure::unbuilt("serve")),
         Command::Node(args) => cluster::node(args),
         Command::Cluster(args) => cluster::cluster(args),

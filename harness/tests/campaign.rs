@@ -102,7 +102,19 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
         .iter()
         .map(|c| c["checker"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["unique-ids", "stats", "digest"]);
+    assert_eq!(names, ["unique-ids", "stats", "perf", "digest"]);
+    let perf = checker_results(&run, "perf").unwrap();
+    let stats = checker_results(&run, "stats").unwrap();
+    assert_eq!(perf["details"]["all"]["ok"], stats["details"]["ok"]);
+    let kill = perf["details"]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["window"] == "kill")
+        .unwrap_or_else(|| panic!("a kill window: {}", perf["details"]));
+    assert!(kill["seconds"].as_f64().unwrap() > 1.0, "{kill}");
+    let version = &info["versions"];
+    assert_eq!(version["binary_sha256"].as_str().map(str::len), Some(64), "{version}");
     let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
     assert!(history.contains("\"start-kill\"") && history.contains("\"final-digests\""));
     // re-check the stored run
@@ -152,6 +164,15 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
     };
     assert_ne!(plan(&edited), plan(&info));
     assert_eq!(plan(&info2), plan(&edited), "the replay applied the stored schedule");
+    // the test's directory alone compares its two runs: same options,
+    // both valid
+    let compare = drift().arg("compare").arg(run.parent().unwrap()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&compare.stdout);
+    assert_eq!(compare.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("config   same options") && stdout.contains("window kill"),
+        "{stdout}"
+    );
     let _ = std::fs::remove_dir_all(&store);
 }
 

@@ -1,4 +1,5 @@
-//! `drift check` as a user runs it: the real binary, real files, exit codes.
+//! `drift check` and `drift compare` as a user runs them: the real
+//! binary, real files, exit codes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -191,13 +192,11 @@ fn bad_arguments_exit_3() {
 }
 
 #[test]
-fn unbuilt_subcommands_say_so_and_exit_3() {
-    for args in [&["compare"][..], &["serve"]] {
-        let (code, stdout, stderr) = run(drift().args(args));
-        assert_eq!(code, 3, "{args:?}");
-        assert!(stdout.is_empty(), "{args:?} printed {stdout:?}");
-        assert!(stderr.contains("not implemented yet"), "{args:?}: {stderr}");
-    }
+fn the_unbuilt_subcommand_says_so_and_exits_3() {
+    let (code, stdout, stderr) = run(drift().arg("serve"));
+    assert_eq!(code, 3);
+    assert!(stdout.is_empty(), "serve printed {stdout:?}");
+    assert!(stderr.contains("not implemented yet"), "{stderr}");
 }
 
 /// A history that takes an exhaustive search far longer than a second:
@@ -368,4 +367,203 @@ fn a_reader_that_leaves_ends_drift_quietly_instead_of_a_panic() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A stored run made by hand: `reads` reads by 4 processes, one invoked
+/// every `gap_ms`, each taking `latency_ms`; a partition over the middle
+/// third; `run.json` with `config`, `results.json` with the given
+/// linearizable verdict.
+struct Made<'a> {
+    reads: i64,
+    gap_ms: i64,
+    latency_ms: i64,
+    linearizable: &'a str,
+    config: serde_json::Value,
+}
+
+fn make_run(dir: &Path, m: &Made) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ms = 1_000_000i64;
+    let mut lines = Vec::new();
+    let mut line = |time: i64, process: serde_json::Value, kind: &str, f: &str| {
+        let index = lines.len();
+        lines.push(
+            serde_json::json!({"index": index, "time": time, "process": process, "type": kind, "f": f, "value": null})
+                .to_string(),
+        );
+    };
+    let span = m.reads * m.gap_ms * ms;
+    for k in 0..m.reads {
+        let t = k * m.gap_ms * ms;
+        if t == span / 3 {
+            line(t, "nemesis".into(), "info", "start-partition");
+        }
+        if t == 2 * span / 3 {
+            line(t, "nemesis".into(), "info", "stop-partition");
+        }
+        line(t, (k % 4).into(), "invoke", "read");
+        line(t + m.latency_ms * ms, (k % 4).into(), "ok", "read");
+    }
+    std::fs::write(dir.join("history.jsonl"), lines.join("\n") + "\n").unwrap();
+    let info = serde_json::json!({
+        "test": "made", "kind": "test", "created_at": "2026-11-30T00:00:00.000Z", "seed": 1,
+        "config": m.config, "versions": {"drift": "0.1.0", "git_sha": "0123456789abcdef"},
+    });
+    std::fs::write(dir.join("run.json"), info.to_string()).unwrap();
+    let verdict = if m.linearizable == "valid" {
+        "valid"
+    } else {
+        m.linearizable
+    };
+    let results = serde_json::json!({
+        "verdict": verdict, "history": "history.jsonl", "ops": 0, "operations": 0, "keys": 1,
+        "checked_at": "2026-11-30T00:00:00.000Z", "elapsed_ms": 1.0,
+        "checkers": [
+            {"checker": "linearizable", "verdict": m.linearizable, "elapsed_ms": 1.0, "details": {}},
+            {"checker": "stats", "verdict": "valid", "elapsed_ms": 1.0, "details": {}},
+        ],
+    });
+    std::fs::write(dir.join("results.json"), results.to_string()).unwrap();
+}
+
+fn made(linearizable: &str, gap_ms: i64, latency_ms: i64) -> Made<'_> {
+    Made {
+        reads: 240,
+        gap_ms,
+        latency_ms,
+        linearizable,
+        config: serde_json::json!({"rate": 100}),
+    }
+}
+
+#[test]
+fn compare_says_which_checker_turned_invalid_and_exits_1() {
+    let root = scratch("compare-verdict");
+    make_run(&root.join("a"), &made("valid", 10, 2));
+    make_run(&root.join("b"), &made("invalid", 10, 2));
+    let (code, stdout, _) = run(drift().arg("compare").arg(root.join("a")).arg(root.join("b")));
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("WORSE: checker linearizable: valid → invalid"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("config   same options"), "{stdout}");
+    // the other way round it is better, which is not a regression
+    let (code, stdout, _) = run(drift().arg("compare").arg(root.join("b")).arg(root.join("a")));
+    assert_eq!(code, 0, "{stdout}");
+    assert!(stdout.contains("not worse than the baseline"), "{stdout}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn compare_gates_on_throughput_and_p99_only_when_asked_and_only_with_enough_ops() {
+    let root = scratch("compare-perf");
+    make_run(&root.join("a"), &made("valid", 10, 2));
+    // half the rate, twice the latency
+    make_run(&root.join("b"), &made("valid", 20, 4));
+    let compare = |extra: &[&str]| {
+        run(drift()
+            .arg("compare")
+            .arg(root.join("a"))
+            .arg(root.join("b"))
+            .args(extra))
+    };
+    let (code, stdout, _) = compare(&[]);
+    assert_eq!(code, 0, "no limit given: {stdout}");
+    let (code, stdout, _) = compare(&["--max-throughput-drop", "20"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("read: throughput") && stdout.contains("down 50."),
+        "{stdout}"
+    );
+    let (code, stdout, _) = compare(&["--max-p99-rise", "50"]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("read: p99 2.0 → 4.0 ms, up 100."), "{stdout}");
+    let (code, stdout, _) = compare(&["--max-p99-rise", "150", "--max-throughput-drop", "60"]);
+    assert_eq!(code, 0, "within both limits: {stdout}");
+    let (code, stdout, _) = compare(&["--max-p99-rise", "1", "--min-ops", "1000"]);
+    assert_eq!(code, 0, "240 reads are fewer than --min-ops: {stdout}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn compare_of_a_test_directory_takes_its_two_newest_runs_and_reports_fault_windows() {
+    let root = scratch("compare-dir");
+    let test = root.join("made");
+    make_run(&test.join("20261130T000000.000Z"), &made("invalid", 10, 2));
+    make_run(&test.join("20261130T000001.000Z"), &made("valid", 10, 2));
+    let mut newest = made("valid", 10, 3);
+    newest.config = serde_json::json!({"rate": 200});
+    make_run(&test.join("20261130T000002.000Z"), &newest);
+    let (code, stdout, _) = run(drift().arg("compare").arg(&test).arg("--json"));
+    assert_eq!(code, 0, "the invalid oldest run is not compared: {stdout}");
+    let out: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(out["baseline"]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("20261130T000001.000Z"));
+    assert!(out["runs"][0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("20261130T000002.000Z"));
+    let c = &out["comparisons"][0];
+    assert_eq!(c["config_changes"][0]["option"], "rate");
+    assert_eq!(c["config_changes"][0]["run"], 200);
+    let windows: Vec<&str> = out["baseline"]["perf"]["windows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["window"].as_str().unwrap())
+        .collect();
+    assert_eq!(windows, ["none", "partition"]);
+    let partition = c["perf"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["span"] == "partition" && r["f"] == "read")
+        .unwrap();
+    assert_eq!(
+        partition["baseline"]["ok"], 80,
+        "a third of the reads fall in the partition"
+    );
+    let p50 = partition["p50_ratio"].as_f64().unwrap();
+    assert!((p50 - 1.5).abs() < 0.01, "3 ms against 2 ms: {p50}");
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn compare_bad_input_exits_3_naming_what_and_where() {
+    let root = scratch("compare-bad");
+    make_run(&root.join("a"), &made("valid", 10, 2));
+    make_run(&root.join("b"), &made("valid", 10, 2));
+    std::fs::write(root.join("b/results.json"), "{\"verdict\": \"valid\",\n  oops").unwrap();
+    let (code, _, stderr) = run(drift().arg("compare").arg(root.join("a")).arg(root.join("b")));
+    assert_eq!(code, 3);
+    assert!(
+        stderr.contains("b/results.json") && stderr.contains("line 2"),
+        "{stderr}"
+    );
+
+    let (code, _, stderr) = run(drift().arg("compare").arg(root.join("a")));
+    assert_eq!(code, 3);
+    assert!(stderr.contains("nothing to compare"), "{stderr}");
+
+    std::fs::create_dir_all(root.join("empty")).unwrap();
+    let (code, _, stderr) = run(drift().arg("compare").arg(root.join("a")).arg(root.join("empty")));
+    assert_eq!(code, 3);
+    assert!(stderr.contains("empty: not a run"), "{stderr}");
+
+    let (code, _, stderr) = run(drift()
+        .arg("compare")
+        .arg(root.join("a"))
+        .arg(root.join("a"))
+        .arg("--max-p99-rise=-5"));
+    assert_eq!(code, 3);
+    assert!(stderr.contains("--max-p99-rise"), "{stderr}");
+
+    std::fs::write(root.join("a/history.jsonl"), "{\"index\": 0, \"time\": 0}\n").unwrap();
+    let (code, _, stderr) = run(drift().arg("compare").arg(root.join("a")).arg(root.join("b")));
+    assert_eq!(code, 3);
+    assert!(stderr.contains("a/history.jsonl:1"), "{stderr}");
+    std::fs::remove_dir_all(&root).unwrap();
 }

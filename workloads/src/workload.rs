@@ -90,7 +90,7 @@ impl Workload {
             Workload::TotalQueue => ("total-queue", None),
             Workload::Ephemeral => ("ephemeral", None),
         };
-        vec![main, ("stats", None)]
+        vec![main, ("stats", None), ("perf", None)]
     }
 
     /// The next operation of a worker. `unique` is a per-worker counter

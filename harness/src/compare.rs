@@ -1,0 +1,497 @@
+//! `drift compare`: stored runs side by side — which versions made them,
+//! what their configs differ in, how each checker's verdict moved, and
+//! throughput and latency per op and per fault window — with an exit code
+//! CI can gate on.
+//!
+//! The perf figures are recomputed from each run's `history.jsonl` (the
+//! record of truth), so runs stored by drifts that had no perf checker
+//! compare too. Verdicts come from `results.json`; a run without one
+//! counts as not checked, which is a change but not a regression.
+
+use crate::cli::CompareArgs;
+use crate::fail::Failure;
+use drift_checkers::perf::{self, FStats, PerfSummary, Span};
+use drift_checkers::{History, Verdict};
+use drift_results::files::{ResultsFile, RunInfo};
+use drift_results::store::{self, RunDir};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+/// One run as the comparison sees it.
+#[derive(Serialize)]
+struct Side {
+    path: PathBuf,
+    /// `run.json`, when the run has one.
+    info: Option<RunInfo>,
+    /// The composed verdict and each checker's (absent: never checked).
+    verdict: Option<Verdict>,
+    checkers: Vec<(String, Verdict)>,
+    perf: PerfSummary,
+}
+
+/// A config option that differs.
+#[derive(Serialize)]
+struct ConfigChange {
+    option: String,
+    baseline: Value,
+    run: Value,
+}
+
+/// One checker in both runs.
+#[derive(Serialize)]
+struct CheckerRow {
+    checker: String,
+    baseline: Option<Verdict>,
+    run: Option<Verdict>,
+    worse: bool,
+}
+
+/// One op (or `all`) over one span (the run, or a fault window).
+#[derive(Serialize)]
+struct PerfRow {
+    /// `run` or the window's faults.
+    span: String,
+    f: String,
+    baseline: Option<FStats>,
+    run: Option<FStats>,
+    /// run / baseline, where both exist and the baseline is not zero.
+    ok_per_s_ratio: Option<f64>,
+    p50_ratio: Option<f64>,
+    p99_ratio: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Comparison {
+    run: PathBuf,
+    config_changes: Vec<ConfigChange>,
+    checkers: Vec<CheckerRow>,
+    perf: Vec<PerfRow>,
+    /// Why the run is worse than the baseline (empty: it is not).
+    regressions: Vec<String>,
+    exit_code: i32,
+}
+
+pub fn run(args: CompareArgs) -> Result<i32, Failure> {
+    for (name, v) in [
+        ("--max-throughput-drop", args.max_throughput_drop),
+        ("--max-p99-rise", args.max_p99_rise),
+    ] {
+        if let Some(v) = v {
+            if !v.is_finite() || v < 0.0 {
+                return Err(Failure::new(format!(
+                    "{name} must be a percentage of at least 0, got {v}"
+                )));
+            }
+        }
+    }
+    let paths = resolve(&args.runs)?;
+    let sides = paths.iter().map(|p| load(p)).collect::<Result<Vec<_>, _>>()?;
+    let (baseline, runs) = sides.split_first().expect("resolve gives at least two runs");
+    let comparisons: Vec<Comparison> = runs.iter().map(|r| compare(baseline, r, &args)).collect();
+    let code = comparisons.iter().map(|c| c.exit_code).max().unwrap_or(0);
+    if args.json {
+        let out = serde_json::json!({
+            "baseline": baseline,
+            "runs": runs,
+            "comparisons": comparisons,
+            "exit_code": code,
+        });
+        out!("{}", serde_json::to_string_pretty(&out).expect("comparison serializes"));
+    } else {
+        print_side("baseline", baseline);
+        for (run, c) in runs.iter().zip(&comparisons) {
+            out!("");
+            print_side("run", run);
+            print_comparison(c);
+        }
+    }
+    Ok(code)
+}
+
+/// The run directories the arguments name, baseline first.
+fn resolve(args: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
+    if let [only] = args {
+        if is_run(only) {
+            return Err(Failure::new(format!(
+                "{}: one run alone has nothing to compare with: give a baseline and a run, or a test directory holding two runs or more",
+                only.display()
+            )));
+        }
+        let runs = runs_in(only)?;
+        if runs.len() < 2 {
+            return Err(Failure::new(format!(
+                "{}: holds {} run{}; comparing needs two",
+                only.display(),
+                runs.len(),
+                if runs.len() == 1 { "" } else { "s" }
+            )));
+        }
+        return Ok(runs[runs.len() - 2..].to_vec());
+    }
+    args.iter()
+        .map(|p| {
+            if is_run(p) {
+                Ok(p.clone())
+            } else {
+                runs_in(p)?
+                    .pop()
+                    .ok_or_else(|| Failure::new(format!("{}: holds no run", p.display())))
+            }
+        })
+        .collect()
+}
+
+fn is_run(p: &Path) -> bool {
+    p.join(store::HISTORY).is_file()
+}
+
+/// The runs of a test directory, oldest first (their names are UTC
+/// timestamps, so name order is time order).
+fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        Failure::new(format!(
+            "{}: not a run (no {}) nor a test directory of runs: {e}",
+            dir.display(),
+            store::HISTORY
+        ))
+    })?;
+    let mut runs: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_run(p))
+        .collect();
+    if runs.is_empty() {
+        return Err(Failure::new(format!(
+            "{}: not a run (no {}) nor a test directory of runs",
+            dir.display(),
+            store::HISTORY
+        )));
+    }
+    runs.sort();
+    Ok(runs)
+}
+
+/// Reads a JSON file of a run if it exists; a file that exists but does
+/// not parse is an error naming it and the place.
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, Failure> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Failure::new(format!("{}: {e}", path.display()))),
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| Failure::new(format!("{}: {e}", path.display())))
+}
+
+fn load(path: &Path) -> Result<Side, Failure> {
+    let run = RunDir::open(path).map_err(Failure::new)?;
+    let info: Option<RunInfo> = read_json(&run.run_json())?;
+    let results: Option<ResultsFile> = read_json(&run.results_json())?;
+    let history = History::load(&run.history()).map_err(|e| Failure::new(e.to_string()))?;
+    Ok(Side {
+        path: path.to_path_buf(),
+        info,
+        verdict: results.as_ref().map(|r| r.verdict),
+        checkers: results
+            .map(|r| r.checkers.into_iter().map(|c| (c.checker, c.verdict)).collect())
+            .unwrap_or_default(),
+        perf: perf::summarize(&history),
+    })
+}
+
+fn compare(base: &Side, run: &Side, args: &CompareArgs) -> Comparison {
+    let mut regressions = Vec::new();
+    let mut code = 0;
+
+    let config_changes = match (&base.info, &run.info) {
+        (Some(b), Some(r)) => config_changes(&b.config, &r.config),
+        _ => Vec::new(),
+    };
+
+    let mut names: Vec<String> = base.checkers.iter().map(|(n, _)| n.clone()).collect();
+    for (n, _) in &run.checkers {
+        if !names.contains(n) {
+            names.push(n.clone());
+        }
+    }
+    let verdict_of = |side: &Side, name: &str| side.checkers.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+    let checkers: Vec<CheckerRow> = names
+        .into_iter()
+        .map(|name| {
+            let (b, r) = (verdict_of(base, &name), verdict_of(run, &name));
+            let worse = matches!((b, r), (Some(b), Some(r)) if r > b);
+            if let (true, Some(b), Some(r)) = (worse, b, r) {
+                regressions.push(format!("checker {name}: {} → {}", b.as_str(), r.as_str()));
+                code = code.max(if r == Verdict::Invalid { 1 } else { 2 });
+            }
+            CheckerRow {
+                checker: name,
+                baseline: b,
+                run: r,
+                worse,
+            }
+        })
+        .collect();
+
+    let mut perf = perf_rows("run", Some(&base.perf.run), Some(&run.perf.run));
+    let mut windows: Vec<&str> = base.perf.windows.iter().map(|w| w.window.as_str()).collect();
+    for w in &run.perf.windows {
+        if !windows.contains(&w.window.as_str()) {
+            windows.push(&w.window);
+        }
+    }
+    let window = |p: &'_ PerfSummary, name: &str| -> Option<Span> {
+        p.windows.iter().find(|w| w.window == name).map(|w| w.span.clone())
+    };
+    for name in windows {
+        let (b, r) = (window(&base.perf, name), window(&run.perf, name));
+        perf.extend(perf_rows(name, b.as_ref(), r.as_ref()));
+    }
+    // the limits judge the whole run's figures: a window's few ops are noise
+    for row in perf.iter().filter(|r| r.span == "run") {
+        let (Some(b), Some(r)) = (&row.baseline, &row.run) else {
+            continue;
+        };
+        if b.ok < args.min_ops || r.ok < args.min_ops {
+            continue;
+        }
+        if let (Some(limit), Some(ratio)) = (args.max_throughput_drop, row.ok_per_s_ratio) {
+            let drop = (1.0 - ratio) * 100.0;
+            if drop > limit {
+                regressions.push(format!(
+                    "{}: throughput {:.1} → {:.1} ok/s, down {drop:.1}% (limit {limit}%)",
+                    row.f, b.ok_per_s, r.ok_per_s
+                ));
+                code = code.max(1);
+            }
+        }
+        if let (Some(limit), Some(ratio), Some(bq), Some(rq)) =
+            (args.max_p99_rise, row.p99_ratio, b.latency_ms, r.latency_ms)
+        {
+            let rise = (ratio - 1.0) * 100.0;
+            if rise > limit {
+                regressions.push(format!(
+                    "{}: p99 {:.1} → {:.1} ms, up {rise:.1}% (limit {limit}%)",
+                    row.f, bq.p99, rq.p99
+                ));
+                code = code.max(1);
+            }
+        }
+    }
+    // an invalid run is worse than a valid baseline even when the
+    // checkers differ by name
+    if let (Some(b), Some(r)) = (base.verdict, run.verdict) {
+        if r > b && !checkers.iter().any(|c| c.worse) {
+            regressions.push(format!("verdict {} → {}", b.as_str(), r.as_str()));
+            code = code.max(if r == Verdict::Invalid { 1 } else { 2 });
+        }
+    }
+    Comparison {
+        run: run.path.clone(),
+        config_changes,
+        checkers,
+        perf,
+        regressions,
+        exit_code: code,
+    }
+}
+
+/// The top-level options whose values differ.
+fn config_changes(base: &Value, run: &Value) -> Vec<ConfigChange> {
+    let (Some(b), Some(r)) = (base.as_object(), run.as_object()) else {
+        return if base == run {
+            Vec::new()
+        } else {
+            vec![ConfigChange {
+                option: "config".into(),
+                baseline: base.clone(),
+                run: run.clone(),
+            }]
+        };
+    };
+    let keys: BTreeSet<&String> = b.keys().chain(r.keys()).collect();
+    keys.into_iter()
+        .filter_map(|k| {
+            let (bv, rv) = (
+                b.get(k).cloned().unwrap_or(Value::Null),
+                r.get(k).cloned().unwrap_or(Value::Null),
+            );
+            (bv != rv).then(|| ConfigChange {
+                option: k.clone(),
+                baseline: bv,
+                run: rv,
+            })
+        })
+        .collect()
+}
+
+fn ratio(b: f64, r: f64) -> Option<f64> {
+    (b > 0.0).then(|| r / b)
+}
+
+/// Rows for `all` and every op of one span.
+fn perf_rows(span: &str, base: Option<&Span>, run: Option<&Span>) -> Vec<PerfRow> {
+    let mut fs: Vec<String> = vec!["all".into()];
+    for s in [base, run].into_iter().flatten() {
+        for f in s.by_f.keys() {
+            if !fs.contains(f) {
+                fs.push(f.clone());
+            }
+        }
+    }
+    fs.into_iter()
+        .map(|f| {
+            let get = |s: Option<&Span>| {
+                s.and_then(|s| {
+                    if f == "all" {
+                        Some(s.all.clone())
+                    } else {
+                        s.by_f.get(&f).cloned()
+                    }
+                })
+            };
+            let (b, r) = (get(base), get(run));
+            let q = |s: &Option<FStats>| s.as_ref().and_then(|s| s.latency_ms);
+            let (bq, rq) = (q(&b), q(&r));
+            PerfRow {
+                span: span.to_string(),
+                ok_per_s_ratio: b
+                    .as_ref()
+                    .zip(r.as_ref())
+                    .and_then(|(b, r)| ratio(b.ok_per_s, r.ok_per_s)),
+                p50_ratio: bq.zip(rq).and_then(|(b, r)| ratio(b.p50, r.p50)),
+                p99_ratio: bq.zip(rq).and_then(|(b, r)| ratio(b.p99, r.p99)),
+                f,
+                baseline: b,
+                run: r,
+            }
+        })
+        .collect()
+}
+
+fn print_side(label: &str, s: &Side) {
+    out!("{label:<9}{}", s.path.display());
+    let mut line = String::new();
+    match &s.info {
+        Some(i) => {
+            line.push_str(&format!("{} ({})  {}", i.test, i.kind, i.created_at));
+            if let Some(seed) = i.seed {
+                line.push_str(&format!("  seed {seed}"));
+            }
+            line.push_str(&format!("  drift {}", i.versions.short()));
+        }
+        None => line.push_str(&format!("no {}", store::RUN_JSON)),
+    }
+    let verdict = s
+        .verdict
+        .map_or_else(|| "NOT CHECKED".to_string(), |v| v.as_str().to_uppercase());
+    out!("         {line}  {verdict}");
+}
+
+fn num(v: Option<f64>, width: usize) -> String {
+    match v {
+        Some(v) if v >= 100.0 => format!("{v:>width$.0}"),
+        Some(v) => format!("{v:>width$.1}"),
+        None => format!("{:>width$}", "-"),
+    }
+}
+
+fn times(v: Option<f64>) -> String {
+    v.map_or_else(|| format!("{:>6}", "-"), |r| format!("{r:>6.2}"))
+}
+
+fn print_comparison(c: &Comparison) {
+    if c.config_changes.is_empty() {
+        out!("config   same options");
+    } else {
+        for (n, ch) in c.config_changes.iter().enumerate() {
+            out!(
+                "{}{}: {} → {}",
+                if n == 0 { "config   " } else { "         " },
+                ch.option,
+                ch.baseline,
+                ch.run
+            );
+        }
+    }
+    if !c.checkers.is_empty() {
+        out!("{:<22} {:<9} run", "checker", "baseline");
+        let v = |v: Option<Verdict>| v.map_or("-", Verdict::as_str);
+        for row in &c.checkers {
+            out!(
+                "  {:<20} {:<9} {:<9}{}",
+                row.checker,
+                v(row.baseline),
+                v(row.run),
+                if row.worse { " worse" } else { "" }
+            );
+        }
+    }
+    let groups = format!(
+        "{:<22} {:^26}  {:^24}  {:^24}",
+        "succeeded ops", "ok/s", "p50 ms", "p99 ms"
+    );
+    out!("{}", groups.trim_end());
+    out!(
+        "{:<22} {:>9} {:>9} {:>6}  {:>8} {:>8} {:>6}  {:>8} {:>8} {:>6}",
+        "",
+        "baseline",
+        "run",
+        "ratio",
+        "baseline",
+        "run",
+        "ratio",
+        "baseline",
+        "run",
+        "ratio"
+    );
+    let mut span = "";
+    for row in &c.perf {
+        if row.span != span {
+            span = &row.span;
+            out!(
+                "  {}",
+                if span == "run" {
+                    "whole run".to_string()
+                } else {
+                    format!("window {span}")
+                }
+            );
+        }
+        let ok = |s: &Option<FStats>| s.as_ref().map(|s| s.ok_per_s);
+        let q =
+            |s: &Option<FStats>, p: fn(&perf::Quantiles) -> f64| s.as_ref().and_then(|s| s.latency_ms.as_ref().map(p));
+        out!(
+            "    {:<18} {} {} {}  {} {} {}  {} {} {}",
+            row.f,
+            num(ok(&row.baseline), 9),
+            num(ok(&row.run), 9),
+            times(row.ok_per_s_ratio),
+            num(q(&row.baseline, |q| q.p50), 8),
+            num(q(&row.run, |q| q.p50), 8),
+            times(row.p50_ratio),
+            num(q(&row.baseline, |q| q.p99), 8),
+            num(q(&row.run, |q| q.p99), 8),
+            times(row.p99_ratio),
+        );
+    }
+    if !c.config_changes.is_empty() {
+        out!("note     the configs differ: the figures compare different campaigns");
+    }
+    if c.regressions.is_empty() {
+        out!("result   not worse than the baseline");
+    } else {
+        for (n, r) in c.regressions.iter().enumerate() {
+            out!(
+                "{}{r}",
+                if n == 0 {
+                    "result   WORSE: "
+                } else {
+                    "                 "
+                }
+            );
+        }
+    }
+}
