@@ -23,7 +23,7 @@ use drift_checkers::linear::model::ModelKind;
 use drift_checkers::{check_all, registry, CheckContext, Checker, History, Verdict};
 use drift_results::files::{ResultsFile, RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
-use drift_results::{picture, time};
+use drift_results::{picture, report, time};
 use drift_workloads::zkclient::{ClientSpec, ZkClient};
 use drift_workloads::{Outcome, Rng, Workload};
 use serde_json::{json, Value};
@@ -361,6 +361,12 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     };
     run.write_json(store::RESULTS_JSON, &results)
         .map_err(|e| Failure::new(e.to_string()))?;
+    // the report is a view of what is stored: failing to write it is
+    // said, and the verdict stands
+    match report::write(&run, &history, Some(&info), &results) {
+        Ok(_) => {}
+        Err(e) => teardown.push(format!("{}: cannot write: {e}", run.report_html().display())),
+    }
     let _ = store.set_latest(&run);
     summary(&results, ops, run_started.elapsed(), &teardown, &run, seed);
     Ok(composed.verdict.exit_code())
@@ -870,6 +876,9 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
     }
     out!("verdict  {}", results.verdict.as_str().to_uppercase());
     out!("results  {}", run.results_json().display());
+    if run.report_html().is_file() {
+        out!("report   {}", run.report_html().display());
+    }
     if results.verdict != Verdict::Valid {
         out!("reproduce: drift replay {}   (seed {seed})", run.path.display());
     }

@@ -13,7 +13,7 @@ use drift_checkers::linear::LinearReport;
 use drift_checkers::{check_all, registry, CheckContext, Checker, Composed, History};
 use drift_results::files::{ResultsFile, RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
-use drift_results::{picture, time};
+use drift_results::{picture, report, time};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -57,17 +57,23 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
     let results_path = out
         .write_json(store::RESULTS_JSON, &results)
         .map_err(|e| Failure::new(format!("{}: cannot write results: {e}", out.path.display())))?;
-    if let Some(store) = new_run {
+    if let Some(store) = &new_run {
         write_run_json(&out, &args, &history_path)?;
         store
             .set_latest(&out)
             .map_err(|e| Failure::new(format!("{}: cannot update latest: {e}", store.root().display())))?;
     }
+    let info: Option<RunInfo> = std::fs::read(out.run_json())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let report_path = report::write(&out, &history, info.as_ref(), &results)
+        .map_err(|e| Failure::new(format!("{}: cannot write: {e}", out.report_html().display())))?;
 
     if args.json {
         out!("{}", serde_json::to_string_pretty(&results).expect("results serialize"));
     } else {
         print_summary(&results, &composed, &artifacts, &results_path);
+        out!("report   {}", report_path.display());
     }
     Ok(composed.verdict.exit_code())
 }

@@ -113,6 +113,11 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
         .find(|w| w["window"] == "kill")
         .unwrap_or_else(|| panic!("a kill window: {}", perf["details"]));
     assert!(kill["seconds"].as_f64().unwrap() > 1.0, "{kill}");
+    let report = std::fs::read_to_string(run.join("report.html")).unwrap();
+    assert!(
+        report.contains("<title>kill [") && report.contains("<td>kill</td>"),
+        "the report shades the kills and has their window's figures"
+    );
     let version = &info["versions"];
     assert_eq!(version["binary_sha256"].as_str().map(str::len), Some(64), "{version}");
     let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();

@@ -326,6 +326,11 @@ fn checking_into_the_store_makes_a_run_and_points_latest_at_it() {
         Some(true)
     );
     assert!(latest.join("linearizable-1.html").is_file());
+    let report = std::fs::read_to_string(latest.join("report.html")).unwrap();
+    assert!(
+        report.contains(r#"class="invalid">INVALID"#) && report.matches("<svg").count() == 2,
+        "the report gives the verdict and draws latency and throughput"
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }
 

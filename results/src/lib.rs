@@ -6,10 +6,13 @@
 //! * [`files`] — the JSON files of a run (`run.json`, `results.json`)
 //! * [`picture`] — the self-contained HTML/SVG picture of a
 //!   linearizability violation
+//! * [`report`] — `report.html`: the run's verdicts, latency and throughput
+//!   plots with fault windows shaded, perf per window
 //! * [`time`] — UTC timestamps without a date library
 
 pub mod files;
 pub mod picture;
+pub mod report;
 pub mod store;
 pub mod time;
 

@@ -1,0 +1,550 @@
+//! `report.html`: one self-contained page per run (inline SVG and CSS, no
+//! scripts, no external resources) — what ran, each checker's verdict, a
+//! latency plot (every completed operation) and a throughput plot (ok
+//! operations per second, per op), both with the fault windows shaded,
+//! and the perf checker's table per fault window.
+
+use crate::files::{ResultsFile, RunInfo};
+use crate::picture::esc;
+use drift_checkers::perf::{FStats, PerfSummary, Span};
+use drift_checkers::{History, Outcome};
+use std::fmt::Write;
+
+/// Most latency points drawn; past it every k-th operation is drawn (the
+/// quantile tables still count all of them).
+const POINTS_MAX: usize = 20_000;
+/// Throughput buckets across the run.
+const BUCKETS: usize = 120;
+const PLOT_W: f64 = 1100.0;
+const PLOT_H: f64 = 260.0;
+const LEFT: f64 = 70.0;
+const TOP: f64 = 24.0;
+const BOTTOM: f64 = 36.0;
+/// Colours of ops, in order of first appearance.
+const PALETTE: [&str; 8] = [
+    "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
+];
+
+/// One fault's stretch of time, from its `start-` to its `stop-` event
+/// (or the end of the history when it never stopped).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    pub kind: String,
+    pub from_ns: i64,
+    pub to_ns: i64,
+    /// Nodes it touched, as the start event names them.
+    pub nodes: String,
+}
+
+/// The faults of a history, in start order. A `stop-<kind>` ends the
+/// earliest open fault of that kind.
+pub fn faults(h: &History) -> Vec<Fault> {
+    let end = h.ops.last().map_or(0, |o| o.time);
+    let mut out: Vec<Fault> = Vec::new();
+    let mut open: Vec<usize> = Vec::new();
+    for &i in &h.nemesis {
+        let op = &h.ops[i];
+        if let Some(kind) = op.f.strip_prefix("start-").or((op.f == "start").then_some("nemesis")) {
+            open.push(out.len());
+            out.push(Fault {
+                kind: kind.to_string(),
+                from_ns: op.time,
+                to_ns: end,
+                nodes: op.value.get("nodes").map(|n| n.to_string()).unwrap_or_default(),
+            });
+        } else if let Some(kind) = op.f.strip_prefix("stop-").or((op.f == "stop").then_some("nemesis")) {
+            if let Some(k) = open.iter().position(|&f| out[f].kind == kind) {
+                out[open.remove(k)].to_ns = op.time;
+            }
+        }
+    }
+    out
+}
+
+/// Maps history time and a value range onto one plot.
+struct Frame {
+    t0: i64,
+    t1: i64,
+    y_top: f64,
+    /// Where this plot starts on the page.
+    y_off: f64,
+    log: bool,
+    y_min: f64,
+}
+
+impl Frame {
+    fn x(&self, t: i64) -> f64 {
+        let span = (self.t1 - self.t0).max(1) as f64;
+        LEFT + (t - self.t0) as f64 / span * PLOT_W
+    }
+
+    fn y(&self, v: f64) -> f64 {
+        let frac = if self.log {
+            let (lo, hi) = (self.y_min.log10(), self.y_top.log10());
+            (v.max(self.y_min).log10() - lo) / (hi - lo).max(1e-9)
+        } else {
+            v / self.y_top.max(1e-9)
+        };
+        self.y_off + TOP + PLOT_H * (1.0 - frac.clamp(0.0, 1.0))
+    }
+
+    fn height() -> f64 {
+        TOP + PLOT_H + BOTTOM
+    }
+}
+
+fn fault_colour(kind: &str) -> &'static str {
+    match kind {
+        "partition" => "#fde0dd",
+        "kill" => "#fee8c8",
+        "pause" => "#e0ecf4",
+        "corrupt" => "#f2e6ff",
+        "diverge" => "#ffe6e6",
+        "clock" => "#e5f5e0",
+        _ => "#eeeeee",
+    }
+}
+
+/// Shaded fault windows, axes and time ticks of one plot.
+fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)], y_label: &str, y_ticks: &[f64]) {
+    let bottom = f.y_off + TOP + PLOT_H;
+    for &(t, label) in marks {
+        let x = f.x(t);
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="#555" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="#555" font-size="10">{}</text>"##,
+            f.y_off + TOP,
+            x + 3.0,
+            f.y_off + TOP - 4.0,
+            esc(label)
+        );
+    }
+    for (n, fault) in faults.iter().enumerate() {
+        let (x0, x1) = (f.x(fault.from_ns), f.x(fault.to_ns));
+        let _ = write!(
+            svg,
+            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{PLOT_H}" fill="{}" opacity="0.8"><title>{} {} from {:.1} s to {:.1} s</title></rect><text x="{:.1}" y="{:.1}" fill="#777" font-size="10">{}</text>"##,
+            f.y_off + TOP,
+            (x1 - x0).max(1.0),
+            fault_colour(&fault.kind),
+            esc(&fault.kind),
+            esc(&fault.nodes),
+            (fault.from_ns - f.t0) as f64 / 1e9,
+            (fault.to_ns - f.t0) as f64 / 1e9,
+            x0 + 2.0,
+            f.y_off + TOP + 10.0 + (n % 3) as f64 * 11.0,
+            esc(&fault.kind)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<rect x="{LEFT}" y="{:.1}" width="{PLOT_W}" height="{PLOT_H}" fill="none" stroke="#999"/><text x="14" y="{:.1}" transform="rotate(-90 14 {:.1})" text-anchor="middle" fill="#444">{}</text>"##,
+        f.y_off + TOP,
+        f.y_off + TOP + PLOT_H / 2.0,
+        f.y_off + TOP + PLOT_H / 2.0,
+        esc(y_label)
+    );
+    for &v in y_ticks {
+        let y = f.y(v);
+        let _ = write!(
+            svg,
+            r##"<line x1="{}" y1="{y:.1}" x2="{LEFT}" y2="{y:.1}" stroke="#999"/><text x="{}" y="{:.1}" text-anchor="end" fill="#555" font-size="10">{}</text>"##,
+            LEFT - 4.0,
+            LEFT - 6.0,
+            y + 3.0,
+            short(v)
+        );
+    }
+    let secs = (f.t1 - f.t0) as f64 / 1e9;
+    let step = nice_step(secs / 10.0);
+    let mut s = 0.0;
+    while s <= secs + 1e-9 && step > 0.0 {
+        let x = LEFT + s / secs.max(1e-9) * PLOT_W;
+        let _ = write!(
+            svg,
+            r##"<line x1="{x:.1}" y1="{bottom:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#555" font-size="10">{}</text>"##,
+            bottom + 4.0,
+            bottom + 16.0,
+            short(s)
+        );
+        s += step;
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#444">seconds since the start</text>"##,
+        LEFT + PLOT_W / 2.0,
+        bottom + 30.0
+    );
+}
+
+/// 1, 2 or 5 times a power of ten, at least `raw`.
+fn nice_step(raw: f64) -> f64 {
+    if raw.is_nan() || raw <= 0.0 {
+        return 0.0;
+    }
+    let p = 10f64.powf(raw.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * p)
+        .find(|s| *s >= raw)
+        .unwrap_or(10.0 * p)
+}
+
+fn short(v: f64) -> String {
+    if v == 0.0 {
+        "0".into()
+    } else if v.abs() >= 100.0 || v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
+fn legend(fs: &[&str]) -> String {
+    let mut out = String::from(r#"<div class="legend">"#);
+    for (k, f) in fs.iter().enumerate() {
+        let _ = write!(
+            out,
+            r#"<span><i class="sw" style="background:{}"></i>{}</span>"#,
+            PALETTE[k % PALETTE.len()],
+            esc(f)
+        );
+    }
+    out.push_str(
+        r#"<span>● ok</span><span>○ fail</span><span>× info (indeterminate; drawn at its timeout)</span></div>"#,
+    );
+    out
+}
+
+/// The page for one run.
+pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: &PerfSummary) -> String {
+    let faults = faults(h);
+    // the heal: the main phase ends there and the final reads begin
+    let marks: Vec<(i64, &str)> = h
+        .nemesis
+        .iter()
+        .map(|&i| &h.ops[i])
+        .filter(|o| o.f == "healed")
+        .map(|o| (o.time, "healed"))
+        .collect();
+    let mut fs: Vec<&str> = Vec::new();
+    for o in &h.operations {
+        let f = h.f_of(o);
+        if !fs.contains(&f) {
+            fs.push(f);
+        }
+    }
+    let colour = |f: &str| PALETTE[fs.iter().position(|x| *x == f).unwrap_or(0) % PALETTE.len()];
+    let t0 = h.ops.first().map_or(0, |o| o.time);
+    let t1 = h.ops.last().map_or(1, |o| o.time).max(t0 + 1);
+
+    // latency: every completed op (every k-th past POINTS_MAX)
+    let done: Vec<_> = h.operations.iter().filter(|o| o.complete.is_some()).collect();
+    let every = done.len().div_ceil(POINTS_MAX).max(1);
+    let lat_ms = |o: &drift_checkers::Operation| {
+        let c = o.complete.map_or(0, |c| h.ops[c].time);
+        ((c - h.ops[o.invoke].time).max(0) as f64 / 1e6).max(0.001)
+    };
+    let max_ms = done.iter().map(|o| lat_ms(o)).fold(1.0f64, f64::max);
+    let y_top = 10f64.powf(max_ms.log10().ceil());
+    let lat = Frame {
+        t0,
+        t1,
+        y_top,
+        y_off: 0.0,
+        log: true,
+        y_min: 0.01,
+    };
+    let mut svg = String::new();
+    let decades: Vec<f64> = (-2..=y_top.log10() as i32).map(|e| 10f64.powi(e)).collect();
+    frame_svg(&mut svg, &lat, &faults, &marks, "latency, ms (log)", &decades);
+    for o in done.iter().step_by(every) {
+        let x = lat.x(h.ops[o.invoke].time);
+        let y = lat.y(lat_ms(o));
+        let c = colour(h.f_of(o));
+        let _ = match o.outcome {
+            Outcome::Ok => write!(svg, r#"<circle cx="{x:.1}" cy="{y:.1}" r="1.8" fill="{c}"/>"#),
+            Outcome::Fail => write!(
+                svg,
+                r#"<circle cx="{x:.1}" cy="{y:.1}" r="2.2" fill="none" stroke="{c}"/>"#
+            ),
+            _ => write!(
+                svg,
+                r#"<path d="M{:.1} {:.1}l4 4m0 -4l-4 4" stroke="{c}"/>"#,
+                x - 2.0,
+                y - 2.0
+            ),
+        };
+    }
+    let latency_svg = wrap_svg(svg, Frame::height());
+
+    // throughput: ok ops per second per op, in buckets
+    let width_ns = ((t1 - t0) as f64 / BUCKETS as f64).max(1.0);
+    let mut counts = vec![vec![0u32; BUCKETS]; fs.len()];
+    for o in &h.operations {
+        if o.outcome != Outcome::Ok {
+            continue;
+        }
+        let t = o.complete.map_or(h.ops[o.invoke].time, |c| h.ops[c].time);
+        let b = (((t - t0) as f64 / width_ns) as usize).min(BUCKETS - 1);
+        let k = fs.iter().position(|x| *x == h.f_of(o)).unwrap_or(0);
+        counts[k][b] += 1;
+    }
+    let per_s = 1e9 / width_ns;
+    let top = counts
+        .iter()
+        .flatten()
+        .map(|&c| c as f64 * per_s)
+        .fold(1.0f64, f64::max);
+    let top = nice_step(top / 4.0) * 4.0;
+    let thr = Frame {
+        t0,
+        t1,
+        y_top: top,
+        y_off: 0.0,
+        log: false,
+        y_min: 0.0,
+    };
+    let mut svg = String::new();
+    let ticks: Vec<f64> = (0..=4).map(|k| top * k as f64 / 4.0).collect();
+    frame_svg(&mut svg, &thr, &faults, &marks, "ok ops/s", &ticks);
+    for (k, row) in counts.iter().enumerate() {
+        let points: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| {
+                let t = t0 + ((b as f64 + 0.5) * width_ns) as i64;
+                format!("{:.1},{:.1}", thr.x(t), thr.y(c as f64 * per_s))
+            })
+            .collect();
+        let _ = write!(
+            svg,
+            r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"#,
+            points.join(" "),
+            PALETTE[k % PALETTE.len()]
+        );
+    }
+    let throughput_svg = wrap_svg(svg, Frame::height());
+
+    let title = info.map_or_else(|| "run".to_string(), |i| i.test.clone());
+    let mut about = String::new();
+    if let Some(i) = info {
+        let _ = write!(
+            about,
+            "<p>{} · {} · seed {} · drift {}</p><pre>{}</pre>",
+            esc(&i.kind),
+            esc(&i.created_at),
+            i.seed.map_or_else(|| "–".to_string(), |s| s.to_string()),
+            esc(&i.versions.short()),
+            esc(&serde_json::to_string(&i.config).unwrap_or_default())
+        );
+    }
+    let mut checkers = String::new();
+    for c in &results.checkers {
+        let _ = write!(
+            checkers,
+            r#"<tr><td>{}</td><td class="{}">{}</td><td>{}</td></tr>"#,
+            esc(&c.checker),
+            c.verdict.as_str(),
+            c.verdict.as_str(),
+            esc(c.reason.as_deref().unwrap_or(""))
+        );
+    }
+    let nodes_events = node_events(h);
+    format!(
+        r#"<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>drift: {title}</title>
+<style>
+body {{ font-family: sans-serif; margin: 24px; color: #222; }}
+pre {{ background: #fafafa; border: 1px solid #ddd; padding: 8px; white-space: pre-wrap; }}
+table {{ border-collapse: collapse; font-family: monospace; margin-bottom: 16px; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }}
+.valid {{ color: #2e7d32; font-weight: bold; }} .invalid {{ color: #c62828; font-weight: bold; }} .unknown {{ color: #ef6c00; font-weight: bold; }}
+.legend span {{ display: inline-block; margin-right: 16px; }}
+.sw {{ display: inline-block; width: 14px; height: 10px; margin-right: 4px; vertical-align: middle; }}
+</style></head><body>
+<h1>{title}: <span class="{verdict}">{verdict_up}</span></h1>
+{about}
+<p>{ops} history lines, {operations} operations</p>
+<table><tr><th>checker</th><th>verdict</th><th>why</th></tr>{checkers}</table>
+<h2>Latency</h2>
+{legend}
+{latency_svg}
+<h2>Throughput</h2>
+{throughput_svg}
+<h2>Per fault window</h2>
+{perf_table}
+{nodes_events}
+</body></html>
+"#,
+        title = esc(&title),
+        verdict = results.verdict.as_str(),
+        verdict_up = results.verdict.as_str().to_uppercase(),
+        ops = h.ops.len(),
+        operations = h.operations.len(),
+        legend = legend(&fs),
+        perf_table = perf_table(perf),
+    )
+}
+
+/// Writes `report.html` into `run` (atomically, like the JSON files).
+pub fn write(
+    run: &crate::RunDir,
+    h: &History,
+    info: Option<&RunInfo>,
+    results: &ResultsFile,
+) -> std::io::Result<std::path::PathBuf> {
+    let perf = drift_checkers::perf::summarize(h);
+    run.write_file(crate::store::REPORT_HTML, render(h, info, results, &perf).as_bytes())
+}
+
+fn wrap_svg(body: String, height: f64) -> String {
+    let width = LEFT + PLOT_W + 20.0;
+    format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" font-family="monospace" font-size="11">{body}</svg>"#
+    )
+}
+
+fn perf_table(perf: &PerfSummary) -> String {
+    let mut t = String::from(
+        "<table><tr><th>window</th><th>op</th><th>seconds</th><th>ok</th><th>fail</th><th>info</th><th>ok/s</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th></tr>",
+    );
+    let mut rows = |name: &str, s: &Span| {
+        let mut one = |f: &str, st: &FStats| {
+            let q = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| format!("{v:.1}"));
+            let l = st.latency_ms;
+            let _ = write!(
+                t,
+                "<tr><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(name),
+                esc(f),
+                s.seconds,
+                st.ok,
+                st.fail,
+                st.info,
+                st.ok_per_s,
+                q(l.map(|l| l.p50)),
+                q(l.map(|l| l.p90)),
+                q(l.map(|l| l.p99)),
+                q(l.map(|l| l.max)),
+            );
+        };
+        one("all", &s.all);
+        for (f, st) in &s.by_f {
+            one(f, st);
+        }
+    };
+    rows("whole run", &perf.run);
+    for w in &perf.windows {
+        rows(&w.window, &w.span);
+    }
+    t.push_str("</table>");
+    t
+}
+
+/// The node-side events (leaders, exits, aborts, snapshots) as a list.
+fn node_events(h: &History) -> String {
+    let t0 = h.ops.first().map_or(0, |o| o.time);
+    let mut rows = String::new();
+    for &i in &h.nemesis {
+        let op = &h.ops[i];
+        if op.f.starts_with("start") || op.f.starts_with("stop") {
+            continue;
+        }
+        let _ = write!(
+            rows,
+            "<tr><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
+            (op.time - t0) as f64 / 1e9,
+            esc(&op.f),
+            esc(&op.value.to_string())
+        );
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!("<h2>Node events</h2><table><tr><th>seconds</th><th>event</th><th>value</th></tr>{rows}</table>")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drift_checkers::Verdict;
+    use serde_json::{json, Value};
+
+    fn history() -> History {
+        let lines: Vec<(u64, &str, &str, Value)> = vec![
+            (1, "invoke", "read", Value::Null),
+            (1, "ok", "read", json!(1)),
+            (0, "nemesis", "start-partition", json!({"nodes": [1, 2]})),
+            (2, "invoke", "write", json!(3)),
+            (2, "fail", "write", json!(3)),
+            (0, "nemesis", "stop-partition", json!({})),
+            (3, "invoke", "write", json!("<b>")),
+            (0, "nemesis", "leader", json!({"node": 2})),
+        ];
+        History::from_script(&lines).unwrap()
+    }
+
+    #[test]
+    fn faults_run_from_their_start_to_their_stop_or_the_end() {
+        let mut h = history();
+        h.ops[5].f = "stop-kill".into();
+        let f = faults(&h);
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].kind.as_str(), f[0].from_ns), ("partition", 2000));
+        assert_eq!(f[0].to_ns, 7000, "never stopped: to the end");
+        let f = faults(&history());
+        assert_eq!((f[0].from_ns, f[0].to_ns), (2000, 5000));
+        assert_eq!(f[0].nodes, "[1,2]");
+    }
+
+    #[test]
+    fn the_page_draws_every_completed_op_shades_faults_and_escapes_text() {
+        let h = history();
+        let perf = drift_checkers::perf::summarize(&h);
+        let results = ResultsFile {
+            verdict: Verdict::Invalid,
+            history: "h".into(),
+            ops: 8,
+            operations: 3,
+            keys: 1,
+            checked_at: "now".into(),
+            elapsed_ms: 1.0,
+            checkers: vec![drift_checkers::CheckResult {
+                checker: "x<y".into(),
+                verdict: Verdict::Invalid,
+                reason: Some("a & b".into()),
+                elapsed_ms: 1.0,
+                details: Value::Null,
+            }],
+            artifacts: vec![],
+        };
+        let page = render(&h, None, &results, &perf);
+        assert_eq!(
+            page.matches("<circle").count(),
+            2,
+            "one ok and one failed op; the open write is not drawn"
+        );
+        assert_eq!(
+            page.matches(r##"fill="#fde0dd""##).count(),
+            2,
+            "the partition in both plots"
+        );
+        assert!(page.contains("x&lt;y") && page.contains("a &amp; b"));
+        assert!(page.contains(r#"class="invalid">INVALID"#));
+        assert!(page.contains("<td>leader</td>"), "node events listed");
+        assert!(!page.contains("<script"), "self-contained, no scripts");
+    }
+
+    #[test]
+    fn steps_are_one_two_or_five_times_a_power_of_ten() {
+        assert_eq!(nice_step(0.7), 1.0);
+        assert_eq!(nice_step(1.5), 2.0);
+        assert_eq!(nice_step(3.0), 5.0);
+        assert_eq!(nice_step(60.0), 100.0);
+        assert_eq!(nice_step(0.0), 0.0);
+    }
+}
