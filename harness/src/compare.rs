@@ -402,20 +402,24 @@ fn times(v: Option<f64>) -> String {
     v.map_or_else(|| format!("{:>6}", "-"), |r| format!("{r:>6.2}"))
 }
 
+/// Lines under a heading: the first beside it, the rest aligned below.
+fn labelled(heading: &str, lines: &[String]) {
+    let indent = " ".repeat(heading.chars().count());
+    for (n, line) in lines.iter().enumerate() {
+        out!("{}{line}", if n == 0 { heading } else { &indent });
+    }
+}
+
 fn print_comparison(c: &Comparison) {
     if c.config_changes.is_empty() {
         out!("config   same options");
-    } else {
-        for (n, ch) in c.config_changes.iter().enumerate() {
-            out!(
-                "{}{}: {} → {}",
-                if n == 0 { "config   " } else { "         " },
-                ch.option,
-                ch.baseline,
-                ch.run
-            );
-        }
     }
+    let changes: Vec<String> = c
+        .config_changes
+        .iter()
+        .map(|ch| format!("{}: {} → {}", ch.option, ch.baseline, ch.run))
+        .collect();
+    labelled("config   ", &changes);
     if !c.checkers.is_empty() {
         out!("{:<22} {:<9} run", "checker", "baseline");
         let v = |v: Option<Verdict>| v.map_or("-", Verdict::as_str);
@@ -482,16 +486,6 @@ fn print_comparison(c: &Comparison) {
     }
     if c.regressions.is_empty() {
         out!("result   not worse than the baseline");
-    } else {
-        for (n, r) in c.regressions.iter().enumerate() {
-            out!(
-                "{}{r}",
-                if n == 0 {
-                    "result   WORSE: "
-                } else {
-                    "                 "
-                }
-            );
-        }
     }
+    labelled("result   WORSE: ", &c.regressions);
 }
