@@ -30,20 +30,24 @@ pub enum Command {
     Compare(CompareArgs),
     /// Benchmarks: `drift bench checker [DIR]`.
     Bench(BenchArgs),
-    /// Serve the result store over HTTP.
-    Serve(Unbuilt),
+    /// Serve the result store over HTTP: runs, verdicts, reports, comparisons.
+    Serve(ServeArgs),
     /// Run one node of the replicated stack.
     Node(NodeArgs),
     /// Run a local cluster to play with: up, status, down.
     Cluster(ClusterArgs),
 }
 
-/// Arguments of a subcommand that is not built yet: accepted as given, so
-/// the command can say so instead of failing on its options.
 #[derive(Args, Debug)]
-pub struct Unbuilt {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-    pub args: Vec<String>,
+pub struct ServeArgs {
+    /// Root of the result store.
+    #[arg(long, default_value = "store")]
+    pub store: PathBuf,
+    /// Address to listen on; port 0 takes a free one (the first line
+    /// printed says which). Loopback by default: anyone who can reach the
+    /// address can read every stored run.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: String,
 }
 
 #[derive(Args, Debug)]

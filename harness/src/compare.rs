@@ -17,7 +17,15 @@ use drift_results::store::{self, RunDir};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+
+/// One line into the text being built.
+macro_rules! ln {
+    ($o:expr, $($arg:tt)*) => {{
+        let _ = writeln!($o, $($arg)*);
+    }};
+}
 
 /// One run as the comparison sees it.
 #[derive(Serialize)]
@@ -87,27 +95,50 @@ pub fn run(args: CompareArgs) -> Result<i32, Failure> {
         }
     }
     let paths = resolve(&args.runs)?;
+    let limits = Limits {
+        max_throughput_drop: args.max_throughput_drop,
+        max_p99_rise: args.max_p99_rise,
+        min_ops: args.min_ops,
+    };
+    let (text, code) = render(&paths, &limits, args.json)?;
+    out!("{}", text.trim_end());
+    Ok(code)
+}
+
+/// What makes a run worse than its baseline besides its verdicts.
+pub struct Limits {
+    pub max_throughput_drop: Option<f64>,
+    pub max_p99_rise: Option<f64>,
+    pub min_ops: u64,
+}
+
+/// The comparison of `paths` (baseline first) as text or JSON, and its
+/// exit code.
+pub fn render(paths: &[PathBuf], limits: &Limits, json: bool) -> Result<(String, i32), Failure> {
     let sides = paths.iter().map(|p| load(p)).collect::<Result<Vec<_>, _>>()?;
-    let (baseline, runs) = sides.split_first().expect("resolve gives at least two runs");
-    let comparisons: Vec<Comparison> = runs.iter().map(|r| compare(baseline, r, &args)).collect();
+    let Some((baseline, runs)) = sides.split_first().filter(|(_, r)| !r.is_empty()) else {
+        return Err(Failure::new("comparing needs a baseline and at least one run"));
+    };
+    let comparisons: Vec<Comparison> = runs.iter().map(|r| compare(baseline, r, limits)).collect();
     let code = comparisons.iter().map(|c| c.exit_code).max().unwrap_or(0);
-    if args.json {
+    let mut o = String::new();
+    if json {
         let out = serde_json::json!({
             "baseline": baseline,
             "runs": runs,
             "comparisons": comparisons,
             "exit_code": code,
         });
-        out!("{}", serde_json::to_string_pretty(&out).expect("comparison serializes"));
+        o = serde_json::to_string_pretty(&out).expect("comparison serializes");
     } else {
-        print_side("baseline", baseline);
+        print_side(&mut o, "baseline", baseline);
         for (run, c) in runs.iter().zip(&comparisons) {
-            out!("");
-            print_side("run", run);
-            print_comparison(c);
+            ln!(o, "");
+            print_side(&mut o, "run", run);
+            print_comparison(&mut o, c);
         }
     }
-    Ok(code)
+    Ok((o, code))
 }
 
 /// The run directories the arguments name, baseline first.
@@ -201,7 +232,7 @@ fn load(path: &Path) -> Result<Side, Failure> {
     })
 }
 
-fn compare(base: &Side, run: &Side, args: &CompareArgs) -> Comparison {
+fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
     let mut regressions = Vec::new();
     let mut code = 0;
 
@@ -371,8 +402,8 @@ fn perf_rows(span: &str, base: Option<&Span>, run: Option<&Span>) -> Vec<PerfRow
         .collect()
 }
 
-fn print_side(label: &str, s: &Side) {
-    out!("{label:<9}{}", s.path.display());
+fn print_side(o: &mut String, label: &str, s: &Side) {
+    ln!(o, "{label:<9}{}", s.path.display());
     let mut line = String::new();
     match &s.info {
         Some(i) => {
@@ -387,7 +418,7 @@ fn print_side(label: &str, s: &Side) {
     let verdict = s
         .verdict
         .map_or_else(|| "NOT CHECKED".to_string(), |v| v.as_str().to_uppercase());
-    out!("         {line}  {verdict}");
+    ln!(o, "         {line}  {verdict}");
 }
 
 fn num(v: Option<f64>, width: usize) -> String {
@@ -403,42 +434,44 @@ fn times(v: Option<f64>) -> String {
 }
 
 /// Lines under a heading: the first beside it, the rest aligned below.
-fn labelled(heading: &str, lines: &[String]) {
+fn labelled(o: &mut String, heading: &str, lines: &[String]) {
     let indent = " ".repeat(heading.chars().count());
     for (n, line) in lines.iter().enumerate() {
-        out!("{}{line}", if n == 0 { heading } else { &indent });
+        ln!(o, "{}{line}", if n == 0 { heading } else { &indent });
     }
 }
 
-fn print_comparison(c: &Comparison) {
+fn print_comparison(o: &mut String, c: &Comparison) {
     if c.config_changes.is_empty() {
-        out!("config   same options");
+        ln!(o, "config   same options");
     }
     let changes: Vec<String> = c
         .config_changes
         .iter()
         .map(|ch| format!("{}: {} → {}", ch.option, ch.baseline, ch.run))
         .collect();
-    labelled("config   ", &changes);
+    labelled(o, "config   ", &changes);
     if !c.checkers.is_empty() {
-        out!("{:<22} {:<9} run", "checker", "baseline");
+        ln!(o, "{:<22} {:<9} run", "checker", "baseline");
         let v = |v: Option<Verdict>| v.map_or("-", Verdict::as_str);
         for row in &c.checkers {
-            out!(
-                "  {:<20} {:<9} {:<9}{}",
+            let line = format!(
+                "  {:<20} {:<9} {:<9} {}",
                 row.checker,
                 v(row.baseline),
                 v(row.run),
-                if row.worse { " worse" } else { "" }
+                if row.worse { "worse" } else { "" }
             );
+            ln!(o, "{}", line.trim_end());
         }
     }
     let groups = format!(
         "{:<22} {:^26}  {:^24}  {:^24}",
         "succeeded ops", "ok/s", "p50 ms", "p99 ms"
     );
-    out!("{}", groups.trim_end());
-    out!(
+    ln!(o, "{}", groups.trim_end());
+    ln!(
+        o,
         "{:<22} {:>9} {:>9} {:>6}  {:>8} {:>8} {:>6}  {:>8} {:>8} {:>6}",
         "",
         "baseline",
@@ -455,7 +488,8 @@ fn print_comparison(c: &Comparison) {
     for row in &c.perf {
         if row.span != span {
             span = &row.span;
-            out!(
+            ln!(
+                o,
                 "  {}",
                 if span == "run" {
                     "whole run".to_string()
@@ -467,7 +501,8 @@ fn print_comparison(c: &Comparison) {
         let ok = |s: &Option<FStats>| s.as_ref().map(|s| s.ok_per_s);
         let q =
             |s: &Option<FStats>, p: fn(&perf::Quantiles) -> f64| s.as_ref().and_then(|s| s.latency_ms.as_ref().map(p));
-        out!(
+        ln!(
+            o,
             "    {:<18} {} {} {}  {} {} {}  {} {} {}",
             row.f,
             num(ok(&row.baseline), 9),
@@ -482,10 +517,13 @@ fn print_comparison(c: &Comparison) {
         );
     }
     if !c.config_changes.is_empty() {
-        out!("note     the configs differ: the figures compare different campaigns");
+        ln!(
+            o,
+            "note     the configs differ: the figures compare different campaigns"
+        );
     }
     if c.regressions.is_empty() {
-        out!("result   not worse than the baseline");
+        ln!(o, "result   not worse than the baseline");
     }
-    labelled("result   WORSE: ", &c.regressions);
+    labelled(o, "result   WORSE: ", &c.regressions);
 }

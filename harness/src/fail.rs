@@ -35,11 +35,6 @@ impl Failure {
             message: message.into(),
         }
     }
-
-    /// A subcommand that is not built yet.
-    pub fn unbuilt(command: &str) -> Failure {
-        Failure::new(format!("`drift {command}`: not implemented yet"))
-    }
 }
 
 impl<E: std::fmt::Display> From<E> for Failure {

@@ -24,10 +24,10 @@ mod local;
 mod nemesis;
 mod proxy;
 mod recorder;
+mod serve;
 
 use clap::Parser;
 use cli::{BenchWhat, Cli, Command};
-use fail::Failure;
 
 fn main() {
     let cli = match Cli::try_parse() {
@@ -49,7 +49,7 @@ fn main() {
         Command::Test(args) => campaign::run(args),
         Command::Replay(args) => campaign::replay(&args.run),
         Command::Compare(args) => compare::run(args),
-        Command::Serve(_) => Err(Failure::unbuilt("serve")),
+        Command::Serve(args) => serve::serve(args),
         Command::Node(args) => cluster::node(args),
         Command::Cluster(args) => cluster::cluster(args),
     };

@@ -1,5 +1,5 @@
-//! `drift check` and `drift compare` as a user runs them: the real
-//! binary, real files, exit codes.
+//! `drift check`, `drift compare` and `drift serve` as a user runs
+//! them: the real binary, real files, exit codes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -189,14 +189,6 @@ fn bad_arguments_exit_3() {
     assert!(stderr.contains("/nonexistent/history.jsonl: no such file"), "{stderr}");
     let (code, _, _) = run(drift().arg("check"));
     assert_eq!(code, 3);
-}
-
-#[test]
-fn the_unbuilt_subcommand_says_so_and_exits_3() {
-    let (code, stdout, stderr) = run(drift().arg("serve"));
-    assert_eq!(code, 3);
-    assert!(stdout.is_empty(), "serve printed {stdout:?}");
-    assert!(stderr.contains("not implemented yet"), "{stderr}");
 }
 
 /// A history that takes an exhaustive search far longer than a second:
@@ -571,4 +563,124 @@ fn compare_bad_input_exits_3_naming_what_and_where() {
     assert_eq!(code, 3);
     assert!(stderr.contains("a/history.jsonl:1"), "{stderr}");
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// One HTTP exchange: the raw request, then (status, body).
+fn http(addr: &str, request: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let status = reply
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn get(addr: &str, target: &str) -> (u16, String) {
+    http(addr, &format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n"))
+}
+
+#[test]
+fn serve_lists_runs_serves_their_files_and_compares_them_and_nothing_outside_the_store() {
+    use std::io::BufRead;
+    let root = scratch("serve");
+    let store = root.join("store");
+    make_run(&store.join("made/20261130T000001.000Z"), &made("valid", 10, 2));
+    make_run(&store.join("made/20261130T000002.000Z"), &made("invalid", 10, 2));
+    std::fs::write(root.join("secret"), "not served").unwrap();
+    /// Ends the server however the test ends.
+    struct Server(std::process::Child);
+    impl Drop for Server {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = Server(
+        drift()
+            .args(["serve", "--listen", "127.0.0.1:0", "--store"])
+            .arg(&store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut first = String::new();
+    std::io::BufReader::new(child.0.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+
+    let (status, index) = get(&addr, "/");
+    assert_eq!(status, 200);
+    assert!(
+        index.contains("<h2>made</h2>")
+            && index.contains(r#"class="invalid">invalid"#)
+            && index.contains(r#"class="valid">valid"#),
+        "{index}"
+    );
+    let (status, body) = get(&addr, "/made/20261130T000001.000Z/results.json");
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        std::fs::read_to_string(store.join("made/20261130T000001.000Z/results.json")).unwrap()
+    );
+    let (status, body) = get(
+        &addr,
+        "/compare?base=made/20261130T000001.000Z&run=made%2F20261130T000002.000Z",
+    );
+    assert_eq!(status, 200);
+    assert!(body.contains("WORSE: checker linearizable: valid → invalid"), "{body}");
+
+    for outside in [
+        "/../secret",
+        "/%2e%2e/secret",
+        "/made/../../secret",
+        "/compare?base=../secret&run=made",
+    ] {
+        let (status, body) = get(&addr, outside);
+        assert!(status == 404 || status == 400, "{outside}: {status}");
+        assert!(
+            !body.contains("not served"),
+            "{outside} served a file outside the store"
+        );
+    }
+    assert_eq!(get(&addr, "/made/nope").0, 404);
+    assert_eq!(http(&addr, "POST / HTTP/1.1\r\n\r\n").0, 405);
+    assert_eq!(http(&addr, "garbage\r\n\r\n").0, 400);
+    assert_eq!(
+        http(&addr, &format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000))).0,
+        431
+    );
+    // still serving after all that
+    assert_eq!(get(&addr, "/").0, 200);
+    drop(child);
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+#[test]
+fn serve_refuses_a_store_that_does_not_exist() {
+    let (code, _, stderr) = run(drift().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "/nonexistent/drift-store",
+    ]));
+    assert_eq!(code, 3);
+    assert!(stderr.contains("/nonexistent/drift-store"), "{stderr}");
 }

@@ -1,0 +1,481 @@
+//! `drift serve`: the result store over HTTP, read-only — an index of
+//! every test's runs with their verdicts, each run's files (report.html,
+//! results.json, history.jsonl, pictures, node logs), and `drift compare`
+//! of any two runs as a page.
+//!
+//! A small HTTP/1.1 server on std sockets: GET and HEAD only, one thread
+//! per connection up to [`CONNECTIONS_MAX`], every response closes its
+//! connection. Paths are resolved inside the store and refused when they
+//! lead out of it (`..`, a symlink pointing elsewhere). It binds where
+//! `--listen` says, loopback by default, and runs until it is stopped.
+
+use crate::cli::ServeArgs;
+use crate::compare::{self, Limits};
+use crate::fail::Failure;
+use drift_results::files::{ResultsFile, RunInfo};
+use drift_results::picture::esc;
+use drift_results::store;
+use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Connections served at once; past it a new one gets 503.
+const CONNECTIONS_MAX: usize = 64;
+/// Longest request head accepted (request line + headers).
+const HEAD_BYTES_MAX: usize = 16 << 10;
+/// A client that sends nothing for this long is dropped.
+const IDLE: Duration = Duration::from_secs(10);
+/// Runs listed per test on the index, newest first.
+const RUNS_LISTED_MAX: usize = 100;
+
+pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
+    let root =
+        std::fs::canonicalize(&args.store).map_err(|e| Failure::new(format!("{}: {e}", args.store.display())))?;
+    if !root.is_dir() {
+        return Err(Failure::new(format!("{}: not a directory", args.store.display())));
+    }
+    let listener =
+        TcpListener::bind(&args.listen).map_err(|e| Failure::new(format!("--listen {}: {e}", args.listen)))?;
+    let addr = listener.local_addr().map_err(|e| Failure::new(e.to_string()))?;
+    out!("serving {} at http://{addr}/", root.display());
+    let root = Arc::new(root);
+    let busy = Arc::new(AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        let Ok(mut stream) = conn else { continue };
+        if busy.fetch_add(1, Ordering::SeqCst) >= CONNECTIONS_MAX {
+            busy.fetch_sub(1, Ordering::SeqCst);
+            let _ = respond(&mut stream, false, &Response::text(503, "too many connections"));
+            continue;
+        }
+        let (root, done) = (root.clone(), busy.clone());
+        let spawned = std::thread::Builder::new().name("serve".into()).spawn(move || {
+            handle(stream, &root);
+            done.fetch_sub(1, Ordering::SeqCst);
+        });
+        if spawned.is_err() {
+            busy.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    Ok(0)
+}
+
+struct Response {
+    status: u16,
+    content_type: &'static str,
+    body: Vec<u8>,
+}
+
+impl Response {
+    fn text(status: u16, body: &str) -> Response {
+        Response {
+            status,
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{body}\n").into_bytes(),
+        }
+    }
+
+    fn html(body: String) -> Response {
+        Response {
+            status: 200,
+            content_type: "text/html; charset=utf-8",
+            body: body.into_bytes(),
+        }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Unknown",
+    }
+}
+
+fn respond(stream: &mut TcpStream, head_only: bool, r: &Response) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
+        r.status,
+        reason(r.status),
+        r.content_type,
+        r.body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    if !head_only {
+        stream.write_all(&r.body)?;
+    }
+    stream.flush()
+}
+
+/// Reads one request head; `Err` is the response to send instead.
+fn read_head(stream: &TcpStream) -> Result<(String, String), Response> {
+    let mut reader = BufReader::new(stream.take(HEAD_BYTES_MAX as u64 + 1));
+    let mut request_line = String::new();
+    let mut total = 0;
+    match reader.read_line(&mut request_line) {
+        Ok(n) if n > 0 => total += n,
+        _ => return Err(Response::text(400, "no request line")),
+    }
+    // the headers: nothing here needs them, but they must end
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) => return Err(Response::text(400, "the request head ended before its blank line")),
+            Ok(n) => total += n,
+            Err(_) => return Err(Response::text(400, "the request head is not text")),
+        }
+        if total > HEAD_BYTES_MAX {
+            return Err(Response::text(431, "request head too large"));
+        }
+        if line == "\r\n" || line == "\n" {
+            break;
+        }
+    }
+    let mut parts = request_line.split_whitespace();
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
+            Ok((method.to_string(), target.to_string()))
+        }
+        _ => Err(Response::text(
+            400,
+            &format!("bad request line {:?}", request_line.trim_end()),
+        )),
+    }
+}
+
+fn handle(mut stream: TcpStream, root: &Path) {
+    let _ = stream.set_read_timeout(Some(IDLE));
+    let _ = stream.set_write_timeout(Some(IDLE));
+    let (method, target) = match read_head(&stream) {
+        Ok(r) => r,
+        Err(response) => {
+            let _ = respond(&mut stream, false, &response);
+            linger(stream);
+            return;
+        }
+    };
+    let head_only = method == "HEAD";
+    let response = if method != "GET" && !head_only {
+        Response::text(405, &format!("{method}: only GET and HEAD are served"))
+    } else {
+        route(root, &target)
+    };
+    let _ = respond(&mut stream, head_only, &response);
+    linger(stream);
+}
+
+/// Closes after the response: the writing side first, then what the
+/// client still sends (an unread body, an oversized head) is drained for
+/// a moment, so the client reads the response instead of a reset.
+fn linger(mut stream: TcpStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut sink = [0u8; 8192];
+    let mut drained = 0;
+    while drained < (1 << 20) {
+        match stream.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+fn route(root: &Path, target: &str) -> Response {
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let Some(path) = percent_decode(path) else {
+        return Response::text(400, "bad percent-encoding in the path");
+    };
+    if path == "/" {
+        return Response::html(index(root));
+    }
+    if path == "/compare" {
+        return compare_page(root, query);
+    }
+    match inside(root, &path) {
+        Some(p) if p.is_dir() => Response::html(listing(root, &p)),
+        Some(p) if p.is_file() => match std::fs::read(&p) {
+            Ok(body) => Response {
+                status: 200,
+                content_type: content_type(&p),
+                body,
+            },
+            Err(e) => Response::text(500, &format!("{path}: {e}")),
+        },
+        _ => Response::text(404, &format!("{path}: not in the store")),
+    }
+}
+
+/// `%XX` decoding; `None` for a bad escape or bytes that are not UTF-8.
+fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(if b[i] == b'+' { b' ' } else { b[i] });
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The store path a URL path names, if it stays inside the store once
+/// every symlink is resolved.
+fn inside(root: &Path, url_path: &str) -> Option<PathBuf> {
+    let rel = Path::new(url_path.trim_start_matches('/'));
+    if rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return None;
+    }
+    let real = std::fs::canonicalize(root.join(rel)).ok()?;
+    real.starts_with(root).then_some(real)
+}
+
+fn content_type(p: &Path) -> &'static str {
+    match p.extension().and_then(|e| e.to_str()) {
+        Some("html") => "text/html; charset=utf-8",
+        Some("json") => "application/json",
+        Some("jsonl") | Some("log") | Some("toml") | Some("txt") => "text/plain; charset=utf-8",
+        Some("svg") => "image/svg+xml",
+        _ => "application/octet-stream",
+    }
+}
+
+/// The store path of `p` as a URL path.
+fn url(root: &Path, p: &Path) -> String {
+    let rel = p.strip_prefix(root).unwrap_or(p);
+    let mut out = String::new();
+    for part in rel.components() {
+        out.push('/');
+        for b in part.as_os_str().to_string_lossy().bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                out.push(b as char);
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+const STYLE: &str = "<style>body { font-family: sans-serif; margin: 24px; color: #222; } \
+table { border-collapse: collapse; font-family: monospace; margin-bottom: 20px; } \
+td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; } \
+pre { background: #fafafa; border: 1px solid #ddd; padding: 8px; } \
+.valid { color: #2e7d32; font-weight: bold; } .invalid { color: #c62828; font-weight: bold; } \
+.unknown { color: #ef6c00; font-weight: bold; }</style>";
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{}</title>{STYLE}</head><body>{body}</body></html>\n",
+        esc(title)
+    )
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> Option<T> {
+    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+}
+
+/// Every test directory and its runs, newest first, with verdicts and a
+/// link comparing each run with the one before it.
+fn index(root: &Path) -> String {
+    let mut tests: Vec<PathBuf> = std::fs::read_dir(root)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    tests.retain(|p| p.is_dir() && !p.is_symlink());
+    tests.sort();
+    let mut body = format!("<h1>drift runs</h1><p>store {}</p>", esc(&root.display().to_string()));
+    if root.join(store::LATEST).is_dir() {
+        let _ = write!(body, r#"<p><a href="/{0}/">latest run</a></p>"#, store::LATEST);
+    }
+    let mut any = false;
+    for test in tests {
+        let mut runs: Vec<PathBuf> = std::fs::read_dir(&test)
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        runs.retain(|p| p.join(store::HISTORY).is_file());
+        if runs.is_empty() {
+            continue;
+        }
+        any = true;
+        runs.sort();
+        runs.reverse();
+        let name = test
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let _ = write!(
+            body,
+            "<h2>{}</h2><table><tr><th>run</th><th>verdict</th><th>operations</th><th>seed</th><th>drift</th><th></th><th></th></tr>",
+            esc(&name)
+        );
+        for (k, run) in runs.iter().take(RUNS_LISTED_MAX).enumerate() {
+            let results: Option<ResultsFile> = read_json(&run.join(store::RESULTS_JSON));
+            let info: Option<RunInfo> = read_json(&run.join(store::RUN_JSON));
+            let verdict = results.as_ref().map_or("not checked", |r| r.verdict.as_str());
+            let stamp = run
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let report = if run.join(store::REPORT_HTML).is_file() {
+                format!(r#"<a href="{}">report</a>"#, url(root, &run.join(store::REPORT_HTML)))
+            } else {
+                String::new()
+            };
+            let previous = runs.get(k + 1).map_or(String::new(), |prev| {
+                format!(
+                    r#"<a href="/compare?base={}&amp;run={}">compare with the run before</a>"#,
+                    url(root, prev).trim_start_matches('/'),
+                    url(root, run).trim_start_matches('/')
+                )
+            });
+            let _ = write!(
+                body,
+                r#"<tr><td><a href="{}/">{}</a></td><td class="{verdict}">{verdict}</td><td>{}</td><td>{}</td><td>{}</td><td>{report}</td><td>{previous}</td></tr>"#,
+                url(root, run),
+                esc(&stamp),
+                results.as_ref().map_or(String::new(), |r| r.operations.to_string()),
+                info.as_ref()
+                    .and_then(|i| i.seed)
+                    .map_or(String::new(), |s| s.to_string()),
+                info.as_ref().map_or(String::new(), |i| esc(&i.versions.short())),
+            );
+        }
+        body.push_str("</table>");
+        if runs.len() > RUNS_LISTED_MAX {
+            let _ = write!(body, "<p>{} older runs not listed</p>", runs.len() - RUNS_LISTED_MAX);
+        }
+    }
+    if !any {
+        body.push_str("<p>no runs yet: <code>drift test</code> stores its runs here</p>");
+    }
+    page("drift runs", &body)
+}
+
+/// A directory of the store: its entries as links.
+fn listing(root: &Path, dir: &Path) -> String {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    entries.sort();
+    let mut body = format!(
+        r#"<h1>{}</h1><p><a href="/">all runs</a></p><table><tr><th>name</th><th>bytes</th></tr>"#,
+        esc(&url(root, dir))
+    );
+    for e in entries {
+        let name = e
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (slash, size) = if e.is_dir() {
+            ("/", String::new())
+        } else {
+            ("", e.metadata().map(|m| m.len().to_string()).unwrap_or_default())
+        };
+        let _ = write!(
+            body,
+            r#"<tr><td><a href="{}{slash}">{}{slash}</a></td><td>{size}</td></tr>"#,
+            url(root, &e),
+            esc(&name)
+        );
+    }
+    body.push_str("</table>");
+    page(&url(root, dir), &body)
+}
+
+/// `/compare?base=<test>/<stamp>&run=<test>/<stamp>[&json=1]`.
+fn compare_page(root: &Path, query: &str) -> Response {
+    let mut base = None;
+    let mut run = None;
+    let mut json = false;
+    for pair in query.split('&') {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let Some(v) = percent_decode(v) else {
+            return Response::text(400, "bad percent-encoding in the query");
+        };
+        match k {
+            "base" => base = Some(v),
+            "run" => run = Some(v),
+            "json" => json = v == "1",
+            _ => {}
+        }
+    }
+    let (Some(base), Some(run)) = (base, run) else {
+        return Response::text(400, "compare needs ?base=<test>/<run>&run=<test>/<run>");
+    };
+    let (Some(b), Some(r)) = (inside(root, &base), inside(root, &run)) else {
+        return Response::text(404, "base or run is not in the store");
+    };
+    let limits = Limits {
+        max_throughput_drop: None,
+        max_p99_rise: None,
+        min_ops: 0,
+    };
+    match compare::render(&[b, r], &limits, json) {
+        Ok((text, _)) if json => Response {
+            status: 200,
+            content_type: "application/json",
+            body: text.into_bytes(),
+        },
+        Ok((text, _)) => Response::html(page(
+            "drift compare",
+            &format!(
+                r#"<h1>compare</h1><p><a href="/">all runs</a> · <a href="/compare?{}&amp;json=1">as JSON</a></p><pre>{}</pre>"#,
+                esc(query),
+                esc(&text)
+            ),
+        )),
+        Err(f) => Response::text(404, &f.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_takes_escapes_and_refuses_broken_ones() {
+        assert_eq!(percent_decode("/a%20b/c+d").as_deref(), Some("/a b/c d"));
+        assert_eq!(percent_decode("%2e%2e/x").as_deref(), Some("../x"));
+        assert_eq!(percent_decode("%zz"), None);
+        assert_eq!(percent_decode("%4"), None);
+        assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+    }
+
+    #[test]
+    fn paths_that_leave_the_store_are_refused() {
+        let root = std::env::temp_dir().join(format!("drift-serve-inside-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("t/r")).unwrap();
+        std::fs::write(root.join("t/r/run.json"), "{}").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("out")).unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        assert_eq!(inside(&root, "/t/r/run.json"), Some(root.join("t/r/run.json")));
+        assert_eq!(inside(&root, "/t/../t/r/run.json"), None);
+        assert_eq!(inside(&root, "/../etc/passwd"), None);
+        assert_eq!(inside(&root, "/out/passwd"), None, "a symlink out of the store");
+        assert_eq!(inside(&root, "//etc/passwd"), None);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn urls_escape_what_is_not_plain() {
+        let root = Path::new("/s");
+        assert_eq!(url(root, Path::new("/s/t/a b")), "/t/a%20b");
+        assert_eq!(url(root, Path::new("/s")), "/");
+    }
+}
