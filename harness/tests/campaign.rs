@@ -1,29 +1,11 @@
 //! `drift test` end to end, as the README's main job runs it (briefly).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+mod common;
+
+use common::{drift, scratch, Reaped};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn drift() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_drift"))
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("drift-campaign-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    p
-}
-
-/// A campaign process killed and reaped when dropped, so a failed assert
-/// never leaves it (and its nodes) running.
-struct Reaped(std::process::Child);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn only_run(store: &Path) -> PathBuf {
     let test_dir = std::fs::read_dir(store)

@@ -2,28 +2,11 @@
 //! them: the real binary, real files, exit codes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use common::{drift, run, scratch, Reaped};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn drift() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_drift"))
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let p = std::env::temp_dir().join(format!("drift-cli-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&p);
-    std::fs::create_dir_all(&p).unwrap();
-    p
-}
-
-fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output { status, stdout, stderr } = cmd.output().expect("drift runs");
-    (
-        status.code().expect("drift exits, not killed"),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
-}
 
 fn etcd_dir() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/data/histories/etcd");
@@ -597,15 +580,7 @@ fn serve_lists_runs_serves_their_files_and_compares_them_and_nothing_outside_the
     make_run(&store.join("made/20261130T000001.000Z"), &made("valid", 10, 2));
     make_run(&store.join("made/20261130T000002.000Z"), &made("invalid", 10, 2));
     std::fs::write(root.join("secret"), "not served").unwrap();
-    /// Ends the server however the test ends.
-    struct Server(std::process::Child);
-    impl Drop for Server {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut child = Server(
+    let mut child = Reaped(
         drift()
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
             .arg(&store)

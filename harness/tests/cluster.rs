@@ -14,9 +14,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
-fn drift() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_drift"))
-}
+mod common;
+
+use common::drift;
 
 struct Cluster {
     dir: PathBuf,
