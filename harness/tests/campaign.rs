@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 mod common;
 
-use common::{drift, scratch, Reaped};
+use common::{drift, fresh_path, Reaped};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -24,7 +24,7 @@ fn only_run(store: &Path) -> PathBuf {
 /// asserts it ends valid (exit 0); returns its stdout, the run directory
 /// and the store.
 fn valid_campaign(tag: &str, args: &str) -> (String, PathBuf, PathBuf) {
-    let store = scratch(tag);
+    let store = fresh_path(tag);
     let out = drift()
         .arg("test")
         .args(args.split_whitespace())
@@ -165,7 +165,7 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
 
 #[test]
 fn a_campaign_killed_mid_run_leaves_a_checkable_history_and_no_nodes() {
-    let store = scratch("killed");
+    let store = fresh_path("killed");
     let child = Reaped(
         drift()
             .args([
@@ -229,7 +229,7 @@ fn a_campaign_killed_mid_run_leaves_a_checkable_history_and_no_nodes() {
 fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
     // each refused for its own reason: were a check to regress, the run
     // it would start is short, on a port of its own, in a scratch store
-    let store = scratch("bad-args");
+    let store = fresh_path("bad-args");
     let bounds = "--concurrency must be in 1..=1000, --rate in 0.01..=1000000";
     for (args, says) in [
         (&["--workload", "bogus"][..], "unknown --workload `bogus`"),

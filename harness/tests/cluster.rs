@@ -588,6 +588,60 @@ fn drift_keeper_connect_request() -> Vec<u8> {
     f
 }
 
+/// A client that sends requests but stops reading the replies: once a
+/// write to it has made no progress for the longest session timeout, the
+/// node lets the connection go and drops what was queued for it, instead
+/// of holding the queue until the client reads or hangs up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_is_let_go_after_a_session_timeout_of_stalled_writes() {
+    let c = Cluster::up("stall", 21220, &["--set", "session_timeout_max_ms = 2000"]);
+    c.wait_leader(Duration::from_secs(5));
+    let client = connect(&c.connect_to(&[1])).await;
+    const BIG: usize = 512 << 10;
+    const REQUESTS: usize = 200;
+    client.create("/big", &vec![7u8; BIG], &persistent()).await.unwrap();
+    let mut s = TcpStream::connect(c.client_addr(1)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(&drift_keeper_connect_request()).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; i32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    // REQUESTS getData of /big: 100 MiB of replies, none read for a while
+    let mut reqs = Vec::new();
+    for xid in 1..=REQUESTS as i32 {
+        let mut b = Vec::new();
+        b.extend_from_slice(&xid.to_be_bytes());
+        b.extend_from_slice(&4i32.to_be_bytes());
+        b.extend_from_slice(&4i32.to_be_bytes());
+        b.extend_from_slice(b"/big");
+        b.push(0);
+        reqs.extend_from_slice(&(b.len() as i32).to_be_bytes());
+        reqs.extend_from_slice(&b);
+    }
+    s.write_all(&reqs).unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    let ended = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => got += n,
+            Err(_) => break false,
+        }
+    };
+    assert!(ended, "the node closed the stalled connection ({got} bytes read)");
+    assert!(
+        got < REQUESTS * BIG / 2,
+        "the replies queued behind the stall were dropped, not sent later: {got} bytes of {}",
+        REQUESTS * BIG
+    );
+    // the node and its other clients are fine
+    let (data, _) = client.get_data("/big").await.unwrap();
+    assert_eq!(data.len(), BIG);
+    assert_eq!(c.four(1, "ruok").as_deref(), Some("imok"));
+}
+
 /// A follower that loses its leader answers the requests it had forwarded
 /// there: writes hear connection loss at once (not after a long timeout,
 /// while their sessions stay alive), and a close is acknowledged only once

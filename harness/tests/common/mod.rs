@@ -10,11 +10,17 @@ pub fn drift() -> Command {
     Command::new(env!("CARGO_BIN_EXE_drift"))
 }
 
-/// A fresh, empty directory for one test (`tag`), removed first if an
-/// earlier run left it.
-pub fn scratch(tag: &str) -> PathBuf {
+/// A path for one test (`tag`) that does not exist yet: whatever an
+/// earlier run left there is removed.
+pub fn fresh_path(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("drift-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&p);
+    p
+}
+
+/// A fresh, empty directory for one test (`tag`).
+pub fn scratch(tag: &str) -> PathBuf {
+    let p = fresh_path(tag);
     std::fs::create_dir_all(&p).unwrap();
     p
 }

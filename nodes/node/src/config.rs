@@ -55,6 +55,8 @@ pub struct ClusterConfig {
     pub digest: String,
     #[serde(default = "d_min_timeout")]
     pub session_timeout_min_ms: u64,
+    /// Also how long a write to a client may stall: a client that takes
+    /// no bytes for that long is let go, and what was queued for it dropped.
     #[serde(default = "d_max_timeout")]
     pub session_timeout_max_ms: u64,
     /// Seed for the election jitter and session passwords.

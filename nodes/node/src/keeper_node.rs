@@ -292,7 +292,11 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     let (tx, rx) = mpsc::channel::<Event>();
     let ptx = tx.clone();
     transport::listen(raft_listener, move |m| ptx.send(Event::Peer(m)).is_ok());
-    client_io(client_listener, tx.clone())?;
+    client_io(
+        client_listener,
+        tx.clone(),
+        Duration::from_millis(cfg.session_timeout_max_ms),
+    )?;
     if let (Some(_), Some(addr)) = (&opts.fault_token, opts.admin) {
         admin_listener(addr, tx.clone())?;
     }
@@ -355,7 +359,10 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
 /// requests over many connections costs that thread one wake-up instead of
 /// two thread switches per request. The loop reaches a connection through
 /// its frame queue and shuts it down through a duplicate of its socket.
-fn client_io(listener: TcpListener, tx: Sender<Event>) -> Result<(), String> {
+/// A write that cannot finish within `write_stall` (the longest session
+/// timeout: a client that takes no bytes for that long is gone) ends its
+/// connection's writer, which frees what was queued for it.
+fn client_io(listener: TcpListener, tx: Sender<Event>, write_stall: Duration) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -370,12 +377,12 @@ fn client_io(listener: TcpListener, tx: Sender<Event>) -> Result<(), String> {
     };
     thread::Builder::new()
         .name("client-io".into())
-        .spawn(move || rt.block_on(accept_clients(listener, tx)))
+        .spawn(move || rt.block_on(accept_clients(listener, tx, write_stall)))
         .map_err(|e| format!("client I/O thread: {e}"))?;
     Ok(())
 }
 
-async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>) {
+async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>, write_stall: Duration) {
     let mut next = 1u64;
     loop {
         let stream = match listener.accept().await {
@@ -409,20 +416,27 @@ async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>) {
         {
             return;
         }
-        tokio::spawn(write_frames(writer, wrx));
+        tokio::spawn(write_frames(writer, wrx, write_stall));
         tokio::spawn(read_frames(conn, reader, tx.clone()));
     }
 }
 
 /// Sends what the loop queued for one connection, everything queued at
 /// the moment in one write; once the loop drops the queue, the rest is
-/// flushed and the write side closed.
-async fn write_frames(mut w: tokio::net::tcp::OwnedWriteHalf, mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>) {
+/// flushed and the write side closed. A write stalled for `stall` ends
+/// it: the queue goes (the loop's next send finds it closed and drops the
+/// connection) and dropping the write half closes that side.
+async fn write_frames(
+    mut w: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: tokio::sync::mpsc::Receiver<Vec<u8>>,
+    stall: Duration,
+) {
     use tokio::io::AsyncWriteExt;
     while let Some(first) = rx.recv().await {
         let frames = transport::coalesce(first, || rx.try_recv().ok());
-        if w.write_all(&frames).await.is_err() {
-            return;
+        match tokio::time::timeout(stall, w.write_all(&frames)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) | Err(_) => return,
         }
     }
     let _ = w.shutdown().await;
