@@ -21,21 +21,29 @@ fn main() {
     }
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest.parent().unwrap_or(&manifest);
+    // only drift's own checkout: a source tree unpacked inside some other
+    // repository must not take that repository's commit
+    let top = git(root, &["rev-parse", "--show-toplevel"]).map(PathBuf::from);
+    let same = |a: &Path, b: &Path| std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok();
+    if !top.is_some_and(|t| same(&t, root)) {
+        return;
+    }
     let Some(sha) = git(root, &["rev-parse", "HEAD"]) else {
         return;
     };
     println!("cargo:rustc-env=DRIFT_GIT_SHA={sha}");
     // a new commit or a checkout moves HEAD or a ref: stamp again then
+    // (a worktree keeps its HEAD in its own git dir, the refs in the
+    // common one)
+    let mut watched = Vec::new();
     if let Some(dir) = git(root, &["rev-parse", "--absolute-git-dir"]) {
-        let dir = PathBuf::from(dir);
-        for watched in [
-            dir.join("HEAD"),
-            dir.join("refs").join("heads"),
-            dir.join("packed-refs"),
-        ] {
-            if watched.exists() {
-                println!("cargo:rerun-if-changed={}", watched.display());
-            }
-        }
+        watched.push(PathBuf::from(dir).join("HEAD"));
+    }
+    if let Some(common) = git(root, &["rev-parse", "--path-format=absolute", "--git-common-dir"]) {
+        let common = PathBuf::from(common);
+        watched.extend([common.join("refs").join("heads"), common.join("packed-refs")]);
+    }
+    for w in watched.into_iter().filter(|w| w.exists()) {
+        println!("cargo:rerun-if-changed={}", w.display());
     }
 }

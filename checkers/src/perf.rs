@@ -274,7 +274,7 @@ pub fn summarize(h: &History) -> PerfSummary {
         first = first.min(invoked);
         last = last.max(completed.unwrap_or(invoked));
         let f = h.f_of(o);
-        let latency = completed.map(|c| c - invoked);
+        let latency = completed.map(|c| c.saturating_sub(invoked));
         run.add(f, o.outcome, latency);
         // the label in force at the invoke: the last change at or before it
         let at = changes.partition_point(|(t, _)| *t <= invoked);
@@ -283,7 +283,7 @@ pub fn summarize(h: &History) -> PerfSummary {
         windows[k].1.add(f, o.outcome, latency);
     }
     if first < last {
-        run.seconds = (last - first) as f64 / 1e9;
+        run.seconds = last.saturating_sub(first) as f64 / 1e9;
         // each window's time: its stretches between changes, clipped to
         // the span the operations cover
         for (n, (from, label)) in changes.iter().enumerate() {
@@ -291,7 +291,7 @@ pub fn summarize(h: &History) -> PerfSummary {
             let (from, to) = ((*from).max(first), to.min(last));
             if to > from {
                 let k = slot(&mut windows, label);
-                windows[k].1.seconds += (to - from) as f64 / 1e9;
+                windows[k].1.seconds += to.saturating_sub(from) as f64 / 1e9;
             }
         }
     }

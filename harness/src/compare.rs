@@ -78,6 +78,9 @@ struct Comparison {
     perf: Vec<PerfRow>,
     /// Why the run is worse than the baseline (empty: it is not).
     regressions: Vec<String>,
+    /// How much worse: `invalid` (a checker turned invalid, a limit was
+    /// crossed), `unknown` (a checker turned unknown) or `valid` (not worse).
+    worst: Verdict,
     exit_code: i32,
 }
 
@@ -120,7 +123,10 @@ pub fn render(paths: &[PathBuf], limits: &Limits, json: bool) -> Result<(String,
         return Err(Failure::new("comparing needs a baseline and at least one run"));
     };
     let comparisons: Vec<Comparison> = runs.iter().map(|r| compare(baseline, r, limits)).collect();
-    let code = comparisons.iter().map(|c| c.exit_code).max().unwrap_or(0);
+    let code = comparisons
+        .iter()
+        .fold(Verdict::Valid, |v, c| v.and(c.worst))
+        .exit_code();
     let mut o = String::new();
     if json {
         let out = serde_json::json!({
@@ -234,7 +240,9 @@ fn load(path: &Path) -> Result<Side, Failure> {
 
 fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
     let mut regressions = Vec::new();
-    let mut code = 0;
+    // how much worse, on the verdict scale: a checker turned invalid or a
+    // limit crossed is `Invalid`, a checker turned unknown `Unknown`
+    let mut worst = Verdict::Valid;
 
     let config_changes = match (&base.info, &run.info) {
         (Some(b), Some(r)) => config_changes(&b.config, &r.config),
@@ -255,7 +263,7 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
             let worse = matches!((b, r), (Some(b), Some(r)) if r > b);
             if let (true, Some(b), Some(r)) = (worse, b, r) {
                 regressions.push(format!("checker {name}: {} → {}", b.as_str(), r.as_str()));
-                code = code.max(if r == Verdict::Invalid { 1 } else { 2 });
+                worst = worst.and(r);
             }
             CheckerRow {
                 checker: name,
@@ -280,24 +288,31 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
         let (b, r) = (window(&base.perf, name), window(&run.perf, name));
         perf.extend(perf_rows(name, b.as_ref(), r.as_ref()));
     }
-    // the limits judge the whole run's figures: a window's few ops are noise
+    // the limits judge the whole run's figures: a window's few ops are
+    // noise. Throughput needs enough successes in the baseline only (an op
+    // that stopped succeeding, or vanished, fell by 100%); p99 needs
+    // enough on both sides
     for row in perf.iter().filter(|r| r.span == "run") {
-        let (Some(b), Some(r)) = (&row.baseline, &row.run) else {
+        let Some(b) = &row.baseline else {
             continue;
         };
-        if b.ok < args.min_ops || r.ok < args.min_ops {
+        if b.ok < args.min_ops {
             continue;
         }
-        if let (Some(limit), Some(ratio)) = (args.max_throughput_drop, row.ok_per_s_ratio) {
-            let drop = (1.0 - ratio) * 100.0;
+        let run_ok_per_s = row.run.as_ref().map_or(0.0, |r| r.ok_per_s);
+        if let Some(limit) = args.max_throughput_drop.filter(|_| b.ok_per_s > 0.0) {
+            let drop = (1.0 - run_ok_per_s / b.ok_per_s) * 100.0;
             if drop > limit {
                 regressions.push(format!(
                     "{}: throughput {:.1} → {:.1} ok/s, down {drop:.1}% (limit {limit}%)",
-                    row.f, b.ok_per_s, r.ok_per_s
+                    row.f, b.ok_per_s, run_ok_per_s
                 ));
-                code = code.max(1);
+                worst = Verdict::Invalid;
             }
         }
+        let Some(r) = row.run.as_ref().filter(|r| r.ok >= args.min_ops) else {
+            continue;
+        };
         if let (Some(limit), Some(ratio), Some(bq), Some(rq)) =
             (args.max_p99_rise, row.p99_ratio, b.latency_ms, r.latency_ms)
         {
@@ -307,16 +322,18 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
                     "{}: p99 {:.1} → {:.1} ms, up {rise:.1}% (limit {limit}%)",
                     row.f, bq.p99, rq.p99
                 ));
-                code = code.max(1);
+                worst = Verdict::Invalid;
             }
         }
     }
-    // an invalid run is worse than a valid baseline even when the
-    // checkers differ by name
+    // the composed verdict counts even when the checkers differ by name
+    // (one turned unknown, a new one is invalid)
     if let (Some(b), Some(r)) = (base.verdict, run.verdict) {
-        if r > b && !checkers.iter().any(|c| c.worse) {
-            regressions.push(format!("verdict {} → {}", b.as_str(), r.as_str()));
-            code = code.max(if r == Verdict::Invalid { 1 } else { 2 });
+        if r > b {
+            if worst < r {
+                regressions.push(format!("verdict {} → {}", b.as_str(), r.as_str()));
+            }
+            worst = worst.and(r);
         }
     }
     Comparison {
@@ -325,7 +342,8 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
         checkers,
         perf,
         regressions,
-        exit_code: code,
+        exit_code: worst.exit_code(),
+        worst,
     }
 }
 

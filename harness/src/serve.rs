@@ -21,7 +21,7 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Connections served at once; past it a new one gets 503.
 const CONNECTIONS_MAX: usize = 64;
@@ -29,6 +29,8 @@ const CONNECTIONS_MAX: usize = 64;
 const HEAD_BYTES_MAX: usize = 16 << 10;
 /// A client that sends nothing for this long is dropped.
 const IDLE: Duration = Duration::from_secs(10);
+/// Comparisons running now, against [`COMPARES_MAX`].
+static COMPARES: std::sync::LazyLock<Arc<AtomicUsize>> = std::sync::LazyLock::new(|| Arc::new(AtomicUsize::new(0)));
 /// Runs listed per test on the index, newest first.
 const RUNS_LISTED_MAX: usize = 100;
 
@@ -46,27 +48,76 @@ pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
     let busy = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let Ok(mut stream) = conn else { continue };
-        if busy.fetch_add(1, Ordering::SeqCst) >= CONNECTIONS_MAX {
-            busy.fetch_sub(1, Ordering::SeqCst);
-            let _ = respond(&mut stream, false, &Response::text(503, "too many connections"));
+        let Some(slot) = Slot::take(&busy, CONNECTIONS_MAX) else {
+            let _ = respond(&mut stream, false, Response::text(503, "too many connections"));
+            linger(stream, Duration::from_millis(100));
             continue;
-        }
-        let (root, done) = (root.clone(), busy.clone());
-        let spawned = std::thread::Builder::new().name("serve".into()).spawn(move || {
+        };
+        let root = root.clone();
+        // the slot goes back when the thread ends, however it ends (or
+        // at once, with the closure, if the thread cannot start)
+        let _ = std::thread::Builder::new().name("serve".into()).spawn(move || {
+            let _slot = slot;
             handle(stream, &root);
-            done.fetch_sub(1, Ordering::SeqCst);
         });
-        if spawned.is_err() {
-            busy.fetch_sub(1, Ordering::SeqCst);
-        }
     }
     Ok(0)
+}
+
+/// One of a bounded number of places, given back when dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if count.fetch_add(1, Ordering::SeqCst) >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Comparisons running at once: each loads two whole histories.
+const COMPARES_MAX: usize = 2;
+
+/// Reads from a socket until one deadline for the whole exchange, however
+/// the bytes trickle in.
+struct Deadline<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "request deadline passed",
+            ));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut s = self.stream;
+        s.read(buf)
+    }
 }
 
 struct Response {
     status: u16,
     content_type: &'static str,
-    body: Vec<u8>,
+    body: Body,
+}
+
+enum Body {
+    Bytes(Vec<u8>),
+    /// A file streamed as it is read, with its length.
+    File(std::fs::File, u64),
 }
 
 impl Response {
@@ -74,7 +125,7 @@ impl Response {
         Response {
             status,
             content_type: "text/plain; charset=utf-8",
-            body: format!("{body}\n").into_bytes(),
+            body: Body::Bytes(format!("{body}\n").into_bytes()),
         }
     }
 
@@ -82,7 +133,7 @@ impl Response {
         Response {
             status: 200,
             content_type: "text/html; charset=utf-8",
-            body: body.into_bytes(),
+            body: Body::Bytes(body.into_bytes()),
         }
     }
 }
@@ -100,27 +151,37 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
-fn respond(stream: &mut TcpStream, head_only: bool, r: &Response) -> std::io::Result<()> {
+fn respond(stream: &mut TcpStream, head_only: bool, r: Response) -> std::io::Result<()> {
+    let len = match &r.body {
+        Body::Bytes(b) => b.len() as u64,
+        Body::File(_, len) => *len,
+    };
     let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {len}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
         r.status,
         reason(r.status),
         r.content_type,
-        r.body.len()
     );
     stream.write_all(head.as_bytes())?;
     if !head_only {
-        stream.write_all(&r.body)?;
+        match r.body {
+            Body::Bytes(b) => stream.write_all(&b)?,
+            Body::File(f, len) => {
+                std::io::copy(&mut f.take(len), stream)?;
+            }
+        }
     }
     stream.flush()
 }
 
 /// Reads one request head; `Err` is the response to send instead.
 fn read_head(stream: &TcpStream) -> Result<(String, String), Response> {
-    let mut reader = BufReader::new(stream.take(HEAD_BYTES_MAX as u64 + 1));
+    let until = Instant::now() + IDLE;
+    let mut reader = BufReader::new(Deadline { stream, until }.take(HEAD_BYTES_MAX as u64 + 1));
     let mut request_line = String::new();
     let mut total = 0;
     match reader.read_line(&mut request_line) {
+        Ok(n) if n > HEAD_BYTES_MAX => return Err(Response::text(431, "request line too long")),
         Ok(n) if n > 0 => total += n,
         _ => return Err(Response::text(400, "no request line")),
     }
@@ -152,13 +213,13 @@ fn read_head(stream: &TcpStream) -> Result<(String, String), Response> {
 }
 
 fn handle(mut stream: TcpStream, root: &Path) {
-    let _ = stream.set_read_timeout(Some(IDLE));
+    // a client that takes no bytes for this long is let go
     let _ = stream.set_write_timeout(Some(IDLE));
     let (method, target) = match read_head(&stream) {
         Ok(r) => r,
         Err(response) => {
-            let _ = respond(&mut stream, false, &response);
-            linger(stream);
+            let _ = respond(&mut stream, false, response);
+            linger(stream, LINGER);
             return;
         }
     };
@@ -168,29 +229,34 @@ fn handle(mut stream: TcpStream, root: &Path) {
     } else {
         route(root, &target)
     };
-    let _ = respond(&mut stream, head_only, &response);
-    linger(stream);
+    let _ = respond(&mut stream, head_only, response);
+    linger(stream, LINGER);
 }
+
+/// Longest a closing connection is drained.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// Closes after the response: the writing side first, then what the
 /// client still sends (an unread body, an oversized head) is drained for
-/// a moment, so the client reads the response instead of a reset.
-fn linger(mut stream: TcpStream) {
+/// at most `for_at_most`, so the client reads the response instead of a
+/// reset.
+fn linger(stream: TcpStream, for_at_most: Duration) {
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut drain = Deadline {
+        stream: &stream,
+        until: Instant::now() + for_at_most,
+    };
     let mut sink = [0u8; 8192];
-    let mut drained = 0;
-    while drained < (1 << 20) {
-        match stream.read(&mut sink) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => drained += n,
+    while let Ok(n) = drain.read(&mut sink) {
+        if n == 0 {
+            break;
         }
     }
 }
 
 fn route(root: &Path, target: &str) -> Response {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    let Some(path) = percent_decode(path) else {
+    let Some(path) = percent_decode(path, false) else {
         return Response::text(400, "bad percent-encoding in the path");
     };
     if path == "/" {
@@ -201,11 +267,11 @@ fn route(root: &Path, target: &str) -> Response {
     }
     match inside(root, &path) {
         Some(p) if p.is_dir() => Response::html(listing(root, &p)),
-        Some(p) if p.is_file() => match std::fs::read(&p) {
-            Ok(body) => Response {
+        Some(p) if p.is_file() => match std::fs::File::open(&p).and_then(|f| Ok((f.metadata()?.len(), f))) {
+            Ok((len, f)) => Response {
                 status: 200,
                 content_type: content_type(&p),
-                body,
+                body: Body::File(f, len),
             },
             Err(e) => Response::text(500, &format!("{path}: {e}")),
         },
@@ -213,8 +279,9 @@ fn route(root: &Path, target: &str) -> Response {
     }
 }
 
-/// `%XX` decoding; `None` for a bad escape or bytes that are not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
+/// `%XX` decoding (and `+` as a space in a query, `plus_is_space`);
+/// `None` for a bad escape or bytes that are not UTF-8.
+fn percent_decode(s: &str, plus_is_space: bool) -> Option<String> {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -224,7 +291,7 @@ fn percent_decode(s: &str) -> Option<String> {
             out.push(u8::from_str_radix(hex, 16).ok()?);
             i += 3;
         } else {
-            out.push(if b[i] == b'+' { b' ' } else { b[i] });
+            out.push(if plus_is_space && b[i] == b'+' { b' ' } else { b[i] });
             i += 1;
         }
     }
@@ -404,7 +471,7 @@ fn compare_page(root: &Path, query: &str) -> Response {
     let mut json = false;
     for pair in query.split('&') {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let Some(v) = percent_decode(v) else {
+        let Some(v) = percent_decode(v, true) else {
             return Response::text(400, "bad percent-encoding in the query");
         };
         match k {
@@ -420,6 +487,12 @@ fn compare_page(root: &Path, query: &str) -> Response {
     let (Some(b), Some(r)) = (inside(root, &base), inside(root, &run)) else {
         return Response::text(404, "base or run is not in the store");
     };
+    if ![&b, &r].iter().all(|p| p.join(store::HISTORY).is_file()) {
+        return Response::text(404, "base or run is not a run (no history.jsonl)");
+    }
+    let Some(_comparing) = Slot::take(&COMPARES, COMPARES_MAX) else {
+        return Response::text(503, "busy comparing other runs: try again");
+    };
     let limits = Limits {
         max_throughput_drop: None,
         max_p99_rise: None,
@@ -429,7 +502,7 @@ fn compare_page(root: &Path, query: &str) -> Response {
         Ok((text, _)) if json => Response {
             status: 200,
             content_type: "application/json",
-            body: text.into_bytes(),
+            body: Body::Bytes(text.into_bytes()),
         },
         Ok((text, _)) => Response::html(page(
             "drift compare",
@@ -439,7 +512,8 @@ fn compare_page(root: &Path, query: &str) -> Response {
                 esc(&text)
             ),
         )),
-        Err(f) => Response::text(404, &f.message),
+        // both are runs: what fails is a file in one of them
+        Err(f) => Response::text(500, &f.message),
     }
 }
 
@@ -449,11 +523,16 @@ mod tests {
 
     #[test]
     fn percent_decoding_takes_escapes_and_refuses_broken_ones() {
-        assert_eq!(percent_decode("/a%20b/c+d").as_deref(), Some("/a b/c d"));
-        assert_eq!(percent_decode("%2e%2e/x").as_deref(), Some("../x"));
-        assert_eq!(percent_decode("%zz"), None);
-        assert_eq!(percent_decode("%4"), None);
-        assert_eq!(percent_decode("%ff"), None, "not UTF-8");
+        assert_eq!(percent_decode("/a%20b/c+d", false).as_deref(), Some("/a b/c+d"));
+        assert_eq!(
+            percent_decode("c+d", true).as_deref(),
+            Some("c d"),
+            "a query's + is a space"
+        );
+        assert_eq!(percent_decode("%2e%2e/x", false).as_deref(), Some("../x"));
+        assert_eq!(percent_decode("%zz", false), None);
+        assert_eq!(percent_decode("%4", false), None);
+        assert_eq!(percent_decode("%ff", false), None, "not UTF-8");
     }
 
     #[test]

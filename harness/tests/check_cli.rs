@@ -359,6 +359,8 @@ struct Made<'a> {
     latency_ms: i64,
     linearizable: &'a str,
     config: serde_json::Value,
+    /// How every read ends: ok, fail or info.
+    outcome: &'a str,
 }
 
 fn make_run(dir: &Path, m: &Made) {
@@ -382,7 +384,7 @@ fn make_run(dir: &Path, m: &Made) {
             line(t, "nemesis".into(), "info", "stop-partition");
         }
         line(t, (k % 4).into(), "invoke", "read");
-        line(t + m.latency_ms * ms, (k % 4).into(), "ok", "read");
+        line(t + m.latency_ms * ms, (k % 4).into(), m.outcome, "read");
     }
     std::fs::write(dir.join("history.jsonl"), lines.join("\n") + "\n").unwrap();
     let info = serde_json::json!({
@@ -413,6 +415,7 @@ fn made(linearizable: &str, gap_ms: i64, latency_ms: i64) -> Made<'_> {
         latency_ms,
         linearizable,
         config: serde_json::json!({"rate": 100}),
+        outcome: "ok",
     }
 }
 
@@ -432,6 +435,22 @@ fn compare_says_which_checker_turned_invalid_and_exits_1() {
     let (code, stdout, _) = run(drift().arg("compare").arg(root.join("b")).arg(root.join("a")));
     assert_eq!(code, 0, "{stdout}");
     assert!(stdout.contains("not worse than the baseline"), "{stdout}");
+    // invalid outranks unknown, whatever else turned unknown
+    let set_stats = |run: &str, verdict: &str| {
+        let path = root.join(run).join("results.json");
+        let mut r: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        r["checkers"][1]["verdict"] = verdict.into();
+        std::fs::write(&path, r.to_string()).unwrap();
+    };
+    set_stats("b", "unknown");
+    let (code, stdout, _) = run(drift().arg("compare").arg(root.join("a")).arg(root.join("b")));
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("checker stats: valid → unknown"), "{stdout}");
+    // a checker turned unknown and nothing invalid: 2
+    make_run(&root.join("c"), &made("valid", 10, 2));
+    set_stats("c", "unknown");
+    let (code, stdout, _) = run(drift().arg("compare").arg(root.join("a")).arg(root.join("c")));
+    assert_eq!(code, 2, "{stdout}");
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -463,6 +482,21 @@ fn compare_gates_on_throughput_and_p99_only_when_asked_and_only_with_enough_ops(
     assert_eq!(code, 0, "within both limits: {stdout}");
     let (code, stdout, _) = compare(&["--max-p99-rise", "1", "--min-ops", "1000"]);
     assert_eq!(code, 0, "240 reads are fewer than --min-ops: {stdout}");
+    // a run where every read fails has lost all its throughput, however
+    // few successes it has left to count
+    let mut failing = made("valid", 10, 2);
+    failing.outcome = "fail";
+    make_run(&root.join("c"), &failing);
+    let (code, stdout, _) = run(drift()
+        .arg("compare")
+        .arg(root.join("a"))
+        .arg(root.join("c"))
+        .args(["--max-throughput-drop", "10"]));
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("read: throughput 100.3 → 0.0 ok/s, down 100.0%"),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&root).unwrap();
 }
 
@@ -640,6 +674,35 @@ fn serve_lists_runs_serves_their_files_and_compares_them_and_nothing_outside_the
     assert_eq!(
         http(&addr, &format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000))).0,
         431
+    );
+    // a request head trickled in a byte a second is cut off at the
+    // request deadline (10 s), not kept for as long as bytes keep coming
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    slow.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let started = Instant::now();
+    let mut reply = Vec::new();
+    let cut = loop {
+        use std::io::{Read, Write};
+        if started.elapsed() > Duration::from_secs(20) {
+            break false;
+        }
+        if slow.write_all(b"G").is_err() {
+            break true;
+        }
+        let mut buf = [0u8; 512];
+        match slow.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(_) => break true,
+        }
+        std::thread::sleep(Duration::from_millis(900));
+    };
+    assert!(cut, "the trickling client was never cut off");
+    let took = started.elapsed();
+    assert!(
+        took > Duration::from_secs(8) && took < Duration::from_secs(15),
+        "{took:?}"
     );
     // still serving after all that
     assert_eq!(get(&addr, "/").0, 200);

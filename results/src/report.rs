@@ -74,8 +74,8 @@ struct Frame {
 
 impl Frame {
     fn x(&self, t: i64) -> f64 {
-        let span = (self.t1 - self.t0).max(1) as f64;
-        LEFT + (t - self.t0) as f64 / span * PLOT_W
+        let span = self.t1.saturating_sub(self.t0).max(1) as f64;
+        LEFT + t.saturating_sub(self.t0) as f64 / span * PLOT_W
     }
 
     fn y(&self, v: f64) -> f64 {
@@ -129,8 +129,8 @@ fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)
             fault_colour(&fault.kind),
             esc(&fault.kind),
             esc(&fault.nodes),
-            (fault.from_ns - f.t0) as f64 / 1e9,
-            (fault.to_ns - f.t0) as f64 / 1e9,
+            fault.from_ns.saturating_sub(f.t0) as f64 / 1e9,
+            fault.to_ns.saturating_sub(f.t0) as f64 / 1e9,
             x0 + 2.0,
             f.y_off + TOP + 10.0 + (n % 3) as f64 * 11.0,
             esc(&fault.kind)
@@ -155,10 +155,14 @@ fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)
             short(v)
         );
     }
-    let secs = (f.t1 - f.t0) as f64 / 1e9;
+    let secs = f.t1.saturating_sub(f.t0) as f64 / 1e9;
     let step = nice_step(secs / 10.0);
-    let mut s = 0.0;
-    while s <= secs + 1e-9 && step > 0.0 {
+    // each tick from its own count, so no error piles up
+    for k in 0..=100 {
+        let s = k as f64 * step;
+        if step <= 0.0 || s > secs + 1e-9 {
+            break;
+        }
         let x = LEFT + s / secs.max(1e-9) * PLOT_W;
         let _ = write!(
             svg,
@@ -167,7 +171,6 @@ fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)
             bottom + 16.0,
             short(s)
         );
-        s += step;
     }
     let _ = write!(
         svg,
@@ -198,7 +201,10 @@ fn short(v: f64) -> String {
     } else if v.abs() >= 1.0 {
         format!("{v:.1}")
     } else {
-        format!("{v}")
+        format!("{v:.3}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
     }
 }
 
@@ -238,14 +244,14 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     }
     let colour = |f: &str| PALETTE[fs.iter().position(|x| *x == f).unwrap_or(0) % PALETTE.len()];
     let t0 = h.ops.first().map_or(0, |o| o.time);
-    let t1 = h.ops.last().map_or(1, |o| o.time).max(t0 + 1);
+    let t1 = h.ops.last().map_or(1, |o| o.time).max(t0.saturating_add(1));
 
     // latency: every completed op (every k-th past POINTS_MAX)
     let done: Vec<_> = h.operations.iter().filter(|o| o.complete.is_some()).collect();
     let every = done.len().div_ceil(POINTS_MAX).max(1);
     let lat_ms = |o: &drift_checkers::Operation| {
         let c = o.complete.map_or(0, |c| h.ops[c].time);
-        ((c - h.ops[o.invoke].time).max(0) as f64 / 1e6).max(0.001)
+        (c.saturating_sub(h.ops[o.invoke].time).max(0) as f64 / 1e6).max(0.001)
     };
     let max_ms = done.iter().map(|o| lat_ms(o)).fold(1.0f64, f64::max);
     let y_top = 10f64.powf(max_ms.log10().ceil());
@@ -281,14 +287,14 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     let latency_svg = wrap_svg(svg, Frame::height());
 
     // throughput: ok ops per second per op, in buckets
-    let width_ns = ((t1 - t0) as f64 / BUCKETS as f64).max(1.0);
+    let width_ns = (t1.saturating_sub(t0) as f64 / BUCKETS as f64).max(1.0);
     let mut counts = vec![vec![0u32; BUCKETS]; fs.len()];
     for o in &h.operations {
         if o.outcome != Outcome::Ok {
             continue;
         }
         let t = o.complete.map_or(h.ops[o.invoke].time, |c| h.ops[c].time);
-        let b = (((t - t0) as f64 / width_ns) as usize).min(BUCKETS - 1);
+        let b = ((t.saturating_sub(t0) as f64 / width_ns) as usize).min(BUCKETS - 1);
         let k = fs.iter().position(|x| *x == h.f_of(o)).unwrap_or(0);
         counts[k][b] += 1;
     }
@@ -315,7 +321,7 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
             .iter()
             .enumerate()
             .map(|(b, &c)| {
-                let t = t0 + ((b as f64 + 0.5) * width_ns) as i64;
+                let t = t0.saturating_add(((b as f64 + 0.5) * width_ns) as i64);
                 format!("{:.1},{:.1}", thr.x(t), thr.y(c as f64 * per_s))
             })
             .collect();
@@ -457,7 +463,7 @@ fn node_events(h: &History) -> String {
         let _ = write!(
             rows,
             "<tr><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
-            (op.time - t0) as f64 / 1e9,
+            op.time.saturating_sub(t0) as f64 / 1e9,
             esc(&op.f),
             esc(&op.value.to_string())
         );
@@ -546,5 +552,6 @@ mod tests {
         assert_eq!(nice_step(3.0), 5.0);
         assert_eq!(nice_step(60.0), 100.0);
         assert_eq!(nice_step(0.0), 0.0);
+        assert_eq!(short(3.0 * 0.1), "0.3", "no float noise on the axis");
     }
 }
