@@ -7,6 +7,7 @@
 //! Exit: the composed verdict's code, or 3 for bad input or arguments.
 
 use crate::cli::CheckArgs;
+use crate::compare::read_json;
 use crate::fail::Failure;
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::linear::LinearReport;
@@ -63,9 +64,7 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
             .set_latest(&out)
             .map_err(|e| Failure::new(format!("{}: cannot update latest: {e}", store.root().display())))?;
     }
-    let info: Option<RunInfo> = std::fs::read(out.run_json())
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
+    let info: Option<RunInfo> = read_json(&out.run_json()).ok().flatten();
     let report_path = report::write(&out, &history, info.as_ref(), &results)
         .map_err(|e| Failure::new(format!("{}: cannot write: {e}", out.report_html().display())))?;
 
@@ -80,7 +79,7 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
 
 /// The checkers a stored campaign was judged by (its run.json says).
 fn workload_checkers(run: &RunDir) -> Option<Vec<String>> {
-    let info: RunInfo = serde_json::from_slice(&std::fs::read(run.run_json()).ok()?).ok()?;
+    let info: RunInfo = read_json(&run.run_json()).ok()??;
     let names = info.config["checkers"].as_array()?;
     names.iter().map(|n| n.as_str().map(str::to_string)).collect()
 }

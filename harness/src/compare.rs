@@ -184,34 +184,25 @@ fn is_run(p: &Path) -> bool {
     p.join(store::HISTORY).is_file()
 }
 
-/// The runs of a test directory, oldest first (their names are UTC
-/// timestamps, so name order is time order).
+/// The runs of a test directory, oldest first.
 fn runs_in(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
-    let entries = std::fs::read_dir(dir).map_err(|e| {
+    let not_runs = |why: String| {
         Failure::new(format!(
-            "{}: not a run (no {}) nor a test directory of runs: {e}",
+            "{}: not a run (no {}) nor a test directory of runs{why}",
             dir.display(),
             store::HISTORY
         ))
-    })?;
-    let mut runs: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| is_run(p))
-        .collect();
+    };
+    let runs = store::runs_of(dir).map_err(|e| not_runs(format!(": {e}")))?;
     if runs.is_empty() {
-        return Err(Failure::new(format!(
-            "{}: not a run (no {}) nor a test directory of runs",
-            dir.display(),
-            store::HISTORY
-        )));
+        return Err(not_runs(String::new()));
     }
-    runs.sort();
     Ok(runs)
 }
 
 /// Reads a JSON file of a run if it exists; a file that exists but does
 /// not parse is an error naming it and the place.
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, Failure> {
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Option<T>, Failure> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -353,33 +353,28 @@ fn page(title: &str, body: &str) -> String {
     )
 }
 
+/// A run's JSON file for the index: absent or unreadable is shown as
+/// absent (the run's own page serves the file as it is).
 fn read_json<T: serde::de::DeserializeOwned>(p: &Path) -> Option<T> {
-    serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    compare::read_json(p).ok().flatten()
 }
 
 /// Every test directory and its runs, newest first, with verdicts and a
 /// link comparing each run with the one before it.
 fn index(root: &Path) -> String {
-    let mut tests: Vec<PathBuf> = std::fs::read_dir(root)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let mut tests = store::entries(root).unwrap_or_default();
     tests.retain(|p| p.is_dir() && !p.is_symlink());
-    tests.sort();
     let mut body = format!("<h1>drift runs</h1><p>store {}</p>", esc(&root.display().to_string()));
     if root.join(store::LATEST).is_dir() {
         let _ = write!(body, r#"<p><a href="/{0}/">latest run</a></p>"#, store::LATEST);
     }
     let mut any = false;
     for test in tests {
-        let mut runs: Vec<PathBuf> = std::fs::read_dir(&test)
-            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-            .unwrap_or_default();
-        runs.retain(|p| p.join(store::HISTORY).is_file());
+        let mut runs = store::runs_of(&test).unwrap_or_default();
         if runs.is_empty() {
             continue;
         }
         any = true;
-        runs.sort();
         runs.reverse();
         let name = test
             .file_name()
@@ -435,10 +430,7 @@ fn index(root: &Path) -> String {
 
 /// A directory of the store: its entries as links.
 fn listing(root: &Path, dir: &Path) -> String {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    entries.sort();
+    let entries = store::entries(dir).unwrap_or_default();
     let mut body = format!(
         r#"<h1>{}</h1><p><a href="/">all runs</a></p><table><tr><th>name</th><th>bytes</th></tr>"#,
         esc(&url(root, dir))

@@ -100,6 +100,21 @@ fn validate_name(name: &str) -> io::Result<()> {
     }
 }
 
+/// A directory's entries, sorted by name.
+pub fn entries(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out: Vec<PathBuf> = fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The runs of a test directory (the entries holding a history), oldest
+/// first: their names are UTC timestamps, so name order is time order.
+pub fn runs_of(test_dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut runs = entries(test_dir)?;
+    runs.retain(|p| p.join(HISTORY).is_file());
+    Ok(runs)
+}
+
 /// One run's directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunDir {
