@@ -87,6 +87,14 @@ pub const FINAL_WINDOW: &str = "final";
 /// Window label of the time with no fault active.
 pub const NO_FAULT_WINDOW: &str = "none";
 
+impl PerfSummary {
+    /// The report the `perf` checker stored in `results`, if it ran.
+    pub fn from_results(results: &[CheckResult]) -> Option<PerfSummary> {
+        let r = results.iter().find(|r| r.checker == "perf")?;
+        serde_json::from_value(r.details.clone()).ok()
+    }
+}
+
 impl Checker for Perf {
     fn name(&self) -> &str {
         "perf"
@@ -114,6 +122,26 @@ impl Checker for Perf {
     }
 }
 
+/// A nemesis event that starts or stops a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FaultEdge<'a> {
+    Start(&'a str),
+    Stop(&'a str),
+}
+
+/// The fault a nemesis event `f` starts or stops: `start-<kind>` /
+/// `stop-<kind>`, and Jepsen's plain `start` / `stop` as kind `nemesis`.
+pub fn fault_edge(f: &str) -> Option<FaultEdge<'_>> {
+    match f {
+        "start" => Some(FaultEdge::Start("nemesis")),
+        "stop" => Some(FaultEdge::Stop("nemesis")),
+        _ => f
+            .strip_prefix("start-")
+            .map(FaultEdge::Start)
+            .or_else(|| f.strip_prefix("stop-").map(FaultEdge::Stop)),
+    }
+}
+
 /// Where the window label changes: (from this time on, label), in time
 /// order, starting with `none` at the first line's time.
 fn window_changes(h: &History) -> Vec<(i64, String)> {
@@ -123,20 +151,18 @@ fn window_changes(h: &History) -> Vec<(i64, String)> {
     let mut healed = false;
     for &i in &h.nemesis {
         let op = &h.ops[i];
-        let f = op.f.as_str();
-        if f == "healed" {
-            healed = true;
-        } else if let Some(kind) = f.strip_prefix("start-").or((f == "start").then_some("nemesis")) {
-            *active.entry(kind).or_default() += 1;
-        } else if let Some(kind) = f.strip_prefix("stop-").or((f == "stop").then_some("nemesis")) {
-            if let Some(n) = active.get_mut(kind) {
-                *n -= 1;
-                if *n == 0 {
-                    active.remove(kind);
+        match fault_edge(&op.f) {
+            _ if op.f == "healed" => healed = true,
+            Some(FaultEdge::Start(kind)) => *active.entry(kind).or_default() += 1,
+            Some(FaultEdge::Stop(kind)) => {
+                if let Some(n) = active.get_mut(kind) {
+                    *n -= 1;
+                    if *n == 0 {
+                        active.remove(kind);
+                    }
                 }
             }
-        } else {
-            continue;
+            None => continue,
         }
         let label = if healed {
             FINAL_WINDOW.to_string()
@@ -230,11 +256,13 @@ impl Acc {
 
     fn add(&mut self, f: &str, outcome: Outcome, latency_ns: Option<i64>) {
         self.all.add(outcome, latency_ns);
-        if !self.by_f.contains_key(f) {
-            self.by_f.insert(f.to_string(), Counts::new());
-        }
-        if let Some(c) = self.by_f.get_mut(f) {
-            c.add(outcome, latency_ns);
+        match self.by_f.get_mut(f) {
+            Some(c) => c.add(outcome, latency_ns),
+            None => {
+                let mut c = Counts::new();
+                c.add(outcome, latency_ns);
+                self.by_f.insert(f.to_string(), c);
+            }
         }
     }
 
@@ -255,18 +283,18 @@ impl Acc {
 pub fn summarize(h: &History) -> PerfSummary {
     let changes = window_changes(h);
     let mut run = Acc::new();
+    // windows in the order they first began; each change's window
     let mut windows: Vec<(String, Acc)> = Vec::new();
-    let slot = |windows: &mut Vec<(String, Acc)>, label: &str| match windows.iter().position(|(l, _)| l == label) {
-        Some(k) => k,
-        None => {
-            windows.push((label.to_string(), Acc::new()));
-            windows.len() - 1
-        }
-    };
-    // windows in the order they first began
-    for (_, label) in &changes {
-        slot(&mut windows, label);
-    }
+    let slots: Vec<usize> = changes
+        .iter()
+        .map(|(_, label)| match windows.iter().position(|(l, _)| l == label) {
+            Some(k) => k,
+            None => {
+                windows.push((label.clone(), Acc::new()));
+                windows.len() - 1
+            }
+        })
+        .collect();
     let (mut first, mut last) = (i64::MAX, i64::MIN);
     for o in &h.operations {
         let invoked = h.ops[o.invoke].time;
@@ -276,22 +304,19 @@ pub fn summarize(h: &History) -> PerfSummary {
         let f = h.f_of(o);
         let latency = completed.map(|c| c.saturating_sub(invoked));
         run.add(f, o.outcome, latency);
-        // the label in force at the invoke: the last change at or before it
+        // the window in force at the invoke: the last change at or before it
         let at = changes.partition_point(|(t, _)| *t <= invoked);
-        let label = &changes[at.saturating_sub(1)].1;
-        let k = slot(&mut windows, label);
-        windows[k].1.add(f, o.outcome, latency);
+        windows[slots[at.saturating_sub(1)]].1.add(f, o.outcome, latency);
     }
     if first < last {
         run.seconds = last.saturating_sub(first) as f64 / 1e9;
         // each window's time: its stretches between changes, clipped to
         // the span the operations cover
-        for (n, (from, label)) in changes.iter().enumerate() {
+        for (n, (from, _)) in changes.iter().enumerate() {
             let to = changes.get(n + 1).map_or(last, |(t, _)| *t);
             let (from, to) = ((*from).max(first), to.min(last));
             if to > from {
-                let k = slot(&mut windows, label);
-                windows[k].1.seconds += to.saturating_sub(from) as f64 / 1e9;
+                windows[slots[n]].1.seconds += to.saturating_sub(from) as f64 / 1e9;
             }
         }
     }

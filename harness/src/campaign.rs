@@ -20,6 +20,7 @@ use crate::recorder::Recorder;
 use drift_checkers::checker::MEM_BYTES_DEFAULT;
 use drift_checkers::history::{OpType, Process};
 use drift_checkers::linear::model::ModelKind;
+use drift_checkers::perf::{PerfSummary, Span};
 use drift_checkers::{check_all, registry, CheckContext, Checker, History, Verdict};
 use drift_results::files::{ResultsFile, RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
@@ -859,7 +860,7 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
                 c.details["ok"], c.details["fail"], c.details["info"]
             ),
             "digest" => format!("aborts {} problems {}", c.details["aborts"], c.details["problems"]),
-            "perf" => perf_line(&c.details),
+            "perf" => perf_line(results),
             "linearizable" => format!("{} keys, {} invalid", c.details["keys"], c.details["keys_invalid"]),
             _ => String::new(),
         };
@@ -886,20 +887,23 @@ fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String],
 
 /// The perf checker's headline: succeeded ops per second and the
 /// latency quantiles of all operations, then the same per fault window.
-fn perf_line(details: &serde_json::Value) -> String {
-    let span = |s: &serde_json::Value| {
-        let q = &s["all"]["latency_ms"];
-        let ms = |k: &str| q[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+fn perf_line(results: &ResultsFile) -> String {
+    let Some(perf) = PerfSummary::from_results(&results.checkers) else {
+        return String::new();
+    };
+    let span = |s: &Span| {
+        let q = s.all.latency_ms;
+        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
         format!(
             "{:.0} ok/s p50 {} p99 {} ms",
-            s["all"]["ok_per_s"].as_f64().unwrap_or(0.0),
-            ms("p50"),
-            ms("p99")
+            s.all.ok_per_s,
+            ms(q.map(|q| q.p50)),
+            ms(q.map(|q| q.p99))
         )
     };
-    let mut line = span(details);
-    for w in details["windows"].as_array().into_iter().flatten() {
-        line.push_str(&format!("; {}: {}", w["window"].as_str().unwrap_or("?"), span(w)));
+    let mut line = span(&perf.run);
+    for w in &perf.windows {
+        line.push_str(&format!("; {}: {}", w.window, span(&w.span)));
     }
     line
 }

@@ -79,9 +79,9 @@ struct Comparison {
     /// Why the run is worse than the baseline (empty: it is not).
     regressions: Vec<String>,
     /// How much worse: `invalid` (a checker turned invalid, a limit was
-    /// crossed), `unknown` (a checker turned unknown) or `valid` (not worse).
+    /// crossed), `unknown` (a checker turned unknown) or `valid` (not
+    /// worse); the exit code follows it.
     worst: Verdict,
-    exit_code: i32,
 }
 
 pub fn run(args: CompareArgs) -> Result<i32, Failure> {
@@ -150,7 +150,7 @@ pub fn render(paths: &[PathBuf], limits: &Limits, json: bool) -> Result<(String,
 /// The run directories the arguments name, baseline first.
 fn resolve(args: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
     if let [only] = args {
-        if is_run(only) {
+        if store::is_run(only) {
             return Err(Failure::new(format!(
                 "{}: one run alone has nothing to compare with: give a baseline and a run, or a test directory holding two runs or more",
                 only.display()
@@ -169,7 +169,7 @@ fn resolve(args: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
     }
     args.iter()
         .map(|p| {
-            if is_run(p) {
+            if store::is_run(p) {
                 Ok(p.clone())
             } else {
                 runs_in(p)?
@@ -178,10 +178,6 @@ fn resolve(args: &[PathBuf]) -> Result<Vec<PathBuf>, Failure> {
             }
         })
         .collect()
-}
-
-fn is_run(p: &Path) -> bool {
-    p.join(store::HISTORY).is_file()
 }
 
 /// The runs of a test directory, oldest first.
@@ -229,7 +225,7 @@ fn load(path: &Path) -> Result<Side, Failure> {
     })
 }
 
-fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
+fn compare<'a>(base: &'a Side, run: &'a Side, args: &Limits) -> Comparison {
     let mut regressions = Vec::new();
     // how much worse, on the verdict scale: a checker turned invalid or a
     // limit crossed is `Invalid`, a checker turned unknown `Unknown`
@@ -240,12 +236,10 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
         _ => Vec::new(),
     };
 
-    let mut names: Vec<String> = base.checkers.iter().map(|(n, _)| n.clone()).collect();
-    for (n, _) in &run.checkers {
-        if !names.contains(n) {
-            names.push(n.clone());
-        }
-    }
+    let names = union(
+        base.checkers.iter().map(|(n, _)| n.as_str()),
+        run.checkers.iter().map(|(n, _)| n.as_str()),
+    );
     let verdict_of = |side: &Side, name: &str| side.checkers.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
     let checkers: Vec<CheckerRow> = names
         .into_iter()
@@ -266,18 +260,15 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
         .collect();
 
     let mut perf = perf_rows("run", Some(&base.perf.run), Some(&run.perf.run));
-    let mut windows: Vec<&str> = base.perf.windows.iter().map(|w| w.window.as_str()).collect();
-    for w in &run.perf.windows {
-        if !windows.contains(&w.window.as_str()) {
-            windows.push(&w.window);
-        }
-    }
-    let window = |p: &'_ PerfSummary, name: &str| -> Option<Span> {
-        p.windows.iter().find(|w| w.window == name).map(|w| w.span.clone())
+    let windows = union(
+        base.perf.windows.iter().map(|w| w.window.as_str()),
+        run.perf.windows.iter().map(|w| w.window.as_str()),
+    );
+    let window = |p: &'a PerfSummary, name: &str| -> Option<&'a Span> {
+        p.windows.iter().find(|w| w.window == name).map(|w| &w.span)
     };
-    for name in windows {
-        let (b, r) = (window(&base.perf, name), window(&run.perf, name));
-        perf.extend(perf_rows(name, b.as_ref(), r.as_ref()));
+    for name in &windows {
+        perf.extend(perf_rows(name, window(&base.perf, name), window(&run.perf, name)));
     }
     // the limits judge the whole run's figures: a window's few ops are
     // noise. Throughput needs enough successes in the baseline only (an op
@@ -333,7 +324,6 @@ fn compare(base: &Side, run: &Side, args: &Limits) -> Comparison {
         checkers,
         perf,
         regressions,
-        exit_code: worst.exit_code(),
         worst,
     }
 }
@@ -367,20 +357,25 @@ fn config_changes(base: &Value, run: &Value) -> Vec<ConfigChange> {
         .collect()
 }
 
+/// The names of `a`, then those of `b` that `a` lacks, each once.
+fn union<'s>(a: impl IntoIterator<Item = &'s str>, b: impl IntoIterator<Item = &'s str>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for name in a.into_iter().chain(b) {
+        if !out.iter().any(|n| n == name) {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
 fn ratio(b: f64, r: f64) -> Option<f64> {
     (b > 0.0).then(|| r / b)
 }
 
 /// Rows for `all` and every op of one span.
-fn perf_rows(span: &str, base: Option<&Span>, run: Option<&Span>) -> Vec<PerfRow> {
-    let mut fs: Vec<String> = vec!["all".into()];
-    for s in [base, run].into_iter().flatten() {
-        for f in s.by_f.keys() {
-            if !fs.contains(f) {
-                fs.push(f.clone());
-            }
-        }
-    }
+fn perf_rows<'a>(span: &str, base: Option<&'a Span>, run: Option<&'a Span>) -> Vec<PerfRow> {
+    let keys = |s: Option<&'a Span>| s.into_iter().flat_map(|s| s.by_f.keys().map(String::as_str));
+    let fs = union(std::iter::once("all").chain(keys(base)), keys(run));
     fs.into_iter()
         .map(|f| {
             let get = |s: Option<&Span>| {

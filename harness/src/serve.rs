@@ -29,8 +29,10 @@ const CONNECTIONS_MAX: usize = 64;
 const HEAD_BYTES_MAX: usize = 16 << 10;
 /// A client that sends nothing for this long is dropped.
 const IDLE: Duration = Duration::from_secs(10);
+/// Connections being served now, against [`CONNECTIONS_MAX`].
+static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 /// Comparisons running now, against [`COMPARES_MAX`].
-static COMPARES: std::sync::LazyLock<Arc<AtomicUsize>> = std::sync::LazyLock::new(|| Arc::new(AtomicUsize::new(0)));
+static COMPARES: AtomicUsize = AtomicUsize::new(0);
 /// Runs listed per test on the index, newest first.
 const RUNS_LISTED_MAX: usize = 100;
 
@@ -45,10 +47,9 @@ pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
     let addr = listener.local_addr().map_err(|e| Failure::new(e.to_string()))?;
     out!("serving {} at http://{addr}/", root.display());
     let root = Arc::new(root);
-    let busy = Arc::new(AtomicUsize::new(0));
     for conn in listener.incoming() {
         let Ok(mut stream) = conn else { continue };
-        let Some(slot) = Slot::take(&busy, CONNECTIONS_MAX) else {
+        let Some(slot) = Slot::take(&CONNECTIONS, CONNECTIONS_MAX) else {
             let _ = respond(&mut stream, false, Response::text(503, "too many connections"));
             linger(stream, Duration::from_millis(100));
             continue;
@@ -65,15 +66,15 @@ pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
 }
 
 /// One of a bounded number of places, given back when dropped.
-struct Slot(Arc<AtomicUsize>);
+struct Slot(&'static AtomicUsize);
 
 impl Slot {
-    fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+    fn take(count: &'static AtomicUsize, max: usize) -> Option<Slot> {
         if count.fetch_add(1, Ordering::SeqCst) >= max {
             count.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        Some(Slot(count.clone()))
+        Some(Slot(count))
     }
 }
 
@@ -479,7 +480,7 @@ fn compare_page(root: &Path, query: &str) -> Response {
     let (Some(b), Some(r)) = (inside(root, &base), inside(root, &run)) else {
         return Response::text(404, "base or run is not in the store");
     };
-    if ![&b, &r].iter().all(|p| p.join(store::HISTORY).is_file()) {
+    if !(store::is_run(&b) && store::is_run(&r)) {
         return Response::text(404, "base or run is not a run (no history.jsonl)");
     }
     let Some(_comparing) = Slot::take(&COMPARES, COMPARES_MAX) else {

@@ -85,6 +85,12 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
         .map(|c| c["checker"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["unique-ids", "stats", "perf", "digest"]);
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("checker perf") && l.contains(" ok/s p50 ") && l.contains("; kill: ")),
+        "the campaign prints perf's headline with its kill window: {stdout}"
+    );
     let perf = checker_results(&run, "perf").unwrap();
     let stats = checker_results(&run, "stats").unwrap();
     assert_eq!(perf["details"]["all"]["ok"], stats["details"]["ok"]);

@@ -6,7 +6,7 @@
 
 use crate::files::{ResultsFile, RunInfo};
 use crate::picture::esc;
-use drift_checkers::perf::{FStats, PerfSummary, Span};
+use drift_checkers::perf::{fault_edge, FStats, FaultEdge, PerfSummary, Span};
 use drift_checkers::{History, Outcome};
 use std::fmt::Write;
 
@@ -44,18 +44,22 @@ pub fn faults(h: &History) -> Vec<Fault> {
     let mut open: Vec<usize> = Vec::new();
     for &i in &h.nemesis {
         let op = &h.ops[i];
-        if let Some(kind) = op.f.strip_prefix("start-").or((op.f == "start").then_some("nemesis")) {
-            open.push(out.len());
-            out.push(Fault {
-                kind: kind.to_string(),
-                from_ns: op.time,
-                to_ns: end,
-                nodes: op.value.get("nodes").map(|n| n.to_string()).unwrap_or_default(),
-            });
-        } else if let Some(kind) = op.f.strip_prefix("stop-").or((op.f == "stop").then_some("nemesis")) {
-            if let Some(k) = open.iter().position(|&f| out[f].kind == kind) {
-                out[open.remove(k)].to_ns = op.time;
+        match fault_edge(&op.f) {
+            Some(FaultEdge::Start(kind)) => {
+                open.push(out.len());
+                out.push(Fault {
+                    kind: kind.to_string(),
+                    from_ns: op.time,
+                    to_ns: end,
+                    nodes: op.value.get("nodes").map(|n| n.to_string()).unwrap_or_default(),
+                });
             }
+            Some(FaultEdge::Stop(kind)) => {
+                if let Some(k) = open.iter().position(|&f| out[f].kind == kind) {
+                    out[open.remove(k)].to_ns = op.time;
+                }
+            }
+            None => {}
         }
     }
     out
@@ -403,7 +407,8 @@ pub fn write(
     info: Option<&RunInfo>,
     results: &ResultsFile,
 ) -> std::io::Result<std::path::PathBuf> {
-    let perf = drift_checkers::perf::summarize(h);
+    // the perf checker's own figures when it ran, else computed here
+    let perf = PerfSummary::from_results(&results.checkers).unwrap_or_else(|| drift_checkers::perf::summarize(h));
     run.write_file(crate::store::REPORT_HTML, render(h, info, results, &perf).as_bytes())
 }
 
@@ -457,7 +462,7 @@ fn node_events(h: &History) -> String {
     let mut rows = String::new();
     for &i in &h.nemesis {
         let op = &h.ops[i];
-        if op.f.starts_with("start") || op.f.starts_with("stop") {
+        if fault_edge(&op.f).is_some() {
             continue;
         }
         let _ = write!(

@@ -107,11 +107,16 @@ pub fn entries(dir: &Path) -> io::Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// The runs of a test directory (the entries holding a history), oldest
-/// first: their names are UTC timestamps, so name order is time order.
+/// Whether `dir` is a run: it holds a history.
+pub fn is_run(dir: &Path) -> bool {
+    dir.join(HISTORY).is_file()
+}
+
+/// The runs of a test directory, oldest first: their names are UTC
+/// timestamps, so name order is time order.
 pub fn runs_of(test_dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut runs = entries(test_dir)?;
-    runs.retain(|p| p.join(HISTORY).is_file());
+    runs.retain(|p| is_run(p));
     Ok(runs)
 }
 
@@ -127,7 +132,7 @@ impl RunDir {
         if !path.is_dir() {
             return Err(format!("{}: not a directory", path.display()));
         }
-        if !path.join(HISTORY).is_file() {
+        if !is_run(path) {
             return Err(format!("{}: not a run directory (no {HISTORY})", path.display()));
         }
         Ok(RunDir {
