@@ -177,7 +177,9 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
     write_run_json(&run, &info)?;
 
     let run_started = Instant::now();
-    let token = format!("{:016x}", Rng::new(seed ^ 0x746f6b656e).next_u64());
+    // not derived from the seed: a seed is printed and stored, a token
+    // must not be guessable by whoever reads them
+    let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;
     let partitions = kinds.iter().any(|k| k == "partition");
     // removes its iptables chain when dropped, on every way out of here
     let partitioner = if partitions {

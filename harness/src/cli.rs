@@ -152,12 +152,15 @@ pub struct NodeArgs {
     /// This node's id in the cluster file.
     #[arg(long)]
     pub id: u64,
-    /// Enable the fault hooks (diverge, clock), reachable only with this token.
-    #[arg(long = "fault-hooks")]
-    pub fault_hooks: Option<String>,
-    /// Address of the admin endpoint for the fault hooks.
+    /// Serve the fault hooks (diverge, clock, isolate, …) on this address,
+    /// to whoever sends the token. The token is read from
+    /// --fault-token-file, else from the DRIFT_FAULT_TOKEN environment
+    /// variable — never from the command line, which every user can see.
     #[arg(long)]
     pub admin: Option<std::net::SocketAddr>,
+    /// A file holding the fault hooks' token (with --admin).
+    #[arg(long = "fault-token-file")]
+    pub fault_token_file: Option<PathBuf>,
     /// Override the config's digest mode: off, incremental or full.
     #[arg(long)]
     pub digest: Option<String>,
@@ -198,13 +201,35 @@ pub enum ClusterAction {
         port: u16,
         #[arg(long)]
         quorum_reads: bool,
-        /// Start each node with its fault hooks on this token; node i's admin
-        /// endpoint is 127.0.0.(10+i):port+2.
+        /// Start each node with its fault hooks on; node i's admin endpoint
+        /// is 127.0.0.(10+i):port+2 and the token is in <dir>/fault-token.
         #[arg(long = "fault-hooks")]
-        fault_hooks: Option<String>,
+        fault_hooks: bool,
         /// Extra `key = value` lines for the cluster file (e.g. snapshot_distance = 50).
         #[arg(long = "set")]
         set: Vec<String>,
+    },
+    /// Stop one node of the cluster (SIGTERM, then SIGKILL).
+    Stop {
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        /// The node's id.
+        #[arg(long)]
+        node: u64,
+    },
+    /// Start one stopped node of the cluster again.
+    Start {
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        #[arg(long)]
+        node: u64,
+    },
+    /// Stop one node, then start it again.
+    Restart {
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        #[arg(long)]
+        node: u64,
     },
     /// Show each node's role, zxid and digest.
     Status {

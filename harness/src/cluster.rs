@@ -3,10 +3,13 @@
 //!
 //! A local cluster: node i binds 127.0.0.(10+i), client port P and Raft
 //! port P+1, so a firewall rule on an address pair cuts one link.
-//! `up` writes `<dir>/cluster.toml`, starts the nodes with their logs in
-//! `<dir>/node-<i>.log`, records their PIDs in `<dir>/pids`, waits for a
-//! leader, and prints the connect string. `down` ends exactly those PIDs
-//! (after checking they are still our nodes).
+//! `up` writes `<dir>/cluster.toml` (mode 0600: it holds the peers'
+//! secret), starts the nodes with their logs in `<dir>/node-<i>.log`,
+//! records their PIDs in `<dir>/pids`, waits for a leader, and prints the
+//! connect string. `stop|start|restart --node N` keep `pids` true for one
+//! node; `down` ends exactly the PIDs listed (after checking they are
+//! still our nodes). With `--fault-hooks`, the hooks' token is in
+//! `<dir>/fault-token` (0600), never on a command line.
 
 use crate::cli::{ClusterAction, ClusterArgs, NodeArgs};
 use crate::fail::Failure;
@@ -31,9 +34,11 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
         config.digest = d;
     }
     config.quorum_reads |= args.quorum_reads;
-    if args.fault_hooks.is_some() != args.admin.is_some() {
-        return Err(Failure::new("--fault-hooks and --admin go together"));
-    }
+    let fault_token = match (&args.admin, &args.fault_token_file) {
+        (None, Some(_)) => return Err(Failure::new("--fault-token-file needs --admin")),
+        (None, None) => None,
+        (Some(_), file) => Some(fault_token(file.as_deref())?),
+    };
     let mut peer_via = Vec::new();
     for v in &args.peer_via {
         let parsed = v
@@ -52,7 +57,7 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     keeper_node::run(NodeOptions {
         id: args.id,
         config,
-        fault_token: args.fault_hooks,
+        fault_token,
         admin: args.admin,
         exit_with_parent: args.exit_with_parent,
         peer_via,
@@ -60,6 +65,51 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     })
     .map_err(|e| Failure::new(format!("node {}: {e}", args.id)))?;
     Ok(0)
+}
+
+/// The environment variable a node reads its fault hooks' token from
+/// when no `--fault-token-file` is given.
+pub const FAULT_TOKEN_ENV: &str = "DRIFT_FAULT_TOKEN";
+/// Fewest characters a fault token has.
+const FAULT_TOKEN_CHARS_MIN: usize = 16;
+
+/// The fault hooks' token: from `file`, else from [`FAULT_TOKEN_ENV`].
+fn fault_token(file: Option<&Path>) -> Result<String, Failure> {
+    let (token, from) = match file {
+        Some(f) => (
+            std::fs::read_to_string(f).map_err(|e| Failure::new(format!("--fault-token-file {}: {e}", f.display())))?,
+            f.display().to_string(),
+        ),
+        None => (
+            std::env::var(FAULT_TOKEN_ENV).map_err(|_| {
+                Failure::new(format!(
+                    "--admin needs the fault hooks' token: --fault-token-file PATH or {FAULT_TOKEN_ENV}"
+                ))
+            })?,
+            FAULT_TOKEN_ENV.to_string(),
+        ),
+    };
+    let token = token.trim().to_string();
+    if token.len() < FAULT_TOKEN_CHARS_MIN || token.contains(char::is_whitespace) {
+        return Err(Failure::new(format!(
+            "{from}: the fault token must be one word of at least {FAULT_TOKEN_CHARS_MIN} characters"
+        )));
+    }
+    Ok(token)
+}
+
+/// Writes `text` to `path` readable by this user alone (a secret or a
+/// token lives there).
+pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
@@ -71,7 +121,13 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             quorum_reads,
             fault_hooks,
             set,
-        } => up(nodes, &dir, port, quorum_reads, fault_hooks.as_deref(), &set),
+        } => up(nodes, &dir, port, quorum_reads, fault_hooks, &set),
+        ClusterAction::Stop { dir, node } => stop_node(&dir, node),
+        ClusterAction::Start { dir, node } => start_node(&dir, node),
+        ClusterAction::Restart { dir, node } => {
+            stop_node(&dir, node)?;
+            start_node(&dir, node)
+        }
         ClusterAction::Status { dir } => status(&dir),
         ClusterAction::Down { dir } => down(&dir),
     }
@@ -94,11 +150,19 @@ pub fn node_ip(i: u64) -> String {
     format!("127.0.0.{}", 10 + i)
 }
 
-/// The cluster file of a local cluster.
-pub fn local_config(nodes: u64, data_dir: &Path, port: u16, quorum_reads: bool, set: &[String]) -> String {
+/// The cluster file of a local cluster, with the peers' `secret`.
+pub fn local_config(
+    nodes: u64,
+    data_dir: &Path,
+    port: u16,
+    quorum_reads: bool,
+    secret: &str,
+    set: &[String],
+) -> String {
     let mut t = String::new();
     let defaults = [
         ("data_dir", format!("{:?}", data_dir.display().to_string())),
+        ("secret", format!("{secret:?}")),
         ("tick_ms", "50".to_string()),
         ("quorum_reads", quorum_reads.to_string()),
     ];
@@ -127,7 +191,7 @@ fn up(
     dir: &Path,
     port: u16,
     quorum_reads: bool,
-    fault_hooks: Option<&str>,
+    fault_hooks: bool,
     set: &[String],
 ) -> Result<i32, Failure> {
     if !(1..=NODES_MAX).contains(&nodes) {
@@ -147,36 +211,24 @@ fn up(
     if let Some(line) = set.iter().find(|l| !l.contains('=')) {
         return Err(Failure::new(format!("--set {line:?}: expected `key = value`")));
     }
-    let text = local_config(nodes, &dir.join("data"), port, quorum_reads, set);
-    std::fs::write(&config_path, text).map_err(|e| Failure::new(format!("{}: {e}", config_path.display())))?;
+    let secret = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a cluster secret: {e}")))?;
+    let text = local_config(nodes, &dir.join("data"), port, quorum_reads, &secret, set);
+    write_private(&config_path, &text).map_err(Failure::new)?;
     let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
-    let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
+    let token_path = dir.join("fault-token");
+    if fault_hooks {
+        let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;
+        write_private(&token_path, &token).map_err(Failure::new)?;
+    } else {
+        let _ = std::fs::remove_file(&token_path);
+    }
     // each pid is recorded as soon as its node runs, so `down` can end
     // whatever started even if a later node fails to
-    let pids_path = dir.join("pids");
-    let mut pids =
-        std::fs::File::create(&pids_path).map_err(|e| Failure::new(format!("{}: {e}", pids_path.display())))?;
+    let mut pids = Vec::new();
     for i in 1..=nodes {
-        let log = std::fs::File::create(dir.join(format!("node-{i}.log"))).map_err(|e| Failure::new(e.to_string()))?;
-        let mut cmd = Command::new(&exe);
-        cmd.args(["node", "--config"])
-            .arg(&config_path)
-            .args(["--id", &i.to_string(), "--bootstrap"]);
-        if let Some(token) = fault_hooks {
-            cmd.args([
-                "--fault-hooks",
-                token,
-                "--admin",
-                &format!("{}:{}", node_ip(i), port + 2),
-            ]);
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
-            .stderr(log)
-            .spawn()
-            .map_err(|e| Failure::new(format!("starting node {i}: {e}")))?;
-        writeln!(pids, "{i} {}", child.id()).map_err(|e| Failure::new(format!("{}: {e}", pids_path.display())))?;
+        let pid = spawn_node(&dir, i, true)?;
+        pids.push((i, pid));
+        write_pids(&dir, &pids)?;
     }
     let deadline = Instant::now() + UP_TIMEOUT;
     loop {
@@ -199,6 +251,125 @@ fn up(
         std::thread::sleep(Duration::from_millis(100));
     }
     out!("{}", config.connect_string());
+    Ok(0)
+}
+
+/// Starts node `i` of the cluster in `dir` (canonical) in the background,
+/// its output appended to `node-<i>.log`, with its fault hooks when the
+/// cluster has a `fault-token`; its PID.
+fn spawn_node(dir: &Path, i: u64, bootstrap: bool) -> Result<u32, Failure> {
+    let config_path = dir.join("cluster.toml");
+    let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
+    let peer = config
+        .peer(i)
+        .ok_or_else(|| Failure::new(format!("no node {i} in {}", config_path.display())))?;
+    let log_path = dir.join(format!("node-{i}.log"));
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| Failure::new(format!("{}: {e}", log_path.display())))?;
+    let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["node", "--config"])
+        .arg(&config_path)
+        .args(["--id", &i.to_string()])
+        .args(bootstrap.then_some("--bootstrap"));
+    let token_path = dir.join("fault-token");
+    if token_path.exists() {
+        let admin = SocketAddr::new(peer.client.ip(), peer.client.port() + 2);
+        cmd.arg("--fault-token-file")
+            .arg(&token_path)
+            .args(["--admin", &admin.to_string()]);
+    }
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Failure::new(format!("starting node {i}: {e}")))?;
+    Ok(child.id())
+}
+
+/// Replaces `<dir>/pids` with `pids` (one `<id> <pid>` line each).
+fn write_pids(dir: &Path, pids: &[(u64, u32)]) -> Result<(), Failure> {
+    let text: String = pids.iter().map(|(i, p)| format!("{i} {p}\n")).collect();
+    let tmp = dir.join("pids.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, dir.join("pids")))
+        .map_err(|e| Failure::new(format!("{}: {e}", dir.join("pids").display())))
+}
+
+/// The cluster's directory, canonical, and its cluster file's path.
+fn cluster_dir(dir: &Path) -> Result<(PathBuf, PathBuf), Failure> {
+    let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let config = dir.join("cluster.toml");
+    Ok((dir, config))
+}
+
+/// Ends `pids` (our nodes only): SIGTERM, up to 5 s, then SIGKILL. How
+/// many were running.
+fn end_nodes(pids: &[u32], config_path: &Path) -> usize {
+    let ours: Vec<u32> = pids.iter().copied().filter(|p| is_our_node(*p, config_path)).collect();
+    signal(&ours, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline && ours.iter().any(|p| is_our_node(*p, config_path)) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<u32> = ours.iter().copied().filter(|p| is_our_node(*p, config_path)).collect();
+    signal(&left, "KILL");
+    ours.len()
+}
+
+fn stop_node(dir: &Path, node: u64) -> Result<i32, Failure> {
+    let (dir, config_path) = cluster_dir(dir)?;
+    let mut pids = read_pids(&dir)?;
+    let Some(at) = pids.iter().position(|(id, _)| *id == node) else {
+        out!("node {node} is not running");
+        return Ok(0);
+    };
+    let (_, pid) = pids.remove(at);
+    let ended = end_nodes(&[pid], &config_path);
+    write_pids(&dir, &pids)?;
+    out!(
+        "node {node}: {}",
+        if ended == 1 { "stopped" } else { "was not running" }
+    );
+    Ok(0)
+}
+
+fn start_node(dir: &Path, node: u64) -> Result<i32, Failure> {
+    let (dir, config_path) = cluster_dir(dir)?;
+    let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
+    let addr = config
+        .peer(node)
+        .map(|p| p.client)
+        .ok_or_else(|| Failure::new(format!("--node {node}: no such node in {}", config_path.display())))?;
+    let mut pids = read_pids(&dir)?;
+    if let Some((_, pid)) = pids.iter().find(|(id, _)| *id == node) {
+        if is_our_node(*pid, &config_path) {
+            return Err(Failure::new(format!("node {node} is already running (pid {pid})")));
+        }
+    }
+    let pid = spawn_node(&dir, node, false)?;
+    pids.retain(|(id, _)| *id != node);
+    pids.push((node, pid));
+    pids.sort_unstable();
+    write_pids(&dir, &pids)?;
+    let deadline = Instant::now() + UP_TIMEOUT;
+    while four_letter(addr, "ruok").as_deref() != Some("imok") {
+        if !is_our_node(pid, &config_path) {
+            return Err(Failure::new(format!(
+                "node {node} exited at start; see {}",
+                dir.join(format!("node-{node}.log")).display()
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(Failure::new(format!("node {node} does not answer on {addr}")));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    out!("node {node}: started (pid {pid})");
     Ok(0)
 }
 
@@ -279,22 +450,11 @@ fn status(dir: &Path) -> Result<i32, Failure> {
 }
 
 fn down(dir: &Path) -> Result<i32, Failure> {
-    let pids = read_pids(dir)?;
-    let config_path = std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
-    let ours: Vec<u32> = pids
-        .iter()
-        .map(|(_, p)| *p)
-        .filter(|p| is_our_node(*p, &config_path))
-        .collect();
-    signal(&ours, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && ours.iter().any(|p| is_our_node(*p, &config_path)) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left: Vec<u32> = ours.iter().copied().filter(|p| is_our_node(*p, &config_path)).collect();
-    signal(&left, "KILL");
+    let (dir, config_path) = cluster_dir(dir)?;
+    let pids: Vec<u32> = read_pids(&dir)?.into_iter().map(|(_, p)| p).collect();
+    let ended = end_nodes(&pids, &config_path);
     std::fs::remove_file(dir.join("pids")).map_err(|e| Failure::new(e.to_string()))?;
-    out!("stopped {} node(s)", ours.len());
+    out!("stopped {ended} node(s)");
     Ok(0)
 }
 

@@ -122,9 +122,10 @@ impl LocalCluster {
             "rotate_interval = 1000".to_string(),
             "session_timeout_min_ms = 1000".to_string(),
         ];
-        let text = crate::cluster::local_config(n, &base, port, quorum_reads, &campaign);
+        let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
+        let text = crate::cluster::local_config(n, &base, port, quorum_reads, &secret, &campaign);
         let config_path = run_dir.join("cluster.toml");
-        std::fs::write(&config_path, text).map_err(|e| format!("{}: {e}", config_path.display()))?;
+        crate::cluster::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path)?;
         let nodes = (1..=n)
             .map(|i| LocalNode {
@@ -247,15 +248,10 @@ impl Db for LocalCluster {
         let child = Command::new(exe)
             .args(["node", "--config"])
             .arg(config)
-            .args([
-                "--id",
-                &i.to_string(),
-                "--exit-with-parent",
-                "--fault-hooks",
-                &token,
-                "--admin",
-            ])
+            .args(["--id", &i.to_string(), "--exit-with-parent", "--admin"])
             .arg(n.admin.to_string())
+            // the token through the environment: a command line is public
+            .env(crate::cluster::FAULT_TOKEN_ENV, &token)
             .args(&via)
             .args((!n.started_before).then_some("--bootstrap"))
             .stdin(Stdio::null())

@@ -8,241 +8,15 @@
 //! and its `Drop` ends exactly the processes it started.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
 
 mod common;
 
-use common::drift;
-
-struct Cluster {
-    dir: PathBuf,
-    port: u16,
-    nodes: u64,
-    connect: String,
-    fault_token: Option<String>,
-    /// Nodes this test restarted itself (reaped on drop).
-    restarted: std::sync::Mutex<Vec<std::process::Child>>,
-}
-
-impl Cluster {
-    fn up(tag: &str, port: u16, extra: &[&str]) -> Cluster {
-        let dir = std::env::temp_dir().join(format!("drift-cluster-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let out = drift()
-            .args(["cluster", "up", "--nodes", "3", "--port", &port.to_string(), "--dir"])
-            .arg(&dir)
-            .args(extra)
-            .output()
-            .expect("drift cluster up runs");
-        let connect = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(
-            out.status.success(),
-            "cluster up failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let fault_token = extra
-            .windows(2)
-            .find(|w| w[0] == "--fault-hooks")
-            .map(|w| w[1].to_string());
-        Cluster {
-            dir,
-            port,
-            nodes: 3,
-            connect,
-            fault_token,
-            restarted: Default::default(),
-        }
-    }
-
-    fn client_addr(&self, i: u64) -> SocketAddr {
-        format!("127.0.0.{}:{}", 10 + i, self.port).parse().unwrap()
-    }
-
-    fn four(&self, i: u64, word: &str) -> Option<String> {
-        let mut s = TcpStream::connect_timeout(&self.client_addr(i), Duration::from_millis(300)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        s.write_all(word.as_bytes()).ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).ok()?;
-        Some(out)
-    }
-
-    fn field(&self, i: u64, word: &str, key: &str) -> Option<String> {
-        self.four(i, word)?
-            .lines()
-            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-    }
-
-    fn leader(&self) -> Option<u64> {
-        (1..=self.nodes).find(|&i| self.four(i, "srvr").is_some_and(|s| s.contains("Mode: leader")))
-    }
-
-    fn wait_leader(&self, timeout: Duration) -> u64 {
-        wait_for(timeout, || self.leader()).expect("a leader is elected")
-    }
-
-    fn pid(&self, i: u64) -> u32 {
-        let text = std::fs::read_to_string(self.dir.join("pids")).unwrap();
-        text.lines()
-            .find_map(|l| {
-                let mut w = l.split_whitespace();
-                (w.next()? == i.to_string()).then(|| w.next()?.parse().ok())?
-            })
-            .unwrap()
-    }
-
-    fn alive(&self, i: u64) -> bool {
-        Path::new(&format!("/proc/{}", self.pid(i))).exists()
-            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid(i))).is_ok_and(|s| s.contains(") Z "))
-    }
-
-    fn kill(&self, i: u64) {
-        let _ = Command::new("kill").args(["-KILL", &self.pid(i).to_string()]).status();
-        wait_for(Duration::from_secs(5), || (!self.alive(i)).then_some(())).expect("node died");
-    }
-
-    fn start(&self, i: u64) {
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.dir.join(format!("node-{i}.log")))
-            .unwrap();
-        let mut cmd = drift();
-        cmd.args(["node", "--config"])
-            .arg(self.dir.join("cluster.toml"))
-            .args(["--id", &i.to_string()]);
-        if let Some(t) = &self.fault_token {
-            cmd.args([
-                "--fault-hooks",
-                t,
-                "--admin",
-                &format!("127.0.0.{}:{}", 10 + i, self.port + 2),
-            ]);
-        }
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let text = std::fs::read_to_string(self.dir.join("pids")).unwrap();
-        let mut lines: Vec<String> = text
-            .lines()
-            .filter(|l| !l.starts_with(&format!("{i} ")))
-            .map(String::from)
-            .collect();
-        lines.push(format!("{i} {}", child.id()));
-        std::fs::write(self.dir.join("pids"), lines.join("\n") + "\n").unwrap();
-        self.restarted.lock().unwrap().push(child);
-    }
-
-    fn admin(&self, i: u64, cmd: &str) -> String {
-        let addr = format!("127.0.0.{}:{}", 10 + i, self.port + 2);
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(format!("{} {cmd}\n", self.fault_token.as_deref().unwrap()).as_bytes())
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    }
-
-    fn log(&self, i: u64) -> String {
-        std::fs::read_to_string(self.dir.join(format!("node-{i}.log"))).unwrap_or_default()
-    }
-
-    /// Connect string of the listed nodes only.
-    fn connect_to(&self, nodes: &[u64]) -> String {
-        nodes
-            .iter()
-            .map(|&i| self.client_addr(i).to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = drift().args(["cluster", "down", "--dir"]).arg(&self.dir).output();
-        // `cluster down` ends what the pids file names, if its command line
-        // still matches; the nodes this test started are its own children:
-        // end and reap them by handle
-        for child in self
-            .restarted
-            .get_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-            .iter_mut()
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
-            eprintln!("cluster left in {} for inspection", self.dir.display());
-        }
-    }
-}
-
-fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f() {
-            return Some(v);
-        }
-        if Instant::now() > deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-async fn connect(hosts: &str) -> zk::Client {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(hosts)
-            .await
-        {
-            Ok(c) => return c,
-            Err(e) if Instant::now() > deadline => panic!("cannot connect to {hosts}: {e}"),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-/// Creates `{prefix}0` .. `{prefix}{n-1}` while the test's own faults
-/// happen around it. A create cut off by a lost connection is sent again
-/// (a node drops its clients' connections when it loses sight of the
-/// leader, as ZooKeeper's do, and on a loaded machine a follower can hear
-/// nothing from the leader for an election timeout); NodeExists on a
-/// resend means the first one committed.
-async fn create_each(client: &zk::Client, prefix: &str, n: usize) {
-    for i in 0..n {
-        let path = format!("{prefix}{i}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut resent = false;
-        loop {
-            match client.create(&path, b"", &persistent()).await {
-                Ok(_) => break,
-                Err(zk::Error::NodeExists) if resent => break,
-                Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
-                    resent = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("create {path}: {e}"),
-            }
-        }
-    }
-}
-
-fn persistent() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
-}
+use common::cluster::{connect, create_each, persistent, wait_for, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_client_crate_speaks_to_the_cluster() {
@@ -423,7 +197,7 @@ async fn a_restarted_follower_catches_up_by_log_and_after_compaction_or_a_wipe_b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_partition_cannot_commit_and_catches_up_after_heal() {
-    let c = Cluster::up("minority", 21140, &["--fault-hooks", "sesame"]);
+    let c = Cluster::up("minority", 21140, &["--fault-hooks"]);
     let old = c.wait_leader(Duration::from_secs(5));
     let others: Vec<u64> = (1..=3).filter(|&i| i != old).collect();
     // a session on the node about to be cut off (sessions themselves go
@@ -490,19 +264,19 @@ async fn read_on_a_cut_off_follower(c: &Cluster) -> Option<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_reads_never_return_a_stale_value_and_local_reads_can() {
-    let quorum = Cluster::up("quorumreads", 21170, &["--quorum-reads", "--fault-hooks", "sesame"]);
+    let quorum = Cluster::up("quorumreads", 21170, &["--quorum-reads", "--fault-hooks"]);
     let seen = read_on_a_cut_off_follower(&quorum).await;
     assert!(seen.is_none(), "a cut-off follower answered a quorum read: {seen:?}");
     // the control: local reads on a cut-off follower do return the stale
     // value — the test above would notice a quorum read that did not
     // really go through a read-index round
-    let local = Cluster::up("localreads", 21180, &["--fault-hooks", "sesame"]);
+    let local = Cluster::up("localreads", 21180, &["--fault-hooks"]);
     assert_eq!(read_on_a_cut_off_follower(&local).await.as_deref(), Some(&b"old"[..]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_diverged_follower_aborts_at_that_index_and_the_rest_agree() {
-    let c = Cluster::up("diverge", 21150, &["--fault-hooks", "sesame"]);
+    let c = Cluster::up("diverge", 21150, &["--fault-hooks"]);
     let leader = c.wait_leader(Duration::from_secs(5));
     let victim = (1..=3).find(|&i| i != leader).unwrap();
     let client = connect(&c.connect_to(&[leader])).await;
@@ -648,7 +422,7 @@ async fn a_client_that_stops_reading_is_let_go_after_a_session_timeout_of_stalle
 /// it committed, so its ephemerals are gone when the client hears back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_orphaned_by_a_lost_leader_end_promptly_and_a_close_is_acknowledged_only_once_committed() {
-    let c = Cluster::up("orphans", 21190, &["--fault-hooks", "sesame"]);
+    let c = Cluster::up("orphans", 21190, &["--fault-hooks"]);
     let old = c.wait_leader(Duration::from_secs(5));
     let others: Vec<u64> = (1..=3).filter(|&i| i != old).collect();
     let follower = others[0];

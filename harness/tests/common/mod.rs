@@ -3,6 +3,8 @@
 //! failed assert. Each test binary uses part of it.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 

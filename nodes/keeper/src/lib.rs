@@ -13,6 +13,7 @@
 //! * [`storage`] — preprocess / commit / rollback over an overlay
 //! * [`watch`], [`session`] — per-server watches; leader session expiry
 //! * [`entry`] — the log entry with zxid, time and digest
+//! * [`limit`] — what a write may hold to enter the log
 //! * [`jute`], [`proto`] — ZooKeeper's wire format and client protocol
 //! * [`disk`] — the file seam, and an in-memory disk with faults
 //! * [`changelog`] — segmented, checksummed, compressed log files
@@ -26,6 +27,7 @@ pub mod disk;
 pub mod entry;
 pub mod error;
 pub mod jute;
+pub mod limit;
 pub mod node;
 pub mod path;
 mod plan;

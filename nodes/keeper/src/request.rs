@@ -297,7 +297,37 @@ fn decode_op_body(tag: u8, r: &mut Reader<'_>) -> Result<Op, DecodeError> {
     })
 }
 
+/// Bytes [`encode_acl`] writes for `acl`.
+fn acl_len(acl: &[Acl]) -> usize {
+    4 + acl
+        .iter()
+        .map(|a| 4 + 4 + a.id.scheme.len() + 4 + a.id.id.len())
+        .sum::<usize>()
+}
+
+/// Bytes [`encode_op`] writes for `op`.
+fn op_len(op: &Op) -> usize {
+    1 + match op {
+        Op::Create(c) => 4 + c.path.len() + 4 + c.data.len() + acl_len(&c.acl) + 4 + 8,
+        Op::Delete { path, .. } | Op::Check { path, .. } => 4 + path.len() + 4,
+        Op::SetData { path, data, .. } => 4 + path.len() + 4 + data.len() + 4,
+    }
+}
+
 impl Write {
+    /// The length of [`Write::encode`]'s output, without encoding.
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Write::Op(op) => op_len(op),
+            Write::SetAcl { path, acl, .. } => 1 + 4 + path.len() + acl_len(acl) + 4,
+            Write::Multi(ops) => 1 + 4 + ops.iter().map(op_len).sum::<usize>(),
+            Write::CreateSession { .. } => 1 + 4,
+            Write::CloseSession => 1,
+            Write::AddAuth { scheme, auth } => 1 + 4 + scheme.len() + 4 + auth.len(),
+            Write::Reap { path } | Write::Sync { path } => 1 + 4 + path.len(),
+        }
+    }
+
     pub fn encode(&self, w: &mut Writer) {
         match self {
             Write::Op(op) => encode_op(w, op),

@@ -260,3 +260,86 @@ proptest! {
         let _ = drift_keeper::proto::Request::decode(&framed);
     }
 }
+
+/// A length near a limit: well under, at, or just over it.
+fn near(max: usize) -> BoxedStrategy<usize> {
+    prop_oneof![0..4usize, Just(max - 1), Just(max), Just(max + 1)].boxed()
+}
+
+fn path_near_limit() -> BoxedStrategy<String> {
+    near(drift_keeper::path::PATH_BYTES_MAX)
+        .prop_map(|n| format!("/{}", "p".repeat(n.saturating_sub(1))))
+        .boxed()
+}
+
+fn acl_near_limits() -> BoxedStrategy<Vec<Acl>> {
+    use drift_keeper::acl::{ACL_ENTRIES_MAX, ACL_ID_BYTES_MAX};
+    (near(ACL_ENTRIES_MAX), near(ACL_ID_BYTES_MAX))
+        .prop_map(|(n, id)| {
+            vec![
+                Acl {
+                    perms: PERM_ALL,
+                    id: Id {
+                        scheme: "digest".into(),
+                        id: "i".repeat(id)
+                    }
+                };
+                n
+            ]
+        })
+        .boxed()
+}
+
+fn op_near_limits() -> BoxedStrategy<Op> {
+    use drift_keeper::node::DATA_BYTES_MAX;
+    let create = (path_near_limit(), near(DATA_BYTES_MAX), acl_near_limits()).prop_map(|(path, n, acl)| {
+        Op::Create(Create {
+            path,
+            data: vec![1; n],
+            acl,
+            mode: CreateMode::Persistent,
+            ttl_ms: 0,
+        })
+    });
+    let set = (path_near_limit(), near(DATA_BYTES_MAX)).prop_map(|(path, n)| Op::SetData {
+        path,
+        data: vec![2; n],
+        version: -1,
+    });
+    prop_oneof![create, set].boxed()
+}
+
+/// Writes whose fields sit on either side of the decoder's limits.
+fn write_near_limits() -> impl Strategy<Value = Write> {
+    use drift_keeper::acl::ACL_ID_BYTES_MAX;
+    prop_oneof![
+        op_near_limits().prop_map(Write::Op),
+        prop::collection::vec(op_near_limits(), 1..4).prop_map(Write::Multi),
+        (path_near_limit(), acl_near_limits()).prop_map(|(path, acl)| Write::SetAcl { path, acl, version: -1 }),
+        (near(ACL_ID_BYTES_MAX), near(ACL_ID_BYTES_MAX)).prop_map(|(s, a)| Write::AddAuth {
+            scheme: "s".repeat(s),
+            auth: vec![b'a'; a]
+        }),
+        path_near_limit().prop_map(|path| Write::Sync { path }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// What `limit::check` admits, every replica decodes; what the decoder
+    /// refuses, `limit::check` refuses before it is proposed.
+    #[test]
+    fn admitted_writes_are_exactly_the_ones_every_replica_decodes(request in write_near_limits()) {
+        let mut w = drift_keeper::codec::Writer::new();
+        request.encode(&mut w);
+        prop_assert_eq!(request.encoded_len(), w.buf.len());
+        let e = Entry { zxid: 1, time_ms: 1, session: 1, digest: Digest::NONE, request: request.clone() };
+        let decoded = Entry::decode(&e.encode());
+        match drift_keeper::limit::check(&request) {
+            Ok(()) => prop_assert_eq!(decoded.map(|d| d.request), Ok(request)),
+            Err(over) if over.field == "request bytes" => {}
+            Err(over) => prop_assert!(decoded.is_err(), "{over} yet the entry decodes"),
+        }
+    }
+}

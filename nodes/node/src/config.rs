@@ -10,6 +10,7 @@
 //! digest = "incremental"           # off | incremental | full
 //! session_timeout_min_ms = 1000
 //! session_timeout_max_ms = 30000
+//! secret = "<64 hex digits>"       # the peers' shared key (required)
 //!
 //! [[peer]]
 //! id = 1
@@ -19,6 +20,12 @@
 //!
 //! Every error names the file and what is wrong; unknown keys are errors
 //! (a typo must not silently change a knob).
+//!
+//! `secret` authenticates peers to each other (see `peer_auth`): it is
+//! what a node must hold to open a Raft connection, so the file is the
+//! secret's only home — never a command line — and should be readable by
+//! the nodes' user alone (`drift cluster up` and campaigns write it 0600
+//! with a fresh 256-bit secret).
 
 use serde::Deserialize;
 use std::collections::BTreeSet;
@@ -62,6 +69,8 @@ pub struct ClusterConfig {
     /// Seed for the election jitter and session passwords.
     #[serde(default)]
     pub seed: u64,
+    /// The peers' shared key, hex (at least 32 digits).
+    pub secret: String,
     #[serde(rename = "peer")]
     pub peers: Vec<Peer>,
 }
@@ -118,6 +127,13 @@ impl ClusterConfig {
         if ids.len() != self.peers.len() || ids.contains(&0) {
             return Err("peer ids must be distinct and non-zero".into());
         }
+        if let Some(p) = self.peers.iter().find(|p| p.raft.port() == 0 || p.client.port() == 0) {
+            return Err(format!(
+                "peer {}: port 0 is not an address peers or clients can reach (give each node its port)",
+                p.id
+            ));
+        }
+        crate::peer_auth::parse_secret(&self.secret)?;
         let addrs: BTreeSet<SocketAddr> = self.peers.iter().flat_map(|p| [p.raft, p.client]).collect();
         if addrs.len() != 2 * self.peers.len() {
             return Err("every raft and client address must be distinct".into());
@@ -138,6 +154,11 @@ impl ClusterConfig {
             return Err("session timeouts: need 0 < min <= max".into());
         }
         Ok(())
+    }
+
+    /// The secret's bytes (validated when loaded).
+    pub fn secret_bytes(&self) -> Vec<u8> {
+        crate::peer_auth::parse_secret(&self.secret).expect("validated")
     }
 
     pub fn peer(&self, id: u64) -> Option<&Peer> {
@@ -168,6 +189,7 @@ mod tests {
 
     const GOOD: &str = r#"
 data_dir = "/tmp/x"
+secret = "000102030405060708090a0b0c0d0e0f"
 [[peer]]
 id = 1
 raft = "127.0.0.11:7001"
@@ -197,5 +219,14 @@ client = "127.0.0.12:2181"
             .unwrap_err()
             .contains("digest"));
         assert!(ClusterConfig::parse("data_dir = 3").is_err());
+        assert!(ClusterConfig::parse(&GOOD.replace("127.0.0.12:2181", "127.0.0.12:0"))
+            .unwrap_err()
+            .contains("port 0"));
+        assert!(ClusterConfig::parse(&GOOD.replace("secret = ", "# "))
+            .unwrap_err()
+            .contains("secret"));
+        assert!(ClusterConfig::parse(&GOOD.replace("0e0f", ""))
+            .unwrap_err()
+            .contains("too short"));
     }
 }

@@ -16,13 +16,25 @@
 //! Sessions: created and closed through the log; heartbeats reach the
 //! server a client is connected to, which reports live sessions to the
 //! leader; the leader alone decides expiry and proposes the close.
+//!
+//! What enters the log (see `drift_keeper::limit`): a client's write is
+//! checked against the log decoder's limits on the server it reached and
+//! answered `MarshallingError` when over one; the leader checks again
+//! before it proposes anything, and admits a forwarded write only from
+//! the authenticated peer that names itself as its origin and holds the
+//! session (the last node to report it alive). Raft messages from peers
+//! pass [`crate::peer_check`] before they are stepped, and a snapshot
+//! must decode before raft sees it. A committed entry that still cannot
+//! be applied (an older version's log, a bug) becomes the same no-op on
+//! every replica, logged, with an error to its client: only a digest
+//! mismatch stops a node.
 //! Reads are served from the local tree once it has applied the session's
 //! last seen zxid; with quorum reads, after a Raft read-index round.
 
 use crate::config::ClusterConfig;
 use crate::fsdisk::FsDisk;
 use crate::raftlog::RaftLog;
-use crate::transport::{self, Links, PeerMsg};
+use crate::transport::{self, Identity, Links, PeerMsg};
 use drift_keeper::changelog;
 use drift_keeper::entry::{check_digest, DigestMismatch, Entry as KEntry, Phase};
 use drift_keeper::jute;
@@ -59,6 +71,15 @@ const READ_INDEX_TIMEOUT: Duration = Duration::from_secs(3);
 const EVENTS_PER_READY_MAX: usize = 512;
 /// Most containers / TTL nodes reaped per scan.
 const REAP_PER_SCAN_MAX: usize = 64;
+/// Admin connections served at a time; more are closed at once.
+const ADMIN_CONNS_MAX: usize = 8;
+/// An admin connection must send its command line within this.
+const ADMIN_READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest admin command line.
+const ADMIN_LINE_BYTES_MAX: usize = 512;
+/// What the `undecodable` fault hook proposes: an entry no replica can
+/// decode (format byte 0 is no format).
+const UNDECODABLE_ENTRY: &[u8] = b"\0undecodable entry (fault hook)";
 
 pub struct NodeOptions {
     pub id: u64,
@@ -79,7 +100,11 @@ pub struct NodeOptions {
 }
 
 enum Event {
-    Peer(PeerMsg),
+    /// A message from the authenticated peer `from`.
+    Peer {
+        from: u64,
+        msg: PeerMsg,
+    },
     Accepted {
         conn: u64,
         tx: tokio::sync::mpsc::Sender<Vec<u8>>,
@@ -182,6 +207,19 @@ struct Node {
     /// Peers whose Raft traffic this node drops (the `isolate` fault hook:
     /// a partition of the Raft links, both ways when set on both ends).
     isolated: BTreeSet<u64>,
+    /// The cluster's node ids.
+    voters: Vec<u64>,
+    /// Leader: the node that holds each session (the last to report it
+    /// alive, or the one it was created through); a forwarded write is
+    /// admitted only from its session's holder. Valid for the term it
+    /// names: a new term starts it afresh (see [`Node::holders`]).
+    holders: (u64, BTreeMap<i64, u64>),
+    /// Follower: sessions reported as held here to the leader and term it
+    /// names (reported again before the first write forwarded to another).
+    announced: ((u64, u64), BTreeSet<i64>),
+    /// A snapshot from the leader, decoded and checked before raft was
+    /// stepped with it: (index, term, tree, its metadata).
+    incoming_snapshot: Option<(u64, u64, drift_keeper::state::State, SnapshotMeta)>,
 }
 
 fn now_ms(started: Instant) -> u64 {
@@ -248,7 +286,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         reserved_log_items: cfg.reserved_log_items,
         zstd_level: 1,
     };
-    let (store, report, fresh) = RaftLog::open(disk, voters, log_cfg, snap)?;
+    let (store, report, fresh) = RaftLog::open(disk, voters.clone(), log_cfg, snap)?;
     if let Some(t) = &report.torn_tail {
         log(
             opts.id,
@@ -287,11 +325,23 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
             (p.id, via.map_or(p.raft, |(_, a)| *a))
         })
         .collect();
-    let links = Links::start(opts.id, me.raft.ip(), &peers);
+    let identity = Identity {
+        id: opts.id,
+        ip: me.raft.ip(),
+        secret: Arc::new(cfg.secret_bytes()),
+    };
+    let links = Links::start(&identity, &peers);
 
     let (tx, rx) = mpsc::channel::<Event>();
     let ptx = tx.clone();
-    transport::listen(raft_listener, move |m| ptx.send(Event::Peer(m)).is_ok());
+    let node_id = opts.id;
+    transport::listen(
+        raft_listener,
+        identity,
+        voters.clone(),
+        move |from, msg| ptx.send(Event::Peer { from, msg }).is_ok(),
+        move |event, why| log(node_id, event, serde_json::json!({"why": why})),
+    );
     client_io(
         client_listener,
         tx.clone(),
@@ -309,6 +359,10 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         id: opts.id,
         passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
         isolated: BTreeSet::new(),
+        voters,
+        holders: (0, BTreeMap::new()),
+        announced: ((0, 0), BTreeSet::new()),
+        incoming_snapshot: None,
         snapshot_job: None,
         // a node without Raft state that is not part of a new cluster's
         // first start lost its state: it may have voted in a term it no
@@ -475,37 +529,58 @@ async fn read_frames(conn: u64, r: tokio::net::tcp::OwnedReadHalf, tx: Sender<Ev
     }
 }
 
+/// The fault hooks' endpoint: one thread per connection (at most
+/// [`ADMIN_CONNS_MAX`]), each allowed [`ADMIN_READ_TIMEOUT`] to send one
+/// command line, so an idle or slow connection delays no other.
 fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), String> {
     let l = TcpListener::bind(addr).map_err(|e| format!("bind admin {addr}: {e}"))?;
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     thread::Builder::new()
         .name("admin".into())
         .spawn(move || {
             for s in l.incoming() {
-                let Ok(mut s) = s else { continue };
-                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut line = String::new();
-                let mut buf = [0u8; 512];
-                if let Ok(n) = s.read(&mut buf) {
-                    line.push_str(&String::from_utf8_lossy(&buf[..n]));
-                }
-                let (rtx, rrx) = mpsc::sync_channel(1);
-                if tx
-                    .send(Event::Admin {
-                        line: line.trim().to_string(),
-                        reply: rtx,
-                    })
-                    .is_err()
-                {
-                    return;
-                }
-                let answer = rrx
-                    .recv_timeout(Duration::from_secs(5))
-                    .unwrap_or_else(|_| "error timeout".into());
-                let _ = s.write_all(format!("{answer}\n").as_bytes());
+                let Ok(s) = s else { continue };
+                let Some(slot) = transport::Slot::take(&open, ADMIN_CONNS_MAX) else {
+                    continue;
+                };
+                let tx = tx.clone();
+                let _ = thread::Builder::new().name("admin-conn".into()).spawn(move || {
+                    let _slot = slot;
+                    admin_conn(s, &tx);
+                });
             }
         })
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Reads one command line (until a newline, [`ADMIN_LINE_BYTES_MAX`]
+/// bytes, the end of the stream, or the deadline), has the loop answer
+/// it, and writes the answer back.
+fn admin_conn(mut s: TcpStream, tx: &Sender<Event>) {
+    let deadline = Instant::now() + ADMIN_READ_TIMEOUT;
+    let mut line = Vec::new();
+    let mut buf = [0u8; 128];
+    while !line.contains(&b'\n') && line.len() < ADMIN_LINE_BYTES_MAX {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => line.extend_from_slice(&buf[..n]),
+            Err(_) => return,
+        }
+    }
+    let (rtx, rrx) = mpsc::sync_channel(1);
+    let line = String::from_utf8_lossy(&line).trim().to_string();
+    if tx.send(Event::Admin { line, reply: rtx }).is_err() {
+        return;
+    }
+    let answer = rrx
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap_or_else(|_| "error timeout".into());
+    let _ = s.write_all(format!("{answer}\n").as_bytes());
 }
 
 fn context(origin: u64, req: u64) -> Vec<u8> {
@@ -565,9 +640,14 @@ struct SnapshotJob {
 struct Preprocessed {
     index: u64,
     term: u64,
+    /// The entry's zxid; for a skipped entry, the last zxid before it.
     zxid: i64,
     /// The digest the entry carries, checked again after commit.
     carried: drift_keeper::Digest,
+    /// The entry cannot be applied (it does not decode, or its zxid is
+    /// not after the last one): every replica finds the same and commits
+    /// it as a no-op.
+    skipped: bool,
 }
 
 impl Node {
@@ -596,6 +676,8 @@ impl Node {
                 self.tick();
             }
             self.handle_ready();
+            // a snapshot raft did not take (an older one) is not kept
+            self.incoming_snapshot = None;
             self.finish_snapshot(false);
         }
     }
@@ -606,6 +688,25 @@ impl Node {
 
     fn leader(&self) -> u64 {
         self.raw.raft.leader_id
+    }
+
+    /// Leader: who holds which session, as learnt in this term (a new
+    /// leader learns it afresh: the map of an earlier term is dropped).
+    fn holders(&mut self) -> &mut BTreeMap<i64, u64> {
+        let term = self.raw.raft.term;
+        if self.holders.0 != term {
+            self.holders = (term, BTreeMap::new());
+        }
+        &mut self.holders.1
+    }
+
+    /// Follower: the sessions the current leader heard are held here.
+    fn announced(&mut self) -> &mut BTreeSet<i64> {
+        let to = (self.leader(), self.raw.raft.term);
+        if self.announced.0 != to {
+            self.announced = (to, BTreeSet::new());
+        }
+        &mut self.announced.1
     }
 
     fn last_zxid(&self) -> i64 {
@@ -624,7 +725,7 @@ impl Node {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Peer(m) => self.on_peer(m),
+            Event::Peer { from, msg } => self.on_peer(from, msg),
             Event::Accepted { conn, tx, stream } => {
                 self.conns.insert(
                     conn,
@@ -675,36 +776,119 @@ impl Node {
 
     // ---------------------------------------------------------------- peers
 
-    fn on_peer(&mut self, m: PeerMsg) {
+    fn on_peer(&mut self, from: u64, m: PeerMsg) {
         match m {
-            PeerMsg::Raft(bytes) => {
-                if let Ok(msg) = Message::parse_from_bytes(&bytes) {
-                    if !self.isolated.contains(&msg.from) {
-                        self.step(msg);
-                    }
-                }
-            }
+            PeerMsg::Raft(bytes) => self.on_raft(from, &bytes, false),
+            PeerMsg::Snapshot(bytes) => self.on_raft(from, &bytes, true),
             PeerMsg::Forward {
                 origin,
                 req,
                 session,
                 write,
-            } => {
-                let mut r = drift_keeper::codec::Reader::new(&write);
-                match Write::decode(&mut r) {
-                    Ok(w) if self.is_leader() => self.propose(session, w, origin, req),
-                    _ => self.links.send(origin, &PeerMsg::Refused { req }),
+            } => match self.admit_forward(from, origin, session, &write) {
+                Ok(w) => self.propose(session, w, origin, req),
+                Err(why) => {
+                    log(
+                        self.id,
+                        "forward_refused",
+                        serde_json::json!({"from": from, "session": session, "why": why}),
+                    );
+                    self.links.send(from, &PeerMsg::Refused { req });
+                }
+            },
+            PeerMsg::Refused { req } => {
+                // only the leader the request went to can refuse it
+                if self.pending.get(&req).is_some_and(|p| p.via == from) {
+                    self.fail_pending(req);
                 }
             }
-            PeerMsg::Refused { req } => self.fail_pending(req),
             PeerMsg::Touch { sessions } => {
                 if self.is_leader() {
                     let now = now_ms(self.started);
                     for s in sessions {
                         self.tracker.heartbeat(s, now);
+                        if self.ks.state().session(s).is_some() {
+                            self.holders().insert(s, from);
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// A Raft message from peer `from`: stepped once it passed
+    /// [`crate::peer_check`] (and, for a snapshot, once its tree decoded
+    /// and matched what the message says it is); else dropped and logged.
+    fn on_raft(&mut self, from: u64, bytes: &[u8], snapshot_frame: bool) {
+        let checked = Message::parse_from_bytes(bytes)
+            .map_err(|e| format!("not a raft message: {e}"))
+            .and_then(|msg| {
+                let is_snapshot = msg.msg_type == raft::prelude::MessageType::MsgSnapshot;
+                if is_snapshot != snapshot_frame {
+                    return Err(format!(
+                        "{:?} in a {} frame",
+                        msg.msg_type,
+                        if snapshot_frame { "snapshot" } else { "raft" }
+                    ));
+                }
+                crate::peer_check::check(&self.raw, &msg, from, &self.voters)?;
+                if is_snapshot {
+                    self.decode_incoming_snapshot(&msg)?;
+                }
+                Ok(msg)
+            });
+        match checked {
+            Ok(msg) if !self.isolated.contains(&msg.from) => self.step(msg),
+            Ok(_) => {}
+            Err(why) => log(
+                self.id,
+                "peer_message_refused",
+                serde_json::json!({"from": from, "why": why}),
+            ),
+        }
+    }
+
+    /// Decodes the tree a `MsgSnapshot` carries and keeps it for
+    /// [`Node::install_snapshot`]: a snapshot that does not decode, or
+    /// whose own metadata disagrees with the message's, never reaches raft.
+    fn decode_incoming_snapshot(&mut self, msg: &Message) -> Result<(), String> {
+        let meta = msg.get_snapshot().get_metadata();
+        let name = snapshot::file_name(meta.index, meta.term);
+        let digest_on = self.ks.mode() != drift_keeper::DigestMode::Off;
+        let (state, kmeta) = snapshot::decode(&name, msg.get_snapshot().get_data(), digest_on)
+            .map_err(|e| format!("snapshot does not decode: {e}"))?;
+        if (kmeta.last_index, kmeta.last_term) != (meta.index, meta.term) {
+            return Err(format!(
+                "snapshot holds index {} term {}, the message says {} {}",
+                kmeta.last_index, kmeta.last_term, meta.index, meta.term
+            ));
+        }
+        self.incoming_snapshot = Some((meta.index, meta.term, state, kmeta));
+        Ok(())
+    }
+
+    /// The write a peer forwarded, if the leader may propose it: it comes
+    /// from the peer it names as its origin, decodes whole, is within the
+    /// log's limits, and is a client's write under a session that peer
+    /// holds (or opens a session).
+    fn admit_forward(&self, from: u64, origin: u64, session: i64, bytes: &[u8]) -> Result<Write, String> {
+        if origin != from {
+            return Err(format!("origin {origin} on peer {from}'s connection"));
+        }
+        if !self.is_leader() {
+            return Err("not the leader".into());
+        }
+        let mut r = drift_keeper::codec::Reader::new(bytes);
+        let w = Write::decode(&mut r)
+            .and_then(|w| r.finish().map(|()| w))
+            .map_err(|e| format!("write does not decode: {e}"))?;
+        drift_keeper::limit::check(&w).map_err(|e| e.to_string())?;
+        match &w {
+            Write::CreateSession { .. } if session == 0 => Ok(w),
+            Write::CreateSession { .. } => Err("createSession under a session".into()),
+            Write::Reap { .. } => Err("reap is the leader's own".into()),
+            _ if self.holders.0 == self.raw.raft.term && self.holders.1.get(&session) == Some(&from) => Ok(w),
+            _ => Err(format!("session {session:#x} is not held by node {from}")),
         }
     }
 
@@ -745,7 +929,12 @@ impl Node {
                 continue;
             }
             if let Ok(bytes) = m.write_to_bytes() {
-                self.links.send(to, &PeerMsg::Raft(bytes));
+                let frame = if m.msg_type == raft::prelude::MessageType::MsgSnapshot {
+                    PeerMsg::Snapshot(bytes)
+                } else {
+                    PeerMsg::Raft(bytes)
+                };
+                self.links.send(to, &frame);
             }
         }
     }
@@ -768,6 +957,16 @@ impl Node {
         if self.is_leader() {
             self.propose(session, w, self.id, req);
         } else if self.leader() != 0 {
+            // the leader admits a forwarded write only from the session's
+            // holder: say so first, on the same link (so in order)
+            if session != 0 && self.announced().insert(session) {
+                self.links.send(
+                    self.leader(),
+                    &PeerMsg::Touch {
+                        sessions: vec![session],
+                    },
+                );
+            }
             let mut wr = drift_keeper::codec::Writer::new();
             w.encode(&mut wr);
             self.links.send(
@@ -785,7 +984,17 @@ impl Node {
     }
 
     /// Leader: preprocess and propose (under the one loop: log order).
+    /// Nothing over the log's limits is proposed, whoever asked.
     fn propose(&mut self, session: i64, w: Write, origin: u64, req: u64) {
+        if let Err(over) = drift_keeper::limit::check(&w) {
+            log(
+                self.id,
+                "proposal_refused",
+                serde_json::json!({"request": w.name(), "why": over.to_string()}),
+            );
+            self.refuse(origin, req);
+            return;
+        }
         let zxid = self.ks.last_preprocessed_zxid() + 1;
         let time_ms = wall_ms() + self.clock_offset_ms;
         let digest = self.ks.preprocess(session, zxid, time_ms, &w);
@@ -804,19 +1013,28 @@ impl Node {
                     term: self.raw.raft.term,
                     zxid,
                     carried: digest,
+                    skipped: false,
                 });
             }
             Err(_) => {
                 self.ks.rollback_after(zxid - 1);
-                if origin == self.id {
-                    self.fail_pending(req);
-                } else if origin != 0 {
-                    self.links.send(origin, &PeerMsg::Refused { req });
-                } else if let Write::CloseSession = e.request {
-                    // an expiry raft refused: decide it again next tick
-                    self.closing.remove(&session);
+                if origin == 0 {
+                    if let Write::CloseSession = e.request {
+                        // an expiry raft refused: decide it again next tick
+                        self.closing.remove(&session);
+                    }
                 }
+                self.refuse(origin, req);
             }
+        }
+    }
+
+    /// Tells whoever asked for request `req` that it was not proposed.
+    fn refuse(&mut self, origin: u64, req: u64) {
+        if origin == self.id {
+            self.fail_pending(req);
+        } else if origin != 0 {
+            self.links.send(origin, &PeerMsg::Refused { req });
         }
     }
 
@@ -886,6 +1104,13 @@ impl Node {
                     c.last_zxid = req.last_zxid_seen;
                 }
                 self.alive.insert(req.session_id);
+                // the session is held here now: the leader hears it before
+                // this node forwards a write under it
+                self.announced().remove(&req.session_id);
+                if self.is_leader() {
+                    let me = self.id;
+                    self.holders().insert(req.session_id, me);
+                }
                 self.send_raw(conn, resp.encode());
             }
             // a follower may not have applied the session yet: only the
@@ -911,6 +1136,16 @@ impl Node {
                 } else {
                     req.xid
                 };
+                if let Err(over) = drift_keeper::limit::check(&w) {
+                    // as ZooKeeper answers a field over jute.maxbuffer
+                    log(
+                        self.id,
+                        "request_refused",
+                        serde_json::json!({"session": session, "request": w.name(), "why": over.to_string()}),
+                    );
+                    self.send_raw(conn, proto::encode_error(xid, zxid, ZkError::MarshallingError));
+                    return;
+                }
                 self.submit(
                     session,
                     w,
@@ -1081,7 +1316,10 @@ impl Node {
             let alive: Vec<i64> = std::mem::take(&mut self.alive).into_iter().collect();
             if self.is_leader() {
                 for s in alive {
-                    self.tracker.heartbeat(s, now);
+                    if self.tracker.heartbeat(s, now) {
+                        let me = self.id;
+                        self.holders().insert(s, me);
+                    }
                 }
             } else if self.leader() != 0 {
                 self.links.send(self.leader(), &PeerMsg::Touch { sessions: alive });
@@ -1261,7 +1499,25 @@ impl Node {
     }
 
     fn preprocess_entry(&mut self, e: &Entry) -> Preprocessed {
-        let ke = self.decode_entry(e);
+        let ke = match self.entry_to_apply(e) {
+            Ok(ke) => ke,
+            Err(why) => {
+                log(
+                    self.id,
+                    "entry_unusable",
+                    serde_json::json!({"level": "ERROR", "log_index": e.index, "why": why}),
+                );
+                let p = Preprocessed {
+                    index: e.index,
+                    term: e.term,
+                    zxid: self.ks.last_preprocessed_zxid(),
+                    carried: drift_keeper::Digest::NONE,
+                    skipped: true,
+                };
+                self.preprocessed.push_back(p);
+                return p;
+            }
+        };
         let diverged = std::mem::take(&mut self.diverge_next).then(|| {
             log(self.id, "diverge_applied", serde_json::json!({"log_index": e.index}));
             diverged(&ke.request)
@@ -1276,16 +1532,22 @@ impl Node {
             term: e.term,
             zxid: ke.zxid,
             carried: ke.digest,
+            skipped: false,
         };
         self.preprocessed.push_back(p);
         p
     }
 
-    fn decode_entry(&self, e: &Entry) -> KEntry {
-        match KEntry::decode(&e.data) {
-            Ok(k) => k,
-            Err(err) => self.die(&format!("log entry {} does not decode: {err}", e.index)),
+    /// The entry `e` carries, if it can be applied: it decodes, and its
+    /// zxid follows the last one preprocessed. What decides this is the
+    /// entry and the log before it, so every replica decides the same.
+    fn entry_to_apply(&self, e: &Entry) -> Result<KEntry, String> {
+        let ke = KEntry::decode(&e.data).map_err(|err| format!("does not decode: {err}"))?;
+        let last = self.ks.last_preprocessed_zxid();
+        if ke.zxid <= last {
+            return Err(format!("zxid {:#x} is not after {last:#x}", ke.zxid));
         }
+        Ok(ke)
     }
 
     fn apply(&mut self, entries: Vec<Entry>) {
@@ -1307,18 +1569,49 @@ impl Node {
                     }
                 };
                 self.preprocessed.pop_front();
-                let c = self.ks.commit(p.zxid);
-                if p.carried.mismatches(c.digest) {
-                    // decoded again only to describe the request
-                    let ke = self.decode_entry(&e);
-                    if let Err(m) = check_digest(e.index, Phase::Commit, &ke, c.digest) {
-                        fatal_digest(self.id, &m);
-                    }
-                }
                 let (origin, req) = parse_context(&e.context);
-                self.on_committed(origin, req, c);
+                if p.skipped {
+                    log(
+                        self.id,
+                        "entry_skipped",
+                        serde_json::json!({"level": "ERROR", "log_index": e.index, "zxid": p.zxid}),
+                    );
+                    self.on_skipped(origin, req);
+                } else {
+                    let c = self.ks.commit(p.zxid);
+                    if p.carried.mismatches(c.digest) {
+                        // decoded again only to describe the request
+                        if let Ok(ke) = KEntry::decode(&e.data) {
+                            if let Err(m) = check_digest(e.index, Phase::Commit, &ke, c.digest) {
+                                fatal_digest(self.id, &m);
+                            }
+                        }
+                    }
+                    self.on_committed(origin, req, c);
+                }
             }
             self.applied_index = e.index;
+        }
+    }
+
+    /// A committed entry that could not be applied: its client, if it is
+    /// here, hears `MarshallingError` (or loses the connection for a
+    /// session's open or close), as for a request over a limit.
+    fn on_skipped(&mut self, origin: u64, req: u64) {
+        if origin != self.id {
+            return;
+        }
+        match self.pending.remove(&req) {
+            Some(Pending {
+                conn,
+                kind: PendingKind::Write { xid, .. },
+                ..
+            }) => {
+                let zxid = self.last_zxid();
+                self.send_raw(conn, proto::encode_error(xid, zxid, ZkError::MarshallingError));
+            }
+            Some(p) => self.drop_conn(p.conn),
+            None => {}
         }
     }
 
@@ -1336,6 +1629,9 @@ impl Node {
                 let timeout = self.ks.state().session(*session_id).map_or(0, |s| s.timeout_ms);
                 if self.is_leader() {
                     self.tracker.touch(*session_id, timeout as u64, now_ms(self.started));
+                    if origin != 0 {
+                        self.holders().insert(*session_id, origin);
+                    }
                 }
                 if let Some(p) = mine {
                     let resp = ConnectResponse::accepted(timeout, *session_id, self.passwd(*session_id));
@@ -1349,6 +1645,8 @@ impl Node {
             Response::CloseSession => {
                 let s = c.session;
                 self.tracker.remove(s);
+                self.holders().remove(&s);
+                self.announced().remove(&s);
                 self.closing.remove(&s);
                 self.watches.remove_session(s);
                 if let Some(Pending {
@@ -1505,10 +1803,13 @@ impl Node {
         self.finish_snapshot(true);
         let meta = s.get_metadata();
         let name = snapshot::file_name(meta.index, meta.term);
-        let digest_on = self.ks.mode() != drift_keeper::DigestMode::Off;
-        let (state, kmeta) = match snapshot::decode(&name, &s.data, digest_on) {
-            Ok(x) => x,
-            Err(e) => self.die(&format!("snapshot from the leader refused: {e}")),
+        // raft hands over only a snapshot this node stepped, and it stepped
+        // only one it had decoded ([`Node::decode_incoming_snapshot`])
+        let (state, kmeta) = match self.incoming_snapshot.take() {
+            Some((index, term, state, kmeta)) if (index, term) == (meta.index, meta.term) => (state, kmeta),
+            _ => self.die(&format!(
+                "raft installs snapshot {name}, which was not checked when it arrived"
+            )),
         };
         self.ks = Storage::from_state(state, self.ks.mode() == drift_keeper::DigestMode::Full);
         self.preprocessed.clear();
@@ -1552,6 +1853,7 @@ impl Node {
                 self.diverge_next = true;
                 "ok".into()
             }
+            (Some("undecodable"), _) => self.propose_undecodable(),
             (Some("clock"), Some(ms)) => match ms.parse::<i64>() {
                 Ok(v) => {
                     self.clock_offset_ms = v;
@@ -1581,8 +1883,30 @@ impl Node {
                 "ok".into()
             }
             (Some("status"), _) => self.four_letter(b"dgst"),
-            _ => "error unknown command (diverge | clock <ms> | isolate <ids> | heal | status)".into(),
+            _ => "error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | status)".into(),
         }
+    }
+
+    /// The `undecodable` fault hook, on the leader: proposes an entry no
+    /// replica can decode, as an older version's log or a bug might hold.
+    /// Every replica, this one included, must commit it as the same no-op.
+    fn propose_undecodable(&mut self) -> String {
+        if !self.is_leader() {
+            return "error not the leader".into();
+        }
+        if self.raw.propose(Vec::new(), UNDECODABLE_ENTRY.to_vec()).is_err() {
+            return "error raft refused the proposal".into();
+        }
+        let index = self.raw.raft.raft_log.last_index();
+        log(self.id, "undecodable_proposed", serde_json::json!({"log_index": index}));
+        self.preprocessed.push_back(Preprocessed {
+            index,
+            term: self.raw.raft.term,
+            zxid: self.ks.last_preprocessed_zxid(),
+            carried: drift_keeper::Digest::NONE,
+            skipped: true,
+        });
+        format!("ok {index}")
     }
 
     fn four_letter(&self, word: &[u8; 4]) -> String {

@@ -6,11 +6,15 @@
 //! * [`fsdisk`] — the real [`drift_keeper::disk::Disk`]: a data directory
 //!   with fsync of files and of the directory
 //! * [`raftlog`] — raft-rs `Storage` on the keeper changelog and snapshots
+//! * [`peer_auth`] — the peers' challenge–response handshake
 //! * [`transport`] — framed peer messages over TCP, bound per node IP
+//! * [`peer_check`] — what a Raft message from a peer must satisfy before it is stepped
 //! * [`keeper_node`] — the node loop: Raft, the keeper core, clients
 
 pub mod config;
 pub mod fsdisk;
 pub mod keeper_node;
+pub mod peer_auth;
+pub mod peer_check;
 pub mod raftlog;
 pub mod transport;

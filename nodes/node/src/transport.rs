@@ -6,18 +6,39 @@
 //! Messages to a peer that cannot be reached are dropped: Raft
 //! retransmits, and forwarded client requests time out into `info`.
 //!
-//! Frame: u32 length, then a tag and the body. Bounded: a frame over
-//! [`FRAME_BYTES_MAX`] closes that connection.
+//! Every connection starts with the handshake of [`crate::peer_auth`]; an
+//! inbound connection that fails it is closed before a frame is read, and
+//! every message on one that passes is delivered as the authenticated
+//! peer's. At most [`INBOUND_CONNS_MAX`] inbound connections at a time.
+//!
+//! Frame: u32 length, then a tag and the body. Bounded by the tag: a
+//! snapshot may be up to [`SNAPSHOT_FRAME_BYTES_MAX`], anything else up to
+//! [`FRAME_BYTES_MAX`]; a frame over its bound closes the connection
+//! before its body is read, and a body's buffer grows with the bytes that
+//! arrive, not with what the header claims.
 
 use socket2::{Domain, Socket, Type};
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-/// Largest peer frame: a snapshot chunk of a large tree.
-pub const FRAME_BYTES_MAX: usize = 512 << 20;
+/// Largest peer frame other than a snapshot: a Raft append holds up to
+/// `max_size_per_msg` (1 MiB) of entries, or one larger entry of at most
+/// [`drift_keeper::limit::WRITE_BYTES_MAX`] (about 2 MiB) with its
+/// envelope; a forwarded write is one such write.
+pub const FRAME_BYTES_MAX: usize = 8 << 20;
+/// Largest snapshot frame: a snapshot travels whole in one Raft message,
+/// and a compressed snapshot of a tree of millions of znodes is hundreds
+/// of MiB at most.
+pub const SNAPSHOT_FRAME_BYTES_MAX: usize = 512 << 20;
+/// Inbound peer connections at a time (each holds a thread); more are
+/// closed at once. A cluster has at most 14 other peers, each with one
+/// link and the odd reconnect.
+pub const INBOUND_CONNS_MAX: usize = 64;
 /// Messages queued per peer before new ones are dropped.
 pub const QUEUE_MAX: usize = 4096;
 /// A write to a peer blocked this long gives the connection up.
@@ -49,11 +70,29 @@ pub fn coalesce(mut first: Vec<u8>, mut queued: impl FnMut() -> Option<Vec<u8>>)
     first
 }
 
+const TAG_RAFT: u8 = 1;
+const TAG_FORWARD: u8 = 2;
+const TAG_REFUSED: u8 = 3;
+const TAG_TOUCH: u8 = 4;
+const TAG_SNAPSHOT: u8 = 5;
+
+/// The most bytes a frame (tag and body) with `tag` may hold.
+pub fn frame_bytes_max(tag: u8) -> usize {
+    if tag == TAG_SNAPSHOT {
+        SNAPSHOT_FRAME_BYTES_MAX
+    } else {
+        FRAME_BYTES_MAX
+    }
+}
+
 /// What travels between nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerMsg {
-    /// A Raft message (protobuf bytes).
+    /// A Raft message (protobuf bytes), other than a snapshot.
     Raft(Vec<u8>),
+    /// A Raft `MsgSnapshot` (protobuf bytes): the one message allowed to be
+    /// larger than [`FRAME_BYTES_MAX`].
+    Snapshot(Vec<u8>),
     /// A client write for the leader to propose: origin node, its request
     /// id, the session, and the encoded request.
     Forward {
@@ -73,7 +112,11 @@ impl PeerMsg {
         let mut b = vec![0u8; 4];
         match self {
             PeerMsg::Raft(m) => {
-                b.push(1);
+                b.push(TAG_RAFT);
+                b.extend_from_slice(m);
+            }
+            PeerMsg::Snapshot(m) => {
+                b.push(TAG_SNAPSHOT);
                 b.extend_from_slice(m);
             }
             PeerMsg::Forward {
@@ -82,18 +125,18 @@ impl PeerMsg {
                 session,
                 write,
             } => {
-                b.push(2);
+                b.push(TAG_FORWARD);
                 b.extend_from_slice(&origin.to_be_bytes());
                 b.extend_from_slice(&req.to_be_bytes());
                 b.extend_from_slice(&session.to_be_bytes());
                 b.extend_from_slice(write);
             }
             PeerMsg::Refused { req } => {
-                b.push(3);
+                b.push(TAG_REFUSED);
                 b.extend_from_slice(&req.to_be_bytes());
             }
             PeerMsg::Touch { sessions } => {
-                b.push(4);
+                b.push(TAG_TOUCH);
                 for s in sessions {
                     b.extend_from_slice(&s.to_be_bytes());
                 }
@@ -112,17 +155,18 @@ impl PeerMsg {
                 .ok_or_else(|| "peer frame too short".to_string())
         };
         Ok(match tag {
-            1 => PeerMsg::Raft(body.to_vec()),
-            2 => PeerMsg::Forward {
+            TAG_RAFT => PeerMsg::Raft(body.to_vec()),
+            TAG_SNAPSHOT => PeerMsg::Snapshot(body.to_vec()),
+            TAG_FORWARD => PeerMsg::Forward {
                 origin: u64::from_be_bytes(word(0)?),
                 req: u64::from_be_bytes(word(8)?),
                 session: i64::from_be_bytes(word(16)?),
                 write: body.get(24..).unwrap_or_default().to_vec(),
             },
-            3 => PeerMsg::Refused {
+            TAG_REFUSED => PeerMsg::Refused {
                 req: u64::from_be_bytes(word(0)?),
             },
-            4 => {
+            TAG_TOUCH => {
                 if body.len() % 8 != 0 {
                     return Err("touch frame not a multiple of 8".into());
                 }
@@ -138,22 +182,27 @@ impl PeerMsg {
     }
 }
 
-/// Reads one frame; `Ok(None)` at a clean end of stream.
-pub fn read_frame(s: &mut impl Read, max: usize) -> std::io::Result<Option<Vec<u8>>> {
-    let mut len = [0u8; 4];
-    match s.read_exact(&mut len) {
+/// Reads one peer frame (tag and body), held to its tag's bound
+/// ([`frame_bytes_max`]) before the body is read; `Ok(None)` at a clean
+/// end of stream.
+pub fn read_frame(s: &mut impl Read) -> std::io::Result<Option<Vec<u8>>> {
+    let mut head = [0u8; 5];
+    match s.read_exact(&mut head[..4]) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e),
     }
-    read_body(s, u32::from_be_bytes(len), max).map(Some)
-}
-
-/// Reads the body of a frame whose header said `len` bytes (at most `max`).
-pub fn read_body(s: &mut impl Read, len: u32, max: usize) -> std::io::Result<Vec<u8>> {
-    let mut body = Body::new(len, max)?;
-    s.take(body.len as u64).read_to_end(&mut body.buf)?;
-    body.complete()
+    let len = u32::from_be_bytes(head[..4].try_into().expect("4 bytes"));
+    if len == 0 {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "empty peer frame"));
+    }
+    s.read_exact(&mut head[4..])?;
+    let tag = head[4];
+    let mut body = Body::new(len - 1, frame_bytes_max(tag) - 1)?;
+    body.buf.push(tag);
+    body.len += 1;
+    s.take(body.len as u64 - 1).read_to_end(&mut body.buf)?;
+    body.complete().map(Some)
 }
 
 /// A frame body being read: checked against the most a frame may hold
@@ -206,15 +255,25 @@ pub struct Links {
     senders: Vec<(u64, SyncSender<Vec<u8>>)>,
 }
 
+/// Who this node is to its peers: its id, the address it dials from, and
+/// the cluster secret it proves itself with.
+#[derive(Clone)]
+pub struct Identity {
+    pub id: u64,
+    pub ip: std::net::IpAddr,
+    pub secret: Arc<Vec<u8>>,
+}
+
 impl Links {
     /// Starts one sender thread per peer.
-    pub fn start(me: u64, local_ip: std::net::IpAddr, peers: &[(u64, SocketAddr)]) -> Links {
+    pub fn start(me: &Identity, peers: &[(u64, SocketAddr)]) -> Links {
         let mut senders = Vec::new();
-        for &(id, addr) in peers.iter().filter(|(id, _)| *id != me) {
+        for &(id, addr) in peers.iter().filter(|(id, _)| *id != me.id) {
             let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_MAX);
+            let me = me.clone();
             thread::Builder::new()
                 .name(format!("peer-{id}"))
-                .spawn(move || sender_loop(local_ip, addr, rx))
+                .spawn(move || sender_loop(&me, id, addr, rx))
                 .expect("spawn peer sender");
             senders.push((id, tx));
         }
@@ -231,17 +290,24 @@ impl Links {
     }
 }
 
-fn sender_loop(local_ip: std::net::IpAddr, addr: SocketAddr, rx: Receiver<Vec<u8>>) {
+/// Dials peer `to` at `addr` and authenticates both ways.
+fn dial(me: &Identity, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut s = connect_from(me.ip, addr, Duration::from_millis(500))?;
+    crate::peer_auth::connect(&mut s, &me.secret, me.id, to)?;
+    // a write stuck behind a cut link gives up, and the next message
+    // reconnects
+    s.set_write_timeout(Some(PEER_WRITE_TIMEOUT))?;
+    Ok(s)
+}
+
+fn sender_loop(me: &Identity, to: u64, addr: SocketAddr, rx: Receiver<Vec<u8>>) {
     let mut conn: Option<TcpStream> = None;
     let mut backoff = Duration::from_millis(20);
     while let Some(frames) = next_batch(&rx) {
         if conn.is_none() {
-            match connect_from(local_ip, addr, Duration::from_millis(500)) {
+            match dial(me, to, addr) {
                 Ok(s) => {
                     backoff = Duration::from_millis(20);
-                    // a write stuck behind a cut link gives up, and the
-                    // next message reconnects
-                    let _ = s.set_write_timeout(Some(PEER_WRITE_TIMEOUT));
                     conn = Some(s);
                 }
                 Err(_) => {
@@ -261,33 +327,96 @@ fn sender_loop(local_ip: std::net::IpAddr, addr: SocketAddr, rx: Receiver<Vec<u8
     }
 }
 
-/// Accepts peer connections and hands every decoded message to `deliver`.
-pub fn listen(listener: TcpListener, deliver: impl Fn(PeerMsg) -> bool + Send + Clone + 'static) {
+/// Accepts peer connections; each that authenticates as one of `peers`
+/// hands its decoded messages to `deliver` with that peer's id, until
+/// `deliver` returns false, a frame is malformed or over its bound, or
+/// the link is idle for [`PEER_IDLE_MAX`]. `log` hears why a connection
+/// was refused or closed.
+pub fn listen(
+    listener: TcpListener,
+    me: Identity,
+    peers: Vec<u64>,
+    deliver: impl Fn(u64, PeerMsg) -> bool + Send + Clone + 'static,
+    log: impl Fn(&str, String) + Send + Clone + 'static,
+) {
+    let open = Arc::new(AtomicUsize::new(0));
     thread::Builder::new()
         .name("peer-listener".into())
         .spawn(move || {
             for stream in listener.incoming() {
-                let Ok(s) = stream else { continue };
-                let deliver = deliver.clone();
+                let Ok(mut s) = stream else { continue };
+                let Some(slot) = Slot::take(&open, INBOUND_CONNS_MAX) else {
+                    log(
+                        "peer_refused",
+                        format!("more than {INBOUND_CONNS_MAX} inbound peer connections"),
+                    );
+                    continue;
+                };
+                let (deliver, log, me, peers) = (deliver.clone(), log.clone(), me.clone(), peers.clone());
                 let _ = thread::Builder::new().name("peer-in".into()).spawn(move || {
+                    let _slot = slot;
+                    let from = match crate::peer_auth::accept(&mut s, &me.secret, me.id, &peers) {
+                        Ok(from) => from,
+                        Err(e) => {
+                            let who = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                            log("peer_refused", format!("{who}: {e}"));
+                            return;
+                        }
+                    };
                     let _ = s.set_nodelay(true);
                     // a link silent this long is dead (its sender reconnects)
                     let _ = s.set_read_timeout(Some(PEER_IDLE_MAX));
                     let mut s = BufReader::with_capacity(READ_BUFFER_BYTES, s);
-                    while let Ok(Some(frame)) = read_frame(&mut s, FRAME_BYTES_MAX) {
+                    loop {
+                        let frame = match read_frame(&mut s) {
+                            Ok(Some(f)) => f,
+                            Ok(None) => return,
+                            Err(e) => {
+                                if e.kind() != std::io::ErrorKind::WouldBlock
+                                    && e.kind() != std::io::ErrorKind::TimedOut
+                                {
+                                    log("peer_closed", format!("peer {from}: {e}"));
+                                }
+                                return;
+                            }
+                        };
                         match PeerMsg::decode(&frame) {
                             Ok(m) => {
-                                if !deliver(m) {
+                                if !deliver(from, m) {
                                     return;
                                 }
                             }
-                            Err(_) => return,
+                            Err(e) => {
+                                log("peer_closed", format!("peer {from}: {e}"));
+                                return;
+                            }
                         }
                     }
                 });
             }
         })
         .expect("spawn peer listener");
+}
+
+/// A connection's place in a bounded count, given back when dropped
+/// (also when the thread holding it panics, or was never started).
+pub struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// A place in `count` if fewer than `max` are taken.
+    pub fn take(count: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        if count.fetch_add(1, Ordering::SeqCst) >= max {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Slot(count.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 #[cfg(test)]
@@ -298,6 +427,7 @@ mod tests {
     fn peer_messages_round_trip() {
         for m in [
             PeerMsg::Raft(vec![1, 2, 3]),
+            PeerMsg::Snapshot(vec![4, 5]),
             PeerMsg::Forward {
                 origin: 2,
                 req: 9,
@@ -312,5 +442,33 @@ mod tests {
         }
         assert!(PeerMsg::decode(&[9]).is_err());
         assert!(PeerMsg::decode(&[2, 1]).is_err());
+    }
+
+    #[test]
+    fn frames_are_held_to_their_tags_bound_before_the_body_is_read() {
+        let frame = |len: u32, tag: u8| {
+            let mut b = len.to_be_bytes().to_vec();
+            b.push(tag);
+            b
+        };
+        // a Raft frame declaring more than FRAME_BYTES_MAX: refused on its
+        // header, with no body sent at all
+        let over = (FRAME_BYTES_MAX + 1) as u32;
+        let e = read_frame(&mut &frame(over, TAG_RAFT)[..]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        // the same length is within a snapshot's bound: it waits for bytes
+        let e = read_frame(&mut &frame(over, TAG_SNAPSHOT)[..]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        let e = read_frame(&mut &frame((SNAPSHOT_FRAME_BYTES_MAX + 1) as u32, TAG_SNAPSHOT)[..]).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(read_frame(&mut &[0u8, 0, 0, 0][..]).is_err());
+        let m = PeerMsg::Touch { sessions: vec![3] };
+        assert_eq!(
+            read_frame(&mut &m.encode()[..])
+                .unwrap()
+                .map(|f| PeerMsg::decode(&f).unwrap()),
+            Some(m)
+        );
+        assert_eq!(read_frame(&mut &[][..]).unwrap(), None);
     }
 }
