@@ -21,7 +21,7 @@ use zookeeper_client as zk;
 
 mod common;
 
-use common::cluster::{connect, persistent, wait_for, Cluster};
+use common::cluster::{connect, have_kazoo, persistent, wait_for, Cluster};
 use common::drift;
 
 /// All nodes of `c` alive, with one applied index and one digest.
@@ -44,22 +44,6 @@ fn assert_healthy(c: &Cluster, what: &str) {
     }
     wait_for(Duration::from_secs(10), || all_alive_and_equal(c))
         .unwrap_or_else(|| panic!("{what}: the nodes do not agree on dgst"));
-}
-
-fn have_kazoo() -> bool {
-    let have = Command::new("python3")
-        .args(["-c", "import kazoo"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        let why = "python3 with kazoo is missing (ci/test installs it)";
-        assert!(
-            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
-            "{why}, and DRIFT_REQUIRE_DEPS is set"
-        );
-        eprintln!("NOT RUN: {why}");
-    }
-    have
 }
 
 #[test]

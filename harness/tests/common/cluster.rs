@@ -207,3 +207,22 @@ pub async fn create_each(client: &zk::Client, prefix: &str, n: usize) {
 pub fn persistent() -> zk::CreateOptions<'static> {
     zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
 }
+
+/// Whether python3 can import kazoo; without it a test says NOT RUN —
+/// and fails instead where `DRIFT_REQUIRE_DEPS` is set (ci/test installs
+/// kazoo, so there a missing kazoo is a broken set-up).
+pub fn have_kazoo() -> bool {
+    let have = Command::new("python3")
+        .args(["-c", "import kazoo"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        let why = "python3 with kazoo is missing (ci/test installs it)";
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "{why}, and DRIFT_REQUIRE_DEPS is set"
+        );
+        eprintln!("NOT RUN: {why}");
+    }
+    have
+}
