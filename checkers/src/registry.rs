@@ -8,36 +8,87 @@ use crate::queue::TotalQueue;
 use crate::set::SetChecker;
 use crate::stats::Stats;
 use crate::unique_ids::UniqueIds;
+use serde::{Deserialize, Serialize};
 
-/// Every checker name, in the order help text lists them.
-pub const NAMES: [&str; 9] = [
-    "linearizable",
-    "unique-ids",
-    "set",
-    "counter",
-    "total-queue",
-    "ephemeral",
-    "stats",
-    "perf",
-    "digest",
-];
+/// Every checker, by the name the CLI, run configs and results use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum CheckerKind {
+    Linearizable,
+    UniqueIds,
+    Set,
+    Counter,
+    TotalQueue,
+    Ephemeral,
+    Stats,
+    Perf,
+    Digest,
+}
 
-/// Builds the checker called `name`. `model` is required by (and only
-/// meaningful for) `linearizable`.
-pub fn build(name: &str, model: Option<ModelKind>) -> Result<Box<dyn Checker>, String> {
-    Ok(match name {
-        "linearizable" => {
+impl CheckerKind {
+    /// Every checker, in the order help text lists them.
+    pub const ALL: [CheckerKind; 9] = [
+        CheckerKind::Linearizable,
+        CheckerKind::UniqueIds,
+        CheckerKind::Set,
+        CheckerKind::Counter,
+        CheckerKind::TotalQueue,
+        CheckerKind::Ephemeral,
+        CheckerKind::Stats,
+        CheckerKind::Perf,
+        CheckerKind::Digest,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CheckerKind::Linearizable => "linearizable",
+            CheckerKind::UniqueIds => "unique-ids",
+            CheckerKind::Set => "set",
+            CheckerKind::Counter => "counter",
+            CheckerKind::TotalQueue => "total-queue",
+            CheckerKind::Ephemeral => "ephemeral",
+            CheckerKind::Stats => "stats",
+            CheckerKind::Perf => "perf",
+            CheckerKind::Digest => "digest",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<CheckerKind> {
+        CheckerKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// Builds a checker. `model` is required by (and only meaningful for)
+/// `linearizable`.
+pub fn build(kind: CheckerKind, model: Option<ModelKind>) -> Result<Box<dyn Checker>, String> {
+    Ok(match kind {
+        CheckerKind::Linearizable => {
             let model = model.ok_or_else(|| "checker `linearizable` needs --model (cas-register or kv)".to_string())?;
             Box::new(Linearizable { model, explain: true })
         }
-        "unique-ids" => Box::new(UniqueIds),
-        "set" => Box::new(SetChecker),
-        "counter" => Box::new(Counter),
-        "total-queue" => Box::new(TotalQueue),
-        "ephemeral" => Box::new(crate::ephemeral::Ephemeral),
-        "stats" => Box::new(Stats),
-        "perf" => Box::new(crate::perf::Perf),
-        "digest" => Box::new(crate::digest::DigestChecker),
-        other => return Err(format!("unknown checker `{other}` (known: {})", NAMES.join(", "))),
+        CheckerKind::UniqueIds => Box::new(UniqueIds),
+        CheckerKind::Set => Box::new(SetChecker),
+        CheckerKind::Counter => Box::new(Counter),
+        CheckerKind::TotalQueue => Box::new(TotalQueue),
+        CheckerKind::Ephemeral => Box::new(crate::ephemeral::Ephemeral),
+        CheckerKind::Stats => Box::new(Stats),
+        CheckerKind::Perf => Box::new(crate::perf::Perf),
+        CheckerKind::Digest => Box::new(crate::digest::DigestChecker),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_checker_is_built_under_its_own_name() {
+        for k in CheckerKind::ALL {
+            assert_eq!(CheckerKind::parse(k.name()), Some(k));
+            let c = build(k, Some(ModelKind::CasRegister)).unwrap();
+            assert_eq!(c.name(), k.name());
+            assert_eq!(serde_json::to_value(k).unwrap(), k.name());
+        }
+    }
 }

@@ -4,9 +4,42 @@
 //! hosts and containers to come) plugs in by implementing them. Node ids
 //! are 1-based, as in the cluster file.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// What a backend could not do.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("starting node {node}: {source}")]
+    Spawn {
+        node: u64,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Asked of a running server what is done only while it is down.
+    #[error("node {node} is running: {what} only while it is down")]
+    Running { node: u64, what: &'static str },
+    #[error("fault hooks of node {node}: {reason}")]
+    Hooks { node: u64, reason: String },
+    #[error("{0}")]
+    Unsupported(&'static str),
+}
+
+impl BackendError {
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> BackendError {
+        BackendError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}
 
 /// A node that ended without the harness asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,20 +54,20 @@ pub trait Db {
     fn ids(&self) -> Vec<u64>;
     /// The address node `i` serves clients on.
     fn client_addr(&self, i: u64) -> SocketAddr;
-    /// The address node `i`'s peer traffic comes from and goes to (what a
-    /// partition cuts).
-    fn peer_ip(&self, i: u64) -> IpAddr;
+    /// Node `i`'s peer (Raft) address: its peer traffic comes from this
+    /// IP and goes to this port (what a partition cuts).
+    fn peer_addr(&self, i: u64) -> SocketAddr;
     /// Starts node `i` if it is down.
-    fn start(&mut self, i: u64) -> Result<(), String>;
+    fn start(&mut self, i: u64) -> Result<(), BackendError>;
     /// Ends node `i` gracefully, forcibly after `grace`.
     fn stop(&mut self, i: u64, grace: Duration);
     fn is_up(&self, i: u64) -> bool;
     /// Nodes that exited on their own since the last call.
     fn exits(&mut self) -> Vec<Exit>;
     /// Drops a stopped node's state (it rejoins empty).
-    fn wipe(&mut self, i: u64) -> Result<(), String>;
+    fn wipe(&mut self, i: u64) -> Result<(), BackendError>;
 
-    fn start_all(&mut self) -> Result<(), String> {
+    fn start_all(&mut self) -> Result<(), BackendError> {
         for i in self.ids() {
             self.start(i)?;
         }
@@ -81,7 +114,7 @@ pub enum Damage {
 pub trait Corrupt {
     /// Damages one of node `i`'s log or snapshot files, the file and the
     /// byte chosen by `pick`; returns what was done.
-    fn corrupt(&mut self, i: u64, how: Damage, pick: u64) -> Result<String, String>;
+    fn corrupt(&mut self, i: u64, how: Damage, pick: u64) -> Result<String, BackendError>;
 }
 
 /// Where each node's log is, for the monitor and the run's artifacts.
@@ -117,7 +150,7 @@ pub trait Probe {
 
 /// The nodes' token-guarded fault hooks (diverge, clock).
 pub trait FaultHooks {
-    fn admin(&self, i: u64, cmd: &str) -> Result<String, String>;
+    fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError>;
 }
 
 /// Cut and heal directed peer links through means the backend owns (its

@@ -1,42 +1,54 @@
-//! `drift test`: deploy a cluster, drive a workload under faults, record
-//! the history, check it, store it, say the verdict.
+//! `drift test` and `drift replay`: one campaign, as its phases. Each is
+//! a function here, named as docs/ARCHITECTURE.md names it:
 //!
-//! Phases: setup (start nodes, wait for a leader) → main (workers issue
-//! ops at the given rate while the nemesis applies its schedule) → heal
-//! (every fault stopped, dead nodes restarted, wait for the replicas to
-//! converge) → final reads → checks (the workload's checkers and the
-//! digest checker) → store and summary. Every phase is bounded (the
-//! schedule ends within the time limit; healing, convergence, the final
-//! ops and the checks have deadlines of their own), so a hung run still
-//! ends with a verdict; a failing teardown is reported beside the verdict,
-//! never instead of it.
+//! 1. [`validate`] — the plan from the arguments ([`Plan::from_args`]) or
+//!    from a stored `run.json` ([`Campaign::load`]), checked before
+//!    anything starts;
+//! 2. [`setup`] — claim an address block ([`crate::claim`]), write the
+//!    cluster file, start the servers, wait for a leader (a server that
+//!    exits fails the setup at once, quoting its log), create the
+//!    workload's root znode;
+//! 3. [`main_phase`] — workers issue operations at the rate while the
+//!    nemesis runs the schedule ([`nemesis::run_schedule`]) and the
+//!    monitor turns server log lines into history events;
+//! 4. [`heal`] — every fault stopped, dead servers restarted, the
+//!    replicas converge;
+//! 5. [`final_reads`] — the workload's final operations through fresh
+//!    clients, then every server's digest;
+//! 6. [`teardown`] — servers stopped, partitions and the claim released,
+//!    `run.json` rewritten with the schedule as applied;
+//! 7. judge ([`crate::judge`]) and [`summarise`].
+//!
+//! Every phase is bounded (the schedule ends within the time limit;
+//! healing, convergence, the final operations and the checks have
+//! deadlines of their own), so a hung run still ends with a verdict; a
+//! failing teardown is reported beside the verdict, never instead of it.
 
-use crate::backend::{Backend, Damage};
+use crate::backend::Backend;
+use crate::claim::Claim;
 use crate::cli::TestArgs;
 use crate::fail::Failure;
+use crate::judge::{self, Bench, Judgement};
 use crate::local::{LocalCluster, LocalSpec};
 use crate::nemesis::{self, Partitioner, Step};
-use crate::recorder::Recorder;
+use crate::plan::{Campaign, Plan, Target};
+use crate::recorder::{Recorder, RecorderHandle};
 use drift_checkers::checker::MEM_BYTES_DEFAULT;
 use drift_checkers::history::{OpType, Process};
-use drift_checkers::linear::model::ModelKind;
 use drift_checkers::perf::{PerfSummary, Span};
-use drift_checkers::{check_all, registry, CheckContext, Checker, History, Verdict};
+use drift_checkers::Verdict;
 use drift_results::files::{ResultsFile, RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
-use drift_results::{picture, report, time};
+use drift_results::time;
 use drift_workloads::zkclient::{ClientSpec, ZkClient};
 use drift_workloads::{Outcome, Rng, Workload};
 use serde_json::{json, Value};
 use std::io::{BufRead, Seek};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
-/// Bounds of --rate (ops/s over all clients) and of the time arguments.
-const RATE_MIN: f64 = 0.01;
-const RATE_MAX: f64 = 1e6;
-const TIME_LIMIT_MAX_S: u64 = 7 * 24 * 3600;
 /// Setup and heal each get at most this long.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(45);
 /// The final reads get at most this long.
@@ -46,82 +58,39 @@ const FINAL_TRIES: u32 = 5;
 /// The whole run may take the time limit plus this much before the
 /// watchdog ends it.
 const WATCHDOG_SLACK: Duration = Duration::from_secs(240);
+/// Lines of a server's log quoted when it fails the setup.
+const LOG_LINES_QUOTED: usize = 3;
 
+/// `drift test`.
 pub fn run(args: TestArgs) -> Result<i32, Failure> {
-    let workload = Workload::parse(&args.workload, args.keys).ok_or_else(|| {
-        Failure::new(format!(
-            "unknown --workload `{}` (known: {})",
-            args.workload,
-            drift_workloads::workload::NAMES.join(", ")
-        ))
-    })?;
-    let zookeeper = match args.target.as_str() {
-        "drift" => false,
-        "zookeeper" => true,
-        other => return Err(Failure::new(format!("unknown --target `{other}` (drift or zookeeper)"))),
-    };
-    let kinds: Vec<String> = args
-        .nemesis
-        .iter()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty() && s != "none")
-        .collect();
-    if let Some(bad) = kinds.iter().find(|k| !nemesis::KINDS.contains(&k.as_str())) {
-        return Err(Failure::new(format!(
-            "unknown --nemesis `{bad}` (known: {})",
-            nemesis::KINDS.join(", ")
-        )));
-    }
-    if zookeeper {
-        // ZooKeeper has no fault hooks, and on loopback its peers connect
-        // from 127.0.0.1, so a per-link cut cannot name them
-        if let Some(k) = kinds
-            .iter()
-            .find(|k| matches!(k.as_str(), "partition" | "diverge" | "clock"))
-        {
-            return Err(Failure::new(format!(
-                "--nemesis {k} is not available on the zookeeper target (kill, pause and corrupt are)"
-            )));
-        }
-        if !crate::local::zookeeper_installed() {
-            return Err(Failure::new(
-                "--target zookeeper needs Apache ZooKeeper: apt install zookeeper",
-            ));
-        }
-    }
-    if !["auto", "iptables", "proxies"].contains(&args.partitioner.as_str()) {
-        return Err(Failure::new(format!(
-            "--partitioner {}: expected auto, iptables or proxies",
-            args.partitioner
-        )));
-    }
-    if drift_keeper::DigestMode::parse(&args.digest).is_none() {
-        return Err(Failure::new(format!(
-            "--digest {}: expected off, incremental or full",
-            args.digest
-        )));
-    }
-    if args.concurrency == 0
-        || args.concurrency > 1000
-        || !args.rate.is_finite()
-        || !(RATE_MIN..=RATE_MAX).contains(&args.rate)
-        || !(1..=TIME_LIMIT_MAX_S).contains(&args.time_limit)
-        || !(1..=TIME_LIMIT_MAX_S).contains(&args.nemesis_interval)
-    {
-        return Err(Failure::new(format!(
-            "--concurrency must be in 1..=1000, --rate in {RATE_MIN}..={RATE_MAX}, --time-limit and --nemesis-interval in 1..={TIME_LIMIT_MAX_S} seconds"
-        )));
-    }
-    if !(1..=crate::local::NODES_MAX).contains(&args.nodes) {
-        return Err(Failure::new(format!(
-            "--nodes must be in 1..={}",
-            crate::local::NODES_MAX
-        )));
-    }
-    crate::cluster::check_port(args.port, crate::local::PORTS_USED)?;
-    if !(1..=600_000).contains(&args.op_timeout_ms) || !(1..=600_000).contains(&args.session_timeout_ms) {
+    let campaign = validate(&args)?;
+    execute(campaign, Store::new(&args.store))
+}
+
+/// `drift replay <run dir>`: the same campaign again — its plan, seed and
+/// nemesis schedule as applied — into a new run of the same store.
+pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
+    let stored = RunDir::open(dir).map_err(Failure::new)?;
+    let campaign = Campaign::load(&stored.run_json())?;
+    // <store>/<test>/<run>, with `latest` and relative paths resolved
+    let real = dir
+        .canonicalize()
+        .map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let store_root = real
+        .parent()
+        .and_then(|p| p.parent())
+        .map(|p| p.to_path_buf())
+        .unwrap_or_else(|| "store".into());
+    out!("replaying {} (seed {})", dir.display(), campaign.seed);
+    execute(campaign, Store::new(store_root))
+}
+
+/// Phase 1: the plan of the arguments, its seed and its schedule.
+pub fn validate(args: &TestArgs) -> Result<Campaign, Failure> {
+    let plan = Plan::from_args(args)?;
+    if plan.target == Target::Zookeeper && !crate::local::zookeeper_installed() {
         return Err(Failure::new(
-            "--op-timeout-ms and --session-timeout-ms must be in 1..=600000",
+            "--target zookeeper needs Apache ZooKeeper: apt install zookeeper",
         ));
     }
     let seed = args.seed.unwrap_or_else(|| {
@@ -131,248 +100,56 @@ pub fn run(args: TestArgs) -> Result<i32, Failure> {
             .unwrap_or(0);
         Rng::new(t ^ ((std::process::id() as u64) << 32)).next_u64()
     });
-    let limit = Duration::from_secs(args.time_limit);
-    let schedule: Vec<Step> = match &args.schedule {
-        Some(s) => s.clone(),
-        None => nemesis::schedule(
-            &kinds,
-            args.nodes,
-            args.nemesis_interval * 1000,
-            args.time_limit * 1000,
-            seed,
-        ),
+    Ok(Campaign::new(plan, seed))
+}
+
+/// Runs a validated campaign through every other phase.
+fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
+    let run_started = Instant::now();
+    let (run, mut info) = create_run(&c, &store)?;
+    let env = setup(&c, &run, &mut info)?;
+    let main = main_phase(&c, &run, &env)?;
+    heal(&env, &main);
+    final_reads(&c, &env, &main);
+    let (ops, problems) = teardown(env, main, &mut info, &run)?;
+    let bench = Bench {
+        checkers: c.plan.checkers(),
+        model: c.plan.model(),
+        budget: Some(Duration::from_secs(c.plan.check_budget_s)),
+        mem_bytes: MEM_BYTES_DEFAULT,
     };
-    let checkers_used = checker_names(&workload, zookeeper);
-    let test_name = format!("{}-{}", workload.name(), args.target);
-    let store = Store::new(&args.store);
+    let judged = judge::judge(&run, &run.history(), &bench, Some(&info), Some(&store))?;
+    summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
+    Ok(judged.results.verdict.exit_code())
+}
+
+/// A new run in the store, its `run.json` written and the plan printed.
+fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo), Failure> {
+    let test = c.plan.test_name();
     let run = store
-        .create_run(&test_name)
+        .create_run(&test)
         .map_err(|e| Failure::new(format!("{}: {e}", store.root().display())))?;
-    let config = json!({
-        "workload": workload.name(), "target": args.target, "nodes": args.nodes, "keys": args.keys,
-        "concurrency": args.concurrency, "rate": args.rate, "time_limit_s": args.time_limit,
-        "nemesis": kinds, "nemesis_interval_s": args.nemesis_interval, "quorum_reads": args.quorum_reads,
-        "digest": args.digest, "port": args.port, "op_timeout_ms": args.op_timeout_ms,
-        "session_timeout_ms": args.session_timeout_ms, "partitioner": args.partitioner,
-        "check_budget_s": args.check_budget_s,
-        "checkers": checkers_used.iter().map(|(name, _)| name).collect::<Vec<_>>(),
-    });
-    out!("drift test  seed {seed}");
-    out!("  {}", serde_json::to_string(&config).expect("json"));
+    out!("drift test  seed {}", c.seed);
+    out!("  {}", serde_json::to_string(&c.config()).expect("json"));
+    if !c.plan.quorum_reads {
+        out!(
+            "  local reads: a server answers from its own tree, so stale reads under partitions are expected findings"
+        );
+    }
     out!("  run dir {}", run.path.display());
-    let mut info = RunInfo {
-        test: test_name.clone(),
+    let info = RunInfo {
+        test,
         kind: "test".into(),
         created_at: time::rfc3339(SystemTime::now()),
-        seed: Some(seed),
-        config: config.clone(),
+        seed: Some(c.seed),
+        config: c.config(),
         versions: Versions::current(env!("CARGO_PKG_VERSION"), option_env!("DRIFT_GIT_SHA")),
         source: None,
         hosts: Vec::new(),
-        nemesis_schedule: schedule
-            .iter()
-            .map(|s| serde_json::to_value(s).expect("json"))
-            .collect(),
+        nemesis_schedule: Campaign::schedule_json(&c.schedule),
     };
     write_run_json(&run, &info)?;
-
-    let run_started = Instant::now();
-    // not derived from the seed: a seed is printed and stored, a token
-    // must not be guessable by whoever reads them
-    let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;
-    let partitions = kinds.iter().any(|k| k == "partition");
-    // removes its iptables chain when dropped, on every way out of here
-    let partitioner = if partitions {
-        Partitioner::choose(&format!("{:x}", seed & 0xffff_ffff), &args.partitioner).map_err(Failure::new)?
-    } else {
-        Partitioner::Unused
-    };
-    let spec = LocalSpec {
-        nodes: args.nodes,
-        port: args.port,
-        quorum_reads: args.quorum_reads,
-        digest: &args.digest,
-        token: &token,
-        zookeeper,
-        proxies: partitioner.needs_proxies(),
-    };
-    let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
-    info.hosts = cluster
-        .ids()
-        .into_iter()
-        .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string()}))
-        .collect();
-    out!("  nodes on {}", cluster.name());
-    if partitions {
-        out!("  partitions via {}", partitioner.name());
-    }
-    cluster.start_all().map_err(Failure::new)?;
-    wait_ready(cluster.as_ref())?;
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(e.to_string()))?;
-    let op_timeout = Duration::from_millis(args.op_timeout_ms);
-    let session_timeout = Duration::from_millis(args.session_timeout_ms);
-    let spec = ClientSpec {
-        hosts: cluster.connect_string(),
-        workload,
-        session_timeout,
-        op_timeout,
-        // the drift keeper makes reads fresh server-side; ZooKeeper needs
-        // the client to sync first
-        sync_reads: zookeeper && args.quorum_reads,
-    };
-    rt.block_on(setup_root(&spec)).map_err(Failure::new)?;
-
-    // main phase: history times, the fault schedule and the workers all
-    // count from this instant
-    let started = Instant::now();
-    let (recorder, handle) = Recorder::start(&run.history(), started)
-        .map_err(|e| Failure::new(format!("{}: {e}", run.history().display())))?;
-    let cluster = Arc::new(Mutex::new(cluster));
-    let stop = Arc::new(AtomicBool::new(false));
-    let monitor = spawn_monitor(cluster.clone(), recorder.clone(), stop.clone());
-    let main_until = started + limit;
-    let workers: Vec<_> = (0..args.concurrency)
-        .map(|w| {
-            let per_worker = Duration::from_secs_f64(args.concurrency as f64 / args.rate);
-            let pace = Pace {
-                stride: args.concurrency as u64,
-                seed,
-                until: main_until,
-                every: per_worker,
-            };
-            rt.spawn(worker(w as u64, pace, recorder.clone(), spec.clone()))
-        })
-        .collect();
-    let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
-    let nem = {
-        let (c, r, p, a, sched) = (
-            cluster.clone(),
-            recorder.clone(),
-            Arc::new(partitioner),
-            applied.clone(),
-            schedule.clone(),
-        );
-        let s = stop.clone();
-        let p2 = p.clone();
-        (
-            std::thread::spawn(move || run_schedule(&c, &r, &p, &a, sched, started, &s)),
-            p2,
-        )
-    };
-    let progress = spawn_progress(recorder.clone(), applied.clone(), stop.clone(), started);
-    let watchdog_deadline = started + limit + WATCHDOG_SLACK;
-    // one deadline for all workers: an op past it is cut off (its
-    // invocation stays in the history without a completion, i.e. info)
-    let workers_deadline = tokio::time::Instant::from_std(main_until + op_timeout * 3 + Duration::from_secs(5));
-    for w in workers {
-        let abort = w.abort_handle();
-        if rt
-            .block_on(async { tokio::time::timeout_at(workers_deadline, w).await })
-            .is_err()
-        {
-            abort.abort();
-        }
-    }
-    let (nem_thread, partitioner) = nem;
-    let _ = nem_thread.join();
-
-    // heal and converge
-    out!("\n  healing: every fault stopped, dead nodes restarted");
-    let heal_note = heal_all(&cluster, &recorder, &partitioner);
-    let converged = wait_converged(&cluster, watchdog_deadline);
-    recorder.event("healed", json!({"converged": converged.is_ok(), "note": heal_note}));
-    // final reads through a fresh client
-    let finals = workload.final_ops();
-    let settle = workload.settle_before_final(session_timeout);
-    if !settle.is_zero() {
-        out!(
-            "  waiting {:.1}s for abandoned sessions to expire",
-            settle.as_secs_f64()
-        );
-        std::thread::sleep(settle);
-    }
-    if !finals.is_empty() {
-        let r = recorder.clone();
-        let final_spec = ClientSpec {
-            op_timeout: op_timeout * 5,
-            ..spec.clone()
-        };
-        let finished = rt.block_on(async move {
-            tokio::time::timeout(FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, args.concurrency as u64)).await
-        });
-        if finished.is_err() {
-            recorder.event("final-phase-timeout", json!({"after_s": FINAL_PHASE_TIMEOUT.as_secs()}));
-        }
-    }
-    // the final phase wrote too: compare digests once the nodes agree again
-    let converged = wait_converged(&cluster, watchdog_deadline);
-    let dgst = final_digests(&cluster);
-    recorder.event(
-        "final-digests",
-        json!({
-            "converged": converged.is_ok(),
-            "note": converged.as_ref().err(),
-            "nodes": dgst.iter().map(|(n, a, d)| json!({"node": n, "applied_index": a, "digest": d})).collect::<Vec<_>>(),
-        }),
-    );
-    stop.store(true, Ordering::Relaxed);
-    let _ = progress.join();
-    let _ = monitor.join();
-    drop(rt);
-
-    // teardown: reported, never in place of the verdict
-    let mut teardown = Vec::new();
-    if let Ok(mut c) = cluster.lock() {
-        c.stop_all();
-    }
-    if let Some(e) = partitioner.teardown() {
-        teardown.push(e);
-    }
-    drop(recorder);
-    let ops = handle.finish().map_err(|e| Failure::new(format!("history: {e}")))?;
-    info.nemesis_schedule = applied
-        .lock()
-        .map(|a| a.iter().map(|s| serde_json::to_value(s).expect("json")).collect())
-        .unwrap_or_default();
-    write_run_json(&run, &info)?;
-
-    // checks
-    let history = History::load(&run.history()).map_err(|e| Failure::new(e.to_string()))?;
-    let mut checkers: Vec<Box<dyn Checker>> = Vec::new();
-    for (name, model) in checkers_used {
-        checkers.push(registry::build(name, model.and_then(ModelKind::parse)).map_err(Failure::new)?);
-    }
-    let ctx = CheckContext::new(Some(Duration::from_secs(args.check_budget_s)), MEM_BYTES_DEFAULT);
-    let check_started = Instant::now();
-    let composed = check_all(&checkers, &history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
-    let artifacts = write_pictures(&run, &composed)?;
-    let results = ResultsFile {
-        verdict: composed.verdict,
-        history: run.history().display().to_string(),
-        ops: history.ops.len() as u64,
-        operations: history.operations.len() as u64,
-        keys: history.key_count(),
-        checked_at: time::rfc3339(SystemTime::now()),
-        elapsed_ms: check_started.elapsed().as_secs_f64() * 1e3,
-        checkers: composed.results.clone(),
-        artifacts,
-    };
-    run.write_json(store::RESULTS_JSON, &results)
-        .map_err(|e| Failure::new(e.to_string()))?;
-    // the report is a view of what is stored: failing to write it is
-    // said, and the verdict stands
-    match report::write(&run, &history, Some(&info), &results) {
-        Ok(_) => {}
-        Err(e) => teardown.push(format!("{}: cannot write: {e}", run.report_html().display())),
-    }
-    let _ = store.set_latest(&run);
-    summary(&results, ops, run_started.elapsed(), &teardown, &run, seed);
-    Ok(composed.verdict.exit_code())
+    Ok((run, info))
 }
 
 fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
@@ -381,9 +158,105 @@ fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
         .map_err(|e| Failure::new(format!("{}: {e}", run.run_json().display())))
 }
 
-fn wait_ready(cluster: &dyn Backend) -> Result<(), Failure> {
+/// What the setup made, for the phases after it.
+struct Env {
+    cluster: Arc<Mutex<Box<dyn Backend>>>,
+    partitioner: Arc<Partitioner>,
+    /// The address block, held until the teardown.
+    claim: Claim,
+    rt: tokio::runtime::Runtime,
+    spec: ClientSpec,
+}
+
+/// Phase 2: servers up on an address block of this run's own, a leader,
+/// the workload's root.
+fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure> {
+    let plan = &c.plan;
+    let claim = Claim::acquire(
+        plan.block,
+        plan.nodes,
+        plan.port,
+        &format!("drift test (run {})", run.path.display()),
+    )?;
+    // not derived from the seed: a seed is printed and stored, a token
+    // must not be guessable by whoever reads them
+    let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;
+    let partitions = plan.nemeses.contains(&nemesis::FaultKind::Partition);
+    // removes its iptables chain when dropped, on every way out of here
+    let partitioner = if partitions {
+        Partitioner::choose(&format!("{:x}", c.seed & 0xffff_ffff), plan.partitioner).map_err(Failure::new)?
+    } else {
+        Partitioner::Unused
+    };
+    let spec = LocalSpec {
+        nodes: plan.nodes,
+        block: claim.block,
+        port: plan.port,
+        quorum_reads: plan.quorum_reads,
+        digest: plan.digest,
+        token: &token,
+        zookeeper: plan.target == Target::Zookeeper,
+        proxies: partitioner.needs_proxies(),
+    };
+    let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
+    info.hosts = cluster
+        .ids()
+        .into_iter()
+        .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string(), "peer": cluster.peer_addr(i).to_string()}))
+        .collect();
+    write_run_json(run, info)?;
+    out!("  servers on {}, addresses {}", cluster.name(), claim.block);
+    if partitions {
+        out!("  partitions via {}", partitioner.name());
+    }
+    cluster.start_all()?;
+    wait_ready(cluster.as_mut())?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let spec = ClientSpec {
+        hosts: cluster.connect_string(),
+        workload: plan.workload(),
+        session_timeout: Duration::from_millis(plan.session_timeout_ms),
+        op_timeout: Duration::from_millis(plan.op_timeout_ms),
+        // the drift keeper makes reads fresh server-side; ZooKeeper needs
+        // the client to sync first
+        sync_reads: plan.target == Target::Zookeeper && plan.quorum_reads,
+    };
+    rt.block_on(setup_root(&spec)).map_err(Failure::new)?;
+    Ok(Env {
+        cluster: Arc::new(Mutex::new(cluster)),
+        partitioner: Arc::new(partitioner),
+        claim,
+        rt,
+        spec,
+    })
+}
+
+/// Waits for every server to answer and one to lead; a server that exits
+/// meanwhile fails the setup at once with the last lines of its log.
+fn wait_ready(cluster: &mut dyn Backend) -> Result<(), Failure> {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     while Instant::now() < deadline {
+        if let Some(e) = cluster.exits().first() {
+            let log = cluster
+                .log_files()
+                .into_iter()
+                .find(|(n, _)| *n == e.node)
+                .and_then(|(_, p)| std::fs::read_to_string(p).ok())
+                .unwrap_or_default();
+            let last: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+            let quoted = last[last.len().saturating_sub(LOG_LINES_QUOTED)..].join(" | ");
+            return Err(Failure::new(format!(
+                "node {} exited during setup (exit code {}): {}",
+                e.node,
+                e.code.map_or("none: a signal".to_string(), |c| c.to_string()),
+                if quoted.is_empty() { "its log is empty" } else { &quoted }
+            )));
+        }
         let up = cluster
             .ids()
             .iter()
@@ -520,178 +393,168 @@ async fn final_phase(spec: ClientSpec, r: Recorder, first_process: u64) {
     }
 }
 
-fn run_schedule(
-    cluster: &Mutex<Box<dyn Backend>>,
-    r: &Recorder,
-    p: &Partitioner,
-    applied: &Mutex<Vec<Step>>,
-    schedule: Vec<Step>,
-    started: Instant,
-    stop: &AtomicBool,
-) {
-    for mut step in schedule {
-        if !sleep_until(started + Duration::from_millis(step.start_ms), stop, cluster, r) {
-            return;
-        }
-        step.applied = apply(cluster, p, &step);
-        r.event(
-            &format!("start-{}", step.fault),
-            json!({"nodes": step.nodes, "variant": step.variant, "applied": step.applied}),
-        );
-        if let Ok(mut a) = applied.lock() {
-            a.push(step.clone());
-        }
-        if !sleep_until(started + Duration::from_millis(step.stop_ms), stop, cluster, r) {
-            return;
-        }
-        let healed = stop_fault(cluster, p, &step);
-        r.event(
-            &format!("stop-{}", step.fault),
-            json!({"nodes": step.nodes, "healed": healed}),
-        );
-    }
+/// What the main phase leaves running for the phases after it.
+struct Main {
+    recorder: Recorder,
+    handle: RecorderHandle,
+    applied: Arc<Mutex<Vec<Step>>>,
+    stop: Arc<AtomicBool>,
+    monitor: JoinHandle<()>,
+    progress: JoinHandle<()>,
+    watchdog: Instant,
 }
 
-/// Sleeps until `t`, watching for nodes that exit on their own; false if
-/// the run is stopping.
-fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> bool {
-    while Instant::now() < t {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        if let Ok(mut c) = cluster.lock() {
-            for e in c.exits() {
-                r.event("node-exited", json!({"node": e.node, "code": e.code}));
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50).min(t.saturating_duration_since(Instant::now())));
-    }
-    true
-}
-
-fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
-    let Ok(mut c) = cluster.lock() else {
-        return "cluster lock poisoned".into();
-    };
-    match step.fault.as_str() {
-        "partition" => p.cut(c.as_ref(), &step.links),
-        "kill" => {
-            for &n in &step.nodes {
-                c.kill(n);
-            }
-            format!("killed {:?}", step.nodes)
-        }
-        "pause" => {
-            for &n in &step.nodes {
-                c.pause(n);
-            }
-            format!("paused {:?}", step.nodes)
-        }
-        "corrupt" => {
-            let n = step.nodes[0];
-            c.kill(n);
-            let (mode, pick) = step.variant.split_once(':').unwrap_or(("flip", "0"));
-            let pick: u64 = pick.parse().unwrap_or(0);
-            let what = match mode {
-                "wipe" => c.wipe(n).map(|_| format!("wiped node {n}")),
-                "truncate" => c.corrupt(n, Damage::Truncate, pick),
-                _ => c.corrupt(n, Damage::Flip, pick),
+/// Phase 3: the workers and the nemesis, for the time limit; returns once
+/// both are done.
+fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
+    let plan = &c.plan;
+    let limit = Duration::from_secs(plan.time_limit_s);
+    let op_timeout = env.spec.op_timeout;
+    // history times, the fault schedule and the workers all count from
+    // this instant
+    let started = Instant::now();
+    let (recorder, handle) = Recorder::start(&run.history(), started)
+        .map_err(|e| Failure::new(format!("{}: {e}", run.history().display())))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = spawn_monitor(env.cluster.clone(), recorder.clone(), stop.clone());
+    let main_until = started + limit;
+    let workers: Vec<_> = (0..plan.concurrency)
+        .map(|w| {
+            let pace = Pace {
+                stride: plan.concurrency,
+                seed: c.seed,
+                until: main_until,
+                every: Duration::from_secs_f64(plan.concurrency as f64 / plan.rate),
             };
-            what.unwrap_or_else(|e| e)
+            env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone()))
+        })
+        .collect();
+    let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
+    let nem = {
+        let (cl, r, p, a, sched, s) = (
+            env.cluster.clone(),
+            recorder.clone(),
+            env.partitioner.clone(),
+            applied.clone(),
+            c.schedule.clone(),
+            stop.clone(),
+        );
+        std::thread::spawn(move || nemesis::run_schedule(&cl, &r, &p, &a, sched, started, &s))
+    };
+    let progress = spawn_progress(recorder.clone(), applied.clone(), stop.clone(), started);
+    // one deadline for all workers: an op past it is cut off (its
+    // invocation stays in the history without a completion, i.e. info)
+    let workers_deadline = tokio::time::Instant::from_std(main_until + op_timeout * 3 + Duration::from_secs(5));
+    for w in workers {
+        let abort = w.abort_handle();
+        if env
+            .rt
+            .block_on(async { tokio::time::timeout_at(workers_deadline, w).await })
+            .is_err()
+        {
+            abort.abort();
         }
-        "diverge" => {
-            let leader = c.leader();
-            let n = step.nodes[0];
-            let target = if Some(n) == leader {
-                c.ids()
-                    .into_iter()
-                    .find(|&i| Some(i) != leader && c.is_up(i))
-                    .unwrap_or(n)
-            } else {
-                n
-            };
-            match c.admin(target, "diverge") {
-                Ok(a) => format!("diverge armed on node {target}: {a}"),
-                Err(e) => format!("diverge on node {target} failed: {e}"),
-            }
-        }
-        "clock" => {
-            let n = step.nodes[0];
-            c.admin(n, &format!("clock {}", step.variant)).unwrap_or_else(|e| e)
-        }
-        other => format!("unknown fault {other}"),
     }
+    let _ = nem.join();
+    Ok(Main {
+        recorder,
+        handle,
+        applied,
+        stop,
+        monitor,
+        progress,
+        watchdog: started + limit + WATCHDOG_SLACK,
+    })
 }
 
-fn stop_fault(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
-    let Ok(mut c) = cluster.lock() else {
-        return "cluster lock poisoned".into();
-    };
-    match step.fault.as_str() {
-        "partition" => {
-            p.heal(c.as_ref());
-            "healed".into()
-        }
-        "kill" | "corrupt" | "diverge" => {
-            let mut out = Vec::new();
-            for i in c.ids() {
-                if !c.is_up(i) {
-                    out.push(match c.start(i) {
-                        Ok(()) => format!("restarted {i}"),
-                        Err(e) => e,
-                    });
-                }
-            }
-            out.join("; ")
-        }
-        "pause" => {
-            for &n in &step.nodes {
-                c.resume(n);
-            }
-            "resumed".into()
-        }
-        "clock" => c.admin(step.nodes[0], "clock 0").unwrap_or_else(|e| e),
-        _ => String::new(),
-    }
+/// Phase 4: every fault stopped, every server back, the replicas
+/// converged (or the event says they did not).
+fn heal(env: &Env, main: &Main) {
+    out!("\n  healing: every fault stopped, dead servers restarted");
+    let note = nemesis::heal_all(&env.cluster, &main.recorder, &env.partitioner);
+    let converged = wait_converged(&env.cluster, main.watchdog);
+    main.recorder
+        .event("healed", json!({"converged": converged.is_ok(), "note": note}));
 }
 
-/// Stops every fault and brings every node back; a node that will not
-/// start (a corruption it refuses) is wiped and rejoins from its peers.
-fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner) -> String {
-    let Ok(mut c) = cluster.lock() else {
-        return "cluster lock poisoned".into();
-    };
-    p.heal(c.as_ref());
-    let mut notes = Vec::new();
-    for i in c.ids() {
-        c.resume(i);
-        if c.is_up(i) {
-            let _ = c.admin(i, "clock 0");
-        } else if let Err(e) = c.start(i) {
-            notes.push(e);
+/// Phase 5: the workload's final operations through fresh clients, then
+/// every server's digest once they agree again.
+fn final_reads(c: &Campaign, env: &Env, main: &Main) {
+    let workload = c.plan.workload();
+    let settle = workload.settle_before_final(env.spec.session_timeout);
+    if !settle.is_zero() {
+        out!(
+            "  waiting {:.1}s for abandoned sessions to expire",
+            settle.as_secs_f64()
+        );
+        std::thread::sleep(settle);
+    }
+    if !workload.final_ops().is_empty() {
+        let r = main.recorder.clone();
+        let final_spec = ClientSpec {
+            op_timeout: env.spec.op_timeout * 5,
+            ..env.spec.clone()
+        };
+        let first = c.plan.concurrency;
+        let finished = env.rt.block_on(async move {
+            tokio::time::timeout(FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, first)).await
+        });
+        if finished.is_err() {
+            main.recorder
+                .event("final-phase-timeout", json!({"after_s": FINAL_PHASE_TIMEOUT.as_secs()}));
         }
     }
-    drop(c);
-    // a node that exits right away refused its data: wipe and rejoin
-    std::thread::sleep(Duration::from_secs(2));
+    // the final phase wrote too: compare digests once the servers agree
+    let converged = wait_converged(&env.cluster, main.watchdog);
+    let dgst = final_digests(&env.cluster);
+    main.recorder.event(
+        "final-digests",
+        json!({
+            "converged": converged.is_ok(),
+            "note": converged.as_ref().err(),
+            "nodes": dgst.iter().map(|(n, a, d)| json!({"node": n, "applied_index": a, "digest": d})).collect::<Vec<_>>(),
+        }),
+    );
+}
+
+/// Phase 6: servers stopped, partitions and the claim released, the
+/// history closed and `run.json` rewritten with the schedule as applied.
+/// History lines, and what went wrong (never in place of the verdict).
+fn teardown(env: Env, main: Main, info: &mut RunInfo, run: &RunDir) -> Result<(u64, Vec<String>), Failure> {
+    let Main {
+        recorder,
+        handle,
+        applied,
+        stop,
+        monitor,
+        progress,
+        ..
+    } = main;
+    stop.store(true, Ordering::Relaxed);
+    let _ = progress.join();
+    let _ = monitor.join();
+    let Env {
+        cluster,
+        partitioner,
+        claim,
+        rt,
+        ..
+    } = env;
+    drop(rt);
+    let mut problems = Vec::new();
     if let Ok(mut c) = cluster.lock() {
-        for e in c.exits() {
-            r.event("node-exited", json!({"node": e.node, "code": e.code}));
-            if e.code != Some(keeper_exit_code()) {
-                let _ = c.wipe(e.node);
-                notes.push(format!(
-                    "node {} refused to start (exit {:?}): wiped, rejoining from peers",
-                    e.node, e.code
-                ));
-            }
-            let _ = c.start(e.node);
-        }
+        c.stop_all();
     }
-    notes.join("; ")
-}
-
-fn keeper_exit_code() -> i32 {
-    drift_node::keeper_node::DIGEST_ABORT_EXIT
+    if let Some(e) = partitioner.teardown() {
+        problems.push(e);
+    }
+    drop(claim);
+    drop(recorder);
+    let ops = handle.finish().map_err(|e| Failure::new(format!("history: {e}")))?;
+    let applied = applied.lock().map(|a| a.clone()).unwrap_or_default();
+    info.nemesis_schedule = Campaign::schedule_json(&applied);
+    write_run_json(run, info)?;
+    Ok((ops, problems))
 }
 
 /// Waits until every node is up and reports the same applied index.
@@ -709,16 +572,6 @@ fn wait_converged(cluster: &Mutex<Box<dyn Backend>>, watchdog: Instant) -> Resul
         std::thread::sleep(Duration::from_millis(200));
     }
     Err(format!("replicas did not converge: applied indices {last}"))
-}
-
-/// The checkers a run is judged by: the workload's, and the digest
-/// checker where the nodes keep a tree digest (not on ZooKeeper).
-fn checker_names(workload: &drift_workloads::Workload, zookeeper: bool) -> Vec<(&'static str, Option<&'static str>)> {
-    let mut names = workload.checkers();
-    if !zookeeper {
-        names.push(("digest", None));
-    }
-    names
 }
 
 /// (node, applied index, digest) of every node that answers.
@@ -806,7 +659,7 @@ fn spawn_progress(
                 .map(|a| {
                     a.iter()
                         .filter(|s| s.start_ms <= now_ms && now_ms < s.stop_ms)
-                        .map(|s| format!("{} {:?}", s.fault, s.nodes))
+                        .map(|s| format!("{} {:?}", s.fault.kind().name(), s.nodes))
                         .collect()
                 })
                 .unwrap_or_default();
@@ -829,61 +682,49 @@ fn spawn_progress(
     })
 }
 
-fn write_pictures(run: &RunDir, composed: &drift_checkers::Composed) -> Result<Vec<String>, Failure> {
-    let mut out = Vec::new();
-    for r in composed.results.iter().filter(|r| r.checker == "linearizable") {
-        let Ok(report) = serde_json::from_value::<drift_checkers::linear::LinearReport>(r.details.clone()) else {
-            continue;
-        };
-        for (n, v) in report.violations.iter().enumerate() {
-            let name = format!("linearizable-{}.html", n + 1);
-            run.write_file(
-                &name,
-                picture::render(v, &run.history().display().to_string()).as_bytes(),
-            )
-            .map_err(|e| Failure::new(e.to_string()))?;
-            out.push(name);
-        }
-    }
-    Ok(out)
-}
-
-fn summary(results: &ResultsFile, ops: u64, took: Duration, teardown: &[String], run: &RunDir, seed: u64) {
+fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problems: &[String], run: &RunDir) {
+    let results = &judged.results;
     out!(
         "\n  {} history lines, {} operations, {:.1}s",
         ops,
         results.operations,
         took.as_secs_f64()
     );
-    for c in &results.checkers {
-        let extra = match c.checker.as_str() {
+    for ch in &results.checkers {
+        let extra = match ch.checker.as_str() {
             "stats" => format!(
                 "ok {} fail {} info {}",
-                c.details["ok"], c.details["fail"], c.details["info"]
+                ch.details["ok"], ch.details["fail"], ch.details["info"]
             ),
-            "digest" => format!("aborts {} problems {}", c.details["aborts"], c.details["problems"]),
+            "digest" => format!("aborts {} problems {}", ch.details["aborts"], ch.details["problems"]),
             "perf" => perf_line(results),
-            "linearizable" => format!("{} keys, {} invalid", c.details["keys"], c.details["keys_invalid"]),
+            "linearizable" => format!("{} keys, {} invalid", ch.details["keys"], ch.details["keys_invalid"]),
             _ => String::new(),
         };
-        out!("  checker {:<13} {:<8} {extra}", c.checker, c.verdict.as_str());
-        if let Some(reason) = &c.reason {
+        out!("  checker {:<13} {:<8} {extra}", ch.checker, ch.verdict.as_str());
+        if let Some(reason) = &ch.reason {
             out!("          {reason}");
         }
     }
-    for t in teardown {
+    if !c.plan.quorum_reads && results.verdict == Verdict::Invalid {
+        out!("  (local reads: stale reads are expected findings, not a fault of the keeper)");
+    }
+    for t in problems {
         out!("  teardown problem (verdict unaffected): {t}");
     }
-    for a in &results.artifacts {
+    if let Err(e) = &judged.report {
+        out!("  report problem (verdict unaffected): {e}");
+    }
+    for (a, _) in &judged.pictures {
         out!("  picture {}", run.path.join(a).display());
     }
     out!("verdict  {}", results.verdict.as_str().to_uppercase());
     out!("results  {}", run.results_json().display());
-    if run.report_html().is_file() {
-        out!("report   {}", run.report_html().display());
+    if let Ok(report) = &judged.report {
+        out!("report   {}", report.display());
     }
     if results.verdict != Verdict::Valid {
-        out!("reproduce: drift replay {}   (seed {seed})", run.path.display());
+        out!("reproduce: drift replay {}   (seed {})", run.path.display(), c.seed);
     }
 }
 
@@ -908,90 +749,4 @@ fn perf_line(results: &ResultsFile) -> String {
         line.push_str(&format!("; {}: {}", w.window, span(&w.span)));
     }
     line
-}
-
-/// `drift replay <run dir>`: the same campaign again — its seed, options
-/// and nemesis schedule as applied — into a new run beside it.
-pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
-    let stored = RunDir::open(dir).map_err(Failure::new)?;
-    let bytes =
-        std::fs::read(stored.run_json()).map_err(|e| Failure::new(format!("{}: {e}", stored.run_json().display())))?;
-    let info: RunInfo =
-        serde_json::from_slice(&bytes).map_err(|e| Failure::new(format!("{}: {e}", stored.run_json().display())))?;
-    if info.kind != "test" {
-        return Err(Failure::new(format!(
-            "{}: not a campaign run (kind {:?}); re-check it with drift check",
-            dir.display(),
-            info.kind
-        )));
-    }
-    let c = &info.config;
-    let get = |k: &str| {
-        c.get(k)
-            .ok_or_else(|| Failure::new(format!("{}: config has no `{k}`", stored.run_json().display())))
-    };
-    let num = |k: &str| {
-        get(k).and_then(|v| {
-            v.as_u64()
-                .ok_or_else(|| Failure::new(format!("config `{k}` is not a number")))
-        })
-    };
-    // a number that must fit its field: a tampered run.json is refused,
-    // not wrapped
-    fn fit<T: TryFrom<u64>>(k: &str, v: u64) -> Result<T, Failure> {
-        T::try_from(v).map_err(|_| Failure::new(format!("config `{k}` = {v} is out of range")))
-    }
-    let text = |k: &str| {
-        get(k).and_then(|v| {
-            v.as_str()
-                .map(str::to_string)
-                .ok_or_else(|| Failure::new(format!("config `{k}` is not text")))
-        })
-    };
-    let mut schedule = Vec::new();
-    for s in &info.nemesis_schedule {
-        let mut step: Step =
-            serde_json::from_value(s.clone()).map_err(|e| Failure::new(format!("nemesis schedule: {e}")))?;
-        step.applied.clear();
-        schedule.push(step);
-    }
-    // <store>/<test>/<run>, with `latest` and relative paths resolved
-    let real = dir
-        .canonicalize()
-        .map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
-    let store_root = real
-        .parent()
-        .and_then(|p| p.parent())
-        .map(|p| p.to_path_buf())
-        .unwrap_or_else(|| "store".into());
-    let args = TestArgs {
-        workload: text("workload")?,
-        target: text("target")?,
-        nodes: num("nodes")?,
-        keys: fit("keys", num("keys")?)?,
-        concurrency: fit("concurrency", num("concurrency")?)?,
-        rate: get("rate")?.as_f64().unwrap_or(100.0),
-        time_limit: num("time_limit_s")?,
-        nemesis: get("nemesis")?
-            .as_array()
-            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
-            .unwrap_or_default(),
-        nemesis_interval: num("nemesis_interval_s")?,
-        seed: info.seed,
-        quorum_reads: get("quorum_reads")?.as_bool().unwrap_or(false),
-        digest: text("digest")?,
-        port: fit("port", num("port")?)?,
-        op_timeout_ms: num("op_timeout_ms")?,
-        session_timeout_ms: c.get("session_timeout_ms").and_then(Value::as_u64).unwrap_or(4000),
-        partitioner: c
-            .get("partitioner")
-            .and_then(Value::as_str)
-            .unwrap_or("auto")
-            .to_string(),
-        check_budget_s: c.get("check_budget_s").and_then(Value::as_u64).unwrap_or(120),
-        store: store_root,
-        schedule: Some(schedule),
-    };
-    out!("replaying {} (seed {:?})", dir.display(), info.seed);
-    run(args)
 }

@@ -9,101 +9,83 @@
 use crate::cli::CheckArgs;
 use crate::compare::read_json;
 use crate::fail::Failure;
+use crate::judge::{self, Bench, Judgement};
+use crate::plan::Plan;
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::linear::LinearReport;
-use drift_checkers::{check_all, registry, CheckContext, Checker, Composed, History};
-use drift_results::files::{ResultsFile, RunInfo, Versions};
+use drift_checkers::registry::CheckerKind;
+use drift_results::files::{RunInfo, Versions};
 use drift_results::store::{self, RunDir, Store};
-use drift_results::{picture, report, time};
+use drift_results::time;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 /// Longest budget accepted: a week. A larger number is a typo.
 const BUDGET_S_MAX: f64 = 7.0 * 86_400.0;
 
 pub fn run(args: CheckArgs) -> Result<i32, Failure> {
-    let mut args = args;
     let budget = parse_budget(args.budget_s)?;
     if args.mem_mb == 0 {
         return Err(Failure::new("--mem-mb must be at least 1"));
     }
     let (history_path, run_dir) = resolve_input(&args.input)?;
-    if args.checkers.is_empty() {
-        args.checkers = run_dir
-            .as_ref()
-            .and_then(workload_checkers)
-            .unwrap_or_else(|| vec!["linearizable".into()]);
-    }
-    let checkers = build_checkers(&args)?;
-
-    let history = History::load(&history_path).map_err(|e| Failure::new(e.to_string()))?;
-    let ctx = CheckContext::new(budget, (args.mem_mb as usize) << 20);
-    let started = Instant::now();
-    let composed = check_all(&checkers, &history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+    // a campaign's run is judged as the campaign judged it, unless told
+    // otherwise
+    let plan = run_dir.as_ref().and_then(campaign_plan);
+    let bench = Bench {
+        checkers: if !args.checkers.is_empty() {
+            dedup(&args.checkers)
+        } else if let Some(p) = &plan {
+            p.checkers()
+        } else {
+            vec![CheckerKind::Linearizable]
+        },
+        model: Some(
+            args.model
+                .or_else(|| plan.as_ref().and_then(Plan::model))
+                .unwrap_or(ModelKind::CasRegister),
+        ),
+        budget: budget.or_else(|| plan.as_ref().map(|p| Duration::from_secs(p.check_budget_s))),
+        mem_bytes: (args.mem_mb as usize) << 20,
+    };
 
     let (out, new_run) = output_dir(&args, run_dir, &history_path)?;
-    let artifacts = write_pictures(&out, &composed, &history_path)?;
-    let results = ResultsFile {
-        verdict: composed.verdict,
-        history: history_path.display().to_string(),
-        ops: history.ops.len() as u64,
-        operations: history.operations.len() as u64,
-        keys: history.key_count(),
-        checked_at: time::rfc3339(SystemTime::now()),
-        elapsed_ms,
-        checkers: composed.results.clone(),
-        artifacts: artifacts.iter().map(|(name, _)| name.clone()).collect(),
-    };
-    let results_path = out
-        .write_json(store::RESULTS_JSON, &results)
-        .map_err(|e| Failure::new(format!("{}: cannot write results: {e}", out.path.display())))?;
-    if let Some(store) = &new_run {
+    if new_run.is_some() {
         write_run_json(&out, &args, &history_path)?;
-        store
-            .set_latest(&out)
-            .map_err(|e| Failure::new(format!("{}: cannot update latest: {e}", store.root().display())))?;
     }
     let info: Option<RunInfo> = read_json(&out.run_json()).ok().flatten();
-    let report_path = report::write(&out, &history, info.as_ref(), &results)
-        .map_err(|e| Failure::new(format!("{}: cannot write: {e}", out.report_html().display())))?;
-
+    let judged = judge::judge(&out, &history_path, &bench, info.as_ref(), new_run.as_ref())?;
     if args.json {
-        out!("{}", serde_json::to_string_pretty(&results).expect("results serialize"));
+        out!(
+            "{}",
+            serde_json::to_string_pretty(&judged.results).expect("results serialize")
+        );
     } else {
-        print_summary(&results, &composed, &artifacts, &results_path);
-        out!("report   {}", report_path.display());
+        print_summary(&judged);
     }
-    Ok(composed.verdict.exit_code())
+    if let Err(e) = &judged.report {
+        out!("problem  {e} (the verdict stands)");
+    }
+    Ok(judged.results.verdict.exit_code())
 }
 
-/// The checkers a stored campaign was judged by (its run.json says).
-fn workload_checkers(run: &RunDir) -> Option<Vec<String>> {
+/// The plan of a stored campaign run (what judged it), if it is one.
+fn campaign_plan(run: &RunDir) -> Option<Plan> {
     let info: RunInfo = read_json(&run.run_json()).ok()??;
-    let names = info.config["checkers"].as_array()?;
-    names.iter().map(|n| n.as_str().map(str::to_string)).collect()
+    if info.kind != "test" {
+        return None;
+    }
+    serde_json::from_value(info.config).ok()
 }
 
-fn build_checkers(args: &CheckArgs) -> Result<Vec<Box<dyn Checker>>, Failure> {
-    let model = ModelKind::parse(&args.model).ok_or_else(|| {
-        let known: Vec<&str> = ModelKind::ALL.iter().map(|m| m.name()).collect();
-        Failure::new(format!(
-            "unknown --model `{}` (known: {})",
-            args.model,
-            known.join(", ")
-        ))
-    })?;
-    let mut names: Vec<&str> = Vec::new();
-    for name in &args.checkers {
-        let name = name.trim();
-        if !names.contains(&name) {
-            names.push(name);
+fn dedup(kinds: &[CheckerKind]) -> Vec<CheckerKind> {
+    let mut out: Vec<CheckerKind> = Vec::new();
+    for k in kinds {
+        if !out.contains(k) {
+            out.push(*k);
         }
     }
-    names
-        .into_iter()
-        .map(|n| registry::build(n, Some(model)).map_err(Failure::new))
-        .collect()
+    out
 }
 
 fn parse_budget(budget_s: Option<f64>) -> Result<Option<Duration>, Failure> {
@@ -177,7 +159,7 @@ fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), 
         seed: None,
         config: serde_json::json!({
             "checkers": args.checkers,
-            "model": args.model,
+            "model": args.model.unwrap_or(ModelKind::CasRegister),
             "budget_s": args.budget_s,
             "mem_mb": args.mem_mb,
         }),
@@ -191,33 +173,14 @@ fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), 
     Ok(())
 }
 
-/// Writes one picture per explained violation; returns (file name, key).
-fn write_pictures(out: &RunDir, composed: &Composed, history: &Path) -> Result<Vec<(String, Option<String>)>, Failure> {
-    let mut written = Vec::new();
-    for r in &composed.results {
-        if r.checker != "linearizable" {
-            continue;
-        }
-        let Ok(report) = serde_json::from_value::<LinearReport>(r.details.clone()) else {
-            continue;
-        };
-        for (n, v) in report.violations.iter().enumerate() {
-            let name = format!("linearizable-{}.html", n + 1);
-            let html = picture::render(v, &history.display().to_string());
-            out.write_file(&name, html.as_bytes())
-                .map_err(|e| Failure::new(format!("{}: cannot write {name}: {e}", out.path.display())))?;
-            written.push((name, v.key.clone()));
-        }
-    }
-    Ok(written)
-}
-
-fn print_summary(
-    results: &ResultsFile,
-    composed: &Composed,
-    artifacts: &[(String, Option<String>)],
-    results_path: &Path,
-) {
+fn print_summary(judged: &Judgement) {
+    let Judgement {
+        results,
+        composed,
+        pictures,
+        results_path,
+        report,
+    } = judged;
     out!(
         "history  {}  ({} lines, {} operations, {} key{})",
         results.history,
@@ -252,7 +215,7 @@ fn print_summary(
         }
     }
     let dir = results_path.parent().unwrap_or(Path::new("."));
-    for (name, _) in artifacts {
+    for (name, _) in pictures {
         out!("picture  {}", dir.join(name).display());
     }
     out!(
@@ -261,4 +224,7 @@ fn print_summary(
         results.elapsed_ms
     );
     out!("results  {}", results_path.display());
+    if let Ok(report) = report {
+        out!("report   {}", report.display());
+    }
 }

@@ -1,9 +1,50 @@
-//! The command line: raw options as clap parses them. Validation that
-//! needs more than a type (paths exist, names are known) happens in the
-//! command that uses them.
+//! The command line as clap parses it: options with a fixed set of values
+//! are enums (`--help` lists them, clap refuses others), numbers carry
+//! their bounds. What needs more than a type (paths exist, combinations
+//! make sense) is checked by the command that uses them.
 
-use clap::{Args, Parser, Subcommand};
+use crate::nemesis::{FaultKind, PartitionerMode};
+use crate::plan::{self, DigestMode, Target};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use drift_checkers::linear::model::ModelKind;
+use drift_checkers::registry::CheckerKind;
+use drift_workloads::WorkloadKind;
 use std::path::PathBuf;
+
+/// A `--nemesis` value: a fault, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum NemesisArg {
+    None,
+    Partition,
+    Kill,
+    Pause,
+    Corrupt,
+    Diverge,
+    Clock,
+}
+
+impl NemesisArg {
+    pub fn fault(self) -> Option<FaultKind> {
+        Some(match self {
+            NemesisArg::None => return None,
+            NemesisArg::Partition => FaultKind::Partition,
+            NemesisArg::Kill => FaultKind::Kill,
+            NemesisArg::Pause => FaultKind::Pause,
+            NemesisArg::Corrupt => FaultKind::Corrupt,
+            NemesisArg::Diverge => FaultKind::Diverge,
+            NemesisArg::Clock => FaultKind::Clock,
+        })
+    }
+}
+
+/// `--rate`: operations per second, a finite number in bounds.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !v.is_finite() || !(plan::RATE_MIN..=plan::RATE_MAX).contains(&v) {
+        return Err(format!("must be in {}..={}", plan::RATE_MIN, plan::RATE_MAX));
+    }
+    Ok(v)
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -84,64 +125,71 @@ pub struct ReplayArgs {
 }
 
 #[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Reads are linearizable by default (a read-index round on drift, a sync first on ZooKeeper); with --local-reads a server answers from its own tree, and stale reads under partitions are expected findings of the linearizability checker."
+)]
 pub struct TestArgs {
-    /// register, unique-ids, counter, total-queue or ephemeral.
-    #[arg(long, default_value = "register")]
-    pub workload: String,
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
+    pub workload: WorkloadKind,
     /// The system under test: drift (its own keeper) or zookeeper (Apache
     /// ZooKeeper 3.8 from Debian's `zookeeper` package, as a baseline).
-    #[arg(long, default_value = "drift")]
-    pub target: String,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, value_enum, default_value_t = Target::Drift)]
+    pub target: Target,
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
     pub nodes: u64,
     /// Keys of the register workload.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=plan::KEYS_MAX as i64))]
     pub keys: u32,
     /// Concurrent client processes.
-    #[arg(long, default_value_t = 10)]
-    pub concurrency: usize,
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=plan::CONCURRENCY_MAX))]
+    pub concurrency: u64,
     /// Total operations per second across all clients.
-    #[arg(long, default_value_t = 100.0)]
+    #[arg(long, default_value_t = 100.0, value_parser = parse_rate)]
     pub rate: f64,
     /// Seconds of the main phase.
-    #[arg(long = "time-limit", default_value_t = 60)]
+    #[arg(long = "time-limit", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=plan::TIME_LIMIT_MAX_S))]
     pub time_limit: u64,
-    /// Faults, comma-separated: partition, kill, pause, corrupt, diverge, clock (or none).
-    #[arg(long, value_delimiter = ',', default_value = "kill,partition")]
-    pub nemesis: Vec<String>,
+    /// Faults, comma-separated (or none).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,partition")]
+    pub nemesis: Vec<NemesisArg>,
     /// Seconds between faults (each lasts half of it).
-    #[arg(long = "nemesis-interval", default_value_t = 6)]
+    #[arg(long = "nemesis-interval", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=plan::TIME_LIMIT_MAX_S))]
     pub nemesis_interval: u64,
     /// How partitions cut links: auto (iptables as root, else per-link
     /// proxies), iptables, or proxies.
-    #[arg(long, default_value = "auto")]
-    pub partitioner: String,
+    #[arg(long, value_enum, default_value_t = PartitionerMode::Auto)]
+    pub partitioner: PartitionerMode,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Linearizable reads (read-index round) on the keeper.
-    #[arg(long = "quorum-reads")]
+    /// Linearizable reads: the default (kept for older command lines).
+    #[arg(long = "quorum-reads", conflicts_with = "local_reads")]
     pub quorum_reads: bool,
-    /// Keeper digest mode: off, incremental or full.
-    #[arg(long, default_value = "incremental")]
-    pub digest: String,
-    /// Client port of the nodes (Raft port+1, admin port+2).
-    #[arg(long, default_value_t = 2281)]
+    /// Reads served from the server's own tree, as ZooKeeper serves them:
+    /// under a partition a stale read is then an expected finding.
+    #[arg(long = "local-reads")]
+    pub local_reads: bool,
+    /// Keeper digest mode.
+    #[arg(long, value_enum, default_value_t = DigestMode::Incremental)]
+    pub digest: DigestMode,
+    /// Client port of the servers (Raft port+1, admin port+2).
+    #[arg(long, default_value_t = 2281, value_parser = clap::value_parser!(u16).range(plan::PORT_MIN as i64..=(u16::MAX - plan::PORTS_USED) as i64))]
     pub port: u16,
+    /// Address block B: server i binds 127.0.B.(10+i) (default: the
+    /// lowest block no other cluster on this machine holds).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=254))]
+    pub block: Option<u8>,
     /// Client operation timeout; past it the op is recorded `info`.
-    #[arg(long = "op-timeout-ms", default_value_t = 2000)]
+    #[arg(long = "op-timeout-ms", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=plan::TIMEOUT_MAX_MS))]
     pub op_timeout_ms: u64,
-    #[arg(long = "session-timeout-ms", default_value_t = 4000)]
+    #[arg(long = "session-timeout-ms", default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=plan::TIMEOUT_MAX_MS))]
     pub session_timeout_ms: u64,
     /// Time budget of the checkers, in seconds.
-    #[arg(long = "check-budget-s", default_value_t = 120)]
+    #[arg(long = "check-budget-s", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=plan::TIME_LIMIT_MAX_S))]
     pub check_budget_s: u64,
     /// Root of the result store.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,
-    /// A nemesis schedule to apply instead of deriving one (replay).
-    #[arg(skip)]
-    pub schedule: Option<Vec<crate::nemesis::Step>>,
 }
 
 #[derive(Args, Debug)]
@@ -161,9 +209,9 @@ pub struct NodeArgs {
     /// A file holding the fault hooks' token (with --admin).
     #[arg(long = "fault-token-file")]
     pub fault_token_file: Option<PathBuf>,
-    /// Override the config's digest mode: off, incremental or full.
-    #[arg(long)]
-    pub digest: Option<String>,
+    /// Override the config's digest mode.
+    #[arg(long, value_enum)]
+    pub digest: Option<DigestMode>,
     /// Override the config: linearizable reads through a read-index round.
     #[arg(long = "quorum-reads")]
     pub quorum_reads: bool,
@@ -196,13 +244,16 @@ pub enum ClusterAction {
         /// Directory for the cluster file, data and logs.
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
-        /// Client port; node i listens on 127.0.0.(10+i):port, Raft on port+1.
-        #[arg(long, default_value_t = 2181)]
+        /// Client port; node i listens on 127.0.B.(10+i):port, Raft on port+1.
+        #[arg(long, default_value_t = 2181, value_parser = clap::value_parser!(u16).range(1024..=65533))]
         port: u16,
+        /// Address block B (default: the lowest no other cluster holds).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=254))]
+        block: Option<u8>,
         #[arg(long)]
         quorum_reads: bool,
         /// Start each node with its fault hooks on; node i's admin endpoint
-        /// is 127.0.0.(10+i):port+2 and the token is in <dir>/fault-token.
+        /// is 127.0.B.(10+i):port+2 and the token is in <dir>/fault-token.
         #[arg(long = "fault-hooks")]
         fault_hooks: bool,
         /// Extra `key = value` lines for the cluster file (e.g. snapshot_distance = 50).
@@ -247,15 +298,14 @@ pub enum ClusterAction {
 pub struct CheckArgs {
     /// A history.jsonl file, or a run directory holding one.
     pub input: PathBuf,
-    /// Checker to run; repeat or comma-separate for several
-    /// (linearizable, unique-ids, set, counter, total-queue, ephemeral,
-    /// stats, perf, digest).
-    /// Default: the checkers of the run's workload, else linearizable.
-    #[arg(long = "checker", value_delimiter = ',')]
-    pub checkers: Vec<String>,
-    /// Model for the linearizable checker: cas-register or kv.
-    #[arg(long, default_value = "cas-register")]
-    pub model: String,
+    /// Checker to run; repeat or comma-separate for several. Default: the
+    /// checkers that judged the run, else linearizable.
+    #[arg(long = "checker", value_enum, value_delimiter = ',')]
+    pub checkers: Vec<CheckerKind>,
+    /// Model for the linearizable checker (default: the run's, else
+    /// cas-register).
+    #[arg(long, value_enum)]
+    pub model: Option<ModelKind>,
     /// Time budget for the whole check, in seconds; past it the verdict is unknown.
     #[arg(long = "budget-s")]
     pub budget_s: Option<f64>,
@@ -298,8 +348,8 @@ pub enum BenchWhat {
 pub struct BenchHarnessArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub ops: u64,
-    #[arg(long, default_value = "register")]
-    pub workload: String,
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
+    pub workload: WorkloadKind,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print one JSON document instead of the summary.
@@ -341,8 +391,8 @@ pub struct BenchCheckerArgs {
     /// Folder of *.jsonl histories [default: ../shared/data/histories/etcd].
     pub dir: Option<PathBuf>,
     /// Model to check against.
-    #[arg(long, default_value = "cas-register")]
-    pub model: String,
+    #[arg(long, value_enum, default_value_t = ModelKind::CasRegister)]
+    pub model: ModelKind,
     /// Timed runs per file; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub runs: u32,

@@ -1,8 +1,10 @@
 //! `drift node` (run one node in the foreground) and `drift cluster
 //! up|status|down` (a local cluster in the background to play with).
 //!
-//! A local cluster: node i binds 127.0.0.(10+i), client port P and Raft
-//! port P+1, so a firewall rule on an address pair cuts one link.
+//! A local cluster: node i binds 127.0.B.(10+i) of an address block B
+//! that no other cluster on the machine holds ([`crate::claim`]), client
+//! port P and Raft port P+1, so a firewall rule on an address pair cuts
+//! one link. The nodes hold the block's claim for as long as any runs.
 //! `up` writes `<dir>/cluster.toml` (mode 0600: it holds the peers'
 //! secret), starts the nodes with their logs in `<dir>/node-<i>.log`,
 //! records their PIDs in `<dir>/pids`, waits for a leader, and prints the
@@ -11,8 +13,10 @@
 //! still our nodes). With `--fault-hooks`, the hooks' token is in
 //! `<dir>/fault-token` (0600), never on a command line.
 
+use crate::claim::{Block, Claim};
 use crate::cli::{ClusterAction, ClusterArgs, NodeArgs};
 use crate::fail::Failure;
+use crate::plan::NODES_MAX;
 use drift_node::config::ClusterConfig;
 use drift_node::keeper_node::{self, NodeOptions};
 use std::io::{Read, Write};
@@ -21,17 +25,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Most nodes a local cluster has (their addresses 127.0.0.11..=19).
-pub const NODES_MAX: u64 = 9;
 const UP_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub fn node(args: NodeArgs) -> Result<i32, Failure> {
-    let mut config = ClusterConfig::load(&args.config).map_err(Failure::new)?;
+    let mut config = ClusterConfig::load(&args.config)?;
     if let Some(d) = args.digest {
-        if drift_keeper::DigestMode::parse(&d).is_none() {
-            return Err(Failure::new(format!("--digest {d}: expected off, incremental or full")));
-        }
-        config.digest = d;
+        config.digest = d.name().to_string();
     }
     config.quorum_reads |= args.quorum_reads;
     let fault_token = match (&args.admin, &args.fault_token_file) {
@@ -118,10 +117,11 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             nodes,
             dir,
             port,
+            block,
             quorum_reads,
             fault_hooks,
             set,
-        } => up(nodes, &dir, port, quorum_reads, fault_hooks, &set),
+        } => up(nodes, &dir, port, block, quorum_reads, fault_hooks, &set),
         ClusterAction::Stop { dir, node } => stop_node(&dir, node),
         ClusterAction::Start { dir, node } => start_node(&dir, node),
         ClusterAction::Restart { dir, node } => {
@@ -133,7 +133,6 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
     }
 }
 
-/// Node i's loopback address.
 /// A base port for nodes that use ports `port..=port + used`: not
 /// privileged, and the last one still a port.
 pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
@@ -146,13 +145,10 @@ pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn node_ip(i: u64) -> String {
-    format!("127.0.0.{}", 10 + i)
-}
-
 /// The cluster file of a local cluster, with the peers' `secret`.
 pub fn local_config(
     nodes: u64,
+    block: Block,
     data_dir: &Path,
     port: u16,
     quorum_reads: bool,
@@ -179,7 +175,7 @@ pub fn local_config(
     for i in 1..=nodes {
         t.push_str(&format!(
             "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
-            ip = node_ip(i),
+            ip = block.ip(i),
             raft = port + 1
         ));
     }
@@ -190,6 +186,7 @@ fn up(
     nodes: u64,
     dir: &Path,
     port: u16,
+    block: Option<u8>,
     quorum_reads: bool,
     fault_hooks: bool,
     set: &[String],
@@ -211,10 +208,12 @@ fn up(
     if let Some(line) = set.iter().find(|l| !l.contains('=')) {
         return Err(Failure::new(format!("--set {line:?}: expected `key = value`")));
     }
+    // held by the nodes (their stdin) once this process is gone
+    let claim = Claim::acquire(block, nodes, port, &claim_holder(&dir))?;
     let secret = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a cluster secret: {e}")))?;
-    let text = local_config(nodes, &dir.join("data"), port, quorum_reads, &secret, set);
+    let text = local_config(nodes, claim.block, &dir.join("data"), port, quorum_reads, &secret, set);
     write_private(&config_path, &text).map_err(Failure::new)?;
-    let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
+    let config = ClusterConfig::load(&config_path)?;
     let token_path = dir.join("fault-token");
     if fault_hooks {
         let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;
@@ -226,7 +225,7 @@ fn up(
     // whatever started even if a later node fails to
     let mut pids = Vec::new();
     for i in 1..=nodes {
-        let pid = spawn_node(&dir, i, true)?;
+        let pid = spawn_node(&dir, i, true, Some(&claim))?;
         pids.push((i, pid));
         write_pids(&dir, &pids)?;
     }
@@ -254,12 +253,26 @@ fn up(
     Ok(0)
 }
 
+/// How a cluster's claim on its address block names its holder.
+fn claim_holder(dir: &Path) -> String {
+    format!("drift cluster in {}", dir.display())
+}
+
+/// The address block a cluster file's nodes are on.
+fn block_of(config: &ClusterConfig) -> Option<u8> {
+    match config.peers.first()?.client.ip() {
+        std::net::IpAddr::V4(ip) => Some(ip.octets()[2]),
+        std::net::IpAddr::V6(_) => None,
+    }
+}
+
 /// Starts node `i` of the cluster in `dir` (canonical) in the background,
 /// its output appended to `node-<i>.log`, with its fault hooks when the
-/// cluster has a `fault-token`; its PID.
-fn spawn_node(dir: &Path, i: u64, bootstrap: bool) -> Result<u32, Failure> {
+/// cluster has a `fault-token`, holding `claim` (as its stdin) when
+/// given; its PID.
+fn spawn_node(dir: &Path, i: u64, bootstrap: bool, claim: Option<&Claim>) -> Result<u32, Failure> {
     let config_path = dir.join("cluster.toml");
-    let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
+    let config = ClusterConfig::load(&config_path)?;
     let peer = config
         .peer(i)
         .ok_or_else(|| Failure::new(format!("no node {i} in {}", config_path.display())))?;
@@ -282,8 +295,15 @@ fn spawn_node(dir: &Path, i: u64, bootstrap: bool) -> Result<u32, Failure> {
             .arg(&token_path)
             .args(["--admin", &admin.to_string()]);
     }
+    let stdin = match claim {
+        Some(c) => Stdio::from(
+            c.share()
+                .map_err(|e| Failure::new(format!("the address block's lock: {e}")))?,
+        ),
+        None => Stdio::null(),
+    };
     let child = cmd
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
         .stderr(log)
         .spawn()
@@ -340,7 +360,7 @@ fn stop_node(dir: &Path, node: u64) -> Result<i32, Failure> {
 
 fn start_node(dir: &Path, node: u64) -> Result<i32, Failure> {
     let (dir, config_path) = cluster_dir(dir)?;
-    let config = ClusterConfig::load(&config_path).map_err(Failure::new)?;
+    let config = ClusterConfig::load(&config_path)?;
     let addr = config
         .peer(node)
         .map(|p| p.client)
@@ -351,7 +371,13 @@ fn start_node(dir: &Path, node: u64) -> Result<i32, Failure> {
             return Err(Failure::new(format!("node {node} is already running (pid {pid})")));
         }
     }
-    let pid = spawn_node(&dir, node, false)?;
+    // the running nodes hold the block's claim; when none does, this one
+    // takes it on
+    let claim = match block_of(&config) {
+        Some(b) => Claim::rejoin(b, &claim_holder(&dir))?,
+        None => None,
+    };
+    let pid = spawn_node(&dir, node, false, claim.as_ref())?;
     pids.retain(|(id, _)| *id != node);
     pids.push((node, pid));
     pids.sort_unstable();
@@ -418,7 +444,7 @@ fn is_our_node(pid: u32, config: &Path) -> bool {
 }
 
 fn status(dir: &Path) -> Result<i32, Failure> {
-    let config = ClusterConfig::load(&dir.join("cluster.toml")).map_err(Failure::new)?;
+    let config = ClusterConfig::load(&dir.join("cluster.toml"))?;
     let pids = read_pids(dir)?;
     let config_path = std::fs::canonicalize(dir.join("cluster.toml")).map_err(|e| Failure::new(e.to_string()))?;
     out!(

@@ -1,7 +1,8 @@
-//! The local-process backend: N nodes as child processes of `drift`, node
-//! i on its own loopback address 127.0.0.(10+i) (client port P, Raft P+1,
-//! admin P+2; with proxies, link i→j on 127.0.0.(10+j):P+10+i), data and
-//! logs under the run directory.
+//! The local-process backend: N servers as child processes of `drift`,
+//! server i on its own loopback address 127.0.B.(10+i) of the run's
+//! address block B (client port P, Raft P+1, admin P+2; with proxies,
+//! link i→j on 127.0.B.(10+j):P+10+i), data and logs under the run
+//! directory.
 //!
 //! It implements every capability of [`crate::backend`]: start, stop
 //! (SIGTERM), kill (SIGKILL), pause/resume (SIGSTOP/SIGCONT), wipe and
@@ -10,25 +11,23 @@
 //! goes to a PID this backend started and still owns; nothing else is
 //! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
-use crate::backend::{field_of, Backend, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe};
-use crate::cluster::node_ip;
+use crate::backend::{
+    field_of, Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe,
+};
+use crate::claim::Block;
+use crate::plan::DigestMode;
 use crate::proxy::ProxyMesh;
 use drift_node::config::ClusterConfig;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Most nodes a local cluster has.
-pub use crate::cluster::NODES_MAX;
-/// Ports above the client port P a cluster uses: Raft P+1, admin P+2,
-/// ZooKeeper's election P+3, proxies P+11..=P+10+NODES_MAX.
-pub const PORTS_USED: u16 = 10 + NODES_MAX as u16;
-
 pub struct LocalNode {
     pub id: u64,
     pub client: SocketAddr,
+    pub peer: SocketAddr,
     pub admin: SocketAddr,
     pub dir: PathBuf,
     pub log: PathBuf,
@@ -44,10 +43,12 @@ pub struct LocalNode {
 /// What [`LocalCluster::new`] builds.
 pub struct LocalSpec<'a> {
     pub nodes: u64,
+    /// The run's address block: server i binds 127.0.B.(10+i).
+    pub block: Block,
     /// Client port P (Raft P+1, admin P+2, proxies P+11..=P+19).
     pub port: u16,
     pub quorum_reads: bool,
-    pub digest: &'a str,
+    pub digest: DigestMode,
     /// The fault hooks' token.
     pub token: &'a str,
     /// Apache ZooKeeper instead of the drift keeper.
@@ -79,7 +80,7 @@ pub fn zookeeper_installed() -> bool {
 /// zoo.cfg and myid for each node: quorum on 127.0.0.(10+i) ports
 /// P+1/P+3, clients on P; ticks of 200 ms so elections and session
 /// expiry run at the pace of the drift keeper's.
-fn write_zookeeper_configs(config: &ClusterConfig, n: u64, port: u16) -> Result<(), String> {
+fn write_zookeeper_configs(config: &ClusterConfig, block: Block, n: u64, port: u16) -> Result<(), String> {
     for i in 1..=n {
         let dir = config.node_dir(i);
         std::fs::create_dir_all(dir.join("data")).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -87,10 +88,10 @@ fn write_zookeeper_configs(config: &ClusterConfig, n: u64, port: u16) -> Result<
         let mut cfg = format!(
             "tickTime=200\ninitLimit=25\nsyncLimit=10\ndataDir={}\nclientPort={port}\nclientPortAddress={}\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=1000\nmaxSessionTimeout=30000\n",
             dir.join("data").display(),
-            node_ip(i)
+            block.ip(i)
         );
         for j in 1..=n {
-            cfg.push_str(&format!("server.{j}={}:{}:{}\n", node_ip(j), port + 1, port + 3));
+            cfg.push_str(&format!("server.{j}={}:{}:{}\n", block.ip(j), port + 1, port + 3));
         }
         std::fs::write(dir.join("zoo.cfg"), cfg).map_err(|e| format!("{}: {e}", dir.display()))?;
     }
@@ -102,6 +103,7 @@ impl LocalCluster {
     pub fn new(run_dir: &Path, spec: LocalSpec<'_>) -> Result<LocalCluster, String> {
         let LocalSpec {
             nodes: n,
+            block,
             port,
             quorum_reads,
             digest,
@@ -109,29 +111,27 @@ impl LocalCluster {
             zookeeper,
             proxies,
         } = spec;
-        if !(1..=NODES_MAX).contains(&n) {
-            return Err(format!("--nodes must be in 1..={NODES_MAX}"));
-        }
         let base = run_dir.join("nodes");
         std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
         // campaigns snapshot and compact often, so faults meet them
         let campaign = [
-            format!("digest = {digest:?}"),
+            format!("digest = {:?}", digest.name()),
             "snapshot_distance = 2000".to_string(),
             "reserved_log_items = 500".to_string(),
             "rotate_interval = 1000".to_string(),
             "session_timeout_min_ms = 1000".to_string(),
         ];
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(n, &base, port, quorum_reads, &secret, &campaign);
+        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign);
         let config_path = run_dir.join("cluster.toml");
         crate::cluster::write_private(&config_path, &text)?;
-        let config = ClusterConfig::load(&config_path)?;
+        let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
         let nodes = (1..=n)
             .map(|i| LocalNode {
                 id: i,
-                client: format!("{}:{port}", node_ip(i)).parse().expect("valid address"),
-                admin: format!("{}:{}", node_ip(i), port + 2).parse().expect("valid address"),
+                client: SocketAddr::new(block.ip(i), port),
+                peer: SocketAddr::new(block.ip(i), port + 1),
+                admin: SocketAddr::new(block.ip(i), port + 2),
                 dir: config.node_dir(i),
                 log: base.join(format!("n{i}.log")),
                 child: None,
@@ -141,19 +141,17 @@ impl LocalCluster {
             })
             .collect();
         if zookeeper {
-            write_zookeeper_configs(&config, n, port)?;
+            write_zookeeper_configs(&config, block, n, port)?;
         }
-        // link i→j: node i dials 127.0.0.(10+j):P+10+i, the proxy dials
+        // link i→j: server i dials 127.0.B.(10+j):P+10+i, the proxy dials
         // j's Raft address from i's
         let mesh = if proxies && !zookeeper {
             let links: Vec<_> = (1..=n)
                 .flat_map(|i| (1..=n).filter(move |&j| j != i).map(move |j| (i, j)))
                 .map(|(i, j)| {
-                    let listen: SocketAddr = format!("{}:{}", node_ip(j), port + 10 + i as u16)
-                        .parse()
-                        .expect("address");
-                    let target: SocketAddr = format!("{}:{}", node_ip(j), port + 1).parse().expect("address");
-                    (i, j, listen, target, node_ip(i).parse().expect("address"))
+                    let listen = SocketAddr::new(block.ip(j), port + 10 + i as u16);
+                    let target = SocketAddr::new(block.ip(j), port + 1);
+                    (i, j, listen, target, block.ip(i))
                 })
                 .collect();
             Some(ProxyMesh::start(&links)?)
@@ -189,7 +187,7 @@ impl Db for LocalCluster {
         self.nodes.iter().map(|n| n.id).collect()
     }
 
-    fn start(&mut self, i: u64) -> Result<(), String> {
+    fn start(&mut self, i: u64) -> Result<(), BackendError> {
         let (exe, config, token) = (self.exe.clone(), self.config_path.clone(), self.token.clone());
         let zookeeper = self.zookeeper;
         let via: Vec<String> = match &self.mesh {
@@ -208,7 +206,7 @@ impl Db for LocalCluster {
             .create(true)
             .append(true)
             .open(&n.log)
-            .map_err(|e| format!("{}: {e}", n.log.display()))?;
+            .map_err(|e| BackendError::io(&n.log, e))?;
         if zookeeper {
             let child = Command::new("java")
                 .args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_CLASSPATH])
@@ -218,10 +216,10 @@ impl Db for LocalCluster {
                 .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
                 .arg(n.dir.join("zoo.cfg"))
                 .stdin(Stdio::null())
-                .stdout(log.try_clone().map_err(|e| e.to_string())?)
+                .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
                 .stderr(log)
                 .spawn()
-                .map_err(|e| format!("starting ZooKeeper node {i} (is `zookeeper` installed?): {e}"))?;
+                .map_err(|source| BackendError::Spawn { node: i, source })?;
             // the drift node exits with its parent by itself; a JVM does
             // not, so a watcher ends it once drift is gone (or quits with it)
             let watch = format!(
@@ -255,10 +253,10 @@ impl Db for LocalCluster {
             .args(&via)
             .args((!n.started_before).then_some("--bootstrap"))
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
             .stderr(log)
             .spawn()
-            .map_err(|e| format!("starting node {i}: {e}"))?;
+            .map_err(|source| BackendError::Spawn { node: i, source })?;
         n.child = Some(child);
         n.started_before = true;
         n.paused = false;
@@ -310,11 +308,11 @@ impl Db for LocalCluster {
     }
 
     /// Removes a stopped node's data dir.
-    fn wipe(&mut self, i: u64) -> Result<(), String> {
+    fn wipe(&mut self, i: u64) -> Result<(), BackendError> {
         let zookeeper = self.zookeeper;
         let n = self.node(i);
         if n.child.is_some() {
-            return Err(format!("node {i} is running: wipe only while down"));
+            return Err(BackendError::Running { node: i, what: "wipe" });
         }
         // a ZooKeeper node keeps its zoo.cfg and myid: only its state goes
         let dir = if zookeeper {
@@ -325,7 +323,7 @@ impl Db for LocalCluster {
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(format!("{}: {e}", dir.display())),
+            Err(e) => Err(BackendError::io(&dir, e)),
         }
     }
 
@@ -333,8 +331,8 @@ impl Db for LocalCluster {
         self.nodes[(i - 1) as usize].client
     }
 
-    fn peer_ip(&self, i: u64) -> IpAddr {
-        node_ip(i).parse().expect("a loopback address")
+    fn peer_addr(&self, i: u64) -> SocketAddr {
+        self.nodes[(i - 1) as usize].peer
     }
 }
 
@@ -373,10 +371,13 @@ impl Pause for LocalCluster {
 impl Corrupt for LocalCluster {
     /// Damages the newest changelog segment or snapshot of a stopped node:
     /// truncates it, or flips one byte. Returns what was done.
-    fn corrupt(&mut self, i: u64, how: Damage, pick: u64) -> Result<String, String> {
+    fn corrupt(&mut self, i: u64, how: Damage, pick: u64) -> Result<String, BackendError> {
         let n = self.node(i);
         if n.child.is_some() {
-            return Err(format!("node {i} is running: corrupt only while down"));
+            return Err(BackendError::Running {
+                node: i,
+                what: "corrupt",
+            });
         }
         let where_ = if n.dir.join("data/version-2").is_dir() {
             n.dir.join("data/version-2")
@@ -384,7 +385,7 @@ impl Corrupt for LocalCluster {
             n.dir.clone()
         };
         let mut files: Vec<PathBuf> = std::fs::read_dir(&where_)
-            .map_err(|e| format!("{}: {e}", where_.display()))?
+            .map_err(|e| BackendError::io(&where_, e))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| {
                 p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
@@ -398,7 +399,7 @@ impl Corrupt for LocalCluster {
         let Some(target) = files.get((pick as usize) % files.len().max(1)).cloned() else {
             return Ok("nothing to corrupt".into());
         };
-        let mut bytes = std::fs::read(&target).map_err(|e| format!("{}: {e}", target.display()))?;
+        let mut bytes = std::fs::read(&target).map_err(|e| BackendError::io(&target, e))?;
         if bytes.is_empty() {
             return Ok(format!("{} is empty", target.display()));
         }
@@ -416,7 +417,7 @@ impl Corrupt for LocalCluster {
                 format!("flipped byte {at} of {}", target.display())
             }
         };
-        std::fs::write(&target, bytes).map_err(|e| format!("{}: {e}", target.display()))?;
+        std::fs::write(&target, bytes).map_err(|e| BackendError::io(&target, e))?;
         Ok(what)
     }
 }
@@ -462,18 +463,19 @@ impl Probe for LocalCluster {
 
 impl FaultHooks for LocalCluster {
     /// Sends a fault-hook command; the node's answer.
-    fn admin(&self, i: u64, cmd: &str) -> Result<String, String> {
+    fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
         if self.zookeeper {
-            return Err("ZooKeeper nodes have no fault hooks".into());
+            return Err(BackendError::Unsupported("ZooKeeper servers have no fault hooks"));
         }
         let n = &self.nodes[(i - 1) as usize];
+        let hooks = |reason: String| BackendError::Hooks { node: i, reason };
         let mut s = TcpStream::connect_timeout(&n.admin, Duration::from_secs(1))
-            .map_err(|e| format!("admin {}: {e}", n.admin))?;
+            .map_err(|e| hooks(format!("{}: {e}", n.admin)))?;
         s.set_read_timeout(Some(Duration::from_secs(3))).ok();
         s.write_all(format!("{} {cmd}\n", self.token).as_bytes())
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| hooks(e.to_string()))?;
         let mut out = String::new();
-        s.read_to_string(&mut out).map_err(|e| e.to_string())?;
+        s.read_to_string(&mut out).map_err(|e| hooks(e.to_string()))?;
         Ok(out.trim().to_string())
     }
 }

@@ -1,50 +1,319 @@
-//! Nemeses: faults with a start and a stop, one vocabulary (DESIGN.md).
+//! Nemeses: the fault vocabulary, a seeded schedule of faults, and their
+//! execution against a backend. Every fault has a start and a stop, and
+//! the heal stops them all (docs/ARCHITECTURE.md, "Faults").
 //!
 //! * `partition` — halves, one node, bridge, majorities ring, asymmetric:
 //!   a set of directed links cut. As root, iptables DROP rules on the
-//!   address pairs in a chain of this run's own (so traffic really stops,
-//!   and teardown removes exactly those rules); otherwise the backend's
-//!   per-link proxies close and refuse the cut links.
+//!   run's own addresses and Raft port, in a chain of this run's own (so
+//!   traffic really stops, another run's is untouched, and teardown
+//!   removes exactly those rules); otherwise the backend's per-link
+//!   proxies close and refuse the cut links.
 //! * `kill` / restart, `pause` / resume (SIGSTOP/SIGCONT) of a minority.
-//! * `corrupt` — kill a node, truncate or flip one of its changelog or
-//!   snapshot files, or drop its data dir; restart it at the heal.
+//! * `corrupt` — kill a server, truncate or flip one of its changelog or
+//!   snapshot files, or drop its data dir; restart it at the stop.
 //! * `diverge` — make one follower apply its next entry differently (the
-//!   digest must catch it); `clock` — offset a node's entry times.
+//!   digest must catch it); `clock` — offset a server's entry times.
 //!
 //! The schedule is derived from the run's seed and stored as applied, so a
-//! replay applies the same faults at the same times.
+//! replay applies the same faults at the same times. A stored schedule is
+//! read back through [`RawStep`], the format every drift has written, and
+//! checked ([`Step`]'s `TryFrom`, then [`check_schedule`]) before any
+//! server starts: a hand-edited `run.json` is an error naming the field.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Damage};
+use crate::recorder::Recorder;
 use drift_workloads::Rng;
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-pub const KINDS: [&str; 6] = ["partition", "kill", "pause", "corrupt", "diverge", "clock"];
-const PARTITIONS: [&str; 5] = ["halves", "one", "bridge", "majorities-ring", "asymmetric"];
+/// The kinds of fault a campaign can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    Partition,
+    Kill,
+    Pause,
+    Corrupt,
+    Diverge,
+    Clock,
+}
+
+impl FaultKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Partition => "partition",
+            FaultKind::Kill => "kill",
+            FaultKind::Pause => "pause",
+            FaultKind::Corrupt => "corrupt",
+            FaultKind::Diverge => "diverge",
+            FaultKind::Clock => "clock",
+        }
+    }
+
+    const ALL: [FaultKind; 6] = [
+        FaultKind::Partition,
+        FaultKind::Kill,
+        FaultKind::Pause,
+        FaultKind::Corrupt,
+        FaultKind::Diverge,
+        FaultKind::Clock,
+    ];
+
+    fn parse(name: &str) -> Option<FaultKind> {
+        FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
+
+/// Which links a partition cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Two halves cut apart.
+    Halves,
+    /// One server alone.
+    One,
+    /// Two sides cut apart; the server in the middle still sees both.
+    Bridge,
+    /// Each server sees a majority, no two the same.
+    MajoritiesRing,
+    /// The first half cannot reach the rest; replies flow.
+    Asymmetric,
+}
+
+impl Shape {
+    const ALL: [Shape; 5] = [
+        Shape::Halves,
+        Shape::One,
+        Shape::Bridge,
+        Shape::MajoritiesRing,
+        Shape::Asymmetric,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Halves => "halves",
+            Shape::One => "one",
+            Shape::Bridge => "bridge",
+            Shape::MajoritiesRing => "majorities-ring",
+            Shape::Asymmetric => "asymmetric",
+        }
+    }
+}
+
+/// How `corrupt` damages a stopped server's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CorruptMode {
+    Truncate,
+    Flip,
+    Wipe,
+}
+
+impl CorruptMode {
+    const ALL: [CorruptMode; 3] = [CorruptMode::Truncate, CorruptMode::Flip, CorruptMode::Wipe];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CorruptMode::Truncate => "truncate",
+            CorruptMode::Flip => "flip",
+            CorruptMode::Wipe => "wipe",
+        }
+    }
+}
+
+/// Most a `clock` fault may offset a server's clock by: a day.
+pub const CLOCK_OFFSET_MS_MAX: i64 = 86_400_000;
+
+/// A fault, with what it needs to be applied again the same way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The directed links (from, to) to cut.
+    Partition {
+        shape: Shape,
+        links: Vec<(u64, u64)>,
+    },
+    Kill,
+    Pause,
+    /// `pick` chooses the file and the byte.
+    Corrupt {
+        mode: CorruptMode,
+        pick: u64,
+    },
+    Diverge,
+    Clock {
+        offset_ms: i64,
+    },
+}
+
+impl Fault {
+    pub fn kind(&self) -> FaultKind {
+        match self {
+            Fault::Partition { .. } => FaultKind::Partition,
+            Fault::Kill => FaultKind::Kill,
+            Fault::Pause => FaultKind::Pause,
+            Fault::Corrupt { .. } => FaultKind::Corrupt,
+            Fault::Diverge => FaultKind::Diverge,
+            Fault::Clock { .. } => FaultKind::Clock,
+        }
+    }
+}
 
 /// One fault as scheduled and applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "RawStep", into = "RawStep")]
 pub struct Step {
-    /// When it starts and stops, ms since the run started.
+    /// When it starts and stops, ms since the main phase started.
+    pub start_ms: u64,
+    pub stop_ms: u64,
+    pub fault: Fault,
+    /// The servers it acts on (for a partition: all of them, shuffled).
+    pub nodes: Vec<u64>,
+    /// What applying it did (filled in as it runs).
+    pub applied: String,
+}
+
+/// A step as `run.json` stores it (the format every drift wrote): the
+/// fault by name, its details in `variant` (partition shape, corrupt
+/// `mode:pick`, clock offset), the cut links for a partition.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawStep {
     pub start_ms: u64,
     pub stop_ms: u64,
     pub fault: String,
-    /// Partition kind, corrupt mode, clock offset…
     #[serde(default)]
     pub variant: String,
     pub nodes: Vec<u64>,
-    /// Cut links (from, to) for partitions.
     #[serde(default)]
     pub links: Vec<(u64, u64)>,
-    /// What applying it did (filled in as it runs).
     #[serde(default)]
     pub applied: String,
 }
 
+impl TryFrom<RawStep> for Step {
+    type Error = String;
+
+    fn try_from(r: RawStep) -> Result<Step, String> {
+        let kind = FaultKind::parse(&r.fault).ok_or_else(|| {
+            let known: Vec<&str> = FaultKind::ALL.iter().map(|k| k.name()).collect();
+            format!("fault `{}` is not one of {}", r.fault, known.join(", "))
+        })?;
+        if kind != FaultKind::Partition && !r.links.is_empty() {
+            return Err(format!("links belong to a partition, not to {}", kind.name()));
+        }
+        let fault = match kind {
+            FaultKind::Partition => {
+                let shape = Shape::ALL.into_iter().find(|s| s.name() == r.variant).ok_or_else(|| {
+                    let known: Vec<&str> = Shape::ALL.iter().map(|s| s.name()).collect();
+                    format!("partition shape `{}` is not one of {}", r.variant, known.join(", "))
+                })?;
+                Fault::Partition { shape, links: r.links }
+            }
+            FaultKind::Kill => Fault::Kill,
+            FaultKind::Pause => Fault::Pause,
+            FaultKind::Corrupt => {
+                let (mode, pick) = r.variant.split_once(':').unwrap_or((&r.variant, "0"));
+                let mode = CorruptMode::ALL.into_iter().find(|m| m.name() == mode);
+                match (mode, pick.parse::<u64>()) {
+                    (Some(mode), Ok(pick)) => Fault::Corrupt { mode, pick },
+                    _ => {
+                        return Err(format!(
+                            "corrupt variant `{}` is not MODE:PICK (MODE truncate, flip or wipe)",
+                            r.variant
+                        ))
+                    }
+                }
+            }
+            FaultKind::Diverge => Fault::Diverge,
+            FaultKind::Clock => match r.variant.parse::<i64>() {
+                Ok(offset_ms) if offset_ms.abs() <= CLOCK_OFFSET_MS_MAX => Fault::Clock { offset_ms },
+                _ => {
+                    return Err(format!(
+                        "clock variant `{}` is not an offset in ms within ±{CLOCK_OFFSET_MS_MAX}",
+                        r.variant
+                    ))
+                }
+            },
+        };
+        Ok(Step {
+            start_ms: r.start_ms,
+            stop_ms: r.stop_ms,
+            fault,
+            nodes: r.nodes,
+            applied: r.applied,
+        })
+    }
+}
+
+impl From<Step> for RawStep {
+    fn from(s: Step) -> RawStep {
+        let fault = s.fault.kind().name().to_string();
+        let (variant, links) = match s.fault {
+            Fault::Partition { shape, links } => (shape.name().to_string(), links),
+            Fault::Corrupt { mode, pick } => (format!("{}:{pick}", mode.name()), vec![]),
+            Fault::Clock { offset_ms } => (offset_ms.to_string(), vec![]),
+            Fault::Kill | Fault::Pause | Fault::Diverge => (String::new(), vec![]),
+        };
+        RawStep {
+            start_ms: s.start_ms,
+            stop_ms: s.stop_ms,
+            fault,
+            variant,
+            nodes: s.nodes,
+            links,
+            applied: s.applied,
+        }
+    }
+}
+
+/// Checks a schedule against the cluster it is to run on: `nodes`
+/// servers (ids 1..=nodes) for `limit_ms`. The error names the step and
+/// the field.
+pub fn check_schedule(steps: &[Step], nodes: u64, limit_ms: u64) -> Result<(), String> {
+    let id_ok = |n: u64| (1..=nodes).contains(&n);
+    for (i, s) in steps.iter().enumerate() {
+        let at = |field: &str| format!("nemesis_schedule[{i}].{field}");
+        if s.start_ms >= s.stop_ms || s.stop_ms > limit_ms {
+            return Err(format!(
+                "{}: {}..{} ms is not a window inside the run's {limit_ms} ms",
+                at("start_ms"),
+                s.start_ms,
+                s.stop_ms
+            ));
+        }
+        if let Some(bad) = s.nodes.iter().find(|&&n| !id_ok(n)) {
+            return Err(format!("{}: node {bad} is not in 1..={nodes}", at("nodes")));
+        }
+        let wanted = match &s.fault {
+            Fault::Partition { links, .. } => {
+                if let Some((a, b)) = links.iter().find(|(a, b)| !id_ok(*a) || !id_ok(*b) || a == b) {
+                    return Err(format!(
+                        "{}: link {a}->{b} is not between two of 1..={nodes}",
+                        at("links")
+                    ));
+                }
+                if links.is_empty() {
+                    return Err(format!("{}: a partition cuts at least one link", at("links")));
+                }
+                None
+            }
+            Fault::Kill | Fault::Pause => (s.nodes.is_empty()).then_some("at least one node"),
+            Fault::Corrupt { .. } | Fault::Diverge | Fault::Clock { .. } => {
+                (s.nodes.len() != 1).then_some("exactly one node")
+            }
+        };
+        if let Some(wanted) = wanted {
+            return Err(format!("{}: {} needs {wanted}", at("nodes"), s.fault.kind().name()));
+        }
+    }
+    Ok(())
+}
+
 /// A seeded schedule: a fault every `interval_ms`, active for half of it,
 /// up to `limit_ms`.
-pub fn schedule(kinds: &[String], nodes: u64, interval_ms: u64, limit_ms: u64, seed: u64) -> Vec<Step> {
+pub fn schedule(kinds: &[FaultKind], nodes: u64, interval_ms: u64, limit_ms: u64, seed: u64) -> Vec<Step> {
     let mut rng = Rng::new(Rng::derive(seed, "nemesis"));
     let mut out = Vec::new();
     if kinds.is_empty() || nodes < 2 {
@@ -52,34 +321,34 @@ pub fn schedule(kinds: &[String], nodes: u64, interval_ms: u64, limit_ms: u64, s
     }
     let mut t = interval_ms;
     while t + interval_ms / 2 < limit_ms {
-        let fault = kinds[rng.below(kinds.len() as u64) as usize].clone();
+        let kind = kinds[rng.below(kinds.len() as u64) as usize];
         let mut ids: Vec<u64> = (1..=nodes).collect();
         shuffle(&mut rng, &mut ids);
         let minority = (1 + rng.below(((nodes - 1) / 2).max(1))) as usize;
-        let (variant, chosen, links) = match fault.as_str() {
-            "partition" => {
-                let kind = PARTITIONS[rng.below(PARTITIONS.len() as u64) as usize];
-                let links = partition_links(kind, &ids);
-                (kind.to_string(), ids.clone(), links)
+        let (fault, chosen) = match kind {
+            FaultKind::Partition => {
+                let shape = Shape::ALL[rng.below(Shape::ALL.len() as u64) as usize];
+                let links = partition_links(shape, &ids);
+                (Fault::Partition { shape, links }, ids.clone())
             }
-            "kill" | "pause" => (String::new(), ids[..minority].to_vec(), vec![]),
-            "corrupt" => {
-                let mode = ["truncate", "flip", "wipe"][rng.below(3) as usize];
-                (format!("{mode}:{}", rng.below(1 << 20)), ids[..1].to_vec(), vec![])
+            FaultKind::Kill => (Fault::Kill, ids[..minority].to_vec()),
+            FaultKind::Pause => (Fault::Pause, ids[..minority].to_vec()),
+            FaultKind::Corrupt => {
+                let mode = CorruptMode::ALL[rng.below(3) as usize];
+                let pick = rng.below(1 << 20);
+                (Fault::Corrupt { mode, pick }, ids[..1].to_vec())
             }
-            "clock" => {
-                let offset = (rng.below(20_001) as i64 - 10_000).to_string();
-                (offset, ids[..1].to_vec(), vec![])
+            FaultKind::Clock => {
+                let offset_ms = rng.below(20_001) as i64 - 10_000;
+                (Fault::Clock { offset_ms }, ids[..1].to_vec())
             }
-            _ => (String::new(), ids[..1].to_vec(), vec![]),
+            FaultKind::Diverge => (Fault::Diverge, ids[..1].to_vec()),
         };
         out.push(Step {
             start_ms: t,
             stop_ms: t + interval_ms / 2,
             fault,
-            variant,
             nodes: chosen,
-            links,
             applied: String::new(),
         });
         t += interval_ms;
@@ -95,24 +364,23 @@ fn shuffle(rng: &mut Rng, v: &mut [u64]) {
 }
 
 /// Directed links cut by a partition of `ids` (already shuffled).
-fn partition_links(kind: &str, ids: &[u64]) -> Vec<(u64, u64)> {
+fn partition_links(shape: Shape, ids: &[u64]) -> Vec<(u64, u64)> {
     let n = ids.len();
     let both = |a: &[u64], b: &[u64]| -> Vec<(u64, u64)> {
         a.iter()
             .flat_map(|&x| b.iter().flat_map(move |&y| [(x, y), (y, x)]))
             .collect()
     };
-    match kind {
-        "halves" => both(&ids[..n / 2], &ids[n / 2..]),
-        "one" => both(&ids[..1], &ids[1..]),
-        "bridge" => {
-            // two sides cut apart; the middle node still sees both
+    match shape {
+        Shape::Halves => both(&ids[..n / 2], &ids[n / 2..]),
+        Shape::One => both(&ids[..1], &ids[1..]),
+        Shape::Bridge => {
             let mid = n / 2;
             both(&ids[..mid], &ids[mid + 1..])
         }
-        "majorities-ring" => {
-            // each node keeps its ring neighbours within reach: a majority
-            // each, no majority in common
+        Shape::MajoritiesRing => {
+            // each server keeps its ring neighbours within reach: a
+            // majority each, no majority in common
             let reach = n / 2;
             let mut cut = Vec::new();
             for (i, &a) in ids.iter().enumerate() {
@@ -129,14 +397,22 @@ fn partition_links(kind: &str, ids: &[u64]) -> Vec<(u64, u64)> {
                 cut
             }
         }
-        _ => {
-            // asymmetric: the first half cannot reach the rest; replies flow
-            ids[..n / 2]
-                .iter()
-                .flat_map(|&a| ids[n / 2..].iter().map(move |&b| (a, b)))
-                .collect()
-        }
+        Shape::Asymmetric => ids[..n / 2]
+            .iter()
+            .flat_map(|&a| ids[n / 2..].iter().map(move |&b| (a, b)))
+            .collect(),
     }
+}
+
+/// How a campaign asks partitions to be made (`--partitioner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PartitionerMode {
+    /// iptables when root and available, else per-link proxies.
+    #[default]
+    Auto,
+    Iptables,
+    Proxies,
 }
 
 /// How partitions are made.
@@ -153,11 +429,9 @@ pub enum Partitioner {
 impl Partitioner {
     /// `auto`: iptables when root and available, else proxies. `iptables`
     /// or `proxies` insist (an error says why iptables cannot be had).
-    pub fn choose(run_tag: &str, mode: &str) -> Result<Partitioner, String> {
-        match mode {
-            "proxies" => return Ok(Partitioner::Proxies),
-            "auto" | "iptables" => {}
-            other => return Err(format!("--partitioner {other}: expected auto, iptables or proxies")),
+    pub fn choose(run_tag: &str, mode: PartitionerMode) -> Result<Partitioner, String> {
+        if mode == PartitionerMode::Proxies {
+            return Ok(Partitioner::Proxies);
         }
         let root = Command::new("id")
             .arg("-u")
@@ -181,7 +455,7 @@ impl Partitioner {
             }
             let _ = ipt(&["-X", &chain]);
         }
-        if mode == "iptables" {
+        if mode == PartitionerMode::Iptables {
             return Err(format!(
                 "--partitioner iptables: {}",
                 if !root {
@@ -209,14 +483,25 @@ impl Partitioner {
         }
     }
 
-    /// Cuts `links`; returns what it did.
+    /// Cuts `links`; returns what it did. A link a→b is every packet
+    /// from a's peer address to b's that belongs to a Raft connection —
+    /// to b's Raft port, or from a's — so the rules touch this run's
+    /// peer traffic and nothing else on the machine.
     pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)]) -> String {
         match self {
             Partitioner::Iptables { chain, .. } => {
                 let mut n = 0;
                 for (a, b) in links {
-                    let (sa, sb) = (cluster.peer_ip(*a).to_string(), cluster.peer_ip(*b).to_string());
-                    if ipt(&["-A", chain, "-s", &sa, "-d", &sb, "-j", "DROP"]) {
+                    let (pa, pb) = (cluster.peer_addr(*a), cluster.peer_addr(*b));
+                    let (sa, sb) = (pa.ip().to_string(), pb.ip().to_string());
+                    let to_b = ["--dport", &pb.port().to_string()].map(str::to_string);
+                    let from_a = ["--sport", &pa.port().to_string()].map(str::to_string);
+                    let ok = [to_b, from_a].iter().all(|port| {
+                        ipt(&[
+                            "-A", chain, "-s", &sa, "-d", &sb, "-p", "tcp", &port[0], &port[1], "-j", "DROP",
+                        ])
+                    });
+                    if ok {
                         n += 1;
                     }
                 }
@@ -267,42 +552,298 @@ fn ipt(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Applies `step` to the cluster; what it did.
+pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
+    let Ok(mut c) = cluster.lock() else {
+        return "cluster lock poisoned".into();
+    };
+    match &step.fault {
+        Fault::Partition { links, .. } => p.cut(c.as_ref(), links),
+        Fault::Kill => {
+            for &n in &step.nodes {
+                c.kill(n);
+            }
+            format!("killed {:?}", step.nodes)
+        }
+        Fault::Pause => {
+            for &n in &step.nodes {
+                c.pause(n);
+            }
+            format!("paused {:?}", step.nodes)
+        }
+        Fault::Corrupt { mode, pick } => {
+            let n = step.nodes[0];
+            c.kill(n);
+            let what = match mode {
+                CorruptMode::Wipe => c.wipe(n).map(|_| format!("wiped node {n}")),
+                CorruptMode::Truncate => c.corrupt(n, Damage::Truncate, *pick),
+                CorruptMode::Flip => c.corrupt(n, Damage::Flip, *pick),
+            };
+            what.unwrap_or_else(|e| e.to_string())
+        }
+        Fault::Diverge => {
+            // a leader's divergence would be every replica's: a follower
+            let leader = c.leader();
+            let n = step.nodes[0];
+            let target = if Some(n) == leader {
+                c.ids()
+                    .into_iter()
+                    .find(|&i| Some(i) != leader && c.is_up(i))
+                    .unwrap_or(n)
+            } else {
+                n
+            };
+            match c.admin(target, "diverge") {
+                Ok(a) => format!("diverge armed on node {target}: {a}"),
+                Err(e) => format!("diverge on node {target} failed: {e}"),
+            }
+        }
+        Fault::Clock { offset_ms } => c
+            .admin(step.nodes[0], &format!("clock {offset_ms}"))
+            .unwrap_or_else(|e| e.to_string()),
+    }
+}
+
+/// Stops what `step` started; what it did.
+pub fn stop(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
+    let Ok(mut c) = cluster.lock() else {
+        return "cluster lock poisoned".into();
+    };
+    match &step.fault {
+        Fault::Partition { .. } => {
+            p.heal(c.as_ref());
+            "healed".into()
+        }
+        Fault::Kill | Fault::Corrupt { .. } | Fault::Diverge => {
+            let mut out = Vec::new();
+            for i in c.ids() {
+                if !c.is_up(i) {
+                    out.push(match c.start(i) {
+                        Ok(()) => format!("restarted {i}"),
+                        Err(e) => e.to_string(),
+                    });
+                }
+            }
+            out.join("; ")
+        }
+        Fault::Pause => {
+            for &n in &step.nodes {
+                c.resume(n);
+            }
+            "resumed".into()
+        }
+        Fault::Clock { .. } => c.admin(step.nodes[0], "clock 0").unwrap_or_else(|e| e.to_string()),
+    }
+}
+
+/// Runs `schedule` from `started` on: each step applied and stopped at
+/// its times, both recorded as `start-<fault>` / `stop-<fault>` events,
+/// each applied step kept in `applied`. Returns early once `stop` is set.
+pub fn run_schedule(
+    cluster: &Mutex<Box<dyn Backend>>,
+    r: &Recorder,
+    p: &Partitioner,
+    applied: &Mutex<Vec<Step>>,
+    schedule: Vec<Step>,
+    started: Instant,
+    stop_flag: &AtomicBool,
+) {
+    for mut step in schedule {
+        if !sleep_until(started + Duration::from_millis(step.start_ms), stop_flag, cluster, r) {
+            return;
+        }
+        step.applied = apply(cluster, p, &step);
+        let raw = RawStep::from(step.clone());
+        r.event(
+            &format!("start-{}", raw.fault),
+            json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied}),
+        );
+        if let Ok(mut a) = applied.lock() {
+            a.push(step.clone());
+        }
+        if !sleep_until(started + Duration::from_millis(step.stop_ms), stop_flag, cluster, r) {
+            return;
+        }
+        let healed = stop(cluster, p, &step);
+        r.event(
+            &format!("stop-{}", raw.fault),
+            json!({"nodes": raw.nodes, "healed": healed}),
+        );
+    }
+}
+
+/// Sleeps until `t`, recording servers that exit on their own; false if
+/// the run is stopping.
+fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> bool {
+    while Instant::now() < t {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        record_exits(cluster, r);
+        std::thread::sleep(Duration::from_millis(50).min(t.saturating_duration_since(Instant::now())));
+    }
+    true
+}
+
+/// Records every server that exited on its own since the last look.
+pub fn record_exits(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> Vec<crate::backend::Exit> {
+    let exits = cluster.lock().map(|mut c| c.exits()).unwrap_or_default();
+    for e in &exits {
+        r.event("node-exited", json!({"node": e.node, "code": e.code}));
+    }
+    exits
+}
+
+/// Stops every fault and brings every server back; one that will not
+/// start (a corruption it refuses) is wiped and rejoins from its peers.
+/// What went wrong, if anything.
+pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner) -> String {
+    let Ok(mut c) = cluster.lock() else {
+        return "cluster lock poisoned".into();
+    };
+    p.heal(c.as_ref());
+    let mut notes = Vec::new();
+    for i in c.ids() {
+        c.resume(i);
+        if c.is_up(i) {
+            let _ = c.admin(i, "clock 0");
+        } else if let Err(e) = c.start(i) {
+            notes.push(e.to_string());
+        }
+    }
+    drop(c);
+    // a server that exits right away refused its data: wipe and rejoin
+    std::thread::sleep(Duration::from_secs(2));
+    let exits = record_exits(cluster, r);
+    if let Ok(mut c) = cluster.lock() {
+        for e in exits {
+            if e.code != Some(drift_node::keeper_node::DIGEST_ABORT_EXIT) {
+                let _ = c.wipe(e.node);
+                notes.push(format!(
+                    "node {} refused to start (exit {:?}): wiped, rejoining from peers",
+                    e.node, e.code
+                ));
+            }
+            let _ = c.start(e.node);
+        }
+    }
+    notes.join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn schedules_replay_from_the_seed_and_stay_in_time() {
-        let kinds: Vec<String> = KINDS.iter().map(|s| s.to_string()).collect();
-        let a = schedule(&kinds, 5, 4000, 60_000, 9);
-        assert_eq!(a, schedule(&kinds, 5, 4000, 60_000, 9));
-        assert_ne!(a, schedule(&kinds, 5, 4000, 60_000, 10));
+        let a = schedule(&FaultKind::ALL, 5, 4000, 60_000, 9);
+        assert_eq!(a, schedule(&FaultKind::ALL, 5, 4000, 60_000, 9));
+        assert_ne!(a, schedule(&FaultKind::ALL, 5, 4000, 60_000, 10));
         assert!(a.iter().all(|s| s.start_ms < s.stop_ms && s.stop_ms <= 60_000));
         for s in &a {
-            if s.fault == "kill" || s.fault == "pause" {
+            if matches!(s.fault, Fault::Kill | Fault::Pause) {
                 assert!(s.nodes.len() <= 2, "a minority only: {s:?}");
             }
         }
+        assert_eq!(check_schedule(&a, 5, 60_000), Ok(()));
     }
 
     #[test]
     fn partitions_cut_what_they_say() {
         let ids = [1, 2, 3, 4, 5];
-        let halves = partition_links("halves", &ids);
+        let halves = partition_links(Shape::Halves, &ids);
         assert!(halves.contains(&(1, 3)) && halves.contains(&(3, 1)) && !halves.contains(&(1, 2)));
-        let one = partition_links("one", &ids);
+        let one = partition_links(Shape::One, &ids);
         assert_eq!(one.len(), 8);
-        let bridge = partition_links("bridge", &ids);
+        let bridge = partition_links(Shape::Bridge, &ids);
         assert!(
             !bridge.iter().any(|&(a, b)| a == 3 || b == 3),
-            "the bridge node keeps every link"
+            "the bridge server keeps every link"
         );
-        let asym = partition_links("asymmetric", &ids);
+        let asym = partition_links(Shape::Asymmetric, &ids);
         assert!(asym.contains(&(1, 3)) && !asym.contains(&(3, 1)));
-        let ring = partition_links("majorities-ring", &ids);
+        let ring = partition_links(Shape::MajoritiesRing, &ids);
         for &n in &ids {
             let reachable = ids.iter().filter(|&&m| m != n && !ring.contains(&(n, m))).count() + 1;
-            assert!(reachable >= 3, "node {n} sees a majority");
+            assert!(reachable >= 3, "server {n} sees a majority");
         }
+    }
+
+    #[test]
+    fn steps_keep_the_stored_format_both_ways() {
+        // as every drift before the typed plan wrote them
+        let stored = r#"[
+            {"start_ms":6000,"stop_ms":9000,"fault":"partition","variant":"halves","nodes":[2,1,3],"links":[[2,1],[1,2]],"applied":"x"},
+            {"start_ms":12000,"stop_ms":15000,"fault":"corrupt","variant":"flip:77","nodes":[3],"links":[]},
+            {"start_ms":18000,"stop_ms":21000,"fault":"clock","variant":"-420","nodes":[1]},
+            {"start_ms":24000,"stop_ms":27000,"fault":"kill","variant":"","nodes":[1,2],"links":[],"applied":""}
+        ]"#;
+        let steps: Vec<Step> = serde_json::from_str(stored).unwrap();
+        assert_eq!(
+            steps[1].fault,
+            Fault::Corrupt {
+                mode: CorruptMode::Flip,
+                pick: 77
+            }
+        );
+        assert_eq!(steps[2].fault, Fault::Clock { offset_ms: -420 });
+        let again: Vec<Step> = serde_json::from_value(serde_json::to_value(&steps).unwrap()).unwrap();
+        assert_eq!(again, steps);
+        assert_eq!(check_schedule(&steps, 3, 30_000), Ok(()));
+    }
+
+    #[test]
+    fn a_bad_step_is_an_error_naming_what_is_wrong() {
+        let one = |json: &str| serde_json::from_str::<Step>(json).map_err(|e| e.to_string());
+        assert!(one(r#"{"start_ms":1,"stop_ms":2,"fault":"meteor","nodes":[1]}"#)
+            .unwrap_err()
+            .contains("fault `meteor` is not one of partition"));
+        assert!(
+            one(r#"{"start_ms":1,"stop_ms":2,"fault":"partition","variant":"donut","nodes":[1]}"#)
+                .unwrap_err()
+                .contains("partition shape `donut`")
+        );
+        assert!(
+            one(r#"{"start_ms":1,"stop_ms":2,"fault":"clock","variant":"soon","nodes":[1]}"#)
+                .unwrap_err()
+                .contains("clock variant")
+        );
+        assert!(one(r#"{"start_ms":1,"fault":"kill","nodes":[1]}"#)
+            .unwrap_err()
+            .contains("stop_ms"));
+        let step = |fault: Fault, nodes: Vec<u64>| Step {
+            start_ms: 10,
+            stop_ms: 20,
+            fault,
+            nodes,
+            applied: String::new(),
+        };
+        let cases = [
+            (
+                step(Fault::Kill, vec![9]),
+                "nemesis_schedule[0].nodes: node 9 is not in 1..=3",
+            ),
+            (step(Fault::Kill, vec![]), "kill needs at least one node"),
+            (step(Fault::Diverge, vec![1, 2]), "diverge needs exactly one node"),
+            (
+                step(
+                    Fault::Partition {
+                        shape: Shape::One,
+                        links: vec![(1, 4)],
+                    },
+                    vec![1, 2, 3],
+                ),
+                "nemesis_schedule[0].links: link 1->4",
+            ),
+        ];
+        for (s, want) in cases {
+            let e = check_schedule(&[s], 3, 1000).unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+        let late = Step {
+            stop_ms: 5000,
+            ..step(Fault::Pause, vec![1])
+        };
+        assert!(check_schedule(&[late], 3, 1000).unwrap_err().contains("start_ms"));
     }
 }

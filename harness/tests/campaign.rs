@@ -47,6 +47,24 @@ fn json_file(path: PathBuf) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// Each checker's name, verdict, reason and findings in a results.json
+/// (not how long it took).
+fn judged(results: &serde_json::Value) -> Vec<(String, String, serde_json::Value, serde_json::Value)> {
+    results["checkers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["checker"].as_str().unwrap().to_string(),
+                c["verdict"].as_str().unwrap().to_string(),
+                c["reason"].clone(),
+                c["details"].clone(),
+            )
+        })
+        .collect()
+}
+
 /// The results of checker `name` in a run's results.json.
 fn checker_results(run: &Path, name: &str) -> Option<serde_json::Value> {
     let results = json_file(run.join("results.json"));
@@ -110,14 +128,18 @@ fn a_short_campaign_stores_a_checked_run_and_replays_it() {
     assert_eq!(version["binary_sha256"].as_str().map(str::len), Some(64), "{version}");
     let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
     assert!(history.contains("\"start-kill\"") && history.contains("\"final-digests\""));
-    // re-check the stored run
-    let check = drift().arg("check").arg(&run).output().unwrap();
+    // re-check the stored run: the same judge, the same verdicts and
+    // findings as the campaign's
+    let campaign_results = json_file(run.join("results.json"));
+    let check = drift().arg("check").arg(&run).arg("--json").output().unwrap();
     assert_eq!(
         check.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&check.stdout)
     );
+    let checked: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(judged(&checked), judged(&campaign_results));
     // replay, through the store's `latest` as the README shows it: a new
     // run with the same seed and the stored schedule. The first kill is
     // moved to another node first, so a replay that drew its schedule
@@ -236,28 +258,35 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
     // each refused for its own reason: were a check to regress, the run
     // it would start is short, on a port of its own, in a scratch store
     let store = fresh_path("bad-args");
-    let bounds = "--concurrency must be in 1..=1000, --rate in 0.01..=1000000";
     for (args, says) in [
-        (&["--workload", "bogus"][..], "unknown --workload `bogus`"),
-        (&["--nemesis", "meteor"], "unknown --nemesis `meteor`"),
-        (&["--target", "etcd"], "unknown --target `etcd`"),
+        (
+            &["--workload", "bogus"][..],
+            "invalid value 'bogus' for '--workload <WORKLOAD>'",
+        ),
+        (
+            &["--workload", "bogus"],
+            "[possible values: register, unique-ids, counter, total-queue, ephemeral]",
+        ),
+        (
+            &["--nemesis", "meteor"],
+            "[possible values: none, partition, kill, pause, corrupt, diverge, clock]",
+        ),
+        (&["--target", "etcd"], "[possible values: drift, zookeeper]"),
         (
             &["--target", "zookeeper", "--nemesis", "partition"],
-            "--nemesis partition is not available on the zookeeper target",
+            "nemesis partition is not available on the zookeeper target",
         ),
-        (
-            &["--digest", "maybe"],
-            "--digest maybe: expected off, incremental or full",
-        ),
+        (&["--digest", "maybe"], "[possible values: off, incremental, full]"),
         (
             &["--partitioner", "carrier-pigeon"],
-            "--partitioner carrier-pigeon: expected",
+            "[possible values: auto, iptables, proxies]",
         ),
-        (&["--nemesis-interval", "0"], bounds),
-        (&["--port", "65530"], "--port must be in 1024..="),
-        (&["--nodes", "12"], "--nodes must be in 1..=9"),
-        (&["--rate", "0.000001"], bounds),
-        (&["--concurrency", "0"], bounds),
+        (&["--nemesis-interval", "0"], "0 is not in 1..=604800"),
+        (&["--port", "65530"], "65530 is not in 1024..=65516"),
+        (&["--nodes", "12"], "12 is not in 1..=9"),
+        (&["--rate", "0.000001"], "must be in 0.01..=1000000"),
+        (&["--concurrency", "0"], "0 is not in 1..=1000"),
+        (&["--local-reads", "--quorum-reads"], "cannot be used with"),
     ] {
         let mut cmd = drift();
         cmd.arg("test")
@@ -280,8 +309,32 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(3));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--port must be in 1024..=65533"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("65535 is not in 1024..=65533"));
     assert!(!store.exists(), "nothing started, nothing written");
+}
+
+#[test]
+fn test_help_lists_every_allowed_value_of_every_enumerated_option() {
+    let out = drift().args(["test", "-h"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for values in [
+        "[possible values: register, unique-ids, counter, total-queue, ephemeral]",
+        "[possible values: drift, zookeeper]",
+        "[possible values: none, partition, kill, pause, corrupt, diverge, clock]",
+        "[possible values: auto, iptables, proxies]",
+        "[possible values: off, incremental, full]",
+    ] {
+        assert!(help.contains(values), "{values} missing from:\n{help}");
+    }
+    let out = drift().args(["check", "-h"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("[possible values: cas-register, kv]"), "{help}");
+    assert!(
+        help.contains(
+            "[possible values: linearizable, unique-ids, set, counter, total-queue, ephemeral, stats, perf, digest]"
+        ),
+        "{help}"
+    );
 }
 
 #[test]
@@ -358,4 +411,238 @@ fn without_iptables_partitions_go_through_per_link_proxies() {
         "replay keeps the partitioner"
     );
     let _ = std::fs::remove_dir_all(&store);
+}
+
+/// A store holding one run whose run.json is `info`; (store, run dir).
+fn stored_run(tag: &str, info: &serde_json::Value) -> (PathBuf, PathBuf) {
+    let store = fresh_path(tag);
+    let run = store.join("register-drift").join("20261130T234421.385Z");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(run.join("run.json"), serde_json::to_string_pretty(info).unwrap()).unwrap();
+    // replay reads run.json alone; a stored run has its history beside it
+    std::fs::write(run.join("history.jsonl"), "").unwrap();
+    (store, run)
+}
+
+/// A run.json `drift test` wrote before campaigns had a typed plan: three
+/// servers, 8 s, a majorities-ring partition, a clock offset and a kill.
+fn stored_before_the_typed_plan() -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/run-before-typed-plan.json");
+    json_file(path)
+}
+
+/// What a schedule applies: every step's times, fault, details, servers
+/// and links (not what applying it printed).
+fn applied(info: &serde_json::Value) -> Vec<serde_json::Value> {
+    info["nemesis_schedule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            s.as_object_mut().unwrap().remove("applied");
+            s
+        })
+        .collect()
+}
+
+/// The run in `runs` (a test directory's) other than `not`.
+fn other_run(test_dir: &Path, not: &[&Path]) -> PathBuf {
+    std::fs::read_dir(test_dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| !not.contains(&p.as_path()))
+        .expect("a new run")
+}
+
+#[test]
+fn a_run_stored_before_the_typed_plan_replays_its_schedule_and_so_does_its_replay() {
+    let mut info = stored_before_the_typed_plan();
+    info["config"]["port"] = 22781.into();
+    let (store, old) = stored_run("replay-old", &info);
+    let replay = drift().arg("replay").arg(&old).output().unwrap();
+    let stdout = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    let test_dir = old.parent().unwrap();
+    let new = other_run(test_dir, &[&old]);
+    let new_info = json_file(new.join("run.json"));
+    assert_eq!(new_info["seed"], 7);
+    assert_eq!(
+        applied(&new_info),
+        applied(&info),
+        "the old run's schedule, applied again"
+    );
+    assert!(new_info["nemesis_schedule"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| !s["applied"].as_str().unwrap().is_empty()));
+    // and the run this drift stored replays the same way
+    let again = drift().arg("replay").arg(&new).output().unwrap();
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    let third = other_run(test_dir, &[&old, &new]);
+    assert_eq!(applied(&json_file(third.join("run.json"))), applied(&info));
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn a_damaged_run_json_exits_3_naming_the_field_and_starts_nothing() {
+    type Damage = fn(&mut serde_json::Value);
+    let cases: [(Damage, &str); 7] = [
+        (
+            |v| v["nemesis_schedule"][1]["nodes"] = serde_json::json!([9]),
+            "nemesis_schedule[1].nodes: node 9 is not in 1..=3",
+        ),
+        (
+            |v| v["nemesis_schedule"][0]["fault"] = "meteor".into(),
+            "nemesis_schedule[0]: fault `meteor` is not one of partition",
+        ),
+        (
+            |v| {
+                v["config"].as_object_mut().unwrap().remove("nodes");
+            },
+            "config: missing field `nodes`",
+        ),
+        (|v| v["config"]["nodes"] = "three".into(), "config.nodes: invalid type"),
+        (|v| v["config"]["nodes"] = 0.into(), "config.nodes = 0 is outside 1..=9"),
+        (
+            |v| v["nemesis_schedule"][2]["links"] = serde_json::json!([[1, 2]]),
+            "nemesis_schedule[2]: links belong to a partition, not to kill",
+        ),
+        (
+            |v| v["nemesis_schedule"][0]["links"] = serde_json::json!([[1, 7]]),
+            "nemesis_schedule[0].links: link 1->7 is not between two of 1..=3",
+        ),
+    ];
+    for (n, (damage, says)) in cases.into_iter().enumerate() {
+        let mut info = stored_before_the_typed_plan();
+        damage(&mut info);
+        let (store, run) = stored_run(&format!("damaged-{n}"), &info);
+        let out = drift().arg("replay").arg(&run).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "case {n}: {stderr}");
+        assert!(
+            stderr.contains("run.json: ") && stderr.contains(says),
+            "case {n}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "case {n}: {stderr}");
+        // refused before anything started: no new run
+        assert_eq!(std::fs::read_dir(run.parent().unwrap()).unwrap().count(), 1, "case {n}");
+        let _ = std::fs::remove_dir_all(&store);
+    }
+}
+
+#[test]
+fn two_campaigns_started_at_once_on_one_machine_both_come_out_valid() {
+    let stores = [fresh_path("twin-a"), fresh_path("twin-b")];
+    let campaigns: Vec<Reaped> = stores
+        .iter()
+        .map(|store| {
+            Reaped(
+                drift()
+                    .args([
+                        "test",
+                        "--workload",
+                        "register",
+                        "--nemesis",
+                        "kill,partition",
+                        "--nemesis-interval",
+                        "3",
+                    ])
+                    .args([
+                        "--time-limit",
+                        "8",
+                        "--nodes",
+                        "3",
+                        "--rate",
+                        "30",
+                        "--port",
+                        "22881",
+                        "--store",
+                    ])
+                    .arg(store)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    let mut blocks = Vec::new();
+    for (mut c, store) in campaigns.into_iter().zip(&stores) {
+        let child = std::mem::replace(&mut c.0, std::process::Command::new("true").spawn().unwrap());
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let info = json_file(only_run(store).join("run.json"));
+        blocks.push(info["hosts"][0]["client"].as_str().unwrap().to_string());
+    }
+    assert_ne!(blocks[0], blocks[1], "each run on an address block of its own");
+    for s in &stores {
+        let _ = std::fs::remove_dir_all(s);
+    }
+}
+
+#[test]
+fn a_campaign_whose_servers_cannot_bind_exits_3_at_once_quoting_the_server() {
+    // the admin port of server 1 of block 61 is taken by someone else
+    let port = 22981u16;
+    let squatter = std::net::TcpListener::bind(("127.0.61.11", port + 2)).unwrap();
+    let store = fresh_path("cannot-bind");
+    let started = Instant::now();
+    let out = drift()
+        .args([
+            "test",
+            "--nemesis",
+            "none",
+            "--time-limit",
+            "5",
+            "--nodes",
+            "3",
+            "--block",
+            "61",
+        ])
+        .args(["--port", &port.to_string(), "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("node 1 exited during setup") && stderr.contains("Address already in use"),
+        "{stderr}"
+    );
+    // the setup's own deadline is 45 s: this was the exit, not the wait
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+    drop(squatter);
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn counter_and_register_with_no_options_and_no_faults_come_out_valid() {
+    for (workload, port) in [("counter", "23081"), ("register", "23181")] {
+        let (stdout, run, store) = valid_campaign(
+            &format!("defaults-{workload}"),
+            &format!("--workload {workload} --nemesis none --time-limit 5 --nodes 3 --port {port}"),
+        );
+        assert!(stdout.contains("verdict  VALID"), "{stdout}");
+        assert_eq!(json_file(run.join("run.json"))["config"]["quorum_reads"], true);
+        let _ = std::fs::remove_dir_all(&store);
+    }
 }

@@ -155,8 +155,11 @@ fn bad_arguments_exit_3() {
     let file = dir.join("etcd_000.jsonl");
     let out = scratch("args");
     let cases: [(&[&str], &str); 6] = [
-        (&["--checker", "bogus"], "unknown checker `bogus`"),
-        (&["--model", "queue"], "unknown --model `queue`"),
+        (
+            &["--checker", "bogus"],
+            "invalid value 'bogus' for '--checker <CHECKERS>'",
+        ),
+        (&["--model", "queue"], "[possible values: cas-register, kv]"),
         (&["--budget-s=-1"], "--budget-s"),
         (&["--budget-s", "nan"], "--budget-s"),
         (&["--frobnicate"], "--frobnicate"),

@@ -4,8 +4,9 @@
 //! kill the leader, restart a follower, wipe one, lose the majority,
 //! make one diverge, feed it garbage.
 //!
-//! Each test owns a cluster on its own ports (nodes on 127.0.0.11..13),
-//! and its `Drop` ends exactly the processes it started.
+//! Each test owns a cluster on its own ports (nodes on 127.0.B.11..13 of
+//! the address block it claimed), and its `Drop` ends exactly the
+//! processes it started.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -274,7 +275,7 @@ async fn a_diverged_follower_aborts_at_that_index_and_the_rest_agree() {
     assert_eq!(c.admin(victim, "diverge").trim(), "ok");
     assert!(c.admin(victim, "status").contains("digest"));
     // a wrong token does nothing
-    let mut s = TcpStream::connect(format!("127.0.0.{}:{}", 10 + victim, c.port + 2)).unwrap();
+    let mut s = TcpStream::connect(c.admin_addr(victim)).unwrap();
     s.write_all(b"open diverge\n").unwrap();
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
@@ -477,4 +478,41 @@ fn nodes_that_lost_their_state_never_elect_a_leader_among_themselves() {
     std::thread::sleep(Duration::from_secs(4));
     assert!((1..=3).all(|i| c.alive(i)), "the wiped nodes run");
     assert_eq!(c.leader(), None, "stateless nodes elected a leader");
+}
+
+#[test]
+fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
+    let a = Cluster::up("twin-a", 21230, &[]);
+    let b = Cluster::up("twin-b", 21230, &[]);
+    let (ia, ib) = (a.client_addr(1).ip(), b.client_addr(1).ip());
+    assert_ne!(ia, ib, "same port, different addresses");
+    a.wait_leader(Duration::from_secs(10));
+    b.wait_leader(Duration::from_secs(10));
+    // a third cluster asked for the first one's block is refused, naming
+    // the cluster that holds it
+    let block = match ia {
+        std::net::IpAddr::V4(ip) => ip.octets()[2],
+        std::net::IpAddr::V6(_) => unreachable!("loopback v4"),
+    };
+    let dir = common::fresh_path("twin-c");
+    let out = common::drift()
+        .args([
+            "cluster",
+            "up",
+            "--port",
+            "21230",
+            "--block",
+            &block.to_string(),
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("is held by drift cluster in") && stderr.contains(&a.dir.display().to_string()),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

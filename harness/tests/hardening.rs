@@ -78,8 +78,8 @@ fn oversized_requests_are_refused_by_leader_and_follower_and_the_cluster_keeps_s
 
 // ------------------------------------------------------------ peer port
 
-fn raft_addr(c: &Cluster, i: u64) -> String {
-    format!("127.0.0.{}:{}", 10 + i, c.port + 1)
+fn raft_addr(c: &Cluster, i: u64) -> std::net::SocketAddr {
+    c.raft_addr(i)
 }
 
 fn secret(c: &Cluster) -> Vec<u8> {
@@ -466,9 +466,9 @@ fn the_fault_token_is_on_no_command_line_and_idle_admin_connections_delay_no_one
             "node {i}'s command line shows the token: {cmdline}"
         );
     }
-    let admin = format!("127.0.0.11:{}", c.port + 2);
-    let mut idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(&admin).unwrap()).collect();
-    let mut third = TcpStream::connect(&admin).unwrap();
+    let admin = c.admin_addr(1);
+    let mut idle: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(admin).unwrap()).collect();
+    let mut third = TcpStream::connect(admin).unwrap();
     third
         .write_all(format!("{} status\n", token.trim()).as_bytes())
         .unwrap();

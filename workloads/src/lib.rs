@@ -10,4 +10,4 @@ pub mod workload;
 pub mod zkclient;
 
 pub use rng::Rng;
-pub use workload::{OpSpec, Outcome, Workload};
+pub use workload::{OpSpec, Outcome, Workload, WorkloadKind};

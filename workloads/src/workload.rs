@@ -13,6 +13,9 @@
 //!   expire. No ephemeral may outlive its session.
 
 use crate::rng::Rng;
+use drift_checkers::linear::model::ModelKind;
+use drift_checkers::registry::CheckerKind;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 /// Values a register takes: small, so reads often match writes and the
@@ -46,18 +49,39 @@ pub enum Outcome {
     Info(String),
 }
 
-pub const NAMES: [&str; 5] = ["register", "unique-ids", "counter", "total-queue", "ephemeral"];
+/// The workloads by the names the CLI and run configs use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
+pub enum WorkloadKind {
+    Register,
+    UniqueIds,
+    Counter,
+    TotalQueue,
+    Ephemeral,
+}
 
 impl Workload {
-    pub fn parse(name: &str, keys: u32) -> Option<Workload> {
-        Some(match name {
-            "register" => Workload::Register { keys: keys.max(1) },
-            "unique-ids" => Workload::UniqueIds,
-            "counter" => Workload::Counter,
-            "total-queue" => Workload::TotalQueue,
-            "ephemeral" => Workload::Ephemeral,
-            _ => return None,
-        })
+    /// The workload `kind`; `keys` counts the register workload's keys
+    /// (at least one).
+    pub fn new(kind: WorkloadKind, keys: u32) -> Workload {
+        match kind {
+            WorkloadKind::Register => Workload::Register { keys: keys.max(1) },
+            WorkloadKind::UniqueIds => Workload::UniqueIds,
+            WorkloadKind::Counter => Workload::Counter,
+            WorkloadKind::TotalQueue => Workload::TotalQueue,
+            WorkloadKind::Ephemeral => Workload::Ephemeral,
+        }
+    }
+
+    pub fn kind(&self) -> WorkloadKind {
+        match self {
+            Workload::Register { .. } => WorkloadKind::Register,
+            Workload::UniqueIds => WorkloadKind::UniqueIds,
+            Workload::Counter => WorkloadKind::Counter,
+            Workload::TotalQueue => WorkloadKind::TotalQueue,
+            Workload::Ephemeral => WorkloadKind::Ephemeral,
+        }
     }
 
     pub fn name(&self) -> &'static str {
@@ -81,16 +105,21 @@ impl Workload {
         }
     }
 
-    /// (checker, model) pairs that judge this workload's history.
-    pub fn checkers(&self) -> Vec<(&'static str, Option<&'static str>)> {
+    /// The checkers that judge this workload's history.
+    pub fn checkers(&self) -> Vec<CheckerKind> {
         let main = match self {
-            Workload::Register { .. } => ("linearizable", Some("cas-register")),
-            Workload::UniqueIds => ("unique-ids", None),
-            Workload::Counter => ("counter", None),
-            Workload::TotalQueue => ("total-queue", None),
-            Workload::Ephemeral => ("ephemeral", None),
+            Workload::Register { .. } => CheckerKind::Linearizable,
+            Workload::UniqueIds => CheckerKind::UniqueIds,
+            Workload::Counter => CheckerKind::Counter,
+            Workload::TotalQueue => CheckerKind::TotalQueue,
+            Workload::Ephemeral => CheckerKind::Ephemeral,
         };
-        vec![main, ("stats", None), ("perf", None)]
+        vec![main, CheckerKind::Stats, CheckerKind::Perf]
+    }
+
+    /// The model its linearizability is judged by, where it is.
+    pub fn model(&self) -> Option<ModelKind> {
+        matches!(self, Workload::Register { .. }).then_some(ModelKind::CasRegister)
     }
 
     /// The next operation of a worker. `unique` is a per-worker counter
@@ -232,7 +261,7 @@ mod tests {
 
     #[test]
     fn register_ops_have_the_cas_register_shapes() {
-        let w = Workload::parse("register", 3).unwrap();
+        let w = Workload::new(WorkloadKind::Register, 3);
         let mut rng = Rng::new(1);
         let mut u = 0;
         let mut seen = std::collections::BTreeSet::new();
@@ -269,7 +298,7 @@ mod tests {
 
     #[test]
     fn ephemeral_names_are_unique_and_sessions_end() {
-        let w = Workload::parse("ephemeral", 1).unwrap();
+        let w = Workload::new(WorkloadKind::Ephemeral, 1);
         let mut names = std::collections::BTreeSet::new();
         let mut ends = 0;
         for worker in 0..4 {

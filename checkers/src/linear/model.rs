@@ -13,7 +13,9 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 /// The models `drift check --model` accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum ModelKind {
     CasRegister,
     Kv,

@@ -1,5 +1,6 @@
 //! A keeper cluster for one test: `drift cluster up` on its own ports
-//! (nodes on 127.0.0.11..13), driven as an operator would, ended by
+//! (nodes on 127.0.B.11..13 of whichever address block it claimed: tests
+//! run in parallel), driven as an operator would, ended by
 //! `drift cluster down` when dropped; and the client helpers the cluster
 //! tests share.
 
@@ -47,8 +48,23 @@ impl Cluster {
         }
     }
 
+    /// The cluster file `drift cluster up` wrote.
+    pub fn config(&self) -> drift_node::config::ClusterConfig {
+        drift_node::config::ClusterConfig::load(&self.dir.join("cluster.toml")).unwrap()
+    }
+
     pub fn client_addr(&self, i: u64) -> SocketAddr {
-        format!("127.0.0.{}:{}", 10 + i, self.port).parse().unwrap()
+        self.config().peer(i).unwrap().client
+    }
+
+    pub fn raft_addr(&self, i: u64) -> SocketAddr {
+        self.config().peer(i).unwrap().raft
+    }
+
+    /// Node i's admin endpoint (its fault hooks): client port + 2.
+    pub fn admin_addr(&self, i: u64) -> SocketAddr {
+        let client = self.client_addr(i);
+        SocketAddr::new(client.ip(), client.port() + 2)
     }
 
     pub fn four(&self, i: u64, word: &str) -> Option<String> {
@@ -114,7 +130,7 @@ impl Cluster {
     }
 
     pub fn admin(&self, i: u64, cmd: &str) -> String {
-        let addr = format!("127.0.0.{}:{}", 10 + i, self.port + 2);
+        let addr = self.admin_addr(i);
         let mut s = TcpStream::connect(addr).unwrap();
         s.write_all(format!("{} {cmd}\n", self.fault_token.as_deref().unwrap()).as_bytes())
             .unwrap();

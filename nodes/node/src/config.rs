@@ -27,6 +27,7 @@
 //! the nodes' user alone (`drift cluster up` and campaigns write it 0600
 //! with a fresh 256-bit secret).
 
+use crate::error::ConfigError;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -105,14 +106,20 @@ fn d_max_timeout() -> u64 {
 pub const PEERS_MAX: usize = 15;
 
 impl ClusterConfig {
-    pub fn load(path: &Path) -> Result<ClusterConfig, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<ClusterConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| ConfigError::In {
+            path: path.to_path_buf(),
+            source: Box::new(e),
+        })
     }
 
-    pub fn parse(text: &str) -> Result<ClusterConfig, String> {
-        let c: ClusterConfig = toml::from_str(text).map_err(|e| e.to_string())?;
-        c.validate()?;
+    pub fn parse(text: &str) -> Result<ClusterConfig, ConfigError> {
+        let c: ClusterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse(e.to_string()))?;
+        c.validate().map_err(ConfigError::Invalid)?;
         Ok(c)
     }
 
@@ -211,22 +218,28 @@ client = "127.0.0.12:2181"
     fn bad_configs_say_what_is_wrong() {
         assert!(ClusterConfig::parse(&format!("{GOOD}\nbogus = 1"))
             .unwrap_err()
+            .to_string()
             .contains("bogus"));
         assert!(ClusterConfig::parse(&GOOD.replace("id = 2", "id = 1"))
             .unwrap_err()
+            .to_string()
             .contains("distinct"));
         assert!(ClusterConfig::parse(&format!("digest = \"sometimes\"\n{GOOD}"))
             .unwrap_err()
+            .to_string()
             .contains("digest"));
         assert!(ClusterConfig::parse("data_dir = 3").is_err());
         assert!(ClusterConfig::parse(&GOOD.replace("127.0.0.12:2181", "127.0.0.12:0"))
             .unwrap_err()
+            .to_string()
             .contains("port 0"));
         assert!(ClusterConfig::parse(&GOOD.replace("secret = ", "# "))
             .unwrap_err()
+            .to_string()
             .contains("secret"));
         assert!(ClusterConfig::parse(&GOOD.replace("0e0f", ""))
             .unwrap_err()
+            .to_string()
             .contains("too short"));
     }
 }

@@ -32,6 +32,7 @@
 //! last seen zxid; with quorum reads, after a Raft read-index round.
 
 use crate::config::ClusterConfig;
+use crate::error::{NodeError, StoreError};
 use crate::fsdisk::FsDisk;
 use crate::raftlog::RaftLog;
 use crate::transport::{self, Identity, Links, PeerMsg};
@@ -256,22 +257,23 @@ fn fatal_digest(node: u64, m: &DigestMismatch) -> ! {
 }
 
 /// Runs a node until SIGTERM/SIGINT. Errors are setup failures.
-pub fn run(opts: NodeOptions) -> Result<(), String> {
+pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
     let cfg = opts.config.clone();
-    let me = cfg
-        .peer(opts.id)
-        .ok_or_else(|| format!("node id {} is not in the config", opts.id))?
-        .clone();
+    let me = cfg.peer(opts.id).ok_or(NodeError::UnknownId(opts.id))?.clone();
     let dir = cfg.node_dir(opts.id);
-    let mut disk = FsDisk::open(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let io = |path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| NodeError::Io { path, source }
+    };
+    let mut disk = FsDisk::open(&dir).map_err(io(&dir))?;
     let snaps = Snapshots::new(snapshot::Config::default());
-    snaps.clean_incomplete(&mut disk).map_err(|e| e.to_string())?;
+    snaps.clean_incomplete(&mut disk)?;
     let mode = cfg.digest_mode();
     let digest_on = mode != drift_keeper::DigestMode::Off;
-    let (ks, snap) = match snaps.list(&disk).map_err(|e| e.to_string())?.pop() {
+    let (ks, snap) = match snaps.list(&disk)?.pop() {
         Some((index, term, name)) => {
-            let bytes = drift_keeper::disk::Disk::read(&disk, &name).map_err(|e| format!("{name}: {e}"))?;
-            let (state, _meta) = snapshot::decode(&name, &bytes, digest_on).map_err(|e| e.to_string())?;
+            let bytes = drift_keeper::disk::Disk::read(&disk, &name).map_err(io(&dir.join(&name)))?;
+            let (state, _meta) = snapshot::decode(&name, &bytes, digest_on)?;
             (
                 Storage::from_state(state, mode == drift_keeper::DigestMode::Full),
                 Some((index, term, bytes)),
@@ -313,10 +315,13 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         ..raft::Config::default()
     };
     let logger = slog::Logger::root(slog::Discard, slog::o!());
-    let raw = RawNode::new(&rc, store, &logger).map_err(|e| format!("raft: {e}"))?;
+    let raw = RawNode::new(&rc, store, &logger)?;
 
-    let raft_listener = TcpListener::bind(me.raft).map_err(|e| format!("bind raft {}: {e}", me.raft))?;
-    let client_listener = TcpListener::bind(me.client).map_err(|e| format!("bind client {}: {e}", me.client))?;
+    let bind = |what: &'static str, addr: SocketAddr| {
+        TcpListener::bind(addr).map_err(|source| NodeError::Bind { what, addr, source })
+    };
+    let raft_listener = bind("raft", me.raft)?;
+    let client_listener = bind("client", me.client)?;
     let peers: Vec<(u64, SocketAddr)> = cfg
         .peers
         .iter()
@@ -352,7 +357,10 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone()).map_err(|e| e.to_string())?;
+        signal_hook::flag::register(sig, stop.clone()).map_err(|source| NodeError::Runtime {
+            what: "signal handler",
+            source,
+        })?;
     }
 
     let mut node = Node {
@@ -397,7 +405,7 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
         received: 0,
         sent: 0,
     };
-    node.catch_up_preprocess();
+    node.catch_up_preprocess()?;
     log(
         node.id,
         "started",
@@ -416,23 +424,24 @@ pub fn run(opts: NodeOptions) -> Result<(), String> {
 /// A write that cannot finish within `write_stall` (the longest session
 /// timeout: a client that takes no bytes for that long is gone) ends its
 /// connection's writer, which frees what was queued for it.
-fn client_io(listener: TcpListener, tx: Sender<Event>, write_stall: Duration) -> Result<(), String> {
+fn client_io(listener: TcpListener, tx: Sender<Event>, write_stall: Duration) -> Result<(), NodeError> {
+    let runtime = |what| move |source| NodeError::Runtime { what, source };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-        .map_err(|e| format!("client I/O runtime: {e}"))?;
+        .map_err(runtime("client I/O runtime"))?;
     let listener = {
         let _in_runtime = rt.enter();
         listener
             .set_nonblocking(true)
             .and_then(|()| tokio::net::TcpListener::from_std(listener))
-            .map_err(|e| format!("client listener: {e}"))?
+            .map_err(runtime("client listener"))?
     };
     thread::Builder::new()
         .name("client-io".into())
         .spawn(move || rt.block_on(accept_clients(listener, tx, write_stall)))
-        .map_err(|e| format!("client I/O thread: {e}"))?;
+        .map_err(runtime("client I/O thread"))?;
     Ok(())
 }
 
@@ -532,8 +541,12 @@ async fn read_frames(conn: u64, r: tokio::net::tcp::OwnedReadHalf, tx: Sender<Ev
 /// The fault hooks' endpoint: one thread per connection (at most
 /// [`ADMIN_CONNS_MAX`]), each allowed [`ADMIN_READ_TIMEOUT`] to send one
 /// command line, so an idle or slow connection delays no other.
-fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), String> {
-    let l = TcpListener::bind(addr).map_err(|e| format!("bind admin {addr}: {e}"))?;
+fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), NodeError> {
+    let l = TcpListener::bind(addr).map_err(|source| NodeError::Bind {
+        what: "admin",
+        addr,
+        source,
+    })?;
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     thread::Builder::new()
         .name("admin".into())
@@ -550,7 +563,10 @@ fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), String> {
                 });
             }
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|source| NodeError::Runtime {
+            what: "admin thread",
+            source,
+        })?;
     Ok(())
 }
 
@@ -1690,11 +1706,14 @@ impl Node {
     }
 
     /// After a restart: preprocess what the log holds past the snapshot.
-    fn catch_up_preprocess(&mut self) {
+    /// A log that cannot be read back is a failed start, never "nothing
+    /// to replay": the server would otherwise rejoin without entries it
+    /// acknowledged.
+    fn catch_up_preprocess(&mut self) -> Result<(), StoreError> {
         let first = self.applied_index + 1;
-        let last = raft::Storage::last_index(self.raw.store()).unwrap_or(0);
+        let last = raft::Storage::last_index(self.raw.store())?;
         if last < first {
-            return;
+            return Ok(());
         }
         let entries = raft::Storage::entries(
             self.raw.store(),
@@ -1702,13 +1721,13 @@ impl Node {
             last + 1,
             None,
             raft::GetEntriesContext::empty(false),
-        )
-        .unwrap_or_default();
+        )?;
         for e in entries {
             if e.entry_type == EntryType::EntryNormal && !e.data.is_empty() {
                 self.preprocess_entry(&e);
             }
         }
+        Ok(())
     }
 
     /// Starts a snapshot once `snapshot_distance` entries were applied
@@ -1819,7 +1838,11 @@ impl Node {
             .snaps
             .write_bytes(&mut store.disk, &name, &bytes)
             .map_err(|e| e.to_string())
-            .and_then(|_| store.set_snapshot(meta.index, meta.term, bytes))
+            .and_then(|_| {
+                store
+                    .set_snapshot(meta.index, meta.term, bytes)
+                    .map_err(|e| e.to_string())
+            })
         {
             self.die(&format!("installing snapshot: {e}"));
         }

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! * [`config`] — the cluster file
+//! * [`error`] — what stops a server, by kind
 //! * [`fsdisk`] — the real [`drift_keeper::disk::Disk`]: a data directory
 //!   with fsync of files and of the directory
 //! * [`raftlog`] — raft-rs `Storage` on the keeper changelog and snapshots
@@ -12,6 +13,7 @@
 //! * [`keeper_node`] — the node loop: Raft, the keeper core, clients
 
 pub mod config;
+pub mod error;
 pub mod fsdisk;
 pub mod keeper_node;
 pub mod peer_auth;

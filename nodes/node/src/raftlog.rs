@@ -15,6 +15,7 @@
 //! snapshot (`reserved_log_items`) stay readable so a follower slightly
 //! behind catches up by log rather than by snapshot.
 
+use crate::error::StoreError;
 use crate::fsdisk::FsDisk;
 use drift_keeper::changelog::{self, Changelog, LogRecord};
 use drift_keeper::disk::Disk;
@@ -55,15 +56,17 @@ impl RaftLog {
         voters: Vec<u64>,
         cfg: changelog::Config,
         snapshot: Option<(u64, u64, Vec<u8>)>,
-    ) -> Result<(RaftLog, changelog::LoadReport, bool), String> {
-        let (mut log, report) = Changelog::open(&mut disk, cfg).map_err(|e| e.to_string())?;
+    ) -> Result<(RaftLog, changelog::LoadReport, bool), StoreError> {
+        let (mut log, report) = Changelog::open(&mut disk, cfg)?;
         let (hard_state, fresh) = match disk.read(HARD_STATE) {
-            Ok(bytes) => (
-                decode_hard_state(&bytes).ok_or_else(|| format!("{HARD_STATE} is corrupt"))?,
-                false,
-            ),
+            Ok(bytes) => (decode_hard_state(&bytes).ok_or(StoreError::Corrupt(HARD_STATE))?, false),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (HardState::default(), true),
-            Err(e) => return Err(format!("{HARD_STATE}: {e}")),
+            Err(source) => {
+                return Err(StoreError::Io {
+                    file: HARD_STATE,
+                    source,
+                })
+            }
         };
         let (snapshot_index, snapshot_term, snapshot_bytes) = snapshot.unwrap_or((0, 0, Vec::new()));
         // a snapshot holds only applied, so committed, entries: a crash
@@ -74,7 +77,7 @@ impl RaftLog {
         hard_state.commit = hard_state.commit.max(snapshot_index);
         // a log that ends before the snapshot is useless: start after it
         if log.last_index().is_none_or(|l| l < snapshot_index) || log.start_index() > snapshot_index + 1 {
-            log.reset(&mut disk, snapshot_index + 1).map_err(|e| e.to_string())?;
+            log.reset(&mut disk, snapshot_index + 1)?;
         }
         let conf_state = ConfState {
             voters,
@@ -111,7 +114,7 @@ impl RaftLog {
     }
 
     /// Appends entries (overwriting a conflicting suffix); returns after fsync.
-    pub fn append(&mut self, entries: &[Entry]) -> Result<(), String> {
+    pub fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
         if entries.is_empty() {
             return Ok(());
         }
@@ -124,9 +127,7 @@ impl RaftLog {
                 data: e.write_to_bytes().expect("raft entries encode"),
             })
             .collect();
-        self.changelog
-            .append(&mut self.disk, &records)
-            .map_err(|e| e.to_string())
+        Ok(self.changelog.append(&mut self.disk, &records)?)
     }
 
     /// Records the hard state. Term and vote are made durable (atomic
@@ -134,7 +135,7 @@ impl RaftLog {
     /// index alone is kept in memory and written with the next durable
     /// write — it is only a hint on restart (the leader re-teaches it), and
     /// an fsync per commit would double the cost of every write.
-    pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), String> {
+    pub fn set_hard_state(&mut self, hs: HardState) -> Result<(), StoreError> {
         let durable = hs.term != self.persisted.0 || hs.vote != self.persisted.1;
         self.hard_state = hs;
         if durable {
@@ -144,7 +145,7 @@ impl RaftLog {
     }
 
     /// Writes the hard state (term, vote, commit) durably.
-    pub fn persist_hard_state(&mut self) -> Result<(), String> {
+    pub fn persist_hard_state(&mut self) -> Result<(), StoreError> {
         let hs = &self.hard_state;
         let mut b = Vec::with_capacity(28);
         b.extend_from_slice(&hs.term.to_be_bytes());
@@ -152,18 +153,20 @@ impl RaftLog {
         b.extend_from_slice(&hs.commit.to_be_bytes());
         let crc = crc(&b);
         b.extend_from_slice(&crc.to_be_bytes());
-        self.disk.write(HARD_STATE_TMP, &b).map_err(|e| e.to_string())?;
-        self.disk.sync(HARD_STATE_TMP).map_err(|e| e.to_string())?;
-        self.disk
-            .rename(HARD_STATE_TMP, HARD_STATE)
-            .map_err(|e| e.to_string())?;
+        let io = |source| StoreError::Io {
+            file: HARD_STATE,
+            source,
+        };
+        self.disk.write(HARD_STATE_TMP, &b).map_err(io)?;
+        self.disk.sync(HARD_STATE_TMP).map_err(io)?;
+        self.disk.rename(HARD_STATE_TMP, HARD_STATE).map_err(io)?;
         self.persisted = (hs.term, hs.vote);
         Ok(())
     }
 
     /// Records a snapshot this node made or installed, and drops log
     /// segments it covers (keeping `reserved_log_items`).
-    pub fn set_snapshot(&mut self, index: u64, term: u64, bytes: Vec<u8>) -> Result<(), String> {
+    pub fn set_snapshot(&mut self, index: u64, term: u64, bytes: Vec<u8>) -> Result<(), StoreError> {
         self.snapshot_index = index;
         self.snapshot_term = term;
         self.snapshot_bytes = bytes;
@@ -172,13 +175,9 @@ impl RaftLog {
         }
         if self.changelog.last_index().is_none_or(|l| l < index) {
             // installed from the leader: everything before is superseded
-            self.changelog
-                .reset(&mut self.disk, index + 1)
-                .map_err(|e| e.to_string())?;
+            self.changelog.reset(&mut self.disk, index + 1)?;
         } else {
-            self.changelog
-                .compact(&mut self.disk, index)
-                .map_err(|e| e.to_string())?;
+            self.changelog.compact(&mut self.disk, index)?;
         }
         if self.hard_state.commit < index {
             self.hard_state.commit = index;

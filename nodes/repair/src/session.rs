@@ -42,6 +42,22 @@ use crate::range::{TokenRange, DEPTH_MAX};
 use crate::replica::{PeerId, Replica};
 use crate::tree::Hash;
 use crate::wire::{Msg, VersionRef, WireError};
+
+/// Why a repair session stopped: bytes that are not a message, a peer's
+/// refusal, or a message that does not fit where the session is.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("peer refused: {0}")]
+    Refused(String),
+    /// A message this side did not expect now, or whose content
+    /// contradicts what was sent or agreed.
+    #[error("repair protocol: {0}")]
+    Protocol(String),
+    #[error("session did not finish within its round limit")]
+    RoundLimit,
+}
 use siphasher::sip::SipHasher13;
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -363,11 +379,11 @@ impl Initiator {
     }
 
     /// Handles the responder's reply.
-    pub fn on_reply(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Step, WireError> {
+    pub fn on_reply(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Step, SessionError> {
         let m = Msg::decode(bytes)?;
         self.received(bytes, &m);
         match (self.phase, m) {
-            (_, Msg::Error { reason }) => Err(WireError(format!("peer refused: {reason}"))),
+            (_, Msg::Error { reason }) => Err(SessionError::Refused(reason)),
             (APhase::Hello, Msg::HelloAck { depth, gc_before }) => {
                 self.walk.depth = self.walk.depth.min(depth);
                 self.report.depth = self.walk.depth;
@@ -380,7 +396,7 @@ impl Initiator {
                 let n = self.walk.frontier.len();
                 let mismatched = mismatch.iter().filter(|&&m| m).count();
                 if mismatch.len() != n || classes.len() != mismatched {
-                    return Err(WireError(format!(
+                    return Err(SessionError::Protocol(format!(
                         "level ack for {} nodes, expected {n}",
                         mismatch.len()
                     )));
@@ -422,7 +438,7 @@ impl Initiator {
                 Ok(Step::Send(self.send(&Msg::Done)))
             }
             (APhase::Closing, Msg::DoneAck) => Ok(self.finish(replica)),
-            (phase, m) => Err(WireError(format!("unexpected {m:?} in phase {phase:?}"))),
+            (phase, m) => Err(SessionError::Protocol(format!("unexpected {m:?} in phase {phase:?}"))),
         }
     }
 
@@ -460,7 +476,7 @@ impl Initiator {
         self.send(&m)
     }
 
-    fn after_walk(&mut self, replica: &mut Replica) -> Result<Step, WireError> {
+    fn after_walk(&mut self, replica: &mut Replica) -> Result<Step, SessionError> {
         if self.walk.finals.is_empty() {
             return Ok(self.finish(replica));
         }
@@ -500,10 +516,12 @@ impl Initiator {
         replica: &mut Replica,
         present: Vec<Vec<bool>>,
         versions: Vec<VersionRef>,
-    ) -> Result<Step, WireError> {
+    ) -> Result<Step, SessionError> {
         if present.len() != self.sent_keys.len() || present.iter().zip(&self.sent_keys).any(|(p, k)| p.len() != k.len())
         {
-            return Err(WireError("fingerprint bitmaps do not match what was sent".into()));
+            return Err(SessionError::Protocol(
+                "fingerprint bitmaps do not match what was sent".into(),
+            ));
         }
         self.report.versions_sent = versions.len() as u64;
         let mut send: Vec<Entry> = Vec::new();
@@ -601,8 +619,10 @@ impl Responder {
 
     /// Answers one request. A malformed or out-of-order request gets an
     /// `Error` message (and an `Err` for the driver to log).
-    pub fn on_request(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Vec<u8>, WireError> {
-        let reply = Msg::decode(bytes).and_then(|m| self.handle(replica, m));
+    pub fn on_request(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Vec<u8>, SessionError> {
+        let reply = Msg::decode(bytes)
+            .map_err(SessionError::from)
+            .and_then(|m| self.handle(replica, m));
         match reply {
             Ok(m) => Ok(m.encode().bytes),
             Err(e) => Err(e),
@@ -610,11 +630,11 @@ impl Responder {
     }
 
     /// The error reply for a failed request.
-    pub fn error_reply(e: &WireError) -> Vec<u8> {
-        Msg::Error { reason: e.0.clone() }.encode().bytes
+    pub fn error_reply(e: &SessionError) -> Vec<u8> {
+        Msg::Error { reason: e.to_string() }.encode().bytes
     }
 
-    fn handle(&mut self, replica: &mut Replica, m: Msg) -> Result<Msg, WireError> {
+    fn handle(&mut self, replica: &mut Replica, m: Msg) -> Result<Msg, SessionError> {
         match (self.phase, m) {
             (
                 RPhase::Hello,
@@ -629,11 +649,11 @@ impl Responder {
                 },
             ) => {
                 if !(1..=8).contains(&hash_bytes) {
-                    return Err(WireError(format!("hash width {hash_bytes} out of 1..=8")));
+                    return Err(SessionError::Protocol(format!("hash width {hash_bytes} out of 1..=8")));
                 }
                 let r = replica.range();
                 if (lo, hi) != (r.lo, r.hi) {
-                    return Err(WireError(format!(
+                    return Err(SessionError::Protocol(format!(
                         "range [{lo}, {hi}) is not this replica's [{}, {})",
                         r.lo, r.hi
                     )));
@@ -681,18 +701,21 @@ impl Responder {
                 self.finish(replica);
                 Ok(Msg::DoneAck)
             }
-            (phase, m) => Err(WireError(format!("unexpected {} in phase {phase:?}", msg_name(&m)))),
+            (phase, m) => Err(SessionError::Protocol(format!(
+                "unexpected {} in phase {phase:?}",
+                msg_name(&m)
+            ))),
         }
     }
 
-    fn level(&mut self, replica: &mut Replica, hashes: Vec<u64>, a_classes: Vec<u8>) -> Result<Msg, WireError> {
+    fn level(&mut self, replica: &mut Replica, hashes: Vec<u64>, a_classes: Vec<u8>) -> Result<Msg, SessionError> {
         let walk = self.walk.as_mut().expect("walk exists");
         let level = walk.level;
         let n = walk.frontier.len();
         let derived = walk.sibling_derived(level);
         let expect_hashes = if derived { n / 2 } else { n };
         if hashes.len() != expect_hashes || a_classes.len() != n || (derived && self.parents.len() != n / 2) {
-            return Err(WireError(format!(
+            return Err(SessionError::Protocol(format!(
                 "level {level}: {} hashes for {n} nodes",
                 hashes.len()
             )));
@@ -739,11 +762,11 @@ impl Responder {
         Ok(Msg::LevelAck { mismatch, classes })
     }
 
-    fn versions(&mut self, replica: &Replica, ranges: Vec<Vec<u64>>) -> Result<Msg, WireError> {
+    fn versions(&mut self, replica: &Replica, ranges: Vec<Vec<u64>>) -> Result<Msg, SessionError> {
         let walk = self.walk.as_ref().expect("walk exists");
         let fingerprinted: Vec<Final> = walk.fingerprinted().copied().collect();
         if ranges.len() != fingerprinted.len() {
-            return Err(WireError(format!(
+            return Err(SessionError::Protocol(format!(
                 "{} fingerprint lists for {} ranges",
                 ranges.len(),
                 fingerprinted.len()
@@ -828,7 +851,7 @@ pub fn run(
     b: &mut Replica,
     id_b: PeerId,
     cfg: SessionConfig,
-) -> Result<Report, WireError> {
+) -> Result<Report, SessionError> {
     let (mut init, mut msg) = Initiator::start(a, id_b, cfg);
     let mut resp = Responder::new(id_a, cfg.started_ts);
     // a session is at most hello + DEPTH_MAX+1 levels + 3 rounds
@@ -842,5 +865,5 @@ pub fn run(
             Step::Done(report) => return Ok(report),
         }
     }
-    Err(WireError("session did not finish within its round limit".into()))
+    Err(SessionError::RoundLimit)
 }

@@ -3,23 +3,22 @@
 //! is bounded and total: malformed bytes are an error, never a panic.
 
 use crate::entry::Entry;
-use std::fmt;
 
 /// Most items (hashes, entries, keys) one message may carry.
 pub const ITEMS_MAX: usize = 1 << 24;
 /// Longest key or value on the wire.
 pub const BYTES_MAX: usize = 16 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WireError(pub String);
-
-impl fmt::Display for WireError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "repair message: {}", self.0)
-    }
+/// Bytes that are not a repair message, and where they stop being one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("repair message: {what} at byte {at}")]
+    Malformed { what: &'static str, at: usize },
+    #[error("repair message: unknown message type {0}")]
+    UnknownType(u8),
+    #[error("repair message: {0} trailing bytes")]
+    Trailing(usize),
 }
-
-impl std::error::Error for WireError {}
 
 /// A key's version without its value: enough to decide LWW but for the
 /// last tie-break (equal ts, both values), which streams both sides.
@@ -181,8 +180,8 @@ struct R<'a> {
 }
 
 impl<'a> R<'a> {
-    fn err<T>(&self, what: &str) -> Result<T, WireError> {
-        Err(WireError(format!("{what} at byte {}", self.at)))
+    fn err<T>(&self, what: &'static str) -> Result<T, WireError> {
+        Err(WireError::Malformed { what, at: self.at })
     }
 
     fn u8(&mut self) -> Result<u8, WireError> {
@@ -479,10 +478,10 @@ impl Msg {
             T_ERROR => Msg::Error {
                 reason: String::from_utf8_lossy(r.bytes()?).into_owned(),
             },
-            t => return Err(WireError(format!("unknown message type {t}"))),
+            t => return Err(WireError::UnknownType(t)),
         };
         if r.at != bytes.len() {
-            return Err(WireError(format!("{} trailing bytes", bytes.len() - r.at)));
+            return Err(WireError::Trailing(bytes.len() - r.at));
         }
         Ok(msg)
     }

@@ -399,5 +399,5 @@ fn malformed_and_out_of_order_messages_are_errors_not_panics() {
         hash_bytes: 6,
     };
     let e = resp.on_request(&mut b, &wrong_range.encode().bytes).unwrap_err();
-    assert!(e.0.contains("not this replica's"), "{e}");
+    assert!(e.to_string().contains("not this replica's"), "{e}");
 }

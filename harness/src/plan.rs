@@ -1,0 +1,374 @@
+//! The campaign plan: everything one run of `drift test` is — workload,
+//! target, servers, rates, timeouts, faults, partitioner, digest mode,
+//! checkers, address block — typed, and the seed and fault schedule
+//! beside it ([`Campaign`]).
+//!
+//! A plan is built from the command line ([`Plan::from_args`]) or read
+//! back from a stored `run.json` ([`Campaign::load`]); both go through
+//! [`Plan::check`], so a hand-edited or damaged file is an error that
+//! names the field, found before any server starts. `run.json` stores
+//! the plan under `config` with the keys every drift has written, so a
+//! run stored by an older drift still loads and replays.
+
+use crate::cli::TestArgs;
+use crate::fail::Failure;
+use crate::nemesis::{self, FaultKind, PartitionerMode, Step};
+use drift_checkers::linear::model::ModelKind;
+use drift_checkers::registry::CheckerKind;
+use drift_results::files::RunInfo;
+use drift_workloads::{Workload, WorkloadKind};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Most servers a local cluster has (their addresses 127.0.B.11..=19).
+pub const NODES_MAX: u64 = 9;
+/// Bounds of the numeric options, shared by the CLI's parsers and
+/// [`Plan::check`] (a stored plan is held to what the CLI allows).
+pub const CONCURRENCY_MAX: u64 = 1000;
+pub const KEYS_MAX: u32 = 10_000;
+pub const RATE_MIN: f64 = 0.01;
+pub const RATE_MAX: f64 = 1e6;
+/// A week: a longer time is a typo.
+pub const TIME_LIMIT_MAX_S: u64 = 7 * 24 * 3600;
+pub const TIMEOUT_MAX_MS: u64 = 600_000;
+/// Ports above the client port P a cluster uses: Raft P+1, admin P+2,
+/// ZooKeeper's election P+3, proxies P+11..=P+10+NODES_MAX.
+pub const PORTS_USED: u16 = 10 + NODES_MAX as u16;
+/// Lowest client port: not a privileged one.
+pub const PORT_MIN: u16 = 1024;
+
+/// The system under test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Target {
+    /// drift's own keeper.
+    Drift,
+    /// Apache ZooKeeper 3.8 (Debian's `zookeeper` package), as a baseline.
+    Zookeeper,
+}
+
+impl Target {
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Drift => "drift",
+            Target::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+/// The keeper's digest mode (`digest` in the cluster file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum DigestMode {
+    Off,
+    Incremental,
+    Full,
+}
+
+impl DigestMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestMode::Off => "off",
+            DigestMode::Incremental => "incremental",
+            DigestMode::Full => "full",
+        }
+    }
+}
+
+fn d_session_timeout_ms() -> u64 {
+    4000
+}
+
+fn d_check_budget_s() -> u64 {
+    120
+}
+
+/// One campaign's configuration, as `run.json` stores it under `config`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub workload: WorkloadKind,
+    pub target: Target,
+    pub nodes: u64,
+    /// Keys of the register workload.
+    pub keys: u32,
+    pub concurrency: u64,
+    /// Operations per second over all clients.
+    pub rate: f64,
+    pub time_limit_s: u64,
+    #[serde(rename = "nemesis")]
+    pub nemeses: Vec<FaultKind>,
+    pub nemesis_interval_s: u64,
+    /// Linearizable reads (a read-index round on drift, `sync` first on
+    /// ZooKeeper); false: reads served locally, stale ones expected.
+    pub quorum_reads: bool,
+    pub digest: DigestMode,
+    pub port: u16,
+    pub op_timeout_ms: u64,
+    #[serde(default = "d_session_timeout_ms")]
+    pub session_timeout_ms: u64,
+    #[serde(default)]
+    pub partitioner: PartitionerMode,
+    #[serde(default = "d_check_budget_s")]
+    pub check_budget_s: u64,
+    /// The checkers that judge it (derived: see [`Plan::checkers`]).
+    #[serde(default)]
+    pub checkers: Vec<CheckerKind>,
+    /// The address block the servers bind; none: the lowest free one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u8>,
+}
+
+/// A plan with its seed and fault schedule: all a run needs to be run
+/// again the same way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Campaign {
+    pub plan: Plan,
+    pub seed: u64,
+    pub schedule: Vec<Step>,
+}
+
+impl Plan {
+    /// The plan of `drift test`'s arguments.
+    pub fn from_args(args: &TestArgs) -> Result<Plan, Failure> {
+        let mut plan = Plan {
+            workload: args.workload,
+            target: args.target,
+            nodes: args.nodes,
+            keys: args.keys,
+            concurrency: args.concurrency,
+            rate: args.rate,
+            time_limit_s: args.time_limit,
+            nemeses: {
+                let mut kinds: Vec<FaultKind> = args.nemesis.iter().filter_map(|n| n.fault()).collect();
+                kinds.dedup();
+                kinds
+            },
+            nemesis_interval_s: args.nemesis_interval,
+            quorum_reads: !args.local_reads,
+            digest: args.digest,
+            port: args.port,
+            op_timeout_ms: args.op_timeout_ms,
+            session_timeout_ms: args.session_timeout_ms,
+            partitioner: args.partitioner,
+            check_budget_s: args.check_budget_s,
+            checkers: Vec::new(),
+            block: args.block,
+        };
+        plan.checkers = plan.checkers();
+        plan.check().map_err(Failure::new)?;
+        Ok(plan)
+    }
+
+    pub fn workload(&self) -> Workload {
+        Workload::new(self.workload, self.keys)
+    }
+
+    /// The checkers that judge the run: the workload's, and the digest
+    /// checker where the servers keep a tree digest (not on ZooKeeper).
+    pub fn checkers(&self) -> Vec<CheckerKind> {
+        let mut names = self.workload().checkers();
+        if self.target == Target::Drift {
+            names.push(CheckerKind::Digest);
+        }
+        names
+    }
+
+    /// The model linearizability is judged by.
+    pub fn model(&self) -> Option<ModelKind> {
+        self.workload().model()
+    }
+
+    /// `<workload>-<target>`: the test's name in the store.
+    pub fn test_name(&self) -> String {
+        format!("{}-{}", self.workload().name(), self.target.name())
+    }
+
+    /// Every bound the CLI enforces, and what the target allows; the
+    /// error names the field.
+    pub fn check(&self) -> Result<(), String> {
+        fn within<T: PartialOrd + std::fmt::Display>(field: &str, v: T, lo: T, hi: T) -> Result<(), String> {
+            if v < lo || v > hi {
+                return Err(format!("{field} = {v} is outside {lo}..={hi}"));
+            }
+            Ok(())
+        }
+        within("nodes", self.nodes, 1, NODES_MAX)?;
+        within("keys", self.keys, 1, KEYS_MAX)?;
+        within("concurrency", self.concurrency, 1, CONCURRENCY_MAX)?;
+        if !self.rate.is_finite() {
+            return Err(format!("rate = {} is not a number", self.rate));
+        }
+        within("rate", self.rate, RATE_MIN, RATE_MAX)?;
+        within("time_limit_s", self.time_limit_s, 1, TIME_LIMIT_MAX_S)?;
+        within("nemesis_interval_s", self.nemesis_interval_s, 1, TIME_LIMIT_MAX_S)?;
+        within("port", self.port, PORT_MIN, u16::MAX - PORTS_USED)?;
+        within("op_timeout_ms", self.op_timeout_ms, 1, TIMEOUT_MAX_MS)?;
+        within("session_timeout_ms", self.session_timeout_ms, 1, TIMEOUT_MAX_MS)?;
+        within("check_budget_s", self.check_budget_s, 1, TIME_LIMIT_MAX_S)?;
+        if self.target == Target::Zookeeper {
+            // ZooKeeper has no fault hooks, and on loopback its peers
+            // connect from 127.0.0.1, so a per-link cut cannot name them
+            if let Some(k) = self
+                .nemeses
+                .iter()
+                .find(|k| matches!(k, FaultKind::Partition | FaultKind::Diverge | FaultKind::Clock))
+            {
+                return Err(format!(
+                    "nemesis {} is not available on the zookeeper target (kill, pause and corrupt are)",
+                    k.name()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Campaign {
+    /// A new campaign of `plan`: the seed given (or a fresh one) and the
+    /// schedule derived from it.
+    pub fn new(plan: Plan, seed: u64) -> Campaign {
+        let schedule = nemesis::schedule(
+            &plan.nemeses,
+            plan.nodes,
+            plan.nemesis_interval_s * 1000,
+            plan.time_limit_s * 1000,
+            seed,
+        );
+        Campaign { plan, seed, schedule }
+    }
+
+    /// The campaign a stored `run.json` describes, checked: an error
+    /// names the file and the field.
+    pub fn load(run_json: &Path) -> Result<Campaign, Failure> {
+        let at = |what: String| Failure::new(format!("{}: {what}", run_json.display()));
+        let bytes = std::fs::read(run_json).map_err(|e| at(e.to_string()))?;
+        let mut de = serde_json::Deserializer::from_slice(&bytes);
+        let info: RunInfo = serde_path_to_error::deserialize(&mut de).map_err(|e| at(path_error("", &e)))?;
+        if info.kind != "test" {
+            return Err(at(format!(
+                "not a campaign run (kind {:?}); re-check it with drift check",
+                info.kind
+            )));
+        }
+        let plan: Plan = serde_path_to_error::deserialize(&info.config).map_err(|e| at(path_error("config", &e)))?;
+        plan.check().map_err(|e| at(format!("config.{e}")))?;
+        let seed = info.seed.ok_or_else(|| at("seed: missing".into()))?;
+        let mut schedule = Vec::new();
+        for (i, v) in info.nemesis_schedule.iter().enumerate() {
+            let mut step: Step = serde_path_to_error::deserialize(v)
+                .map_err(|e| at(path_error(&format!("nemesis_schedule[{i}]"), &e)))?;
+            step.applied.clear();
+            schedule.push(step);
+        }
+        nemesis::check_schedule(&schedule, plan.nodes, plan.time_limit_s * 1000).map_err(at)?;
+        if plan.nodes < 2 && !schedule.is_empty() {
+            return Err(at("nemesis_schedule: faults need at least two nodes".into()));
+        }
+        Ok(Campaign { plan, seed, schedule })
+    }
+
+    /// `run.json`'s `config` value.
+    pub fn config(&self) -> serde_json::Value {
+        serde_json::to_value(&self.plan).expect("a plan serializes")
+    }
+
+    /// `run.json`'s `nemesis_schedule` for `steps`.
+    pub fn schedule_json(steps: &[Step]) -> Vec<serde_json::Value> {
+        steps
+            .iter()
+            .map(|s| serde_json::to_value(s).expect("a step serializes"))
+            .collect()
+    }
+}
+
+/// `within.path: message` of a deserialization error inside `within`
+/// (`within: message` where it is about `within` itself).
+fn path_error<E: std::fmt::Display>(within: &str, e: &serde_path_to_error::Error<E>) -> String {
+    let path = e.path().to_string();
+    match (within.is_empty(), path == ".") {
+        (true, true) => e.inner().to_string(),
+        (true, false) => format!("{path}: {}", e.inner()),
+        (false, true) => format!("{within}: {}", e.inner()),
+        (false, false) => format!("{within}.{path}: {}", e.inner()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan {
+            workload: WorkloadKind::Register,
+            target: Target::Drift,
+            nodes: 5,
+            keys: 5,
+            concurrency: 10,
+            rate: 100.0,
+            time_limit_s: 60,
+            nemeses: vec![FaultKind::Kill, FaultKind::Partition],
+            nemesis_interval_s: 6,
+            quorum_reads: true,
+            digest: DigestMode::Incremental,
+            port: 2281,
+            op_timeout_ms: 2000,
+            session_timeout_ms: 4000,
+            partitioner: PartitionerMode::Auto,
+            check_budget_s: 120,
+            checkers: vec![],
+            block: None,
+        }
+    }
+
+    #[test]
+    fn a_plan_is_stored_with_the_keys_every_drift_wrote() {
+        let v = serde_json::to_value(plan()).unwrap();
+        for key in [
+            "workload",
+            "target",
+            "nodes",
+            "keys",
+            "concurrency",
+            "rate",
+            "time_limit_s",
+            "nemesis",
+            "nemesis_interval_s",
+            "quorum_reads",
+            "digest",
+            "port",
+            "op_timeout_ms",
+            "session_timeout_ms",
+            "partitioner",
+            "check_budget_s",
+            "checkers",
+        ] {
+            assert!(v.get(key).is_some(), "{key}");
+        }
+        assert_eq!(v["workload"], "register");
+        assert_eq!(v["nemesis"], serde_json::json!(["kill", "partition"]));
+        assert_eq!(serde_json::from_value::<Plan>(v).unwrap(), plan());
+    }
+
+    #[test]
+    fn a_plan_out_of_bounds_is_refused_naming_the_field() {
+        type Edit = fn(&mut Plan);
+        let cases: [(Edit, &str); 4] = [
+            (|p| p.nodes = 0, "nodes = 0"),
+            (|p| p.rate = f64::INFINITY, "rate"),
+            (|p| p.port = 80, "port = 80"),
+            (
+                |p| {
+                    p.target = Target::Zookeeper;
+                    p.nemeses = vec![FaultKind::Clock]
+                },
+                "nemesis clock",
+            ),
+        ];
+        for (edit, want) in cases {
+            let mut p = plan();
+            edit(&mut p);
+            let e = p.check().unwrap_err();
+            assert!(e.contains(want), "{e}");
+        }
+    }
+}
