@@ -30,7 +30,7 @@ impl Verdict {
         self.max(other)
     }
 
-    /// The process exit code DESIGN.md assigns: 0 valid, 1 invalid, 2 unknown.
+    /// The process exit code docs/ARCHITECTURE.md assigns: 0 valid, 1 invalid, 2 unknown.
     pub fn exit_code(self) -> i32 {
         match self {
             Verdict::Valid => 0,

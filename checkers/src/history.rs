@@ -1,4 +1,4 @@
-//! The history: drift's JSON Lines record of a run (DESIGN.md, normative).
+//! The history: drift's JSON Lines record of a run (docs/ARCHITECTURE.md, "History", normative).
 //!
 //! One operation per line. The reader streams and validates line by line,
 //! so a history of any length is read in constant memory per line and every

@@ -1,7 +1,7 @@
 //! Pairing: turns the line-by-line history into operations, each an invoke
 //! and the completion that follows it on the same process.
 //!
-//! Rules (DESIGN.md): a completion pairs with the previous invoke of the same
+//! Rules (docs/ARCHITECTURE.md, "History"): a completion pairs with the previous invoke of the same
 //! process; a process is single-threaded, so a second invoke while its op is
 //! still open is an error, and so is a completion with no open invoke. An
 //! invoke with no completion by the end is indeterminate ([`Outcome::Pending`],

@@ -122,13 +122,7 @@ impl Claim {
         };
         for b in candidates {
             let block = Block(b);
-            let path = dir.join(format!("block-{b}.lock"));
-            let lock = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-                .map_err(io(&path))?;
+            let (path, lock) = open_lock(dir, b)?;
             match lock.try_lock() {
                 Ok(()) => {}
                 Err(std::fs::TryLockError::WouldBlock) => {
@@ -166,13 +160,7 @@ impl Claim {
     /// holds the block.
     pub fn rejoin(b: u8, holder: &str) -> Result<Option<Claim>, ClaimError> {
         let dir = lock_dir();
-        let path = dir.join(format!("block-{b}.lock"));
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .map_err(io(&path))?;
+        let (path, lock) = open_lock(&dir, b)?;
         match lock.try_lock() {
             Ok(()) => {
                 let claim = Claim {
@@ -212,6 +200,18 @@ impl Claim {
             let _ = writeln!(f, "{holder}");
         }
     }
+}
+
+/// Block `b`'s lock file in `dir` (made when missing), not locked yet.
+fn open_lock(dir: &Path, b: u8) -> Result<(PathBuf, File), ClaimError> {
+    let path = dir.join(format!("block-{b}.lock"));
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io(&path))?;
+    Ok((path, lock))
 }
 
 /// Who holds block `b`, as its claimant described itself.

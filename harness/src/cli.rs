@@ -12,28 +12,30 @@ use drift_workloads::WorkloadKind;
 use std::path::PathBuf;
 
 /// A `--nemesis` value: a fault, or `none`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum NemesisArg {
-    None,
-    Partition,
-    Kill,
-    Pause,
-    Corrupt,
-    Diverge,
-    Clock,
-}
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NemesisArg(pub Option<FaultKind>);
 
 impl NemesisArg {
     pub fn fault(self) -> Option<FaultKind> {
-        Some(match self {
-            NemesisArg::None => return None,
-            NemesisArg::Partition => FaultKind::Partition,
-            NemesisArg::Kill => FaultKind::Kill,
-            NemesisArg::Pause => FaultKind::Pause,
-            NemesisArg::Corrupt => FaultKind::Corrupt,
-            NemesisArg::Diverge => FaultKind::Diverge,
-            NemesisArg::Clock => FaultKind::Clock,
+        self.0
+    }
+}
+
+impl ValueEnum for NemesisArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: std::sync::OnceLock<Vec<NemesisArg>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            std::iter::once(NemesisArg(None))
+                .chain(FaultKind::value_variants().iter().map(|k| NemesisArg(Some(*k))))
+                .collect()
         })
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self.0 {
+            None => Some(clap::builder::PossibleValue::new("none")),
+            Some(k) => k.to_possible_value(),
+        }
     }
 }
 

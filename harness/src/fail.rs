@@ -1,5 +1,5 @@
 //! Failures of the run itself: bad input, bad arguments, setup. They all
-//! exit 3 (DESIGN.md) with one line saying what and where.
+//! exit 3 (docs/ARCHITECTURE.md, "Exit codes") with one line saying what and where.
 
 /// Exit code of a run that failed before it could reach a verdict.
 pub const EXIT_FAILED: i32 = 3;

@@ -1,7 +1,7 @@
 //! drift-results: where runs live and how they are shown.
 //!
 //! # Layout
-//! * [`store`] — the store of DESIGN.md: `<store>/<test>/<UTC timestamp>/`
+//! * [`store`] — the store of docs/ARCHITECTURE.md: `<store>/<test>/<UTC timestamp>/`
 //!   with `run.json`, `history.jsonl`, `results.json`, and `<store>/latest`
 //! * [`files`] — the JSON files of a run (`run.json`, `results.json`)
 //! * [`picture`] — the self-contained HTML/SVG picture of a

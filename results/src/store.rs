@@ -1,4 +1,4 @@
-//! The result store (DESIGN.md):
+//! The result store (docs/ARCHITECTURE.md, "Store"):
 //!
 //! ```text
 //! <store>/<test-name>/<UTC timestamp>/

@@ -1,5 +1,5 @@
 //! Workloads: what operations a campaign issues and which checkers judge
-//! them (values follow DESIGN.md's shapes, Jepsen's conventions).
+//! them (values follow the shapes of docs/ARCHITECTURE.md, "History": Jepsen's conventions).
 //!
 //! * `register` — a CAS register per key (znode /drift/register/<k>):
 //!   read, write, cas [expected, new] via a versioned set.

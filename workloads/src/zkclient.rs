@@ -2,7 +2,7 @@
 //! `zookeeper-client` crate), so the same workloads run against the drift
 //! keeper and Apache ZooKeeper.
 //!
-//! Classification (DESIGN.md): an error that says the operation did not
+//! Classification (docs/ARCHITECTURE.md, "History": `fail` did not happen, `info` may have): an error that says the operation did not
 //! take effect (NoNode, NodeExists, BadVersion, …) is `fail`; a timeout,
 //! a lost connection or an expired session is `info` — the operation may
 //! have happened.

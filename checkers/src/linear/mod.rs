@@ -3,7 +3,7 @@
 //!
 //! Keys are independent (P-compositionality: a history is linearizable iff
 //! each key's sub-history is), so each key is searched on its own and the
-//! verdicts compose. Per key the semantics are DESIGN.md's: `fail` did not
+//! verdicts compose. Per key the semantics are those of docs/ARCHITECTURE.md, "History": `fail` did not
 //! happen; `info` or no completion may take effect any time after its
 //! invoke, or never; the register starts at `null`.
 //!

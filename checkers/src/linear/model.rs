@@ -5,7 +5,7 @@
 //! and value get the same code (the search uses that to treat identical
 //! indeterminate ops as interchangeable), and equal states get equal ids.
 //!
-//! Semantics (DESIGN.md and the etcd histories' README): a register starts
+//! Semantics (docs/ARCHITECTURE.md, "History", and Jepsen's): a register starts
 //! at `null`, and a read that returns `null` means the register holds `null`
 //! — it is not a wildcard.
 

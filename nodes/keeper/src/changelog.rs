@@ -1,4 +1,4 @@
-//! The changelog: Raft's log on disk (seed 000).
+//! The changelog: Raft's log on disk, as ClickHouse Keeper keeps it.
 //!
 //! Segment files are named by the index of their first record,
 //! `changelog_<first:020>.bin`; a new segment starts every

@@ -49,7 +49,7 @@ impl Digest {
     }
 
     /// Two digests disagree only when both were computed by the same
-    /// version and differ (DESIGN.md: a version a replica does not
+    /// version and differ (docs/ARCHITECTURE.md, "The keeper": a version a replica does not
     /// understand cannot be compared).
     pub fn mismatches(self, other: Digest) -> bool {
         self.version != NO_DIGEST && self.version == other.version && self.value != other.value

@@ -4,7 +4,7 @@
 //! `format u8 | zxid i64 | time_ms i64 | session i64 | digest_version u8 |
 //! digest u64 (present unless version is 0) | request`.
 //!
-//! The leader fills zxid, time and the digest after preprocess (seed 000:
+//! The leader fills zxid, time and the digest after preprocess (as ClickHouse Keeper does:
 //! under one lock, in log order); a follower checks its own digest against
 //! the carried one after preprocess and after commit.
 

@@ -1,5 +1,5 @@
 //! drift-keeper: the ZooKeeper-compatible coordination service under
-//! test, as a deterministic, sans-IO state machine (seed 000: ClickHouse
+//! test, as a deterministic, sans-IO state machine (after ClickHouse
 //! Keeper). No clock, randomness, threads or files in here: time and zxid
 //! come from log entries, files go through the [`disk::Disk`] trait whose
 //! real implementation lives in `nodes/node`.

@@ -1,5 +1,5 @@
 //! Snapshots: the whole state at a log index, deterministic, versioned,
-//! compressed (seed 000).
+//! compressed, as ClickHouse Keeper writes them.
 //!
 //! Inner format, version [`FORMAT_VERSION`]: `"DRIFTSNP" | format u8 |
 //! crc32 of those 9 bytes | blocks`, each block `len u32 | crc32 u32 | bytes` (at most 64 KiB; a

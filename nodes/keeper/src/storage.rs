@@ -1,5 +1,5 @@
 //! Preprocess / commit / rollback: the keeper state machine as Raft
-//! drives it (seed 000).
+//! drives it (ClickHouse Keeper's preprocess/commit split).
 //!
 //! * `preprocess` applies a write speculatively to the uncommitted
 //!   overlay, so a later request sees earlier uncommitted ones, and

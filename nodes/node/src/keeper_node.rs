@@ -4,7 +4,7 @@
 //! One thread owns all state (the loop); sockets have their own threads
 //! that only move bytes and hand events to the loop over a channel.
 //!
-//! The digest protocol (seed 000, DESIGN.md): the leader preprocesses a
+//! The digest protocol (ClickHouse Keeper's; docs/ARCHITECTURE.md, "The keeper"): the leader preprocesses a
 //! write right before proposing it (one thread, so in log order) and puts
 //! the tree digest after it into the entry; every replica compares its
 //! digest after preprocess and after commit; a mismatch prints one FATAL

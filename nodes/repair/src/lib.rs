@@ -1,6 +1,7 @@
 //! drift-repair: leaderless last-write-wins key/value replicas and Merkle
-//! anti-entropy with row-level repair (seed 001, then past it: only the
-//! rows that differ are streamed, as in ScyllaDB's row-level repair).
+//! anti-entropy with row-level repair (Cassandra-style Merkle trees,
+//! then past them: only the rows that differ are streamed, as in
+//! ScyllaDB's row-level repair).
 //!
 //! Sans-IO and deterministic: sessions exchange bytes through the caller,
 //! randomness (the session seed) and time come in as arguments.

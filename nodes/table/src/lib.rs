@@ -2,4 +2,4 @@
 //!
 //! This crate will hold the sans-IO table core: parts, the shared log, the
 //! per-replica queue, inserts with block numbers and content-hash dedup,
-//! fetches, merges and quorum inserts (see DESIGN.md). It has no code yet.
+//! fetches, merges and quorum inserts (docs/ARCHITECTURE.md, "Crates"). It has no code yet.
