@@ -32,6 +32,7 @@ fn bench(c: &mut Criterion) {
     let checker = Linearizable {
         model: ModelKind::CasRegister,
         explain: false,
+        init: serde_json::Value::Null,
     };
     let ctx = CheckContext::new(None, 1 << 30);
     for file in FILES {

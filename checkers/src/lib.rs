@@ -6,6 +6,7 @@
 //! # Layout
 //! * [`history`] — the JSONL format: streaming reader, appending writer,
 //!   per-line validation with file:line errors
+//! * [`edn`] — Jepsen's `history.edn`, read as the same ops
 //! * [`pairing`] — invokes paired with completions; split by key
 //! * [`checker`] — the `Checker` trait, verdicts and their composition
 //! * [`linear`] — linearizability (cas-register, kv)
@@ -18,6 +19,7 @@
 pub mod checker;
 pub mod counter;
 pub mod digest;
+pub mod edn;
 pub mod ephemeral;
 mod fxhash;
 pub mod history;

@@ -1,15 +1,19 @@
 //! `total-queue`: every acknowledged enqueue comes out exactly once, and
 //! nothing comes out that was never put in (Jepsen's total-queue checker).
-//! Dequeued = `ok` dequeue values plus every element of `ok` drains.
+//! Dequeued = `ok` dequeue values, every element of `ok` drains, and the
+//! elements an `info` drain says it took (a partial drain: it took those,
+//! then could not go on).
 //! * lost — enqueued `ok`, never dequeued;
 //! * duplicated — dequeued more than once (counting repeats);
 //! * unexpected — dequeued, never attempted;
 //! * recovered — enqueue indeterminate, yet dequeued (fine, reported).
 //!
-//! `lost` means something only once a drain found the queue empty: until
-//! then a lost element cannot be told from one still queued, so without
-//! such a drain the verdict is `unknown` (unless something came out twice
-//! or from nowhere, which no later drain can excuse).
+//! A drain that completes `ok` emptied the queue: as in Jepsen, it proves
+//! the queue empty at its completion, whatever it returned. `lost` means
+//! something only then: until a drain emptied the queue a lost element
+//! cannot be told from one still queued, so without an `ok` drain the
+//! verdict is `unknown` (unless something came out twice or from nowhere,
+//! which no later drain can excuse).
 
 use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
 use crate::history::HistoryError;
@@ -46,9 +50,14 @@ impl Checker for TotalQueue {
                     *dequeued.entry(h.value_of(o).to_string()).or_default() += 1;
                 }
                 ("drain", Outcome::Ok) => {
-                    let taken = h.array_of(o)?;
-                    emptied |= taken.is_empty();
-                    for e in taken {
+                    emptied = true;
+                    for e in h.array_of(o)? {
+                        *dequeued.entry(e.to_string()).or_default() += 1;
+                    }
+                }
+                ("drain", Outcome::Info) => {
+                    let took = h.complete_op(o).and_then(|c| c.value.as_array());
+                    for e in took.into_iter().flatten() {
                         *dequeued.entry(e.to_string()).or_default() += 1;
                     }
                 }
@@ -79,7 +88,8 @@ impl Checker for TotalQueue {
             checker: self.name().into(),
             verdict,
             reason: (verdict == Verdict::Unknown).then(|| {
-                "no drain found the queue empty: a lost element cannot be told from one still queued".to_string()
+                "no drain completed ok (emptied the queue): a lost element cannot be told from one still queued"
+                    .to_string()
             }),
             elapsed_ms: elapsed_ms(started),
             details: json!({

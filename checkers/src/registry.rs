@@ -59,13 +59,21 @@ impl CheckerKind {
     }
 }
 
-/// Builds a checker. `model` is required by (and only meaningful for)
-/// `linearizable`.
-pub fn build(kind: CheckerKind, model: Option<ModelKind>) -> Result<Box<dyn Checker>, String> {
+/// Builds a checker. `model` is required by (and, with `init`, the value
+/// every key starts at, only meaningful for) `linearizable`.
+pub fn build(
+    kind: CheckerKind,
+    model: Option<ModelKind>,
+    init: &serde_json::Value,
+) -> Result<Box<dyn Checker>, String> {
     Ok(match kind {
         CheckerKind::Linearizable => {
             let model = model.ok_or_else(|| "checker `linearizable` needs --model (cas-register or kv)".to_string())?;
-            Box::new(Linearizable { model, explain: true })
+            Box::new(Linearizable {
+                model,
+                explain: true,
+                init: init.clone(),
+            })
         }
         CheckerKind::UniqueIds => Box::new(UniqueIds),
         CheckerKind::Set => Box::new(SetChecker),
@@ -86,7 +94,7 @@ mod tests {
     fn every_checker_is_built_under_its_own_name() {
         for k in CheckerKind::ALL {
             assert_eq!(CheckerKind::parse(k.name()), Some(k));
-            let c = build(k, Some(ModelKind::CasRegister)).unwrap();
+            let c = build(k, Some(ModelKind::CasRegister), &serde_json::Value::Null).unwrap();
             assert_eq!(c.name(), k.name());
             assert_eq!(serde_json::to_value(k).unwrap(), k.name());
         }

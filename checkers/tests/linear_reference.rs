@@ -169,6 +169,7 @@ fn search_verdict(h: &History) -> Verdict {
     let c = Linearizable {
         model: ModelKind::CasRegister,
         explain: true,
+        init: serde_json::Value::Null,
     };
     c.check(h, &CheckContext::new(None, 1 << 30)).unwrap().verdict
 }

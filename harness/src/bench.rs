@@ -1,5 +1,7 @@
 //! `drift bench checker`: times the linearizability checker on every
-//! history of a folder, one thread, parsing excluded, median of `--runs`.
+//! history of a folder (JSON Lines or Jepsen EDN), one thread, median of
+//! `--runs`; reading and pairing each file is timed apart from the check,
+//! so the two formats' parse costs can be compared.
 //! Where the folder has an `EXPECTED.tsv` (file, expected verdict, …,
 //! `porcupine_us`), verdicts are compared with it (a mismatch exits 1) and
 //! times are put beside the peer's.
@@ -28,6 +30,10 @@ struct FileRow {
     min_us: f64,
     max_us: f64,
     peer_us: Option<f64>,
+    /// `jsonl` or `edn`.
+    format: &'static str,
+    /// Median time to read and pair the file.
+    parse_us: f64,
 }
 
 #[derive(Serialize)]
@@ -42,6 +48,8 @@ struct Summary {
     mismatches: Vec<String>,
     peer_total_ms: Option<f64>,
     ratio_to_peer: Option<f64>,
+    /// Sum of per-file median parse times, by format.
+    parse_ms: BTreeMap<&'static str, f64>,
     rows: Vec<FileRow>,
 }
 
@@ -59,11 +67,21 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
     let checker = Linearizable {
         model,
         explain: args.explain,
+        init: args.init.clone().unwrap_or(serde_json::Value::Null),
     };
 
     let mut rows = Vec::with_capacity(files.len());
     for path in &files {
-        let history = History::load(path).map_err(|e| Failure::new(e.to_string()))?;
+        let mut parse = Vec::with_capacity(args.runs as usize);
+        let mut loaded = None;
+        for _ in 0..args.runs {
+            let started = Instant::now();
+            let h = History::load(path).map_err(|e| Failure::new(e.to_string()))?;
+            parse.push(started.elapsed().as_secs_f64() * 1e6);
+            loaded = Some(h);
+        }
+        let history = loaded.expect("at least one run");
+        parse.sort_by(f64::total_cmp);
         let mut times = Vec::with_capacity(args.runs as usize);
         let mut verdict = Verdict::Valid;
         for _ in 0..args.runs {
@@ -75,7 +93,10 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
         }
         times.sort_by(f64::total_cmp);
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_string();
-        let exp = expected.get(&name);
+        let is_edn = path.extension().is_some_and(|x| x == "edn");
+        // an EDN rendering is expected to judge as its JSON Lines original
+        let stem = path.file_stem().and_then(|n| n.to_str()).unwrap_or("?");
+        let exp = expected.get(&name).or_else(|| expected.get(&format!("{stem}.jsonl")));
         rows.push(FileRow {
             ops: history.ops.len(),
             verdict,
@@ -84,6 +105,8 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
             min_us: times[0],
             max_us: times[times.len() - 1],
             peer_us: exp.and_then(|e| e.1),
+            format: if is_edn { "edn" } else { "jsonl" },
+            parse_us: parse[parse.len() / 2],
             file: name,
         });
     }
@@ -104,11 +127,14 @@ fn list_histories(dir: &Path) -> Result<Vec<PathBuf>, Failure> {
         .map_err(|e| Failure::new(format!("{}: cannot read the folder of histories: {e}", dir.display())))?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+        .filter(|p| p.extension().is_some_and(|x| x == "jsonl" || x == "edn"))
         .collect();
     files.sort();
     if files.is_empty() {
-        return Err(Failure::new(format!("{}: no *.jsonl histories", dir.display())));
+        return Err(Failure::new(format!(
+            "{}: no *.jsonl or *.edn histories",
+            dir.display()
+        )));
     }
     Ok(files)
 }
@@ -162,6 +188,10 @@ fn summarize(dir: &Path, model: ModelKind, runs: u32, rows: Vec<FileRow>) -> Sum
         .map(|r| r.file.clone())
         .collect();
     let peer_total_us: Option<f64> = rows.iter().map(|r| r.peer_us).sum();
+    let mut parse_ms = BTreeMap::new();
+    for r in &rows {
+        *parse_ms.entry(r.format).or_insert(0.0) += r.parse_us / 1e3;
+    }
     Summary {
         dir: dir.display().to_string(),
         model: model.name().into(),
@@ -173,13 +203,14 @@ fn summarize(dir: &Path, model: ModelKind, runs: u32, rows: Vec<FileRow>) -> Sum
         mismatches,
         peer_total_ms: peer_total_us.map(|p| p / 1e3),
         ratio_to_peer: peer_total_us.map(|p| p / total_us.max(1e-9)),
+        parse_ms,
         rows,
     }
 }
 
 fn print_table(s: &Summary) {
     out!(
-        "{:<18} {:>5}  {:<8} {:<8} {:>11} {:>11} {:>12} {:>9}",
+        "{:<18} {:>5}  {:<8} {:<8} {:>11} {:>11} {:>12} {:>9} {:>10}",
         "file",
         "ops",
         "verdict",
@@ -187,7 +218,8 @@ fn print_table(s: &Summary) {
         "median µs",
         "max µs",
         "porcupine µs",
-        "× faster"
+        "× faster",
+        "parse µs"
     );
     for r in &s.rows {
         let ratio = r
@@ -195,7 +227,7 @@ fn print_table(s: &Summary) {
             .map(|p| format!("{:.1}", p / r.median_us.max(1e-9)))
             .unwrap_or_default();
         out!(
-            "{:<18} {:>5}  {:<8} {:<8} {:>11.1} {:>11.1} {:>12} {:>9}",
+            "{:<18} {:>5}  {:<8} {:<8} {:>11.1} {:>11.1} {:>12} {:>9} {:>10.1}",
             r.file,
             r.ops,
             r.verdict.as_str(),
@@ -203,17 +235,21 @@ fn print_table(s: &Summary) {
             r.median_us,
             r.max_us,
             r.peer_us.map(|p| format!("{p:.1}")).unwrap_or_default(),
-            ratio
+            ratio,
+            r.parse_us
         );
     }
     out!(
-        "\n{} files, model {}, median of {} runs, one thread, parsing excluded",
+        "\n{} files, model {}, median of {} runs, one thread, parsing timed apart",
         s.files,
         s.model,
         s.runs
     );
     out!("total    {:.3} ms (sum of per-file medians)", s.total_ms);
     out!("slowest  {} {:.1} µs", s.slowest_file, s.slowest_us);
+    for (format, ms) in &s.parse_ms {
+        out!("parse    {format}: {ms:.3} ms (sum of per-file medians: read and pair)");
+    }
     if let (Some(p), Some(r)) = (s.peer_total_ms, s.ratio_to_peer) {
         out!("peer     porcupine {p:.1} ms total → drift is {r:.1}× faster");
     }

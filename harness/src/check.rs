@@ -45,10 +45,14 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
                 .or_else(|| plan.as_ref().and_then(Plan::model))
                 .unwrap_or(ModelKind::CasRegister),
         ),
+        init: args.init.clone().unwrap_or(serde_json::Value::Null),
         budget: budget.or_else(|| plan.as_ref().map(|p| Duration::from_secs(p.check_budget_s))),
         mem_bytes: (args.mem_mb as usize) << 20,
     };
 
+    if bench.model == Some(ModelKind::Kv) {
+        drift_checkers::linear::model::Kv::with_init(&bench.init).map_err(|e| Failure::new(format!("--init: {e}")))?;
+    }
     let (out, new_run) = output_dir(&args, run_dir, &history_path)?;
     if new_run.is_some() {
         write_run_json(&out, &args, &history_path)?;
@@ -160,6 +164,7 @@ fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), 
         config: serde_json::json!({
             "checkers": args.checkers,
             "model": args.model.unwrap_or(ModelKind::CasRegister),
+            "init": args.init,
             "budget_s": args.budget_s,
             "mem_mb": args.mem_mb,
         }),

@@ -39,6 +39,11 @@ impl ValueEnum for NemesisArg {
     }
 }
 
+/// `--init`: a JSON value.
+fn parse_json(s: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(s).map_err(|e| format!("not JSON ({e}); a string needs its quotes: '\"\"'"))
+}
+
 /// `--rate`: operations per second, a finite number in bounds.
 fn parse_rate(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
@@ -65,8 +70,10 @@ pub struct Cli {
 pub enum Command {
     /// Run a campaign: deploy a cluster, drive a workload under faults, check the history.
     Test(TestArgs),
-    /// Check a recorded history (a history.jsonl file or a run directory).
+    /// Check a recorded history (JSON Lines or Jepsen EDN, or a run directory).
     Check(CheckArgs),
+    /// Convert a history (Jepsen's history.edn, or JSON Lines) to drift's JSON Lines.
+    Convert(ConvertArgs),
     /// Run a stored run again with its seed and nemesis schedule.
     Replay(ReplayArgs),
     /// Compare stored runs: versions, config, verdicts, and throughput and latency per op and fault window.
@@ -297,8 +304,21 @@ pub enum ClusterAction {
 }
 
 #[derive(Args, Debug)]
+pub struct ConvertArgs {
+    /// The history to read: Jepsen EDN (by its `.edn` name or its first
+    /// characters) or JSON Lines.
+    pub input: PathBuf,
+    /// Where to write the JSON Lines.
+    pub output: PathBuf,
+    /// Replace OUTPUT if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct CheckArgs {
-    /// A history.jsonl file, or a run directory holding one.
+    /// A history (JSON Lines, or Jepsen's history.edn), or a run
+    /// directory holding one.
     pub input: PathBuf,
     /// Checker to run; repeat or comma-separate for several. Default: the
     /// checkers that judged the run, else linearizable.
@@ -308,6 +328,12 @@ pub struct CheckArgs {
     /// cas-register).
     #[arg(long, value_enum)]
     pub model: Option<ModelKind>,
+    /// What every key holds before the first operation, as JSON. Default
+    /// null: a register starts empty, a kv key absent. Knossos's
+    /// `(cas-register 0)` is `--init 0`; Porcupine's key/value histories
+    /// start every key at the empty string: `--init '""'`.
+    #[arg(long, value_parser = parse_json)]
+    pub init: Option<serde_json::Value>,
     /// Time budget for the whole check, in seconds; past it the verdict is unknown.
     #[arg(long = "budget-s")]
     pub budget_s: Option<f64>,
@@ -395,6 +421,9 @@ pub struct BenchCheckerArgs {
     /// Model to check against.
     #[arg(long, value_enum, default_value_t = ModelKind::CasRegister)]
     pub model: ModelKind,
+    /// What every key holds first, as JSON (default null; see `drift check -h`).
+    #[arg(long, value_parser = parse_json)]
+    pub init: Option<serde_json::Value>,
     /// Timed runs per file; the median is reported.
     #[arg(long, default_value_t = 5)]
     pub runs: u32,

@@ -26,6 +26,8 @@ pub struct Bench {
     pub checkers: Vec<CheckerKind>,
     /// The linearizability checker's model.
     pub model: Option<ModelKind>,
+    /// What every key holds before the first operation.
+    pub init: serde_json::Value,
     /// Time budget of all checkers together (none: unbounded).
     pub budget: Option<Duration>,
     /// Memory cap of one search.
@@ -55,7 +57,7 @@ pub fn judge(
     let checkers: Vec<Box<dyn Checker>> = bench
         .checkers
         .iter()
-        .map(|&k| registry::build(k, bench.model).map_err(Failure::new))
+        .map(|&k| registry::build(k, bench.model, &bench.init).map_err(Failure::new))
         .collect::<Result<_, _>>()?;
     let h = History::load(history).map_err(|e| Failure::new(e.to_string()))?;
     let ctx = CheckContext::new(bench.budget, bench.mem_bytes);

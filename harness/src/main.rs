@@ -20,6 +20,7 @@ mod claim;
 mod cli;
 mod cluster;
 mod compare;
+mod convert;
 mod fail;
 mod judge;
 mod local;
@@ -43,6 +44,7 @@ fn main() {
     };
     let outcome = match cli.command {
         Command::Check(args) => check::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Bench(b) => match b.what {
             BenchWhat::Checker(args) => bench::checker(args),
             BenchWhat::Repair(args) => bench_repair::repair(args),

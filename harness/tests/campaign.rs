@@ -646,3 +646,22 @@ fn counter_and_register_with_no_options_and_no_faults_come_out_valid() {
         let _ = std::fs::remove_dir_all(&store);
     }
 }
+
+#[test]
+fn a_queue_campaign_ends_with_an_ok_drain_and_comes_out_valid() {
+    let (_, run, store) = valid_campaign(
+        "queue",
+        "--workload total-queue --nemesis kill --nemesis-interval 3 --time-limit 8 --nodes 3 --rate 40 --port 23281",
+    );
+    let queue = checker_results(&run, "total-queue").unwrap();
+    assert_eq!(queue["verdict"], "valid", "{queue}");
+    // the final phase drained until a drain completed ok: the queue empty
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    assert!(
+        history
+            .lines()
+            .any(|l| l.contains("\"type\":\"ok\"") && l.contains("\"f\":\"drain\"")),
+        "an ok drain"
+    );
+    let _ = std::fs::remove_dir_all(&store);
+}

@@ -82,7 +82,7 @@ const INVOKE0: &str = r#"{"index":0,"time":0,"process":0,"type":"invoke","f":"re
 
 #[test]
 fn bad_input_exits_3_naming_file_line_and_reason() {
-    let cases: [(&str, String, &str, &str); 9] = [
+    let cases: [(&str, String, &str, &str); 8] = [
         (
             "truncated",
             format!("{INVOKE0}\n{{\"index\":1,\"time\":5,\"pro"),
@@ -102,7 +102,6 @@ fn bad_input_exits_3_naming_file_line_and_reason() {
             ":1:",
             "without an invoke",
         ),
-        ("empty", String::new(), ":1:", "empty history"),
         (
             "busy",
             format!(
@@ -724,4 +723,139 @@ fn serve_refuses_a_store_that_does_not_exist() {
     ]));
     assert_eq!(code, 3);
     assert!(stderr.contains("/nonexistent/drift-store"), "{stderr}");
+}
+
+/// A Jepsen-style history.edn written by hand, with what Jepsen files
+/// hold: keyword `:type` and `:f`, a `:nemesis` process with `:info`
+/// lines, `jepsen.independent` `[key value]` tuples, no `:time`, a cas
+/// `[1 2]`, a `:fail` with a vector `:error`.
+const JEPSEN_EDN: &str = r#"{:type :invoke, :f :write, :value [:a 1], :process 0}
+{:type :info, :f :start, :value nil, :process :nemesis}
+{:type :ok, :f :write, :value [:a 1], :process 0}
+{:type :invoke, :f :cas, :value [:a [1 2]], :process 1}
+{:type :info, :f :start, :value [:isolated {:n1 #{:n2}}], :process :nemesis}
+{:type :ok, :f :cas, :value [:a [1 2]], :process 1}
+{:type :invoke, :f :cas, :value [:b [7 8]], :process 2}
+{:type :fail, :f :cas, :value [:b [7 8]], :process 2, :error [:precondition-failed "7 != nil"]}
+{:type :invoke, :f :read, :value [:a nil], :process 0}
+{:type :ok, :f :read, :value [:a 2], :process 0}
+"#;
+
+#[test]
+fn jepsen_edn_histories_check_and_convert_as_they_are() {
+    let dir = scratch("edn");
+    let edn = dir.join("history.edn");
+    std::fs::write(&edn, JEPSEN_EDN).unwrap();
+    let (code, stdout, stderr) = run(drift()
+        .arg("check")
+        .arg(&edn)
+        .args(["--checker", "linearizable", "--json", "--out"])
+        .arg(dir.join("out")));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let results: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(results["keys"], 2, "independent keys :a and :b");
+    // a stale read makes it invalid: the reader keeps values and keys
+    std::fs::write(&edn, JEPSEN_EDN.replace("[:a 2], :process 0}", "[:a 1], :process 0}")).unwrap();
+    let (code, stdout, _) = run(drift().arg("check").arg(&edn).args(["--out"]).arg(dir.join("out2")));
+    assert_eq!(code, 1, "{stdout}");
+    // drift convert writes the JSON Lines, which check the same way
+    std::fs::write(&edn, JEPSEN_EDN).unwrap();
+    let jsonl = dir.join("history.jsonl");
+    let (code, stdout, stderr) = run(drift().arg("convert").arg(&edn).arg(&jsonl));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 10);
+    assert_eq!(lines[1]["process"], "nemesis");
+    assert_eq!(
+        (&lines[3]["key"], &lines[3]["value"]),
+        (&serde_json::json!("a"), &serde_json::json!([1, 2]))
+    );
+    assert_eq!(lines[7]["error"], "[:precondition-failed \"7 != nil\"]");
+    assert_eq!(lines[9]["time"], 9, "no :time: the index stands in");
+    let (code, _, _) = run(drift().arg("check").arg(&jsonl).args(["--out"]).arg(dir.join("out3")));
+    assert_eq!(code, 0);
+    // converting onto an existing file needs --force
+    let (code, _, stderr) = run(drift().arg("convert").arg(&edn).arg(&jsonl));
+    assert_eq!(code, 3);
+    assert!(stderr.contains("--force"), "{stderr}");
+}
+
+#[test]
+fn bad_edn_exits_3_naming_file_and_line() {
+    let dir = scratch("bad-edn");
+    for (name, text, line, says) in [
+        (
+            "unbalanced.edn",
+            "{:type :invoke, :f :read, :value nil, :process 0}\n{:type :ok, :f :read, :value [1 2, :process 0}\n",
+            2,
+            "not EDN",
+        ),
+        (
+            "tag.edn",
+            "{:type :invoke, :f :read, :value nil, :process 0}\n\n#my.app/Op {:type :ok}\n",
+            3,
+            "unknown tag #my.app/Op",
+        ),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        let (code, _, stderr) = run(drift().arg("check").arg(&path).arg("--out").arg(dir.join("o")));
+        assert_eq!(code, 3, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}:{line}", path.display())) && stderr.contains(says),
+            "{name}: {stderr}"
+        );
+        let (code, _, stderr) = run(drift().arg("convert").arg(&path).arg(dir.join("x.jsonl")));
+        assert_eq!(code, 3, "{name}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}:{line}", path.display())),
+            "{name}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn init_sets_what_every_key_holds_first() {
+    let dir = scratch("init");
+    let path = dir.join("kv.jsonl");
+    std::fs::write(
+        &path,
+        concat!(
+            "{\"index\":0,\"time\":0,\"process\":0,\"type\":\"invoke\",\"f\":\"get\",\"value\":null,\"key\":\"k\"}\n",
+            "{\"index\":1,\"time\":1,\"process\":0,\"type\":\"ok\",\"f\":\"get\",\"value\":\"\",\"key\":\"k\"}\n"
+        ),
+    )
+    .unwrap();
+    let check = |extra: &[&str]| {
+        let (code, _, stderr) = run(drift()
+            .arg("check")
+            .arg(&path)
+            .args(["--model", "kv"])
+            .args(extra)
+            .arg("--out")
+            .arg(dir.join("o")));
+        (code, stderr)
+    };
+    assert_eq!(check(&["--init", "\"\""]).0, 0);
+    assert_eq!(check(&[]).0, 1);
+    let (code, stderr) = check(&["--init", "nope"]);
+    assert_eq!(code, 3);
+    assert!(stderr.contains("not JSON"), "{stderr}");
+    let (code, stderr) = check(&["--init", "5"]);
+    assert_eq!(code, 3);
+    assert!(stderr.contains("a kv key starts at a string or null"), "{stderr}");
+}
+
+#[test]
+fn an_empty_history_is_unknown_not_valid() {
+    let dir = scratch("empty");
+    let path = dir.join("empty.jsonl");
+    std::fs::write(&path, "").unwrap();
+    let (code, stdout, _) = run(drift().arg("check").arg(&path).arg("--out").arg(dir.join("o")));
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stdout.contains("nothing to judge"), "{stdout}");
 }

@@ -47,6 +47,9 @@ pub enum Outcome {
     Fail(String),
     /// May or may not have happened.
     Info(String),
+    /// Happened in part: what it did (the completion's value), and why it
+    /// did not finish — a drain that took some elements and stopped.
+    Partial(Value, String),
 }
 
 /// The workloads by the names the CLI and run configs use.

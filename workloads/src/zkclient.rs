@@ -14,8 +14,8 @@ use zookeeper_client as zk;
 
 /// Most children a dequeue tries before giving up as contended.
 const DEQUEUE_TRIES_MAX: usize = 16;
-/// Most elements one drain takes; the final phase drains until a drain
-/// comes back empty, so each op stays short.
+/// Most elements one drain takes before it stops as a partial drain; the
+/// final phase drains until a drain completes `ok`, so each op stays short.
 const DRAIN_CHUNK: usize = 200;
 /// Times a drain asks whether a delete it lost track of took effect.
 const RESOLVE_TRIES: usize = 3;
@@ -329,58 +329,70 @@ impl ZkClient {
         }
     }
 
-    /// Takes up to [`DRAIN_CHUNK`] elements in order, after a sync: `ok`
-    /// with what it took (the final phase repeats it until it comes back
-    /// empty; `ok []` means the queue was empty). A delete whose reply is
-    /// lost is settled by looking for the element again. The drain stops
-    /// itself at half the op timeout and returns what it took, so the
-    /// timeout never cuts it off with deletes done and unrecorded.
+    /// Takes every element in order until a listing, after a sync, comes
+    /// back empty: `ok` with what it took — the queue was empty at its
+    /// end, which is what an `ok` drain means (Jepsen's convention). One
+    /// that stops first — [`DRAIN_CHUNK`] taken, half the op timeout
+    /// spent (so the timeout never cuts it off with deletes done and
+    /// unrecorded), a delete it cannot settle — is a partial drain: `info`
+    /// carrying what it took. Nothing taken and nothing in doubt is
+    /// `fail`. A delete whose reply is lost is settled by looking for the
+    /// element again.
     async fn drain(&self) -> Outcome {
         let deadline = tokio::time::Instant::now() + self.spec.op_timeout / 2;
         let root = self.root();
-        let listed = async {
-            self.client.sync(root).await?;
-            self.client.list_children(root).await
-        };
-        let mut kids = match listed.await {
-            Ok(k) => k,
-            Err(e) => return Outcome::Fail(e.to_string()),
-        };
-        if kids.is_empty() {
-            return Outcome::Ok(json!([]));
-        }
-        kids.sort();
         let mut taken = Vec::new();
-        let mut unsettled = false;
-        for kid in kids.iter().take(DRAIN_CHUNK) {
-            let path = format!("{root}/{kid}");
-            // gone (taken by someone else), unreachable or out of time:
-            // move on (the deadline check below ends the loop)
-            let Ok(Ok((data, stat))) = tokio::time::timeout_at(deadline, self.client.get_data(&path)).await else {
-                if tokio::time::Instant::now() >= deadline {
-                    break;
-                }
-                continue;
+        let stop = |taken: Vec<Value>, why: &str| {
+            if taken.is_empty() {
+                Outcome::Fail(format!("{why}, nothing taken"))
+            } else {
+                Outcome::Partial(Value::Array(taken), format!("partial drain: {why}"))
+            }
+        };
+        loop {
+            let listed = async {
+                self.client.sync(root).await?;
+                self.client.list_children(root).await
             };
-            match tokio::time::timeout_at(deadline, self.client.delete(&path, Some(stat.version))).await {
-                Ok(Ok(())) => taken.push(parse_int(&data)),
-                Ok(Err(zk::Error::NoNode)) | Ok(Err(zk::Error::BadVersion)) => {}
-                Ok(Err(_)) | Err(_) => {
-                    if self.deleted(&path).await {
-                        taken.push(parse_int(&data));
-                    } else {
-                        unsettled = true;
+            let mut kids = match tokio::time::timeout_at(deadline, listed).await {
+                Ok(Ok(k)) => k,
+                Ok(Err(e)) => return stop(taken, &e.to_string()),
+                Err(_) => return stop(taken, "out of time"),
+            };
+            if kids.is_empty() {
+                return Outcome::Ok(Value::Array(taken));
+            }
+            kids.sort();
+            for kid in &kids {
+                if taken.len() >= DRAIN_CHUNK {
+                    return stop(taken, "chunk full");
+                }
+                let path = format!("{root}/{kid}");
+                // gone (taken by someone else) or unreachable: move on
+                let Ok(Ok((data, stat))) = tokio::time::timeout_at(deadline, self.client.get_data(&path)).await else {
+                    if tokio::time::Instant::now() >= deadline {
+                        return stop(taken, "out of time");
                     }
-                    break;
+                    continue;
+                };
+                match tokio::time::timeout_at(deadline, self.client.delete(&path, Some(stat.version))).await {
+                    Ok(Ok(())) => taken.push(parse_int(&data)),
+                    Ok(Err(zk::Error::NoNode)) | Ok(Err(zk::Error::BadVersion)) => {}
+                    Ok(Err(_)) | Err(_) => {
+                        if !self.deleted(&path).await {
+                            return if taken.is_empty() {
+                                Outcome::Info("a delete could not be settled".into())
+                            } else {
+                                Outcome::Partial(
+                                    Value::Array(taken),
+                                    "partial drain: a delete could not be settled".into(),
+                                )
+                            };
+                        }
+                        taken.push(parse_int(&data));
+                    }
                 }
             }
-        }
-        match (taken.is_empty(), unsettled) {
-            (false, _) => Outcome::Ok(Value::Array(taken)),
-            // nothing taken from a queue that was not empty: not an `ok []`,
-            // which would claim the queue empty
-            (true, false) => Outcome::Fail("took nothing from a non-empty queue".into()),
-            (true, true) => Outcome::Info("a delete could not be settled".into()),
         }
     }
 

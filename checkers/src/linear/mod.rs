@@ -41,6 +41,11 @@ pub struct Linearizable {
     pub model: ModelKind,
     /// Shrink failures to a minimal core and describe them.
     pub explain: bool,
+    /// What every key holds before the first operation (`null`: nothing).
+    /// A cas-register starts at any JSON value (Knossos's
+    /// `(cas-register 0)` is `0`); a kv key at a string (Porcupine's
+    /// key/value histories start every key at `""`) or `null`, absent.
+    pub init: serde_json::Value,
 }
 
 /// One operation as a report shows it.
@@ -104,8 +109,16 @@ impl Checker for Linearizable {
 
     fn check(&self, history: &History, ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
         match self.model {
-            ModelKind::CasRegister => self.check_with(history, ctx, CasRegister::new),
-            ModelKind::Kv => self.check_with(history, ctx, Kv::new),
+            ModelKind::CasRegister => self.check_with(history, ctx, || CasRegister::with_init(&self.init)),
+            ModelKind::Kv => match Kv::with_init(&self.init) {
+                Ok(_) => self.check_with(history, ctx, || Kv::with_init(&self.init).expect("checked above")),
+                Err(e) => Ok(CheckResult::unknown(
+                    self.name(),
+                    Instant::now(),
+                    e,
+                    serde_json::Value::Null,
+                )),
+            },
         }
     }
 }
@@ -392,7 +405,11 @@ mod tests {
 
     fn verdict(model: ModelKind, lines: &[(u64, &str, &str, Value)]) -> Verdict {
         let h = test_history(lines);
-        let c = Linearizable { model, explain: true };
+        let c = Linearizable {
+            model,
+            explain: true,
+            init: serde_json::Value::Null,
+        };
         c.check(&h, &CheckContext::new(None, 1 << 30)).unwrap().verdict
     }
 
@@ -517,6 +534,7 @@ mod tests {
         let c = Linearizable {
             model: ModelKind::CasRegister,
             explain: true,
+            init: serde_json::Value::Null,
         };
         let e = c.check(&h, &CheckContext::new(None, 1 << 30)).unwrap_err();
         assert_eq!(e.at.line, 2);
@@ -538,6 +556,7 @@ mod tests {
         let c = Linearizable {
             model: ModelKind::CasRegister,
             explain: true,
+            init: serde_json::Value::Null,
         };
         let r = c.check(&h, &CheckContext::new(None, 1 << 30)).unwrap();
         let report: LinearReport = serde_json::from_value(r.details).unwrap();

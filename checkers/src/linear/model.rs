@@ -121,13 +121,24 @@ enum RegOp {
 pub struct CasRegister {
     values: Values,
     ops: Ops<RegOp>,
+    /// The state every key starts in.
+    init: u32,
 }
 
 impl CasRegister {
+    /// A register that starts at `null`.
     pub fn new() -> Self {
+        CasRegister::with_init(&Value::Null)
+    }
+
+    /// A register that starts at `init`.
+    pub fn with_init(init: &Value) -> Self {
+        let mut values = Values::new();
+        let init = values.intern(init);
         CasRegister {
-            values: Values::new(),
+            values,
             ops: Ops::new(),
+            init,
         }
     }
 }
@@ -161,7 +172,7 @@ impl Model for CasRegister {
     }
 
     fn init(&mut self) -> u32 {
-        0
+        self.init
     }
 
     #[inline]
@@ -201,16 +212,31 @@ pub struct Kv {
     ids: HashMap<String, u32>,
     ops: Ops<KvOp>,
     appended: HashMap<(u32, u32), u32>,
+    /// The state every key starts in.
+    init: u32,
 }
 
 impl Kv {
+    /// Keys that start absent.
     pub fn new() -> Self {
         Kv {
             strings: vec![None],
             ids: HashMap::new(),
             ops: Ops::new(),
             appended: HashMap::new(),
+            init: 0,
         }
+    }
+
+    /// Keys that start at `init`: a string, or `null` (absent).
+    pub fn with_init(init: &Value) -> Result<Self, String> {
+        let mut kv = Kv::new();
+        kv.init = match init {
+            Value::Null => 0,
+            Value::String(s) => kv.intern(s.clone()),
+            other => return Err(format!("a kv key starts at a string or null, not {other}")),
+        };
+        Ok(kv)
     }
 
     fn intern(&mut self, s: String) -> u32 {
@@ -258,7 +284,7 @@ impl Model for Kv {
     }
 
     fn init(&mut self) -> u32 {
-        0
+        self.init
     }
 
     fn step(&mut self, s: u32, op: u32) -> Option<u32> {
