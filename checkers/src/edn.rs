@@ -111,8 +111,9 @@ fn parse(text: &str) -> Result<Vec<Raw>, (u64, String)> {
     if wrapped {
         rest = skip_blank(&rest[1..]);
     }
+    let mut lines = Lines::new(text);
     loop {
-        let line = line_of(text, rest);
+        let line = lines.at(rest);
         if rest.is_empty() {
             if wrapped {
                 return Err((line, "unbalanced bracket: the history's `[` is never closed".into()));
@@ -122,7 +123,7 @@ fn parse(text: &str) -> Result<Vec<Raw>, (u64, String)> {
         if wrapped && rest.starts_with(']') {
             let after = skip_blank(&rest[1..]);
             if !after.is_empty() {
-                return Err((line_of(text, after), "text after the history's closing `]`".into()));
+                return Err((lines.at(after), "text after the history's closing `]`".into()));
             }
             return Ok(out);
         }
@@ -147,10 +148,29 @@ fn skip_blank(mut s: &str) -> &str {
     }
 }
 
-/// The 1-based line of `text` that `rest` (a suffix of it) starts on.
-fn line_of(text: &str, rest: &str) -> u64 {
-    let consumed = text.len() - rest.len();
-    1 + text.as_bytes()[..consumed].iter().filter(|&&b| b == b'\n').count() as u64
+/// Line numbers of suffixes of one text, asked in order: each call
+/// counts only the newlines since the last (linear in the text, not
+/// quadratic).
+struct Lines<'t> {
+    text: &'t str,
+    pos: usize,
+    line: u64,
+}
+
+impl<'t> Lines<'t> {
+    fn new(text: &'t str) -> Self {
+        Lines { text, pos: 0, line: 1 }
+    }
+
+    /// The 1-based line `rest` (a suffix of the text, at or after the
+    /// last one asked) starts on.
+    fn at(&mut self, rest: &str) -> u64 {
+        let pos = self.text.len() - rest.len();
+        debug_assert!(pos >= self.pos, "suffixes asked in order");
+        self.line += self.text.as_bytes()[self.pos..pos].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.pos = pos;
+        self.line
+    }
 }
 
 /// One operation from its EDN map.
