@@ -58,7 +58,9 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
         write_run_json(&out, &args, &history_path)?;
     }
     let info: Option<RunInfo> = read_json(&out.run_json()).ok().flatten();
-    let judged = judge::judge(&out, &history_path, &bench, info.as_ref(), new_run.as_ref())?;
+    // `latest` means the newest campaign run (what `drift replay
+    // store/latest` replays): a check never moves it
+    let judged = judge::judge(&out, &history_path, &bench, info.as_ref(), None)?;
     if args.json {
         out!(
             "{}",

@@ -118,15 +118,8 @@ pub struct Limits {
 /// The comparison of `paths` (baseline first) as text or JSON, and its
 /// exit code.
 pub fn render(paths: &[PathBuf], limits: &Limits, json: bool) -> Result<(String, i32), Failure> {
-    let sides = paths.iter().map(|p| load(p)).collect::<Result<Vec<_>, _>>()?;
-    let Some((baseline, runs)) = sides.split_first().filter(|(_, r)| !r.is_empty()) else {
-        return Err(Failure::new("comparing needs a baseline and at least one run"));
-    };
-    let comparisons: Vec<Comparison> = runs.iter().map(|r| compare(baseline, r, limits)).collect();
-    let code = comparisons
-        .iter()
-        .fold(Verdict::Valid, |v, c| v.and(c.worst))
-        .exit_code();
+    let (sides, comparisons, code) = compute(paths, limits)?;
+    let (baseline, runs) = sides.split_first().expect("compute checked");
     let mut o = String::new();
     if json {
         let out = serde_json::json!({
@@ -145,6 +138,126 @@ pub fn render(paths: &[PathBuf], limits: &Limits, json: bool) -> Result<(String,
         }
     }
     Ok((o, code))
+}
+
+/// The runs of `paths` (baseline first), each compared with the
+/// baseline, and the exit code of it all.
+fn compute(paths: &[PathBuf], limits: &Limits) -> Result<(Vec<Side>, Vec<Comparison>, i32), Failure> {
+    let sides = paths.iter().map(|p| load(p)).collect::<Result<Vec<_>, _>>()?;
+    let Some((baseline, runs)) = sides.split_first().filter(|(_, r)| !r.is_empty()) else {
+        return Err(Failure::new("comparing needs a baseline and at least one run"));
+    };
+    let comparisons: Vec<Comparison> = runs.iter().map(|r| compare(baseline, r, limits)).collect();
+    let code = comparisons
+        .iter()
+        .fold(Verdict::Valid, |v, c| v.and(c.worst))
+        .exit_code();
+    Ok((sides, comparisons, code))
+}
+
+/// The comparison of `paths` as an HTML body, as `drift serve` shows it:
+/// tables like the report's, each run named by its path in the store
+/// (`root`) and linked to its report through `link`.
+pub fn render_html(paths: &[PathBuf], limits: &Limits, root: &Path, link: &dyn Fn(&Path) -> String) -> Result<String, Failure> {
+    use drift_results::picture::esc;
+    let (sides, comparisons, _) = compute(paths, limits)?;
+    let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
+    let verdict = |v: Option<Verdict>| match v {
+        Some(v) => format!(r#"<span class="{}">{}</span>"#, v.as_str(), v.as_str()),
+        None => "–".to_string(),
+    };
+    let mut o = String::from(
+        "<table><tr><th></th><th>run</th><th>test</th><th>created</th><th>seed</th><th>drift</th><th>verdict</th></tr>",
+    );
+    for (n, s) in sides.iter().enumerate() {
+        let (test, created, seed, version) = match &s.info {
+            Some(i) => (
+                i.test.clone(),
+                i.created_at.clone(),
+                i.seed.map_or_else(|| "–".into(), |v| v.to_string()),
+                i.versions.short(),
+            ),
+            None => ("–".into(), "–".into(), "–".into(), "–".into()),
+        };
+        let _ = write!(
+            o,
+            r#"<tr><td>{}</td><td><a href="{}">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
+            if n == 0 { "baseline" } else { "run" },
+            esc(&link(&s.path)),
+            esc(&rel(&s.path)),
+            esc(&test),
+            esc(&created),
+            esc(&seed),
+            esc(&version),
+            verdict(s.verdict)
+        );
+    }
+    o.push_str("</table>");
+    for c in &comparisons {
+        let _ = write!(o, "<h2>{} against the baseline</h2>", esc(&rel(&c.run)));
+        if c.config_changes.is_empty() {
+            o.push_str("<p>Same options.</p>");
+        } else {
+            o.push_str(r#"<p class="note">The options differ: the figures compare different campaigns.</p><table><tr><th>option</th><th>baseline</th><th>run</th></tr>"#);
+            for ch in &c.config_changes {
+                let _ = write!(
+                    o,
+                    "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    esc(&ch.option),
+                    esc(&ch.baseline.to_string()),
+                    esc(&ch.run.to_string())
+                );
+            }
+            o.push_str("</table>");
+        }
+        o.push_str("<table><tr><th>checker</th><th>baseline</th><th>run</th><th></th></tr>");
+        for row in &c.checkers {
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&row.checker),
+                verdict(row.baseline),
+                verdict(row.run),
+                if row.worse { r#"<span class="invalid">worse</span>"# } else { "" }
+            );
+        }
+        o.push_str("</table>");
+        o.push_str(r#"<table><tr><th>span</th><th>op</th><th>ok/s baseline</th><th>ok/s run</th><th>ratio</th><th>p50 ms baseline</th><th>p50 ms run</th><th>ratio</th><th>p99 ms baseline</th><th>p99 ms run</th><th>ratio</th></tr>"#);
+        let cell = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") });
+        let ratio = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |r| format!("{r:.2}"));
+        for row in &c.perf {
+            let ok = |s: &Option<FStats>| s.as_ref().map(|s| s.ok_per_s);
+            let q = |s: &Option<FStats>, p: fn(&perf::Quantiles) -> f64| {
+                s.as_ref().and_then(|s| s.latency_ms.as_ref().map(p))
+            };
+            let _ = write!(
+                o,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(if row.span == "run" { "whole run" } else { &row.span }),
+                esc(&row.f),
+                cell(ok(&row.baseline)),
+                cell(ok(&row.run)),
+                ratio(row.ok_per_s_ratio),
+                cell(q(&row.baseline, |q| q.p50)),
+                cell(q(&row.run, |q| q.p50)),
+                ratio(row.p50_ratio),
+                cell(q(&row.baseline, |q| q.p99)),
+                cell(q(&row.run, |q| q.p99)),
+                ratio(row.p99_ratio),
+            );
+        }
+        o.push_str("</table>");
+        if c.regressions.is_empty() {
+            o.push_str(r#"<p class="valid">Not worse than the baseline.</p>"#);
+        } else {
+            o.push_str(r#"<p class="invalid">Worse than the baseline:</p><ul>"#);
+            for r in &c.regressions {
+                let _ = write!(o, "<li>{}</li>", esc(r));
+            }
+            o.push_str("</ul>");
+        }
+    }
+    Ok(o)
 }
 
 /// The run directories the arguments name, baseline first.

@@ -345,7 +345,8 @@ table { border-collapse: collapse; font-family: monospace; margin-bottom: 20px; 
 td, th { border: 1px solid #ccc; padding: 3px 8px; text-align: left; } \
 pre { background: #fafafa; border: 1px solid #ddd; padding: 8px; } \
 .valid { color: #2e7d32; font-weight: bold; } .invalid { color: #c62828; font-weight: bold; } \
-.unknown { color: #ef6c00; font-weight: bold; }</style>";
+.unknown { color: #ef6c00; font-weight: bold; } \
+.note { background: #fff8e1; border: 1px solid #ffe082; padding: 6px 10px; }</style>";
 
 fn page(title: &str, body: &str) -> String {
     format!(
@@ -491,22 +492,27 @@ fn compare_page(root: &Path, query: &str) -> Response {
         max_p99_rise: None,
         min_ops: 0,
     };
-    match compare::render(&[b, r], &limits, json) {
-        Ok((text, _)) if json => Response {
+    let link = |p: &Path| format!("{}/report.html", url(root, p));
+    let shown = if json {
+        compare::render(&[b, r], &limits, true).map(|(text, _)| text)
+    } else {
+        compare::render_html(&[b, r], &limits, root, &link)
+    };
+    match shown {
+        Ok(text) if json => Response {
             status: 200,
             content_type: "application/json",
             body: Body::Bytes(text.into_bytes()),
         },
-        Ok((text, _)) => Response::html(page(
+        Ok(body) => Response::html(page(
             "drift compare",
             &format!(
-                r#"<h1>compare</h1><p><a href="/">all runs</a> · <a href="/compare?{}&amp;json=1">as JSON</a></p><pre>{}</pre>"#,
-                esc(query),
-                esc(&text)
+                r#"<h1>compare</h1><p><a href="/">all runs</a> · <a href="/compare?{}&amp;json=1">as JSON</a></p>{body}"#,
+                esc(query)
             ),
         )),
         // both are runs: what fails is a file in one of them
-        Err(f) => Response::text(500, &f.message),
+        Err(f) => Response::text(500, &f.message.replace(&root.display().to_string(), "<store>")),
     }
 }
 

@@ -273,7 +273,7 @@ fn memory_cap_ends_in_unknown_and_memory_stays_bounded() {
 }
 
 #[test]
-fn checking_into_the_store_makes_a_run_and_points_latest_at_it() {
+fn checking_into_the_store_makes_a_run_and_leaves_latest_to_campaigns() {
     let Some(dir) = etcd_dir() else { return };
     let root = scratch("store");
     let store = root.join("store");
@@ -283,7 +283,15 @@ fn checking_into_the_store_makes_a_run_and_points_latest_at_it() {
         .args(["--checker", "linearizable,stats", "--store"])
         .arg(&store));
     assert_eq!(code, 1, "{stdout}");
-    let latest = store.join("latest");
+    // `latest` keeps meaning the newest campaign run: a check does not move it
+    assert!(!store.join("latest").exists(), "a check moved latest");
+    let runs: Vec<PathBuf> = std::fs::read_dir(store.join("check-etcd_001"))
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    assert_eq!(runs.len(), 1);
+    let latest = &runs[0];
+    assert!(stdout.contains(&latest.join("results.json").display().to_string()), "{stdout}");
     let run_json: serde_json::Value = serde_json::from_slice(&std::fs::read(latest.join("run.json")).unwrap()).unwrap();
     assert_eq!(run_json["kind"], "check");
     assert_eq!(run_json["test"], "check-etcd_001");
@@ -655,7 +663,17 @@ fn serve_lists_runs_serves_their_files_and_compares_them_and_nothing_outside_the
         "/compare?base=made/20261130T000001.000Z&run=made%2F20261130T000002.000Z",
     );
     assert_eq!(status, 200);
-    assert!(body.contains("WORSE: checker linearizable: valid → invalid"), "{body}");
+    // rendered as tables like the report's, runs named by their place in
+    // the store and linked to their reports
+    assert!(
+        body.contains("Worse than the baseline:") && body.contains("<li>checker linearizable: valid → invalid</li>"),
+        "{body}"
+    );
+    assert!(
+        body.contains(r#"<a href="/made/20261130T000002.000Z/report.html">made/20261130T000002.000Z</a>"#),
+        "{body}"
+    );
+    assert!(!body.contains(&store.display().to_string()), "no absolute path: {body}");
 
     for outside in [
         "/../secret",

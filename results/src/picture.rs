@@ -1,20 +1,30 @@
 //! A self-contained HTML page (inline SVG and CSS, no scripts, no external
-//! resources) that draws one linearizability violation: the operations of
-//! the window per process on a time axis, the longest linearizable prefix
-//! shaded, the return no linearization passes marked, and the core — the
-//! operations that cannot all hold — outlined in red.
+//! resources) that draws one linearizability violation: the operations
+//! around it per process on an axis of history events, the longest
+//! linearizable prefix shaded, the return no linearization passes marked,
+//! and the core — the operations that cannot all hold — outlined in red.
+//!
+//! The page opens at the violation: the axis holds the core's events and
+//! a few around each, and stretches between them with nothing of the core
+//! in them are folded into one marked column, so the core and the failing
+//! return fit a 1400-pixel window without scrolling however far apart
+//! they lie in the history.
 
 use drift_checkers::linear::{OpRef, Violation};
 use std::fmt::Write;
 
 /// Most operations drawn; past it, those closest to the failing return win.
 const OPS_DRAWN_MAX: usize = 400;
-/// Horizontal room per history event: enough for a short label.
-const EVENT_PX_MIN: f64 = 20.0;
-/// The plot is at least this wide.
-const PLOT_PX_MIN: f64 = 1000.0;
+/// Room per axis column: wide enough for a short label, narrow enough
+/// that no column hogs the plot.
+const EVENT_PX_MAX: f64 = 40.0;
+const EVENT_PX_MIN: f64 = 3.0;
+/// The plot's width: the page fits a 1400-pixel window.
+const PLOT_PX: f64 = 1150.0;
+/// History events kept on the axis either side of each of the core's.
+const CONTEXT_EVENTS: usize = 1;
 /// Most time labels on the axis.
-const TICKS_MAX: usize = 10;
+const TICKS_MAX: usize = 8;
 const LANE_PX: f64 = 30.0;
 const LABEL_PX: f64 = 90.0;
 const TOP_PX: f64 = 40.0;
@@ -37,34 +47,53 @@ pub fn esc(s: &str) -> String {
 
 /// Renders the page for `v`; `title` names the history.
 pub fn render(v: &Violation, title: &str) -> String {
-    let mut ops: Vec<&OpRef> = v.window.iter().collect();
-    if ops.len() > OPS_DRAWN_MAX {
-        ops.sort_by_key(|o| v.prefix_end_index.abs_diff(o.invoke_index));
-        ops.truncate(OPS_DRAWN_MAX);
-    }
     let is_core = |o: &OpRef| v.core.iter().any(|c| c.invoke_index == o.invoke_index);
     let is_failing = |o: &OpRef| o.invoke_index == v.failing.invoke_index;
+    let axis = Axis::new(v);
+    // what touches a column of the axis is drawn; what lies wholly in a
+    // folded stretch is counted
+    let mut ops: Vec<&OpRef> = v.window.iter().filter(|o| axis.touches(o)).collect();
+    let folded = v.window.len() - ops.len();
+    if ops.len() > OPS_DRAWN_MAX {
+        ops.sort_by_key(|o| (!(is_core(o) || is_failing(o)), v.prefix_end_index.abs_diff(o.invoke_index)));
+        ops.truncate(OPS_DRAWN_MAX);
+    }
 
     let mut lanes: Vec<&str> = ops.iter().map(|o| o.process.as_str()).collect();
     lanes.sort_by_key(|p| (p.parse::<u64>().unwrap_or(u64::MAX), p.to_string()));
     lanes.dedup();
 
-    let axis = Axis::new(&ops, v.prefix_end_index, v.prefix_end_time);
     let width = axis.width();
-    let height = TOP_PX + lanes.len() as f64 * LANE_PX + 40.0;
+    let height = TOP_PX + lanes.len() as f64 * LANE_PX + 62.0;
     let mut svg = String::new();
     let _ = write!(
         svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height}" viewBox="0 0 {width:.0} {height}" font-family="monospace" font-size="11">"#
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height}" viewBox="0 0 {width:.0} {height}" font-family="monospace" font-size="11"><defs><pattern id="folded" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fafafa"/><line x1="0" y1="0" x2="0" y2="6" stroke="#bbb" stroke-width="2"/></pattern></defs>"##
     );
     // The longest linearizable prefix, and the return nothing passes.
     let cut_x = axis.x(v.prefix_end_index);
     let _ = write!(
         svg,
-        r##"<rect x="{LABEL_PX}" y="{}" width="{}" height="{}" fill="#e8f5e9"/><text x="{}" y="{}" fill="#2e7d32">longest linearizable prefix</text>"##,
+        r##"<rect x="{LABEL_PX}" y="{}" width="{}" height="{}" fill="#e8f5e9"/>"##,
         TOP_PX - 14.0,
         cut_x - LABEL_PX,
         lanes.len() as f64 * LANE_PX + 14.0,
+    );
+    // folded stretches, under everything drawn on top of them
+    let lanes_bottom = TOP_PX + lanes.len() as f64 * LANE_PX;
+    for (x, n) in axis.folds() {
+        let _ = write!(
+            svg,
+            r##"<rect x="{:.1}" y="{}" width="{:.1}" height="{}" fill="url(#folded)"><title>{n} history events with none of the core's folded here</title></rect>"##,
+            x - axis.step / 2.0,
+            TOP_PX - 14.0,
+            axis.step,
+            lanes_bottom - TOP_PX + 14.0
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<text x="{}" y="{}" fill="#2e7d32" stroke="#e8f5e9" stroke-width="3" paint-order="stroke">longest linearizable prefix</text>"##,
         LABEL_PX + 4.0,
         TOP_PX - 4.0
     );
@@ -146,8 +175,9 @@ pub fn render(v: &Violation, title: &str) -> String {
         }
         svg.push_str("</g>");
     }
-    // Time axis.
-    let axis_y = TOP_PX + lanes.len() as f64 * LANE_PX + 16.0;
+    // The axis: columns are history events in order, labelled with their
+    // times.
+    let axis_y = lanes_bottom + 16.0;
     for (x, t) in axis.ticks() {
         let _ = write!(
             svg,
@@ -157,6 +187,12 @@ pub fn render(v: &Violation, title: &str) -> String {
             esc(&fmt_time(t))
         );
     }
+    let _ = write!(
+        svg,
+        r##"<text x="{:.1}" y="{:.1}" fill="#444" text-anchor="middle">history events in order (hatched: a stretch without the core's, folded); labels: time since the start</text>"##,
+        LABEL_PX + PLOT_PX / 2.0,
+        axis_y + 18.0
+    );
     svg.push_str("</svg>");
 
     let mut core_rows = String::new();
@@ -190,7 +226,7 @@ td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 </style></head><body>
 <h1>Not linearizable{key}</h1>
 <p>{}</p>
-<pre>{}</pre>
+<p><b>{}</b></p>
 <div class="legend">
 <span><i class="sw" style="background:#c8e6c9;border-color:#388e3c"></i>ok</span>
 <span><i class="sw" style="background:#ffe0b2;border-color:#ef6c00;border-style:dashed"></i>info / no completion (may take effect any time after its invoke, or never)</span>
@@ -199,68 +235,159 @@ td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 <span><i class="sw" style="background:#ffcdd2;border-color:#b71c1c;border-width:2px"></i>the return no linearization passes</span>
 </div>
 {svg}
+<p>{folded_note}</p>
+<h2>Why</h2>
+<pre>{}</pre>
 <h2>The operations that cannot all hold</h2>
 <table><tr><th>line</th><th>process</th><th>operation</th><th>outcome</th><th>invoke index</th><th>completion index</th></tr>
 {core_rows}</table>
 </body></html>
 "#,
         esc(title),
-        esc(&v.explanation)
+        esc(v.explanation.lines().next().unwrap_or("")),
+        esc(&v.explanation),
+        folded_note = if folded == 0 {
+            String::new()
+        } else {
+            format!("{folded} operations lying wholly in folded stretches are not drawn.")
+        },
     )
 }
 
-/// The time axis: one column per history event in the window, so ops
-/// that are close in real time still get room for a label; the tick labels
-/// give the events' real times.
+/// One column of the axis: a history event, or a folded stretch of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Column {
+    Event { index: u64, time: i64 },
+    /// `count` events between the neighbouring columns, none of the core's.
+    Folded { count: usize },
+}
+
+/// The axis: the core's events (invokes, returns, the failing return) and
+/// [`CONTEXT_EVENTS`] of the window's events either side of each, in
+/// history order, a folded column standing for each stretch between them;
+/// as many pixels a column as fit [`PLOT_PX`].
 struct Axis {
-    /// Sorted history indices of the events drawn.
-    indices: Vec<u64>,
-    times: Vec<i64>,
+    columns: Vec<Column>,
     step: f64,
 }
 
 impl Axis {
-    fn new(ops: &[&OpRef], cut_index: u64, cut_time: i64) -> Axis {
-        let mut events: Vec<(u64, i64)> = vec![(cut_index, cut_time)];
-        for o in ops {
-            events.push((o.invoke_index, o.invoke_time));
+    fn new(v: &Violation) -> Axis {
+        let mut all: Vec<(u64, i64)> = vec![(v.prefix_end_index, v.prefix_end_time)];
+        for o in &v.window {
+            all.push((o.invoke_index, o.invoke_time));
             if let (Some(i), Some(t)) = (o.complete_index, o.complete_time) {
-                if i <= cut_index {
-                    events.push((i, t));
+                if i <= v.prefix_end_index {
+                    all.push((i, t));
                 }
             }
         }
-        events.sort_unstable();
-        events.dedup_by_key(|e| e.0);
-        let step = (PLOT_PX_MIN / events.len() as f64).max(EVENT_PX_MIN);
-        Axis {
-            indices: events.iter().map(|e| e.0).collect(),
-            times: events.iter().map(|e| e.1).collect(),
-            step,
+        all.sort_unstable();
+        all.dedup_by_key(|e| e.0);
+        let mut keep = vec![false; all.len()];
+        let mut mark = |index: u64| {
+            let r = all.partition_point(|e| e.0 < index);
+            for k in r.saturating_sub(CONTEXT_EVENTS)..(r + CONTEXT_EVENTS + 1).min(all.len()) {
+                keep[k] = true;
+            }
+        };
+        mark(v.prefix_end_index);
+        for o in v.core.iter().chain(std::iter::once(&v.failing)) {
+            mark(o.invoke_index);
+            if let Some(c) = o.complete_index.filter(|&c| c <= v.prefix_end_index) {
+                mark(c);
+            }
         }
+        let mut columns = Vec::new();
+        let mut skipped = 0;
+        for (k, &(index, time)) in all.iter().enumerate() {
+            if keep[k] {
+                if skipped > 0 {
+                    columns.push(Column::Folded { count: skipped });
+                    skipped = 0;
+                }
+                columns.push(Column::Event { index, time });
+            } else {
+                skipped += 1;
+            }
+        }
+        let step = (PLOT_PX / (columns.len() as f64 + 1.5)).clamp(EVENT_PX_MIN, EVENT_PX_MAX);
+        Axis { columns, step }
     }
 
-    /// Centre of the column of history index `i` (events past the window
-    /// land at its end).
+    /// The column rank of history index `i`: its own column, or the folded
+    /// column it falls in (or the ends).
+    fn rank(&self, i: u64) -> f64 {
+        let mut last_event = None;
+        for (r, c) in self.columns.iter().enumerate() {
+            if let Column::Event { index, .. } = c {
+                if *index == i {
+                    return r as f64;
+                }
+                if *index > i {
+                    // between the previous event column and this one: the
+                    // folded column there, if any
+                    return match last_event {
+                        Some(p) if p + 1 < r => (p + 1) as f64,
+                        _ => r as f64 - 0.5,
+                    };
+                }
+                last_event = Some(r);
+            }
+        }
+        self.columns.len() as f64
+    }
+
+    /// Centre of the column of history index `i`.
     fn x(&self, i: u64) -> f64 {
-        let rank = self.indices.partition_point(|&e| e < i);
-        LABEL_PX + (rank as f64 + 0.5) * self.step
+        LABEL_PX + (self.rank(i) + 0.5) * self.step
+    }
+
+    /// Whether op `o` spans at least one event column.
+    fn touches(&self, o: &OpRef) -> bool {
+        let end = o.complete_index.unwrap_or(u64::MAX);
+        self.columns
+            .iter()
+            .any(|c| matches!(c, Column::Event { index, .. } if *index >= o.invoke_index && *index <= end))
     }
 
     /// The right edge, where open-ended ops run to.
     fn end(&self) -> f64 {
-        LABEL_PX + (self.indices.len() as f64 + 1.5) * self.step
+        LABEL_PX + (self.columns.len() as f64 + 1.5) * self.step
     }
 
     fn width(&self) -> f64 {
         self.end() + 20.0
     }
 
+    /// (x, events) of each folded column.
+    fn folds(&self) -> Vec<(f64, usize)> {
+        self.columns
+            .iter()
+            .enumerate()
+            .filter_map(|(r, c)| match c {
+                Column::Folded { count } => Some((LABEL_PX + (r as f64 + 0.5) * self.step, *count)),
+                Column::Event { .. } => None,
+            })
+            .collect()
+    }
+
+    /// (x, time) of at most [`TICKS_MAX`] event columns, spread evenly.
     fn ticks(&self) -> Vec<(f64, i64)> {
-        let every = self.indices.len().div_ceil(TICKS_MAX).max(1);
-        (0..self.indices.len())
+        let events: Vec<(usize, i64)> = self
+            .columns
+            .iter()
+            .enumerate()
+            .filter_map(|(r, c)| match c {
+                Column::Event { time, .. } => Some((r, *time)),
+                Column::Folded { .. } => None,
+            })
+            .collect();
+        let every = events.len().div_ceil(TICKS_MAX).max(1);
+        events
+            .iter()
             .step_by(every)
-            .map(|r| (self.x(self.indices[r]), self.times[r]))
+            .map(|&(r, t)| (LABEL_PX + (r as f64 + 0.5) * self.step, t))
             .collect()
     }
 }

@@ -1,8 +1,14 @@
 //! `report.html`: one self-contained page per run (inline SVG and CSS, no
-//! scripts, no external resources) — what ran, each checker's verdict, a
-//! latency plot (every completed operation) and a throughput plot (ok
-//! operations per second, per op), both with the fault windows shaded,
-//! and the perf checker's table per fault window.
+//! scripts, no external resources) — what ran (the plan as a table), each
+//! checker's verdict with why and links to its pictures, a latency plot
+//! (every completed operation) and a throughput plot (ok operations per
+//! second, per op), both with the fault windows shaded and the heal
+//! marked, and the perf checker's table per fault window.
+//!
+//! Colours are fixed per operation name, so two reports read side by
+//! side. A history whose times are not nanoseconds since a start (some
+//! Jepsen and Porcupine files number their events, or have no times) is
+//! drawn by event order instead, and the page says so.
 
 use crate::files::{ResultsFile, RunInfo};
 use crate::picture::esc;
@@ -20,10 +26,65 @@ const PLOT_H: f64 = 260.0;
 const LEFT: f64 = 70.0;
 const TOP: f64 = 24.0;
 const BOTTOM: f64 = 36.0;
-/// Colours of ops, in order of first appearance.
+/// Colours for operation names without one of their own.
 const PALETTE: [&str; 8] = [
     "#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f",
 ];
+/// Width of one character of the plots' 10px monospace labels.
+const LABEL_CHAR_PX: f64 = 6.2;
+/// Rows fault labels are stacked in before they may overlap.
+const LABEL_ROWS: usize = 4;
+
+/// The colour of operation `f`: the same in every report (the usual
+/// names have their own; others get one from their name's hash).
+pub fn op_colour(f: &str) -> &'static str {
+    match f {
+        "read" | "get" => "#1f77b4",
+        "write" | "put" | "add" | "enqueue" | "generate" => "#9467bd",
+        "cas" | "append" | "dequeue" => "#2ca02c",
+        "drain" | "close" | "expire" => "#8c564b",
+        "create" => "#e377c2",
+        "children" => "#17becf",
+        _ => {
+            // FNV-1a: stable across runs and builds
+            let h = f.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            PALETTE[(h % PALETTE.len() as u64) as usize]
+        }
+    }
+}
+
+/// How a history's times are drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Clock {
+    /// Nanoseconds since the start (drift's own histories, Jepsen's).
+    Nanos,
+    /// Not nanoseconds (why): each event is drawn at its position.
+    Order(String),
+}
+
+/// Whether `h`'s times are nanoseconds since a start. They are not when
+/// they step evenly (positions, or no times: a reader fills in the
+/// index), or when many operations span less than a millisecond.
+pub fn clock_of(h: &History) -> Clock {
+    let times: Vec<i64> = h.ops.iter().map(|o| o.time).collect();
+    if times.len() < 3 {
+        return Clock::Nanos;
+    }
+    let step = times[1] - times[0];
+    if times.windows(2).all(|w| w[1] - w[0] == step) {
+        return Clock::Order(format!(
+            "its times step evenly by {step}, as positions do, not as nanoseconds of a run"
+        ));
+    }
+    let span = times[times.len() - 1].saturating_sub(times[0]);
+    if times.len() > 100 && span < 1_000_000 {
+        return Clock::Order(format!(
+            "{} events span {span} time units: not nanoseconds of a run",
+            times.len()
+        ));
+    }
+    Clock::Nanos
+}
 
 /// One fault's stretch of time, from its `start-` to its `stop-` event
 /// (or the end of the history when it never stopped).
@@ -39,7 +100,12 @@ pub struct Fault {
 /// The faults of a history, in start order. A `stop-<kind>` ends the
 /// earliest open fault of that kind.
 pub fn faults(h: &History) -> Vec<Fault> {
-    let end = h.ops.last().map_or(0, |o| o.time);
+    faults_at(h, &|i| h.ops[i].time)
+}
+
+/// [`faults`] with each line's time as `at` gives it.
+fn faults_at(h: &History, at: &dyn Fn(usize) -> i64) -> Vec<Fault> {
+    let end = h.ops.len().checked_sub(1).map_or(0, at);
     let mut out: Vec<Fault> = Vec::new();
     let mut open: Vec<usize> = Vec::new();
     for &i in &h.nemesis {
@@ -49,14 +115,14 @@ pub fn faults(h: &History) -> Vec<Fault> {
                 open.push(out.len());
                 out.push(Fault {
                     kind: kind.to_string(),
-                    from_ns: op.time,
+                    from_ns: at(i),
                     to_ns: end,
                     nodes: op.value.get("nodes").map(|n| n.to_string()).unwrap_or_default(),
                 });
             }
             Some(FaultEdge::Stop(kind)) => {
                 if let Some(k) = open.iter().position(|&f| out[f].kind == kind) {
-                    out[open.remove(k)].to_ns = op.time;
+                    out[open.remove(k)].to_ns = at(i);
                 }
             }
             None => {}
@@ -109,34 +175,61 @@ fn fault_colour(kind: &str) -> &'static str {
     }
 }
 
-/// Shaded fault windows, axes and time ticks of one plot.
-fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)], y_label: &str, y_ticks: &[f64]) {
+/// The x axis of the plots: what a history's times are drawn as.
+struct XAxis<'a> {
+    /// Axis units per displayed unit (1e9: ns shown as seconds).
+    unit: f64,
+    title: &'a str,
+}
+
+/// Approximate width of a label in the plots' 10px monospace.
+fn label_px(text: &str) -> f64 {
+    text.chars().count() as f64 * LABEL_CHAR_PX
+}
+
+/// Shaded fault windows, their labels (stacked so neighbours do not
+/// overlap), the heal marks (their labels kept inside the picture), axes
+/// and ticks of one plot.
+fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)], y_label: &str, y_ticks: &[f64], xa: &XAxis<'_>) {
     let bottom = f.y_off + TOP + PLOT_H;
+    let right = LEFT + PLOT_W + 18.0;
     for &(t, label) in marks {
         let x = f.x(t);
+        // a label that would run past the right edge sits left of its line
+        let (lx, anchor) = if x + 3.0 + label_px(label) > right {
+            (x - 3.0, "end")
+        } else {
+            (x + 3.0, "start")
+        };
         let _ = write!(
             svg,
-            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="#555" stroke-dasharray="4 3"/><text x="{:.1}" y="{:.1}" fill="#555" font-size="10">{}</text>"##,
+            r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{bottom:.1}" stroke="#555" stroke-dasharray="4 3"/><text x="{lx:.1}" y="{:.1}" fill="#555" font-size="10" text-anchor="{anchor}">{}</text>"##,
             f.y_off + TOP,
-            x + 3.0,
             f.y_off + TOP - 4.0,
             esc(label)
         );
     }
-    for (n, fault) in faults.iter().enumerate() {
+    let mut row_end = [f64::MIN; LABEL_ROWS];
+    for fault in faults {
         let (x0, x1) = (f.x(fault.from_ns), f.x(fault.to_ns));
+        let lx = x0 + 2.0;
+        // the first row this label fits in after its neighbours, else the
+        // one that frees up first
+        let row = (0..LABEL_ROWS)
+            .find(|&r| row_end[r] + 4.0 <= lx)
+            .unwrap_or_else(|| (0..LABEL_ROWS).min_by(|&a, &b| row_end[a].total_cmp(&row_end[b])).unwrap_or(0));
+        row_end[row] = lx + label_px(&fault.kind);
         let _ = write!(
             svg,
-            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{PLOT_H}" fill="{}" opacity="0.8"><title>{} {} from {:.1} s to {:.1} s</title></rect><text x="{:.1}" y="{:.1}" fill="#777" font-size="10">{}</text>"##,
+            r##"<rect x="{x0:.1}" y="{:.1}" width="{:.1}" height="{PLOT_H}" fill="{}" opacity="0.8"><title>{} {} from {} to {}</title></rect><text x="{lx:.1}" y="{:.1}" fill="#777" font-size="10">{}</text>"##,
             f.y_off + TOP,
             (x1 - x0).max(1.0),
             fault_colour(&fault.kind),
             esc(&fault.kind),
             esc(&fault.nodes),
-            fault.from_ns.saturating_sub(f.t0) as f64 / 1e9,
-            fault.to_ns.saturating_sub(f.t0) as f64 / 1e9,
-            x0 + 2.0,
-            f.y_off + TOP + 10.0 + (n % 3) as f64 * 11.0,
+            short(fault.from_ns.saturating_sub(f.t0) as f64 / xa.unit),
+            short(fault.to_ns.saturating_sub(f.t0) as f64 / xa.unit),
+            f.y_off + TOP + 10.0 + row as f64 * 11.0,
             esc(&fault.kind)
         );
     }
@@ -159,28 +252,29 @@ fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)
             short(v)
         );
     }
-    let secs = f.t1.saturating_sub(f.t0) as f64 / 1e9;
-    let step = nice_step(secs / 10.0);
+    let span = f.t1.saturating_sub(f.t0) as f64 / xa.unit;
+    let step = nice_step(span / 10.0);
     // each tick from its own count, so no error piles up
     for k in 0..=100 {
-        let s = k as f64 * step;
-        if step <= 0.0 || s > secs + 1e-9 {
+        let v = k as f64 * step;
+        if step <= 0.0 || v > span + 1e-9 {
             break;
         }
-        let x = LEFT + s / secs.max(1e-9) * PLOT_W;
+        let x = LEFT + v / span.max(1e-9) * PLOT_W;
         let _ = write!(
             svg,
             r##"<line x1="{x:.1}" y1="{bottom:.1}" x2="{x:.1}" y2="{:.1}" stroke="#999"/><text x="{x:.1}" y="{:.1}" text-anchor="middle" fill="#555" font-size="10">{}</text>"##,
             bottom + 4.0,
             bottom + 16.0,
-            short(s)
+            short(v)
         );
     }
     let _ = write!(
         svg,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#444">seconds since the start</text>"##,
+        r##"<text x="{:.1}" y="{:.1}" text-anchor="middle" fill="#444">{}</text>"##,
         LEFT + PLOT_W / 2.0,
-        bottom + 30.0
+        bottom + 30.0,
+        esc(xa.title)
     );
 }
 
@@ -212,32 +306,51 @@ fn short(v: f64) -> String {
     }
 }
 
-fn legend(fs: &[&str]) -> String {
+/// Swatches of the operations' colours; with `marks`, the latency plot's
+/// point shapes too.
+fn legend(fs: &[&str], marks: bool) -> String {
     let mut out = String::from(r#"<div class="legend">"#);
-    for (k, f) in fs.iter().enumerate() {
+    for f in fs {
         let _ = write!(
             out,
             r#"<span><i class="sw" style="background:{}"></i>{}</span>"#,
-            PALETTE[k % PALETTE.len()],
+            op_colour(f),
             esc(f)
         );
     }
-    out.push_str(
-        r#"<span>● ok</span><span>○ fail</span><span>× info (indeterminate; drawn at its timeout)</span></div>"#,
-    );
+    if marks {
+        out.push_str(
+            r#"<span>● ok</span><span>○ fail</span><span>× info (indeterminate; drawn at its timeout)</span>"#,
+        );
+    }
+    out.push_str("</div>");
     out
 }
 
 /// The page for one run.
 pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: &PerfSummary) -> String {
-    let faults = faults(h);
+    let clock = clock_of(h);
+    let by_order = matches!(clock, Clock::Order(_));
+    // where each history line sits on the x axis
+    let at = |i: usize| -> i64 { if by_order { i as i64 } else { h.ops[i].time } };
+    let xa = if by_order {
+        XAxis {
+            unit: 1.0,
+            title: "position in the history (event order)",
+        }
+    } else {
+        XAxis {
+            unit: 1e9,
+            title: "seconds since the start",
+        }
+    };
+    let faults = faults_at(h, &at);
     // the heal: the main phase ends there and the final reads begin
     let marks: Vec<(i64, &str)> = h
         .nemesis
         .iter()
-        .map(|&i| &h.ops[i])
-        .filter(|o| o.f == "healed")
-        .map(|o| (o.time, "healed"))
+        .filter(|&&i| h.ops[i].f == "healed")
+        .map(|&i| (at(i), "healed"))
         .collect();
     let mut fs: Vec<&str> = Vec::new();
     for o in &h.operations {
@@ -246,34 +359,39 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
             fs.push(f);
         }
     }
-    let colour = |f: &str| PALETTE[fs.iter().position(|x| *x == f).unwrap_or(0) % PALETTE.len()];
-    let t0 = h.ops.first().map_or(0, |o| o.time);
-    let t1 = h.ops.last().map_or(1, |o| o.time).max(t0.saturating_add(1));
+    let t0 = if h.ops.is_empty() { 0 } else { at(0) };
+    let t1 = if h.ops.is_empty() { 1 } else { at(h.ops.len() - 1) }.max(t0.saturating_add(1));
 
-    // latency: every completed op (every k-th past POINTS_MAX)
+    // latency: every completed op (every k-th past POINTS_MAX), in ms, or
+    // in events between invoke and completion when drawn by order
     let done: Vec<_> = h.operations.iter().filter(|o| o.complete.is_some()).collect();
     let every = done.len().div_ceil(POINTS_MAX).max(1);
-    let lat_ms = |o: &drift_checkers::Operation| {
-        let c = o.complete.map_or(0, |c| h.ops[c].time);
-        (c.saturating_sub(h.ops[o.invoke].time).max(0) as f64 / 1e6).max(0.001)
+    let (lat_unit, lat_floor, lat_label) = if by_order {
+        (1.0, 1.0, "latency, events (log)")
+    } else {
+        (1e6, 0.01, "latency, ms (log)")
     };
-    let max_ms = done.iter().map(|o| lat_ms(o)).fold(1.0f64, f64::max);
-    let y_top = 10f64.powf(max_ms.log10().ceil());
+    let lat_of = |o: &drift_checkers::Operation| {
+        let c = o.complete.map_or(0, at);
+        (c.saturating_sub(at(o.invoke)).max(0) as f64 / lat_unit).max(lat_floor / 10.0)
+    };
+    let max_lat = done.iter().map(|o| lat_of(o)).fold(lat_floor * 100.0, f64::max);
+    let y_top = 10f64.powf(max_lat.log10().ceil());
     let lat = Frame {
         t0,
         t1,
         y_top,
         y_off: 0.0,
         log: true,
-        y_min: 0.01,
+        y_min: lat_floor,
     };
     let mut svg = String::new();
-    let decades: Vec<f64> = (-2..=y_top.log10() as i32).map(|e| 10f64.powi(e)).collect();
-    frame_svg(&mut svg, &lat, &faults, &marks, "latency, ms (log)", &decades);
+    let decades: Vec<f64> = (lat_floor.log10() as i32..=y_top.log10() as i32).map(|e| 10f64.powi(e)).collect();
+    frame_svg(&mut svg, &lat, &faults, &marks, lat_label, &decades, &xa);
     for o in done.iter().step_by(every) {
-        let x = lat.x(h.ops[o.invoke].time);
-        let y = lat.y(lat_ms(o));
-        let c = colour(h.f_of(o));
+        let x = lat.x(at(o.invoke));
+        let y = lat.y(lat_of(o));
+        let c = op_colour(h.f_of(o));
         let _ = match o.outcome {
             Outcome::Ok => write!(svg, r#"<circle cx="{x:.1}" cy="{y:.1}" r="1.8" fill="{c}"/>"#),
             Outcome::Fail => write!(
@@ -290,23 +408,33 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     }
     let latency_svg = wrap_svg(svg, Frame::height());
 
-    // throughput: ok ops per second per op, in buckets
-    let width_ns = (t1.saturating_sub(t0) as f64 / BUCKETS as f64).max(1.0);
-    let mut counts = vec![vec![0u32; BUCKETS]; fs.len()];
+    // throughput: ok ops per second (or per 100 events) per op, in
+    // buckets (by order, ten events a bucket at the least)
+    let buckets = if by_order {
+        (h.ops.len() / 10).clamp(1, BUCKETS)
+    } else {
+        BUCKETS
+    };
+    let width = (t1.saturating_sub(t0) as f64 / buckets as f64).max(1.0);
+    let mut counts = vec![vec![0u32; buckets]; fs.len()];
     for o in &h.operations {
         if o.outcome != Outcome::Ok {
             continue;
         }
-        let t = o.complete.map_or(h.ops[o.invoke].time, |c| h.ops[c].time);
-        let b = ((t.saturating_sub(t0) as f64 / width_ns) as usize).min(BUCKETS - 1);
+        let t = o.complete.map_or(at(o.invoke), at);
+        let b = ((t.saturating_sub(t0) as f64 / width) as usize).min(buckets - 1);
         let k = fs.iter().position(|x| *x == h.f_of(o)).unwrap_or(0);
         counts[k][b] += 1;
     }
-    let per_s = 1e9 / width_ns;
+    let (per, thr_label) = if by_order {
+        (100.0 / width, "ok ops per 100 events")
+    } else {
+        (1e9 / width, "ok ops/s")
+    };
     let top = counts
         .iter()
         .flatten()
-        .map(|&c| c as f64 * per_s)
+        .map(|&c| c as f64 * per)
         .fold(1.0f64, f64::max);
     let top = nice_step(top / 4.0) * 4.0;
     let thr = Frame {
@@ -319,71 +447,88 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     };
     let mut svg = String::new();
     let ticks: Vec<f64> = (0..=4).map(|k| top * k as f64 / 4.0).collect();
-    frame_svg(&mut svg, &thr, &faults, &marks, "ok ops/s", &ticks);
+    frame_svg(&mut svg, &thr, &faults, &marks, thr_label, &ticks, &xa);
     for (k, row) in counts.iter().enumerate() {
         let points: Vec<String> = row
             .iter()
             .enumerate()
             .map(|(b, &c)| {
-                let t = t0.saturating_add(((b as f64 + 0.5) * width_ns) as i64);
-                format!("{:.1},{:.1}", thr.x(t), thr.y(c as f64 * per_s))
+                let t = t0.saturating_add(((b as f64 + 0.5) * width) as i64);
+                format!("{:.1},{:.1}", thr.x(t), thr.y(c as f64 * per))
             })
             .collect();
         let _ = write!(
             svg,
             r#"<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>"#,
             points.join(" "),
-            PALETTE[k % PALETTE.len()]
+            op_colour(fs[k])
         );
     }
     let throughput_svg = wrap_svg(svg, Frame::height());
 
-    let title = info.map_or_else(|| "run".to_string(), |i| i.test.clone());
+    let title = info.map_or_else(
+        || {
+            std::path::Path::new(&results.history)
+                .file_name()
+                .map_or_else(|| "history".to_string(), |n| n.to_string_lossy().into_owned())
+        },
+        |i| i.test.clone(),
+    );
     let mut about = String::new();
     if let Some(i) = info {
         let _ = write!(
             about,
-            "<p>{} · {} · seed {} · drift {}</p><pre>{}</pre>",
+            "<p>{} · {} · seed {} · drift {}</p>{}",
             esc(&i.kind),
             esc(&i.created_at),
             i.seed.map_or_else(|| "–".to_string(), |s| s.to_string()),
             esc(&i.versions.short()),
-            esc(&serde_json::to_string(&i.config).unwrap_or_default())
+            config_table(&i.config)
+        );
+    }
+    if let Clock::Order(why) = &clock {
+        let _ = write!(
+            about,
+            r#"<p class="note">This history's times are not nanoseconds since a start ({}): the plots draw each event at its position in the history.</p>"#,
+            esc(why)
         );
     }
     let mut checkers = String::new();
     for c in &results.checkers {
         let _ = write!(
             checkers,
-            r#"<tr><td>{}</td><td class="{}">{}</td><td>{}</td></tr>"#,
+            r#"<tr><td>{}</td><td class="{}">{}</td><td class="why">{}</td></tr>"#,
             esc(&c.checker),
             c.verdict.as_str(),
             c.verdict.as_str(),
-            esc(c.reason.as_deref().unwrap_or(""))
+            why(c, &results.artifacts)
         );
     }
-    let nodes_events = node_events(h);
+    let nodes_events = node_events(h, t0, &at, &xa);
     format!(
         r#"<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>drift: {title}</title>
 <style>
-body {{ font-family: sans-serif; margin: 24px; color: #222; }}
+body {{ font-family: sans-serif; margin: 24px; color: #222; max-width: 1300px; }}
 pre {{ background: #fafafa; border: 1px solid #ddd; padding: 8px; white-space: pre-wrap; }}
 table {{ border-collapse: collapse; font-family: monospace; margin-bottom: 16px; }}
-td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; }}
-td:first-child, th:first-child {{ text-align: left; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; vertical-align: top; }}
+td:first-child, th:first-child, th.why {{ text-align: left; }}
+td.why, table.config td {{ text-align: left; white-space: pre-wrap; max-width: 900px; }}
 .valid {{ color: #2e7d32; font-weight: bold; }} .invalid {{ color: #c62828; font-weight: bold; }} .unknown {{ color: #ef6c00; font-weight: bold; }}
+.note {{ background: #fff8e1; border: 1px solid #ffe082; padding: 6px 10px; }}
 .legend span {{ display: inline-block; margin-right: 16px; }}
 .sw {{ display: inline-block; width: 14px; height: 10px; margin-right: 4px; vertical-align: middle; }}
 </style></head><body>
 <h1>{title}: <span class="{verdict}">{verdict_up}</span></h1>
 {about}
 <p>{ops} history lines, {operations} operations</p>
-<table><tr><th>checker</th><th>verdict</th><th>why</th></tr>{checkers}</table>
+<table><tr><th>checker</th><th>verdict</th><th class="why">why</th></tr>{checkers}</table>
 <h2>Latency</h2>
 {legend}
 {latency_svg}
 <h2>Throughput</h2>
+{legend_ops}
 {throughput_svg}
 <h2>Per fault window</h2>
 {perf_table}
@@ -395,9 +540,98 @@ td:first-child, th:first-child {{ text-align: left; }}
         verdict_up = results.verdict.as_str().to_uppercase(),
         ops = h.ops.len(),
         operations = h.operations.len(),
-        legend = legend(&fs),
-        perf_table = perf_table(perf),
+        legend = legend(&fs, true),
+        legend_ops = legend(&fs, false),
+        perf_table = if by_order {
+            "<p>Not shown: rates and latencies need times in nanoseconds.</p>".to_string()
+        } else {
+            perf_table(perf)
+        },
     )
+}
+
+/// The run's plan as a table of option and value.
+fn config_table(config: &serde_json::Value) -> String {
+    let Some(map) = config.as_object() else {
+        return format!("<pre>{}</pre>", esc(&config.to_string()));
+    };
+    let mut t = String::from(r#"<table class="config"><tr><th>option</th><th>value</th></tr>"#);
+    for (k, v) in map {
+        let v = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Array(a) => a
+                .iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                .collect::<Vec<_>>()
+                .join(", "),
+            other => other.to_string(),
+        };
+        let _ = write!(t, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
+    }
+    t.push_str("</table>");
+    t
+}
+
+/// Most lines of an explanation shown in the checker table.
+const WHY_LINES_MAX: usize = 3;
+
+/// Why a checker decided as it did: its reason, and for a violation the
+/// first lines of each explanation and a link to its picture; for other
+/// invalid checkers, the counts that made them so.
+fn why(c: &drift_checkers::CheckResult, artifacts: &[String]) -> String {
+    let mut out = String::new();
+    if let Some(r) = &c.reason {
+        out.push_str(&esc(r));
+    }
+    if let Ok(report) = serde_json::from_value::<drift_checkers::linear::LinearReport>(c.details.clone()) {
+        for (n, v) in report.violations.iter().enumerate() {
+            let lines: Vec<&str> = v.explanation.lines().take(WHY_LINES_MAX).collect();
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&esc(&lines.join("\n")));
+            let picture = format!("linearizable-{}.html", n + 1);
+            if artifacts.contains(&picture) {
+                let _ = write!(out, "\n<a href=\"{picture}\">picture of this violation ({picture})</a>");
+            }
+        }
+        if report.keys_invalid > report.violations.len() {
+            let _ = write!(out, "\n{} keys not linearizable in all", report.keys_invalid);
+        }
+        return out;
+    }
+    if c.verdict == drift_checkers::Verdict::Invalid {
+        if let Some(d) = c.details.as_object() {
+            let found: Vec<String> = d
+                .iter()
+                .filter(|(k, v)| k.ends_with("_count") && v.as_u64().is_some_and(|n| n > 0))
+                .map(|(k, v)| {
+                    let name = k.trim_end_matches("_count");
+                    match d.get(name) {
+                        Some(list) => format!("{name} {v}: {}", short_json(list)),
+                        None => format!("{name} {v}"),
+                    }
+                })
+                .collect();
+            if !found.is_empty() {
+                if !out.is_empty() {
+                    out.push('\n');
+                }
+                out.push_str(&esc(&found.join("\n")));
+            }
+        }
+    }
+    out
+}
+
+/// A JSON value for a table cell: cut after 120 characters.
+fn short_json(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 120 {
+        format!("{}…", s.chars().take(120).collect::<String>())
+    } else {
+        s
+    }
 }
 
 /// Writes `report.html` into `run` (atomically, like the JSON files).
@@ -456,27 +690,39 @@ fn perf_table(perf: &PerfSummary) -> String {
     t
 }
 
-/// The node-side events (leaders, exits, aborts, snapshots) as a list.
-fn node_events(h: &History) -> String {
-    let t0 = h.ops.first().map_or(0, |o| o.time);
+/// The node-side events (leaders, exits, aborts, snapshots) as a list,
+/// their values as JSON fields (`node 2, code 86`), not debug text.
+fn node_events(h: &History, t0: i64, at: &dyn Fn(usize) -> i64, xa: &XAxis<'_>) -> String {
     let mut rows = String::new();
     for &i in &h.nemesis {
         let op = &h.ops[i];
         if fault_edge(&op.f).is_some() {
             continue;
         }
+        let value = match &op.value {
+            serde_json::Value::Object(m) => m
+                .iter()
+                .map(|(k, v)| format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            serde_json::Value::Null => String::new(),
+            other => other.to_string(),
+        };
         let _ = write!(
             rows,
-            "<tr><td>{:.3}</td><td>{}</td><td>{}</td></tr>",
-            op.time.saturating_sub(t0) as f64 / 1e9,
+            "<tr><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+            short(at(i).saturating_sub(t0) as f64 / xa.unit),
             esc(&op.f),
-            esc(&op.value.to_string())
+            esc(&value)
         );
     }
     if rows.is_empty() {
         return String::new();
     }
-    format!("<h2>Node events</h2><table><tr><th>seconds</th><th>event</th><th>value</th></tr>{rows}</table>")
+    format!(
+        "<h2>Node events</h2><table><tr><th>{}</th><th>event</th><th>what</th></tr>{rows}</table>",
+        if xa.unit == 1.0 { "position" } else { "seconds" }
+    )
 }
 
 #[cfg(test)]
