@@ -167,7 +167,10 @@ impl<'t> Lines<'t> {
     fn at(&mut self, rest: &str) -> u64 {
         let pos = self.text.len() - rest.len();
         debug_assert!(pos >= self.pos, "suffixes asked in order");
-        self.line += self.text.as_bytes()[self.pos..pos].iter().filter(|&&b| b == b'\n').count() as u64;
+        self.line += self.text.as_bytes()[self.pos..pos]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count() as u64;
         self.pos = pos;
         self.line
     }

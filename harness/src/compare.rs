@@ -158,7 +158,12 @@ fn compute(paths: &[PathBuf], limits: &Limits) -> Result<(Vec<Side>, Vec<Compari
 /// The comparison of `paths` as an HTML body, as `drift serve` shows it:
 /// tables like the report's, each run named by its path in the store
 /// (`root`) and linked to its report through `link`.
-pub fn render_html(paths: &[PathBuf], limits: &Limits, root: &Path, link: &dyn Fn(&Path) -> String) -> Result<String, Failure> {
+pub fn render_html(
+    paths: &[PathBuf],
+    limits: &Limits,
+    root: &Path,
+    link: &dyn Fn(&Path) -> String,
+) -> Result<String, Failure> {
     use drift_results::picture::esc;
     let (sides, comparisons, _) = compute(paths, limits)?;
     let rel = |p: &Path| p.strip_prefix(root).unwrap_or(p).display().to_string();
@@ -218,12 +223,27 @@ pub fn render_html(paths: &[PathBuf], limits: &Limits, root: &Path, link: &dyn F
                 esc(&row.checker),
                 verdict(row.baseline),
                 verdict(row.run),
-                if row.worse { r#"<span class="invalid">worse</span>"# } else { "" }
+                if row.worse {
+                    r#"<span class="invalid">worse</span>"#
+                } else {
+                    ""
+                }
             );
         }
         o.push_str("</table>");
         o.push_str(r#"<table><tr><th>span</th><th>op</th><th>ok/s baseline</th><th>ok/s run</th><th>ratio</th><th>p50 ms baseline</th><th>p50 ms run</th><th>ratio</th><th>p99 ms baseline</th><th>p99 ms run</th><th>ratio</th></tr>"#);
-        let cell = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| if v >= 100.0 { format!("{v:.0}") } else { format!("{v:.1}") });
+        let cell = |v: Option<f64>| {
+            v.map_or_else(
+                || "–".to_string(),
+                |v| {
+                    if v >= 100.0 {
+                        format!("{v:.0}")
+                    } else {
+                        format!("{v:.1}")
+                    }
+                },
+            )
+        };
         let ratio = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |r| format!("{r:.2}"));
         for row in &c.perf {
             let ok = |s: &Option<FStats>| s.as_ref().map(|s| s.ok_per_s);

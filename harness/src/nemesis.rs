@@ -719,7 +719,9 @@ pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner
         for e in exits {
             if e.code != Some(drift_node::keeper_node::DIGEST_ABORT_EXIT) {
                 let _ = c.wipe(e.node);
-                let how = e.code.map_or_else(|| "ended by a signal".to_string(), |c| format!("exit code {c}"));
+                let how = e
+                    .code
+                    .map_or_else(|| "ended by a signal".to_string(), |c| format!("exit code {c}"));
                 notes.push(format!(
                     "node {} refused to start ({how}): wiped, rejoining from peers",
                     e.node

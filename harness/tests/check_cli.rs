@@ -291,7 +291,10 @@ fn checking_into_the_store_makes_a_run_and_leaves_latest_to_campaigns() {
         .collect();
     assert_eq!(runs.len(), 1);
     let latest = &runs[0];
-    assert!(stdout.contains(&latest.join("results.json").display().to_string()), "{stdout}");
+    assert!(
+        stdout.contains(&latest.join("results.json").display().to_string()),
+        "{stdout}"
+    );
     let run_json: serde_json::Value = serde_json::from_slice(&std::fs::read(latest.join("run.json")).unwrap()).unwrap();
     assert_eq!(run_json["kind"], "check");
     assert_eq!(run_json["test"], "check-etcd_001");

@@ -516,3 +516,226 @@ fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The next node event a persistent watcher hears (session events, as
+/// while it reconnects, are passed over), within 10 s.
+async fn next_node_event(w: &mut zk::PersistentWatcher) -> (zk::EventType, String) {
+    tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let e = w.changed().await;
+            if e.event_type != zk::EventType::Session {
+                return (e.event_type, e.path.to_string());
+            }
+        }
+    })
+    .await
+    .expect("a node event")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zkcli_extras_get_ephemerals_add_watch_config_and_whoami_behave_as_on_zookeeper() {
+    let c = Cluster::up("zkcli", 21240, &[]);
+    let client = connect(&c.connect).await;
+    let eph = zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all());
+    client.create("/e1", b"", &eph).await.unwrap();
+    client.create("/e2", b"", &eph).await.unwrap();
+    client.create("/p", b"", &persistent()).await.unwrap();
+    // getEphemerals: this session's ephemerals, by path prefix
+    assert_eq!(client.list_ephemerals("/").await.unwrap(), ["/e1", "/e2"]);
+    assert_eq!(client.list_ephemerals("/e1").await.unwrap(), ["/e1"]);
+    let other = connect(&c.connect).await;
+    assert!(
+        other.list_ephemerals("/").await.unwrap().is_empty(),
+        "another session's are not listed"
+    );
+
+    // whoami: the client's address, then what it authenticated as
+    let users = client.list_auth_users().await.unwrap();
+    assert!(users.iter().any(|u| u.scheme() == "ip"), "{users:?}");
+    client.auth("digest", b"alice:secret").await.unwrap();
+    let users = client.list_auth_users().await.unwrap();
+    assert!(
+        users.iter().any(|u| u.scheme() == "digest" && u.user() == "alice"),
+        "{users:?}"
+    );
+
+    // config: /zookeeper/config names every server
+    let (config, _) = client.get_config().await.unwrap();
+    let config = String::from_utf8(config).unwrap();
+    for i in 1..=3 {
+        let p = c.client_addr(i);
+        assert!(
+            config.contains(&format!("server.{i}=")) && config.contains(&p.to_string()),
+            "{config}"
+        );
+    }
+    assert!(config.ends_with("version=0"), "{config}");
+    assert!(client
+        .list_children("/zookeeper")
+        .await
+        .unwrap()
+        .contains(&"config".to_string()));
+
+    // addWatch PERSISTENT: every event on its path, and it stays
+    let mut w = client.watch("/p", zk::AddWatchMode::Persistent).await.unwrap();
+    other.set_data("/p", b"1", None).await.unwrap();
+    other.set_data("/p", b"2", None).await.unwrap();
+    other.create("/p/kid", b"", &persistent()).await.unwrap();
+    assert_eq!(
+        next_node_event(&mut w).await,
+        (zk::EventType::NodeDataChanged, "/p".into())
+    );
+    assert_eq!(
+        next_node_event(&mut w).await,
+        (zk::EventType::NodeDataChanged, "/p".into())
+    );
+    assert_eq!(
+        next_node_event(&mut w).await,
+        (zk::EventType::NodeChildrenChanged, "/p".into())
+    );
+
+    // addWatch PERSISTENT_RECURSIVE: the subtree, without children-changed
+    client.create("/r", b"", &persistent()).await.unwrap();
+    let mut r = client.watch("/r", zk::AddWatchMode::PersistentRecursive).await.unwrap();
+    other.create("/r/a", b"", &persistent()).await.unwrap();
+    other.create("/r/a/b", b"", &persistent()).await.unwrap();
+    other.set_data("/r/a/b", b"x", None).await.unwrap();
+    other.delete("/r/a/b", None).await.unwrap();
+    assert_eq!(
+        next_node_event(&mut r).await,
+        (zk::EventType::NodeCreated, "/r/a".into())
+    );
+    assert_eq!(
+        next_node_event(&mut r).await,
+        (zk::EventType::NodeCreated, "/r/a/b".into())
+    );
+    assert_eq!(
+        next_node_event(&mut r).await,
+        (zk::EventType::NodeDataChanged, "/r/a/b".into())
+    );
+    assert_eq!(
+        next_node_event(&mut r).await,
+        (zk::EventType::NodeDeleted, "/r/a/b".into())
+    );
+    drop((w, r));
+
+    // `stat` lists the clients, with their sessions, and the latencies
+    let sid = format!("sid={:#x}", client.session_id().0);
+    let stat = (1..=3)
+        .filter_map(|i| c.four(i, "stat"))
+        .find(|s| s.contains(&sid))
+        .expect("`stat` lists the client on its server");
+    assert!(
+        stat.contains("Clients:\n /127.0.0.1:") && stat.contains("Latency min/avg/max:"),
+        "{stat}"
+    );
+    assert!(
+        !c.four(1, "srvr").unwrap().contains("Clients:"),
+        "srvr is stat without the clients"
+    );
+}
+
+/// The raw protocol, as every ZooKeeper client speaks it: a framed
+/// request (`xid`, `opcode`, body) and the frames read back.
+mod wire {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    pub fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    pub fn string(out: &mut Vec<u8>, s: &str) {
+        out.extend_from_slice(&(s.len() as i32).to_be_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+
+    pub fn read_frame(s: &mut TcpStream) -> Vec<u8> {
+        let mut len = [0u8; 4];
+        s.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+        s.read_exact(&mut body).unwrap();
+        body
+    }
+
+    /// Opens (`session` 0) or resumes a session on `addr`: the stream, the
+    /// session id and its password.
+    pub fn connect(addr: std::net::SocketAddr, session: i64, passwd: &[u8]) -> (TcpStream, i64, Vec<u8>) {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let mut body = Vec::new();
+        body.extend_from_slice(&0i32.to_be_bytes()); // protocol version
+        body.extend_from_slice(&0i64.to_be_bytes()); // last zxid seen
+        body.extend_from_slice(&4000i32.to_be_bytes()); // timeout
+        body.extend_from_slice(&session.to_be_bytes());
+        body.extend_from_slice(&(passwd.len() as i32).to_be_bytes());
+        body.extend_from_slice(passwd);
+        body.push(0); // read-only
+        s.write_all(&frame(&body)).unwrap();
+        let r = read_frame(&mut s);
+        let session = i64::from_be_bytes(r[8..16].try_into().unwrap());
+        let n = i32::from_be_bytes(r[16..20].try_into().unwrap()) as usize;
+        (s, session, r[20..20 + n].to_vec())
+    }
+
+    /// Sends a request; the reply's error code (frames before it, such as
+    /// notifications, are skipped).
+    pub fn call(s: &mut TcpStream, xid: i32, opcode: i32, body: &[u8]) -> i32 {
+        let mut req = xid.to_be_bytes().to_vec();
+        req.extend_from_slice(&opcode.to_be_bytes());
+        req.extend_from_slice(body);
+        s.write_all(&frame(&req)).unwrap();
+        loop {
+            let r = read_frame(s);
+            if i32::from_be_bytes(r[..4].try_into().unwrap()) == xid {
+                return i32::from_be_bytes(r[12..16].try_into().unwrap());
+            }
+        }
+    }
+
+    /// The next watch notification: (event type, path).
+    pub fn notification(s: &mut TcpStream) -> (i32, String) {
+        loop {
+            let r = read_frame(s);
+            if i32::from_be_bytes(r[..4].try_into().unwrap()) == -1 {
+                let kind = i32::from_be_bytes(r[16..20].try_into().unwrap());
+                let n = i32::from_be_bytes(r[24..28].try_into().unwrap()) as usize;
+                return (kind, String::from_utf8(r[28..28 + n].to_vec()).unwrap());
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistent_watches_come_back_with_set_watches2_on_another_server() {
+    let c = Cluster::up("persist", 21250, &[]);
+    let writer = connect(&c.connect).await;
+    writer.create("/p", b"", &persistent()).await.unwrap();
+    // a session on server 1 adds a persistent watch on /p, then its
+    // connection drops (the session lives on)
+    let (mut s1, session, passwd) = wire::connect(c.client_addr(1), 0, &[0; 16]);
+    let mut body = Vec::new();
+    wire::string(&mut body, "/p");
+    body.extend_from_slice(&0i32.to_be_bytes()); // PERSISTENT
+    assert_eq!(wire::call(&mut s1, 1, 106, &body), 0, "addWatch");
+    drop(s1);
+    // it resumes on server 2 and sends its watches again, the persistent
+    // one in SetWatches2's fourth list, as a reconnecting client does
+    let (mut s2, resumed, _) = wire::connect(c.client_addr(2), session, &passwd);
+    assert_eq!(resumed, session);
+    let mut body = 0i64.to_be_bytes().to_vec();
+    for list in [&[][..], &[], &[], &["/p"], &[]] {
+        body.extend_from_slice(&(list.len() as i32).to_be_bytes());
+        for p in list {
+            wire::string(&mut body, p);
+        }
+    }
+    assert_eq!(wire::call(&mut s2, -8, 105, &body), 0, "setWatches2");
+    // it fires on server 2, and again: it is persistent
+    writer.set_data("/p", b"1", None).await.unwrap();
+    assert_eq!(wire::notification(&mut s2), (3, "/p".to_string()));
+    writer.create("/p/kid", b"", &persistent()).await.unwrap();
+    assert_eq!(wire::notification(&mut s2), (4, "/p".to_string()));
+}

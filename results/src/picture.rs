@@ -55,7 +55,12 @@ pub fn render(v: &Violation, title: &str) -> String {
     let mut ops: Vec<&OpRef> = v.window.iter().filter(|o| axis.touches(o)).collect();
     let folded = v.window.len() - ops.len();
     if ops.len() > OPS_DRAWN_MAX {
-        ops.sort_by_key(|o| (!(is_core(o) || is_failing(o)), v.prefix_end_index.abs_diff(o.invoke_index)));
+        ops.sort_by_key(|o| {
+            (
+                !(is_core(o) || is_failing(o)),
+                v.prefix_end_index.abs_diff(o.invoke_index),
+            )
+        });
         ops.truncate(OPS_DRAWN_MAX);
     }
 
@@ -257,9 +262,14 @@ td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: left; }}
 /// One column of the axis: a history event, or a folded stretch of them.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Column {
-    Event { index: u64, time: i64 },
+    Event {
+        index: u64,
+        time: i64,
+    },
     /// `count` events between the neighbouring columns, none of the core's.
-    Folded { count: usize },
+    Folded {
+        count: usize,
+    },
 }
 
 /// The axis: the core's events (invokes, returns, the failing return) and
@@ -287,9 +297,8 @@ impl Axis {
         let mut keep = vec![false; all.len()];
         let mut mark = |index: u64| {
             let r = all.partition_point(|e| e.0 < index);
-            for k in r.saturating_sub(CONTEXT_EVENTS)..(r + CONTEXT_EVENTS + 1).min(all.len()) {
-                keep[k] = true;
-            }
+            let end = (r + CONTEXT_EVENTS + 1).min(all.len());
+            keep[r.saturating_sub(CONTEXT_EVENTS)..end].fill(true);
         };
         mark(v.prefix_end_index);
         for o in v.core.iter().chain(std::iter::once(&v.failing)) {
@@ -439,6 +448,53 @@ mod tests {
             esc("<a href='x'>&\"</a>"),
             "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
         );
+    }
+
+    fn op(process: u64, invoke: u64, complete: u64, desc: &str) -> OpRef {
+        OpRef {
+            process: process.to_string(),
+            f: "write".into(),
+            desc: desc.into(),
+            outcome: "ok".into(),
+            invoke_index: invoke,
+            invoke_time: invoke as i64 * 1_000_000,
+            complete_index: Some(complete),
+            complete_time: Some(complete as i64 * 1_000_000),
+            line: invoke + 1,
+        }
+    }
+
+    #[test]
+    fn a_core_spread_over_thousands_of_events_fits_a_1400_pixel_window() {
+        // 1,000 ops over 2,000 events; the core: the first and the last
+        let window: Vec<OpRef> = (0..1000).map(|k| op(k % 7, 2 * k, 2 * k + 1, "write 1")).collect();
+        let core = vec![window[5].clone(), window[995].clone()];
+        let v = Violation {
+            key: None,
+            failing: window[995].clone(),
+            core: core.clone(),
+            minimal: true,
+            prefix_end_index: 1991,
+            prefix_end_time: 1_991_000_000,
+            states: vec!["1".into()],
+            window,
+            explanation: "key: none\nmore".into(),
+        };
+        let page = render(&v, "h");
+        let width: f64 = page
+            .split("<svg")
+            .nth(1)
+            .and_then(|s| s.split("width=\"").nth(1))
+            .and_then(|s| s.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap();
+        assert!(width <= 1400.0 - 2.0 * 24.0, "the picture is {width} px wide");
+        // both core ops and the failing return are drawn; most of the
+        // window is folded and said so
+        assert_eq!(page.matches(r##"stroke="#e53935""##).count(), 1, "the other core op");
+        assert_eq!(page.matches(r##"stroke="#b71c1c""##).count(), 1, "the failing op");
+        assert!(page.contains("folded"));
+        assert!(page.contains("operations lying wholly in folded stretches are not drawn"));
     }
 
     #[test]

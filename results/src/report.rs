@@ -47,7 +47,9 @@ pub fn op_colour(f: &str) -> &'static str {
         "children" => "#17becf",
         _ => {
             // FNV-1a: stable across runs and builds
-            let h = f.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            let h = f.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+            });
             PALETTE[(h % PALETTE.len() as u64) as usize]
         }
     }
@@ -190,7 +192,15 @@ fn label_px(text: &str) -> f64 {
 /// Shaded fault windows, their labels (stacked so neighbours do not
 /// overlap), the heal marks (their labels kept inside the picture), axes
 /// and ticks of one plot.
-fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)], y_label: &str, y_ticks: &[f64], xa: &XAxis<'_>) {
+fn frame_svg(
+    svg: &mut String,
+    f: &Frame,
+    faults: &[Fault],
+    marks: &[(i64, &str)],
+    y_label: &str,
+    y_ticks: &[f64],
+    xa: &XAxis<'_>,
+) {
     let bottom = f.y_off + TOP + PLOT_H;
     let right = LEFT + PLOT_W + 18.0;
     for &(t, label) in marks {
@@ -215,9 +225,11 @@ fn frame_svg(svg: &mut String, f: &Frame, faults: &[Fault], marks: &[(i64, &str)
         let lx = x0 + 2.0;
         // the first row this label fits in after its neighbours, else the
         // one that frees up first
-        let row = (0..LABEL_ROWS)
-            .find(|&r| row_end[r] + 4.0 <= lx)
-            .unwrap_or_else(|| (0..LABEL_ROWS).min_by(|&a, &b| row_end[a].total_cmp(&row_end[b])).unwrap_or(0));
+        let row = (0..LABEL_ROWS).find(|&r| row_end[r] + 4.0 <= lx).unwrap_or_else(|| {
+            (0..LABEL_ROWS)
+                .min_by(|&a, &b| row_end[a].total_cmp(&row_end[b]))
+                .unwrap_or(0)
+        });
         row_end[row] = lx + label_px(&fault.kind);
         let _ = write!(
             svg,
@@ -332,7 +344,13 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     let clock = clock_of(h);
     let by_order = matches!(clock, Clock::Order(_));
     // where each history line sits on the x axis
-    let at = |i: usize| -> i64 { if by_order { i as i64 } else { h.ops[i].time } };
+    let at = |i: usize| -> i64 {
+        if by_order {
+            i as i64
+        } else {
+            h.ops[i].time
+        }
+    };
     let xa = if by_order {
         XAxis {
             unit: 1.0,
@@ -386,7 +404,9 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
         y_min: lat_floor,
     };
     let mut svg = String::new();
-    let decades: Vec<f64> = (lat_floor.log10() as i32..=y_top.log10() as i32).map(|e| 10f64.powi(e)).collect();
+    let decades: Vec<f64> = (lat_floor.log10() as i32..=y_top.log10() as i32)
+        .map(|e| 10f64.powi(e))
+        .collect();
     frame_svg(&mut svg, &lat, &faults, &marks, lat_label, &decades, &xa);
     for o in done.iter().step_by(every) {
         let x = lat.x(at(o.invoke));
@@ -431,11 +451,7 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     } else {
         (1e9 / width, "ok ops/s")
     };
-    let top = counts
-        .iter()
-        .flatten()
-        .map(|&c| c as f64 * per)
-        .fold(1.0f64, f64::max);
+    let top = counts.iter().flatten().map(|&c| c as f64 * per).fold(1.0f64, f64::max);
     let top = nice_step(top / 4.0) * 4.0;
     let thr = Frame {
         t0,

@@ -9,8 +9,7 @@
 //!
 //! What is not supported answers `Unimplemented` for that request (the
 //! connection stays up): reconfig, removeWatches/checkWatches, SASL,
-//! persistent watches (addWatch), getEphemerals, getAllChildrenNumber,
-//! whoAmI.
+//! getAllChildrenNumber.
 
 use crate::acl::Acl;
 use crate::error::ZkError;
@@ -40,7 +39,10 @@ pub mod opcode {
     pub const MULTI_READ: i32 = 22;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
+    pub const GET_EPHEMERALS: i32 = 103;
     pub const SET_WATCHES2: i32 = 105;
+    pub const ADD_WATCH: i32 = 106;
+    pub const WHO_AM_I: i32 = 107;
     pub const CLOSE_SESSION: i32 = -11;
     pub const ERROR: i32 = -1;
 }
@@ -94,7 +96,21 @@ pub enum ClientRequest {
         data: Vec<String>,
         exist: Vec<String>,
         child: Vec<String>,
+        /// SetWatches2 only: persistent watches, re-registered as they are.
+        persistent: Vec<String>,
+        persistent_recursive: Vec<String>,
     },
+    /// The session's ephemeral znodes whose paths start with `prefix`.
+    GetEphemerals {
+        prefix: String,
+    },
+    /// A persistent watch on `path` (with `recursive`, on its subtree).
+    AddWatch {
+        path: String,
+        recursive: bool,
+    },
+    /// Who the session is authenticated as.
+    WhoAmI,
     /// A request this server does not implement; answered `Unimplemented`.
     Unsupported,
 }
@@ -306,18 +322,31 @@ impl Request {
                 let data = r.strings()?;
                 let exist = r.strings()?;
                 let child = r.strings()?;
-                if op == opcode::SET_WATCHES2 {
-                    // persistent watches are not supported; read and drop
-                    let _ = r.strings()?;
-                    let _ = r.strings()?;
-                }
+                let (persistent, persistent_recursive) = if op == opcode::SET_WATCHES2 {
+                    (r.strings()?, r.strings()?)
+                } else {
+                    (Vec::new(), Vec::new())
+                };
                 ClientRequest::SetWatches {
                     relative_zxid,
                     data,
                     exist,
                     child,
+                    persistent,
+                    persistent_recursive,
                 }
             }
+            opcode::GET_EPHEMERALS => ClientRequest::GetEphemerals { prefix: r.string()? },
+            opcode::ADD_WATCH => {
+                let path = r.string()?;
+                let recursive = match r.int()? {
+                    0 => false,
+                    1 => true,
+                    m => return r.fail(format!("addWatch mode {m}: 0 (persistent) or 1 (persistent recursive)")),
+                };
+                ClientRequest::AddWatch { path, recursive }
+            }
+            opcode::WHO_AM_I => ClientRequest::WhoAmI,
             _ => {
                 // unknown or unsupported: the body is skipped whole
                 return Ok(Request {
@@ -468,6 +497,40 @@ pub fn encode_watch_event(zxid: i64, e: &WatchEvent) -> Vec<u8> {
     o.int(e.kind as i32);
     o.int(3);
     o.string(&e.path);
+    o.finish()
+}
+
+/// A reply whose body is a vector of strings (getEphemerals).
+pub fn encode_strings_reply(xid: i32, zxid: i64, items: &[String]) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    o.int(0);
+    o.strings(items);
+    o.finish()
+}
+
+/// whoAmI's reply: (scheme, user) of each identity the session holds.
+pub fn encode_who_am_i(xid: i32, zxid: i64, users: &[(String, String)]) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    o.int(0);
+    o.int(users.len() as i32);
+    for (scheme, user) in users {
+        o.string(scheme);
+        o.string(user);
+    }
+    o.finish()
+}
+
+/// A reply whose body is an ErrorResponse (addWatch answers so).
+pub fn encode_error_response(xid: i32, zxid: i64, err: ZkError) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    o.int(err.code());
+    o.int(err.code());
     o.finish()
 }
 

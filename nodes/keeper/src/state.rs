@@ -157,6 +157,11 @@ impl State {
         &self.sessions
     }
 
+    /// The ephemeral znodes `session` owns, in path order.
+    pub fn ephemerals_of(&self, session: i64) -> impl Iterator<Item = &str> {
+        self.ephemerals.get(&session).into_iter().flatten().map(String::as_str)
+    }
+
     pub fn node_count(&self) -> usize {
         self.nodes.len()
     }

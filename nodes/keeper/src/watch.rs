@@ -1,4 +1,5 @@
-//! Watches: one-shot notifications of changes, ZooKeeper's semantics.
+//! Watches: notifications of changes, ZooKeeper's semantics — one-shot
+//! watches set by reads, and the persistent ones of `addWatch` (3.6+).
 //!
 //! Which events a committed delta fires is replicated logic
 //! ([`events_of`]); who is watching is per server and not replicated
@@ -8,7 +9,15 @@
 //! * data watch (getData, or exists on an existing node): NodeDataChanged,
 //!   NodeDeleted;
 //! * exists watch on a missing node: NodeCreated (kept with data watches);
-//! * child watch (getChildren): NodeChildrenChanged, NodeDeleted.
+//! * child watch (getChildren): NodeChildrenChanged, NodeDeleted;
+//! * persistent watch (addWatch PERSISTENT): every event on its path
+//!   (created, deleted, data and children changed), and it stays;
+//! * persistent recursive watch (addWatch PERSISTENT_RECURSIVE): created,
+//!   deleted and data changed on its path and every path below it (not
+//!   children changed: the created and deleted events say it), and it
+//!   stays.
+//!
+//! A session hears an event once, however many of its watches it fires.
 
 use crate::path;
 use crate::state::Delta;
@@ -69,6 +78,10 @@ pub enum WatchKind {
     Data,
     /// getChildren.
     Child,
+    /// addWatch PERSISTENT: stays after it fires.
+    Persistent,
+    /// addWatch PERSISTENT_RECURSIVE: its path and everything below it.
+    PersistentRecursive,
 }
 
 /// The watches registered on one server.
@@ -76,6 +89,8 @@ pub enum WatchKind {
 pub struct WatchManager {
     data: BTreeMap<String, BTreeSet<i64>>,
     child: BTreeMap<String, BTreeSet<i64>>,
+    persistent: BTreeMap<String, BTreeSet<i64>>,
+    recursive: BTreeMap<String, BTreeSet<i64>>,
     per_session: BTreeMap<i64, usize>,
 }
 
@@ -93,6 +108,8 @@ impl WatchManager {
         let map = match kind {
             WatchKind::Data => &mut self.data,
             WatchKind::Child => &mut self.child,
+            WatchKind::Persistent => &mut self.persistent,
+            WatchKind::PersistentRecursive => &mut self.recursive,
         };
         if map.entry(path.to_string()).or_default().insert(session) {
             *count += 1;
@@ -100,17 +117,34 @@ impl WatchManager {
         true
     }
 
-    /// Fires `events`: returns (session, event) for every watch they
-    /// trigger, and removes those watches (one-shot).
+    /// Fires `events`: returns (session, event) once for every session a
+    /// watch of which they trigger, and removes the one-shot watches they
+    /// fired (the persistent ones stay).
     pub fn trigger(&mut self, events: &[WatchEvent]) -> Vec<(i64, WatchEvent)> {
         let mut out = Vec::new();
         for e in events {
+            let mut sessions = BTreeSet::new();
+            if let Some(set) = self.persistent.get(&e.path) {
+                sessions.extend(set.iter().copied());
+            }
+            if e.kind != EventType::NodeChildrenChanged {
+                // the path itself and each of its ancestors
+                let mut p = e.path.as_str();
+                loop {
+                    if let Some(set) = self.recursive.get(p) {
+                        sessions.extend(set.iter().copied());
+                    }
+                    if p == "/" {
+                        break;
+                    }
+                    p = path::parent(p);
+                }
+            }
             let maps: &[&str] = match e.kind {
                 EventType::NodeCreated | EventType::NodeDataChanged => &["data"],
                 EventType::NodeChildrenChanged => &["child"],
                 EventType::NodeDeleted => &["data", "child"],
             };
-            let mut sessions = BTreeSet::new();
             for m in maps {
                 let map = if *m == "data" { &mut self.data } else { &mut self.child };
                 if let Some(set) = map.remove(&e.path) {
@@ -129,7 +163,12 @@ impl WatchManager {
 
     /// Drops every watch of a closed session.
     pub fn remove_session(&mut self, session: i64) {
-        for map in [&mut self.data, &mut self.child] {
+        for map in [
+            &mut self.data,
+            &mut self.child,
+            &mut self.persistent,
+            &mut self.recursive,
+        ] {
             map.retain(|_, set| {
                 set.remove(&session);
                 !set.is_empty()
@@ -139,6 +178,72 @@ impl WatchManager {
     }
 
     pub fn count(&self) -> usize {
-        self.data.values().chain(self.child.values()).map(BTreeSet::len).sum()
+        [&self.data, &self.child, &self.persistent, &self.recursive]
+            .iter()
+            .flat_map(|m| m.values())
+            .map(BTreeSet::len)
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(kind: EventType, path: &str) -> WatchEvent {
+        WatchEvent {
+            kind,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn one_shot_watches_fire_once() {
+        let mut w = WatchManager::new();
+        w.register(1, "/a", WatchKind::Data);
+        assert_eq!(w.trigger(&[ev(EventType::NodeDataChanged, "/a")]).len(), 1);
+        assert!(w.trigger(&[ev(EventType::NodeDataChanged, "/a")]).is_empty());
+    }
+
+    #[test]
+    fn a_persistent_watch_fires_for_every_event_on_its_path_and_stays() {
+        let mut w = WatchManager::new();
+        w.register(1, "/a", WatchKind::Persistent);
+        for kind in [
+            EventType::NodeCreated,
+            EventType::NodeDataChanged,
+            EventType::NodeChildrenChanged,
+            EventType::NodeDeleted,
+        ] {
+            assert_eq!(w.trigger(&[ev(kind, "/a")]), vec![(1, ev(kind, "/a"))]);
+        }
+        assert!(
+            w.trigger(&[ev(EventType::NodeCreated, "/a/b")]).is_empty(),
+            "not below it"
+        );
+        assert_eq!(w.count(), 1);
+    }
+
+    #[test]
+    fn a_recursive_watch_fires_for_its_subtree_but_not_for_children_changed() {
+        let mut w = WatchManager::new();
+        w.register(1, "/r", WatchKind::PersistentRecursive);
+        w.register(1, "/r/x", WatchKind::Data);
+        let fired = w.trigger(&[
+            ev(EventType::NodeCreated, "/r/x/y"),
+            ev(EventType::NodeChildrenChanged, "/r/x"),
+            ev(EventType::NodeDataChanged, "/r/x"),
+            ev(EventType::NodeDeleted, "/rx"),
+        ]);
+        assert_eq!(
+            fired,
+            vec![
+                (1, ev(EventType::NodeCreated, "/r/x/y")),
+                (1, ev(EventType::NodeDataChanged, "/r/x"))
+            ],
+            "once per session, though both watches match /r/x; /rx is not below /r"
+        );
+        w.remove_session(1);
+        assert_eq!(w.count(), 0);
     }
 }

@@ -40,7 +40,7 @@ use drift_keeper::changelog;
 use drift_keeper::entry::{check_digest, DigestMismatch, Entry as KEntry, Phase};
 use drift_keeper::jute;
 use drift_keeper::proto::{
-    self, opcode, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_AUTH, XID_PING, XID_SET_WATCHES,
+    self, opcode, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_PING, XID_SET_WATCHES,
 };
 use drift_keeper::session::SessionTracker;
 use drift_keeper::snapshot::{self, SnapshotMeta, Snapshots};
@@ -70,6 +70,8 @@ const READ_INDEX_TIMEOUT: Duration = Duration::from_secs(3);
 /// Most events handled between two Raft Readies (bounds the latency one
 /// Ready adds to the events queued behind it).
 const EVENTS_PER_READY_MAX: usize = 512;
+/// ZooKeeper's dynamic configuration node.
+const CONFIG_NODE: &str = "/zookeeper/config";
 /// Most containers / TTL nodes reaped per scan.
 const REAP_PER_SCAN_MAX: usize = 64;
 /// Admin connections served at a time; more are closed at once.
@@ -141,6 +143,40 @@ struct Conn {
     stream: TcpStream,
     state: ConnState,
     last_zxid: i64,
+    /// The client's address (for `stat` and `whoami`).
+    peer: Option<SocketAddr>,
+    /// Frames received from it and sent to it.
+    received: u64,
+    sent: u64,
+}
+
+/// Request latencies since the server started: from a request's arrival
+/// to its reply (ZooKeeper's `Latency min/avg/max`).
+#[derive(Default)]
+struct Latency {
+    count: u64,
+    total_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+}
+
+impl Latency {
+    fn record(&mut self, since: Instant) {
+        let ms = since.elapsed().as_secs_f64() * 1e3;
+        self.min_ms = if self.count == 0 { ms } else { self.min_ms.min(ms) };
+        self.max_ms = self.max_ms.max(ms);
+        self.total_ms += ms;
+        self.count += 1;
+    }
+
+    fn line(&self) -> String {
+        let avg = if self.count == 0 {
+            0.0
+        } else {
+            self.total_ms / self.count as f64
+        };
+        format!("Latency min/avg/max: {:.0}/{avg:.4}/{:.0}", self.min_ms, self.max_ms)
+    }
 }
 
 enum PendingKind {
@@ -197,6 +233,7 @@ struct Node {
     ticks: u64,
     received: u64,
     sent: u64,
+    latency: Latency,
     passwd_key: (u64, u64),
     /// The parent to outlive no longer than (see NodeOptions).
     parent: Option<u32>,
@@ -210,11 +247,13 @@ struct Node {
     isolated: BTreeSet<u64>,
     /// The cluster's node ids.
     voters: Vec<u64>,
-    /// Leader: the node that holds each session (the last to report it
-    /// alive, or the one it was created through); a forwarded write is
-    /// admitted only from its session's holder. Valid for the term it
-    /// names: a new term starts it afresh (see [`Node::holders`]).
-    holders: (u64, BTreeMap<i64, u64>),
+    /// Leader: the servers that hold each session — those that reported
+    /// it alive this term, and the one it was created through; a forwarded
+    /// write is admitted only from one of them. A client moving between
+    /// servers is briefly held by both, so this is a set, not one owner.
+    /// Valid for the term it names: a new term starts it afresh (see
+    /// [`Node::holders`]).
+    holders: (u64, BTreeMap<i64, BTreeSet<u64>>),
     /// Follower: sessions reported as held here to the leader and term it
     /// names (reported again before the first write forwarded to another).
     announced: ((u64, u64), BTreeSet<i64>),
@@ -404,6 +443,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         ticks: 0,
         received: 0,
         sent: 0,
+        latency: Latency::default(),
     };
     node.catch_up_preprocess()?;
     log(
@@ -708,7 +748,7 @@ impl Node {
 
     /// Leader: who holds which session, as learnt in this term (a new
     /// leader learns it afresh: the map of an earlier term is dropped).
-    fn holders(&mut self) -> &mut BTreeMap<i64, u64> {
+    fn holders(&mut self) -> &mut BTreeMap<i64, BTreeSet<u64>> {
         let term = self.raw.raft.term;
         if self.holders.0 != term {
             self.holders = (term, BTreeMap::new());
@@ -747,9 +787,12 @@ impl Node {
                     conn,
                     Conn {
                         tx,
+                        peer: stream.peer_addr().ok(),
                         stream,
                         state: ConnState::Handshake,
                         last_zxid: 0,
+                        received: 0,
+                        sent: 0,
                     },
                 );
             }
@@ -772,10 +815,11 @@ impl Node {
     }
 
     fn send_raw(&mut self, conn: u64, frame: Vec<u8>) {
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
         self.sent += 1;
+        c.sent += 1;
         if c.tx.try_send(frame).is_err() {
             // too slow or gone: drop the connection, the session lives on
             self.drop_conn(conn);
@@ -824,7 +868,7 @@ impl Node {
                     for s in sessions {
                         self.tracker.heartbeat(s, now);
                         if self.ks.state().session(s).is_some() {
-                            self.holders().insert(s, from);
+                            self.holders().entry(s).or_default().insert(from);
                         }
                     }
                 }
@@ -903,7 +947,11 @@ impl Node {
             Write::CreateSession { .. } if session == 0 => Ok(w),
             Write::CreateSession { .. } => Err("createSession under a session".into()),
             Write::Reap { .. } => Err("reap is the leader's own".into()),
-            _ if self.holders.0 == self.raw.raft.term && self.holders.1.get(&session) == Some(&from) => Ok(w),
+            _ if self.holders.0 == self.raw.raft.term
+                && self.holders.1.get(&session).is_some_and(|h| h.contains(&from)) =>
+            {
+                Ok(w)
+            }
             _ => Err(format!("session {session:#x} is not held by node {from}")),
         }
     }
@@ -1069,9 +1117,10 @@ impl Node {
     // ---------------------------------------------------------------- clients
 
     fn on_frame(&mut self, conn: u64, payload: &[u8]) {
-        let Some(c) = self.conns.get(&conn) else {
+        let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        c.received += 1;
         match c.state {
             ConnState::Handshake => match ConnectRequest::decode(payload) {
                 Ok(req) => self.on_connect(conn, req),
@@ -1125,7 +1174,7 @@ impl Node {
                 self.announced().remove(&req.session_id);
                 if self.is_leader() {
                     let me = self.id;
-                    self.holders().insert(req.session_id, me);
+                    self.holders().entry(req.session_id).or_default().insert(me);
                 }
                 self.send_raw(conn, resp.encode());
             }
@@ -1147,11 +1196,10 @@ impl Node {
                 self.submit(session, Write::CloseSession, conn, PendingKind::Close { xid: req.xid })
             }
             ClientRequest::Write(w) => {
-                let xid = if matches!(w, Write::AddAuth { .. }) {
-                    XID_AUTH
-                } else {
-                    req.xid
-                };
+                // an auth is answered under the xid it came with, as
+                // ZooKeeper does: kazoo sends -4, other clients their own
+                // counter (and match the answer by it)
+                let xid = req.xid;
                 if let Err(over) = drift_keeper::limit::check(&w) {
                     // as ZooKeeper answers a field over jute.maxbuffer
                     log(
@@ -1173,7 +1221,7 @@ impl Node {
                     },
                 )
             }
-            body @ (ClientRequest::Read(_) | ClientRequest::MultiRead(_)) => {
+            body @ (ClientRequest::Read(_) | ClientRequest::MultiRead(_) | ClientRequest::GetEphemerals { .. }) => {
                 let last = self.conns.get(&conn).map_or(0, |c| c.last_zxid);
                 let mut read = ParkedRead {
                     conn,
@@ -1201,9 +1249,42 @@ impl Node {
                 data,
                 exist,
                 child,
+                persistent,
+                persistent_recursive,
             } => {
                 self.set_watches(session, relative_zxid, data, exist, child);
+                // persistent watches come back as they were: they fire for
+                // what happens from now on
+                for (paths, kind) in [
+                    (persistent, WatchKind::Persistent),
+                    (persistent_recursive, WatchKind::PersistentRecursive),
+                ] {
+                    for p in paths {
+                        self.watches.register(session, &p, kind);
+                    }
+                }
                 self.send_raw(conn, proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok));
+            }
+            ClientRequest::AddWatch { path, recursive } => {
+                let err = if drift_keeper::path::validate(&path).is_err() {
+                    ZkError::BadArguments
+                } else {
+                    let kind = if recursive {
+                        WatchKind::PersistentRecursive
+                    } else {
+                        WatchKind::Persistent
+                    };
+                    if self.watches.register(session, &path, kind) {
+                        ZkError::Ok
+                    } else {
+                        ZkError::BadArguments
+                    }
+                };
+                self.send_raw(conn, proto::encode_error_response(req.xid, zxid, err));
+            }
+            ClientRequest::WhoAmI => {
+                let users = self.who_am_i(conn, session);
+                self.send_raw(conn, proto::encode_who_am_i(req.xid, zxid, &users));
             }
             ClientRequest::Unsupported => {
                 self.send_raw(conn, proto::encode_error(req.xid, zxid, ZkError::Unimplemented))
@@ -1211,11 +1292,92 @@ impl Node {
         }
     }
 
+    /// Who `session` on `conn` is, as whoAmI answers: the client's address
+    /// (ZooKeeper's implicit `ip` identity), then each identity it added.
+    fn who_am_i(&self, conn: u64, session: i64) -> Vec<(String, String)> {
+        let mut users = Vec::new();
+        if let Some(ip) = self.conns.get(&conn).and_then(|c| c.peer).map(|a| a.ip()) {
+            users.push(("ip".to_string(), ip.to_string()));
+        }
+        for id in self.ks.state().session(session).map_or(&[][..], |s| &s.auth) {
+            // a digest id is `user:hash`; the user is what whoAmI names
+            let user = match id.scheme.as_str() {
+                "digest" => id.id.split(':').next().unwrap_or("").to_string(),
+                _ => id.id.clone(),
+            };
+            users.push((id.scheme.clone(), user));
+        }
+        users
+    }
+
+    /// `/zookeeper/config`, ZooKeeper's dynamic configuration node, read
+    /// as a client reads it: every server, its peer and client addresses.
+    /// It lives outside the replicated tree (it is what the cluster file
+    /// says, the same on every server), so it changes no digest.
+    fn config_node(&self) -> Vec<u8> {
+        let mut text = String::new();
+        for p in &self.cfg.peers {
+            text.push_str(&format!(
+                "server.{}={}:{}:{}:participant;{}\n",
+                p.id,
+                p.raft.ip(),
+                p.raft.port(),
+                p.raft.port(),
+                p.client
+            ));
+        }
+        text.push_str("version=0");
+        text.into_bytes()
+    }
+
+    /// A read of the config node, or `/zookeeper`'s children (which list
+    /// it); `None` for any other read.
+    fn read_config(&self, session: i64, read: &Read) -> Option<Response> {
+        let config_stat = || drift_keeper::node::Stat {
+            data_length: self.config_node().len() as i32,
+            ..Default::default()
+        };
+        match read {
+            Read::GetData { path } if path == CONFIG_NODE => Some(Response::GetData {
+                data: self.config_node(),
+                stat: config_stat(),
+            }),
+            Read::Exists { path } if path == CONFIG_NODE => Some(Response::Exists { stat: config_stat() }),
+            Read::GetAcl { path } if path == CONFIG_NODE => Some(Response::GetAcl {
+                acl: drift_keeper::acl::Acl::open(),
+                stat: config_stat(),
+            }),
+            Read::GetChildren { path } if path == "/zookeeper" => match self.ks.read(session, read) {
+                Response::GetChildren { mut children, mut stat } => {
+                    children.push("config".to_string());
+                    children.sort();
+                    stat.num_children += 1;
+                    Some(Response::GetChildren { children, stat })
+                }
+                other => Some(other),
+            },
+            _ => None,
+        }
+    }
+
     fn serve(&mut self, session: i64, r: ParkedRead) {
         let zxid = self.last_zxid();
+        self.latency.record(r.since);
         let frame = match &r.body {
+            ClientRequest::GetEphemerals { prefix } => {
+                let ephemerals: Vec<String> = self
+                    .ks
+                    .state()
+                    .ephemerals_of(session)
+                    .filter(|p| p.starts_with(prefix.as_str()))
+                    .map(str::to_string)
+                    .collect();
+                proto::encode_strings_reply(r.xid, zxid, &ephemerals)
+            }
             ClientRequest::Read(wr) => {
-                let resp = self.ks.read(session, &wr.read);
+                let resp = self
+                    .read_config(session, &wr.read)
+                    .unwrap_or_else(|| self.ks.read(session, &wr.read));
                 if wr.watch {
                     let (path, kind) = match &wr.read {
                         Read::GetChildren { path } => (path, WatchKind::Child),
@@ -1235,8 +1397,13 @@ impl Node {
                 proto::encode_reply(r.xid, zxid, r.opcode, &resp)
             }
             ClientRequest::MultiRead(reads) => {
-                let answers: Vec<(Read, Response)> =
-                    reads.iter().map(|x| (x.clone(), self.ks.read(session, x))).collect();
+                let answers: Vec<(Read, Response)> = reads
+                    .iter()
+                    .map(|x| {
+                        let resp = self.read_config(session, x).unwrap_or_else(|| self.ks.read(session, x));
+                        (x.clone(), resp)
+                    })
+                    .collect();
                 proto::encode_multi_read(r.xid, zxid, &answers)
             }
             _ => return,
@@ -1334,7 +1501,7 @@ impl Node {
                 for s in alive {
                     if self.tracker.heartbeat(s, now) {
                         let me = self.id;
-                        self.holders().insert(s, me);
+                        self.holders().entry(s).or_default().insert(me);
                     }
                 }
             } else if self.leader() != 0 {
@@ -1640,13 +1807,16 @@ impl Node {
         } else {
             None
         };
+        if let Some(p) = &mine {
+            self.latency.record(p.since);
+        }
         match &c.response {
             Response::CreateSession { session_id } => {
                 let timeout = self.ks.state().session(*session_id).map_or(0, |s| s.timeout_ms);
                 if self.is_leader() {
                     self.tracker.touch(*session_id, timeout as u64, now_ms(self.started));
                     if origin != 0 {
-                        self.holders().insert(*session_id, origin);
+                        self.holders().entry(*session_id).or_default().insert(origin);
                     }
                 }
                 if let Some(p) = mine {
@@ -1986,10 +2156,31 @@ impl Node {
                 self.received, self.sent, st.last_zxid(), d.value
                 )
             }
-            b"srvr" | b"stat" => format!(
-                "Zookeeper version: drift-keeper {}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {role}\nNode count: {}\n",
-                env!("CARGO_PKG_VERSION"), self.received, self.sent, self.conns.len(), self.pending.len(), st.last_zxid(), st.node_count()
-            ),
+            b"srvr" | b"stat" => {
+                // `stat` lists the clients first, as ZooKeeper's does
+                let mut clients = String::new();
+                if word == b"stat" {
+                    clients.push_str("Clients:\n");
+                    for (id, c) in &self.conns {
+                        let addr = c.peer.map_or_else(|| "unknown".to_string(), |a| a.to_string());
+                        clients.push_str(&format!(
+                            " /{addr}[{}](queued=0,recved={},sent={},sid={})\n",
+                            u8::from(matches!(c.state, ConnState::Session(_))),
+                            c.received,
+                            c.sent,
+                            match c.state {
+                                ConnState::Session(s) => format!("{s:#x}"),
+                                ConnState::Handshake => format!("conn {id}"),
+                            }
+                        ));
+                    }
+                    clients.push('\n');
+                }
+                format!(
+                    "Zookeeper version: drift-keeper {}\n{clients}{}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {role}\nNode count: {}\n",
+                    env!("CARGO_PKG_VERSION"), self.latency.line(), self.received, self.sent, self.conns.len(), self.pending.len(), st.last_zxid(), st.node_count()
+                )
+            }
             b"conf" => format!(
                 "serverId={}\ntickTime={}\nelectionTicks={}\nquorumReads={}\ndigest={}\nsnapshotDistance={}\nreservedLogItems={}\nrotateInterval={}\nminSessionTimeout={}\nmaxSessionTimeout={}\n",
                 self.id, self.cfg.tick_ms, self.cfg.election_ticks, self.cfg.quorum_reads, self.cfg.digest,
