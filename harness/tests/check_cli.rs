@@ -803,6 +803,7 @@ fn jepsen_edn_histories_check_and_convert_as_they_are() {
     let (code, _, stderr) = run(drift().arg("convert").arg(&edn).arg(&jsonl));
     assert_eq!(code, 3);
     assert!(stderr.contains("--force"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -837,6 +838,7 @@ fn bad_edn_exits_3_naming_file_and_line() {
             "{name}: {stderr}"
         );
     }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -869,6 +871,7 @@ fn init_sets_what_every_key_holds_first() {
     let (code, stderr) = check(&["--init", "5"]);
     assert_eq!(code, 3);
     assert!(stderr.contains("a kv key starts at a string or null"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -879,4 +882,5 @@ fn an_empty_history_is_unknown_not_valid() {
     let (code, stdout, _) = run(drift().arg("check").arg(&path).arg("--out").arg(dir.join("o")));
     assert_eq!(code, 2, "{stdout}");
     assert!(stdout.contains("nothing to judge"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,7 +5,9 @@
 
 pub mod cluster;
 
-use std::path::PathBuf;
+use std::ffi::OsStr;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn drift() -> Command {
@@ -20,11 +22,43 @@ pub fn fresh_path(tag: &str) -> PathBuf {
     p
 }
 
-/// A fresh, empty directory for one test (`tag`).
-pub fn scratch(tag: &str) -> PathBuf {
+/// A fresh, empty directory for one test (`tag`), removed when the test
+/// passes and kept, for a look, when it fails.
+pub fn scratch(tag: &str) -> Scratch {
     let p = fresh_path(tag);
     std::fs::create_dir_all(&p).unwrap();
-    p
+    Scratch(p)
+}
+
+pub struct Scratch(PathBuf);
+
+impl Deref for Scratch {
+    type Target = PathBuf;
+    fn deref(&self) -> &PathBuf {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<OsStr> for Scratch {
+    fn as_ref(&self) -> &OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kept for a look: {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Runs `cmd` to its end: (exit code, stdout, stderr).
