@@ -253,8 +253,14 @@ fn print_table(s: &Summary) {
     if let (Some(p), Some(r)) = (s.peer_total_ms, s.ratio_to_peer) {
         out!("peer     porcupine {p:.1} ms total → drift is {r:.1}× faster");
     }
-    if s.mismatches.is_empty() {
-        out!("verdicts all as expected");
+    let compared = s.rows.iter().filter(|r| r.expected.is_some()).count();
+    if compared == 0 {
+        out!("verdicts not compared: no EXPECTED.tsv entry for these files");
+    } else if s.mismatches.is_empty() {
+        out!(
+            "verdicts all as expected ({compared} of {} files have an expectation)",
+            s.files
+        );
     } else {
         out!("MISMATCHED verdicts: {}", s.mismatches.join(", "));
     }

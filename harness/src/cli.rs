@@ -416,7 +416,7 @@ pub struct BenchKeeperArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchCheckerArgs {
-    /// Folder of *.jsonl histories [default: ../shared/data/histories/etcd].
+    /// Folder of histories, *.jsonl and *.edn [default: ../shared/data/histories/etcd].
     pub dir: Option<PathBuf>,
     /// Model to check against.
     #[arg(long, value_enum, default_value_t = ModelKind::CasRegister)]
