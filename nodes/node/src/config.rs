@@ -12,10 +12,23 @@
 //! session_timeout_max_ms = 30000
 //! secret = "<64 hex digits>"       # the peers' shared key (required)
 //!
+//! keeper = true                   # false: tables only, coordinated by `coordinator`
+//! coordinator = "127.0.0.11:2181"  # ZooKeeper connect string (default: the peers' client addresses)
+//!
 //! [[peer]]
 //! id = 1
 //! raft = "127.0.0.11:7001"
 //! client = "127.0.0.11:2181"
+//! http = "127.0.0.11:8123"         # the table's HTTP interface (needed with tables)
+//! interserver = "127.0.0.11:9009"  # where replicas fetch parts from it
+//!
+//! [[table]]                        # a replicated table on every peer
+//! name = "events"
+//! columns = "id UInt64, key String, value Int64"
+//! partition_by = "intDiv(id, 1000)"  # a column, intDiv(column, N) or tuple()
+//! order_by = "id"                    # a column or (a, b, …)
+//! [table.settings]                   # see drift_table::TableSettings
+//! replicated_deduplication_window = 1000
 //! ```
 //!
 //! Every error names the file and what is wrong; unknown keys are errors
@@ -41,6 +54,49 @@ pub struct Peer {
     pub raft: SocketAddr,
     /// Address ZooKeeper clients connect to.
     pub client: SocketAddr,
+    /// The tables' HTTP interface.
+    #[serde(default)]
+    pub http: Option<SocketAddr>,
+    /// Where other replicas fetch this one's parts.
+    #[serde(default)]
+    pub interserver: Option<SocketAddr>,
+}
+
+/// A replicated table as the cluster file declares it (parsed into a
+/// schema by `crate::table::decl`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableDecl {
+    pub name: String,
+    /// `name Type, …` with Type UInt64, Int64 or String.
+    pub columns: String,
+    #[serde(default)]
+    pub partition_by: Option<String>,
+    #[serde(default)]
+    pub order_by: Option<String>,
+    #[serde(default)]
+    pub settings: TableSettingsDecl,
+}
+
+/// Table settings, ClickHouse's names; absent ones take the defaults of
+/// `drift_table::TableSettings`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TableSettingsDecl {
+    pub replicated_deduplication_window: Option<u64>,
+    pub replicated_deduplication_window_seconds: Option<u64>,
+    pub cleanup_delay_period_ms: Option<u64>,
+    pub min_replicated_logs_to_keep: Option<u64>,
+    pub max_replicated_logs_to_keep: Option<u64>,
+    pub max_parts_to_merge_at_once: Option<usize>,
+    pub parts_to_merge_min: Option<usize>,
+    pub fetch_pool_size: Option<usize>,
+    pub merge_pool_size: Option<usize>,
+    pub merge_selecting_period_ms: Option<u64>,
+    pub zookeeper_path: Option<String>,
+    /// A benchmark baseline: check the block id, take the lock and commit
+    /// in three round trips instead of two.
+    pub naive_insert_path: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,8 +128,23 @@ pub struct ClusterConfig {
     pub seed: u64,
     /// The peers' shared key, hex (at least 32 digits).
     pub secret: String,
+    /// Whether nodes run the keeper (false: tables only, coordinated by
+    /// `coordinator`, e.g. an Apache ZooKeeper ensemble on the peers'
+    /// client addresses).
+    #[serde(default = "d_true")]
+    pub keeper: bool,
+    /// The tables' ZooKeeper connect string; default: every peer's client
+    /// address.
+    #[serde(default)]
+    pub coordinator: Option<String>,
     #[serde(rename = "peer")]
     pub peers: Vec<Peer>,
+    #[serde(rename = "table", default)]
+    pub tables: Vec<TableDecl>,
+}
+
+fn d_true() -> bool {
+    true
 }
 
 fn d_tick() -> u64 {
@@ -160,6 +231,45 @@ impl ClusterConfig {
         if self.session_timeout_min_ms == 0 || self.session_timeout_min_ms > self.session_timeout_max_ms {
             return Err("session timeouts: need 0 < min <= max".into());
         }
+        if !self.tables.is_empty() {
+            for p in &self.peers {
+                let (Some(http), Some(inter)) = (p.http, p.interserver) else {
+                    return Err(format!(
+                        "peer {}: tables are declared, so it needs `http` and `interserver`",
+                        p.id
+                    ));
+                };
+                if http.port() == 0 || inter.port() == 0 {
+                    return Err(format!("peer {}: port 0 for http or interserver", p.id));
+                }
+            }
+            let all: BTreeSet<SocketAddr> = self
+                .peers
+                .iter()
+                .flat_map(|p| {
+                    [
+                        p.raft,
+                        p.client,
+                        p.http.expect("checked"),
+                        p.interserver.expect("checked"),
+                    ]
+                })
+                .collect();
+            if all.len() != 4 * self.peers.len() {
+                return Err("every raft, client, http and interserver address must be distinct".into());
+            }
+            let mut names = BTreeSet::new();
+            for t in &self.tables {
+                if !names.insert(t.name.as_str()) {
+                    return Err(format!("table {} declared twice", t.name));
+                }
+            }
+        }
+        if let Some(c) = &self.coordinator {
+            if c.split(',').any(|a| a.trim().parse::<SocketAddr>().is_err()) {
+                return Err(format!("coordinator = {c:?}: expected host:port,host:port,…"));
+            }
+        }
         Ok(())
     }
 
@@ -178,6 +288,11 @@ impl ClusterConfig {
 
     pub fn node_dir(&self, id: u64) -> PathBuf {
         self.data_dir.join(format!("node-{id}"))
+    }
+
+    /// Where the tables' coordinator is.
+    pub fn coordinator(&self) -> String {
+        self.coordinator.clone().unwrap_or_else(|| self.connect_string())
     }
 
     /// The ZooKeeper connect string of the cluster.

@@ -19,4 +19,5 @@ pub mod keeper_node;
 pub mod peer_auth;
 pub mod peer_check;
 pub mod raftlog;
+pub mod table;
 pub mod transport;

@@ -11,7 +11,6 @@
 //! * its pool (fetches or merges) is full;
 //! * its part covers, or is covered by, a part another running entry is
 //!   making;
-//! * a merge whose source part is still to be fetched or made;
 //! * a drop range while an earlier entry making a part inside it is queued.
 //!
 //! The invariant (checked by [`Queue::check_invariant`], after every
@@ -214,21 +213,10 @@ impl Queue {
             return Some(format!("part {f} is being made by {z}"));
         }
         match &e.entry.kind {
-            EntryKind::MergeParts { parts, .. } => {
-                for p in parts {
-                    if self.current.containing(p).is_some() {
-                        continue;
-                    }
-                    let pending = self.entries.values().any(|o| {
-                        o.znode < e.znode
-                            && !matches!(o.entry.kind, EntryKind::DropRange { .. })
-                            && o.entry.new_part().contains(p)
-                    });
-                    if pending {
-                        return Some(format!("source part {p} is not ready yet"));
-                    }
-                }
-            }
+            // a merge whose sources are not here yet still runs: the driver
+            // fetches the merged part from a replica that made it, else the
+            // entry fails and backs off while the sources arrive
+            EntryKind::MergeParts { .. } => {}
             EntryKind::DropRange { range } => {
                 // the entries before it that make parts in its range (they
                 // were running when it arrived) run first, failed or not

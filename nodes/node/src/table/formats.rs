@@ -1,0 +1,436 @@
+//! Rows in and out, in ClickHouse's text formats.
+//!
+//! In: `JSONEachRow` (one object per line; omitted columns take their
+//! type's default; an unknown key is an error, as ClickHouse does without
+//! `input_format_skip_unknown_fields`; numbers may come quoted) and
+//! `TabSeparated` (ClickHouse's escapes: `\t \n \\ \0 \' \b \f \r`).
+//! Out: `JSONEachRow`, `JSONCompactEachRow`, `TabSeparated`,
+//! `TabSeparatedWithNames`, `CSV`. 64-bit integers are quoted in JSON
+//! unless `output_format_json_quote_64bit_integers=0`, as in ClickHouse.
+
+use super::error::{TResult, TableError, CANNOT_PARSE_INPUT, INCORRECT_DATA, UNKNOWN_FORMAT};
+use drift_table::schema::{ColumnType, Schema, Value};
+
+/// Most rows one insert carries.
+pub const INSERT_ROWS_MAX: usize = 10_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    JsonEachRow,
+    JsonCompactEachRow,
+    TabSeparated,
+    TabSeparatedWithNames,
+    Csv,
+}
+
+impl Format {
+    pub fn parse(name: &str) -> TResult<Format> {
+        Ok(match name {
+            "JSONEachRow" | "JSONLines" | "NDJSON" => Format::JsonEachRow,
+            "JSONCompactEachRow" => Format::JsonCompactEachRow,
+            "TabSeparated" | "TSV" => Format::TabSeparated,
+            "TabSeparatedWithNames" | "TSVWithNames" => Format::TabSeparatedWithNames,
+            "CSV" => Format::Csv,
+            other => {
+                return Err(TableError::new(
+                    UNKNOWN_FORMAT,
+                    format!("Unknown format {other} (drift has JSONEachRow, JSONCompactEachRow, TabSeparated, TabSeparatedWithNames, CSV)"),
+                ))
+            }
+        })
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::JsonEachRow | Format::JsonCompactEachRow => "application/x-ndjson; charset=UTF-8",
+            Format::Csv => "text/csv; charset=UTF-8",
+            _ => "text/tab-separated-values; charset=UTF-8",
+        }
+    }
+}
+
+fn bad(row: usize, why: impl std::fmt::Display) -> TableError {
+    TableError::new(CANNOT_PARSE_INPUT, format!("Cannot parse input: row {row}: {why}"))
+}
+
+fn default_of(ty: ColumnType) -> Value {
+    match ty {
+        ColumnType::UInt64 => Value::UInt64(0),
+        ColumnType::Int64 => Value::Int64(0),
+        ColumnType::String => Value::String(String::new()),
+    }
+}
+
+/// Text of a cell as a value of `ty`.
+pub fn parse_text(ty: ColumnType, s: &str) -> Result<Value, String> {
+    match ty {
+        ColumnType::UInt64 => s
+            .parse::<u64>()
+            .map(Value::UInt64)
+            .map_err(|_| format!("{s:?} is not a UInt64")),
+        ColumnType::Int64 => s
+            .parse::<i64>()
+            .map(Value::Int64)
+            .map_err(|_| format!("{s:?} is not an Int64")),
+        ColumnType::String => Ok(Value::String(s.to_string())),
+    }
+}
+
+fn from_json(ty: ColumnType, v: &serde_json::Value) -> Result<Value, String> {
+    match (ty, v) {
+        (ColumnType::UInt64, serde_json::Value::Number(n)) => {
+            n.as_u64().map(Value::UInt64).ok_or(format!("{n} is not a UInt64"))
+        }
+        (ColumnType::Int64, serde_json::Value::Number(n)) => {
+            n.as_i64().map(Value::Int64).ok_or(format!("{n} is not an Int64"))
+        }
+        (ColumnType::String, serde_json::Value::Number(n)) => Ok(Value::String(n.to_string())),
+        (ColumnType::String, serde_json::Value::Bool(b)) => Ok(Value::String(b.to_string())),
+        (_, serde_json::Value::String(s)) => parse_text(ty, s),
+        (_, serde_json::Value::Null) => Ok(default_of(ty)),
+        (_, other) => Err(format!("{other} is not a {}", ty.name())),
+    }
+}
+
+/// Which schema columns an insert fills, in the order its data gives them.
+pub fn insert_columns(schema: &Schema, names: &[String]) -> TResult<Vec<usize>> {
+    if names.is_empty() {
+        return Ok((0..schema.columns.len()).collect());
+    }
+    names
+        .iter()
+        .map(|n| {
+            schema.column_index(n).ok_or_else(|| {
+                TableError::new(
+                    super::error::UNKNOWN_IDENTIFIER,
+                    format!("No such column {n} in table {}", schema.name),
+                )
+            })
+        })
+        .collect()
+}
+
+fn check_rows(n: usize) -> TResult<()> {
+    if n >= INSERT_ROWS_MAX {
+        return Err(TableError::new(
+            INCORRECT_DATA,
+            format!("an insert of more than {INSERT_ROWS_MAX} rows"),
+        ));
+    }
+    Ok(())
+}
+
+/// Parses an insert's data into full rows (omitted columns defaulted).
+pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &str) -> TResult<Vec<Vec<Value>>> {
+    let blank = || -> Vec<Value> { schema.columns.iter().map(|c| default_of(c.ty)).collect() };
+    let mut rows = Vec::new();
+    match format {
+        Format::JsonEachRow => {
+            let stream = serde_json::Deserializer::from_str(data).into_iter::<serde_json::Value>();
+            for (i, obj) in stream.enumerate() {
+                check_rows(i)?;
+                let obj = obj.map_err(|e| bad(i + 1, e))?;
+                let serde_json::Value::Object(map) = obj else {
+                    return Err(bad(i + 1, "expected a JSON object"));
+                };
+                let mut row = blank();
+                for (k, v) in &map {
+                    let c = schema.column_index(k).filter(|c| columns.contains(c)).ok_or_else(|| {
+                        TableError::new(
+                            INCORRECT_DATA,
+                            format!(
+                                "Unknown field found while parsing JSONEachRow format: {k}: (at row {})",
+                                i + 1
+                            ),
+                        )
+                    })?;
+                    row[c] = from_json(schema.columns[c].ty, v).map_err(|e| bad(i + 1, format!("column {k}: {e}")))?;
+                }
+                rows.push(row);
+            }
+        }
+        Format::JsonCompactEachRow => {
+            let stream = serde_json::Deserializer::from_str(data).into_iter::<serde_json::Value>();
+            for (i, arr) in stream.enumerate() {
+                check_rows(i)?;
+                let arr = arr.map_err(|e| bad(i + 1, e))?;
+                let serde_json::Value::Array(items) = arr else {
+                    return Err(bad(i + 1, "expected a JSON array"));
+                };
+                if items.len() != columns.len() {
+                    return Err(bad(
+                        i + 1,
+                        format!("{} values for {} columns", items.len(), columns.len()),
+                    ));
+                }
+                let mut row = blank();
+                for (&c, v) in columns.iter().zip(&items) {
+                    row[c] = from_json(schema.columns[c].ty, v)
+                        .map_err(|e| bad(i + 1, format!("column {}: {e}", schema.columns[c].name)))?;
+                }
+                rows.push(row);
+            }
+        }
+        Format::TabSeparated | Format::TabSeparatedWithNames | Format::Csv => {
+            let mut lines = data.split('\n').enumerate().filter(|(_, l)| !l.is_empty()).peekable();
+            if format == Format::TabSeparatedWithNames {
+                lines.next();
+            }
+            for (i, line) in lines {
+                check_rows(i)?;
+                let line = line.strip_suffix('\r').unwrap_or(line);
+                let fields: Vec<String> = if format == Format::Csv {
+                    csv_fields(line).map_err(|e| bad(i + 1, e))?
+                } else {
+                    line.split('\t')
+                        .map(unescape_tsv)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| bad(i + 1, e))?
+                };
+                if fields.len() != columns.len() {
+                    return Err(bad(
+                        i + 1,
+                        format!("{} fields for {} columns", fields.len(), columns.len()),
+                    ));
+                }
+                let mut row = blank();
+                for (&c, f) in columns.iter().zip(&fields) {
+                    row[c] = parse_text(schema.columns[c].ty, f)
+                        .map_err(|e| bad(i + 1, format!("column {}: {e}", schema.columns[c].name)))?;
+                }
+                rows.push(row);
+            }
+        }
+    }
+    Ok(rows)
+}
+
+fn unescape_tsv(field: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(field.len());
+    let mut chars = field.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => out.push('\t'),
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('0') => out.push('\0'),
+            Some('b') => out.push('\u{8}'),
+            Some('f') => out.push('\u{c}'),
+            Some(c @ ('\\' | '\'' | '"')) => out.push(c),
+            Some(other) => {
+                out.push('\\');
+                out.push(other);
+            }
+            None => return Err("a field ends in a lone backslash".into()),
+        }
+    }
+    Ok(out)
+}
+
+fn escape_tsv(s: &str, out: &mut String) {
+    for c in s.chars() {
+        match c {
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn csv_fields(line: &str) -> Result<Vec<String>, String> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut chars = line.chars().peekable();
+    let mut quoted = false;
+    let mut was_quoted = false;
+    while let Some(c) = chars.next() {
+        match (quoted, c) {
+            (true, '"') if chars.peek() == Some(&'"') => {
+                chars.next();
+                cur.push('"');
+            }
+            (true, '"') => quoted = false,
+            (true, c) => cur.push(c),
+            (false, '"') if cur.is_empty() && !was_quoted => {
+                quoted = true;
+                was_quoted = true;
+            }
+            (false, ',') => {
+                fields.push(std::mem::take(&mut cur));
+                was_quoted = false;
+            }
+            (false, c) => cur.push(c),
+        }
+    }
+    if quoted {
+        return Err("an unterminated quoted field".into());
+    }
+    fields.push(cur);
+    Ok(fields)
+}
+
+/// How query results are written.
+#[derive(Clone, Copy, Debug)]
+pub struct OutputOptions {
+    pub quote_64bit: bool,
+}
+
+fn json_cell(v: &Value, o: OutputOptions) -> serde_json::Value {
+    match v {
+        Value::UInt64(x) if o.quote_64bit => serde_json::Value::String(x.to_string()),
+        Value::Int64(x) if o.quote_64bit => serde_json::Value::String(x.to_string()),
+        Value::UInt64(x) => serde_json::Value::from(*x),
+        Value::Int64(x) => serde_json::Value::from(*x),
+        Value::String(s) => serde_json::Value::String(s.clone()),
+    }
+}
+
+/// Writes a result: `names` are the output columns, `rows` their values.
+pub fn write_rows(format: Format, names: &[String], rows: &[Vec<Value>], o: OutputOptions) -> String {
+    let mut out = String::new();
+    match format {
+        Format::JsonEachRow => {
+            // by hand: the columns keep their order (a JSON map would sort them)
+            for r in rows {
+                out.push('{');
+                for (i, (n, v)) in names.iter().zip(r).enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&serde_json::Value::String(n.clone()).to_string());
+                    out.push(':');
+                    out.push_str(&json_cell(v, o).to_string());
+                }
+                out.push_str("}\n");
+            }
+        }
+        Format::JsonCompactEachRow => {
+            for r in rows {
+                let arr: Vec<serde_json::Value> = r.iter().map(|v| json_cell(v, o)).collect();
+                out.push_str(&serde_json::Value::Array(arr).to_string());
+                out.push('\n');
+            }
+        }
+        Format::TabSeparated | Format::TabSeparatedWithNames => {
+            if format == Format::TabSeparatedWithNames {
+                let mut line = String::new();
+                for (i, n) in names.iter().enumerate() {
+                    if i > 0 {
+                        line.push('\t');
+                    }
+                    escape_tsv(n, &mut line);
+                }
+                out.push_str(&line);
+                out.push('\n');
+            }
+            for r in rows {
+                for (i, v) in r.iter().enumerate() {
+                    if i > 0 {
+                        out.push('\t');
+                    }
+                    escape_tsv(&v.to_string(), &mut out);
+                }
+                out.push('\n');
+            }
+        }
+        Format::Csv => {
+            for r in rows {
+                let cells: Vec<String> = r
+                    .iter()
+                    .map(|v| match v {
+                        Value::String(s) => format!("\"{}\"", s.replace('"', "\"\"")),
+                        other => other.to_string(),
+                    })
+                    .collect();
+                out.push_str(&cells.join(","));
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drift_table::schema::{Column, PartitionKey, TableSettings};
+
+    fn schema() -> Schema {
+        Schema {
+            name: "t".into(),
+            columns: vec![
+                Column {
+                    name: "id".into(),
+                    ty: ColumnType::UInt64,
+                },
+                Column {
+                    name: "s".into(),
+                    ty: ColumnType::String,
+                },
+            ],
+            partition_key: PartitionKey::None,
+            order_key: vec![0],
+            settings: TableSettings::default(),
+        }
+    }
+
+    #[test]
+    fn json_each_row_defaults_omitted_columns_and_refuses_unknown_ones() {
+        let s = schema();
+        let rows = parse_rows(
+            &s,
+            Format::JsonEachRow,
+            &[0, 1],
+            "{\"id\":1,\"s\":\"a\"}\n{\"id\":\"2\"}\n",
+        )
+        .unwrap();
+        assert_eq!(rows[1], vec![Value::UInt64(2), Value::String(String::new())]);
+        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], "{\"id\":1,\"x\":2}").unwrap_err();
+        assert_eq!(e.code, INCORRECT_DATA);
+        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], "{\"id\":-1}").unwrap_err();
+        assert!(e.message.contains("row 1: column id"), "{}", e.message);
+        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], "{\"id\":1}\n{\"id\":").unwrap_err();
+        assert!(e.message.contains("row 2"), "{}", e.message);
+    }
+
+    #[test]
+    fn tab_separated_round_trips_its_escapes() {
+        let s = schema();
+        let rows = vec![vec![Value::UInt64(7), Value::String("a\tb\nc\\d".into())]];
+        let text = write_rows(
+            Format::TabSeparated,
+            &["id".into(), "s".into()],
+            &rows,
+            OutputOptions { quote_64bit: false },
+        );
+        assert_eq!(text, "7\ta\\tb\\nc\\\\d\n");
+        assert_eq!(parse_rows(&s, Format::TabSeparated, &[0, 1], &text).unwrap(), rows);
+        let e = parse_rows(&s, Format::TabSeparated, &[0, 1], "1\n").unwrap_err();
+        assert!(e.message.contains("1 fields for 2 columns"), "{}", e.message);
+        let csv = parse_rows(&s, Format::Csv, &[0, 1], "3,\"x,\"\"y\"\"\"\n").unwrap();
+        assert_eq!(csv[0][1], Value::String("x,\"y\"".into()));
+    }
+
+    #[test]
+    fn json_output_quotes_64bit_integers_unless_asked_not_to() {
+        let rows = vec![vec![Value::UInt64(7), Value::String("x".into())]];
+        let names = ["id".to_string(), "s".to_string()];
+        assert_eq!(
+            write_rows(Format::JsonEachRow, &names, &rows, OutputOptions { quote_64bit: true }),
+            "{\"id\":\"7\",\"s\":\"x\"}\n"
+        );
+        assert_eq!(
+            write_rows(Format::JsonEachRow, &names, &rows, OutputOptions { quote_64bit: false }),
+            "{\"id\":7,\"s\":\"x\"}\n"
+        );
+    }
+}

@@ -1,0 +1,404 @@
+//! Queries the table's HTTP interface understands, read with sqlparser's
+//! ClickHouse dialect:
+//!
+//! * `INSERT INTO t [(cols)] FORMAT <fmt>` with the data after it (in the
+//!   query or the request body), and `INSERT INTO t [(cols)] VALUES (…)`;
+//! * `SELECT … FROM t | system.parts | system.replicas |
+//!   system.replication_queue | system.events [WHERE …] [ORDER BY …]
+//!   [LIMIT n] [FORMAT fmt]` — columns, `*`, arithmetic, comparisons,
+//!   `intDiv`, and the aggregates `count() sum() min() max()`;
+//! * `SYSTEM SYNC REPLICA t`, `SYSTEM STOP|START FETCHES|MERGES t`;
+//! * `OPTIMIZE TABLE t [FINAL]`.
+//!
+//! Anything else is refused with the error ClickHouse would give for a
+//! query it cannot run (a syntax error, or NOT_IMPLEMENTED naming what).
+
+use super::error::{TResult, TableError, BAD_ARGUMENTS, NOT_IMPLEMENTED, SYNTAX_ERROR};
+use super::formats::Format;
+use sqlparser::ast::{
+    Expr, GroupByExpr, LimitClause, ObjectName, OrderByKind, OrderBySort, SelectItem, SetExpr, Statement, TableFactor,
+    TableObject, Value,
+};
+use sqlparser::dialect::ClickHouseDialect;
+use sqlparser::parser::Parser;
+use sqlparser::tokenizer::{Token, Tokenizer};
+
+/// Longest query text (the SQL, not an insert's data).
+pub const QUERY_BYTES_MAX: usize = 256 * 1024;
+
+#[derive(Debug)]
+pub enum Command {
+    Insert(InsertQuery),
+    Select(Box<SelectQuery>),
+    SyncReplica(String),
+    Fetches(String, bool),
+    Merges(String, bool),
+    Optimize { table: String, final_: bool },
+}
+
+#[derive(Debug)]
+pub struct InsertQuery {
+    pub table: String,
+    pub columns: Vec<String>,
+    pub data: InsertData,
+}
+
+#[derive(Debug)]
+pub enum InsertData {
+    /// Rows in `format`, starting with `inline` (what followed the format
+    /// name in the query) and continuing with the request body.
+    Formatted { format: Format, inline: String },
+    /// `VALUES (…), (…)`.
+    Values(Vec<Vec<Expr>>),
+}
+
+#[derive(Debug)]
+pub enum Source {
+    None,
+    Table(String),
+    System(String),
+}
+
+#[derive(Debug)]
+pub struct SelectQuery {
+    pub from: Source,
+    pub items: Vec<SelectItem>,
+    pub filter: Option<Expr>,
+    pub order_by: Vec<(Expr, bool)>,
+    pub limit: Option<u64>,
+    pub format: Option<Format>,
+}
+
+fn syntax(e: impl std::fmt::Display) -> TableError {
+    TableError::new(SYNTAX_ERROR, format!("Syntax error: {e}"))
+}
+
+fn unsupported(what: impl std::fmt::Display) -> TableError {
+    TableError::new(NOT_IMPLEMENTED, format!("{what} is not supported by drift's table"))
+}
+
+/// `db.t` or `t` (`default.t` is `t`); `system.x` keeps its prefix.
+fn table_name(n: &ObjectName) -> TResult<(Option<String>, String)> {
+    let parts: Vec<String> =
+        n.0.iter()
+            .map(|p| {
+                p.as_ident()
+                    .map(|i| i.value.clone())
+                    .ok_or_else(|| syntax(format!("table name {n}")))
+            })
+            .collect::<TResult<_>>()?;
+    match parts.as_slice() {
+        [t] => Ok((None, t.clone())),
+        [db, t] => Ok((Some(db.clone()), t.clone())),
+        _ => Err(syntax(format!("table name {n}"))),
+    }
+}
+
+fn local_table(n: &ObjectName) -> TResult<String> {
+    match table_name(n)? {
+        (None, t) => Ok(t),
+        (Some(db), t) if db == "default" => Ok(t),
+        (Some(db), _) => Err(TableError::new(
+            super::error::UNKNOWN_DATABASE,
+            format!("Database {db} does not exist (drift's tables are in `default`)"),
+        )),
+    }
+}
+
+/// Where `FORMAT <name>` of an insert ends: outside quotes, the first
+/// `FORMAT` word followed by a name. Returns (end of the name, name).
+fn find_insert_format(q: &str) -> Option<(usize, &str)> {
+    let b = q.as_bytes();
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(qc) => {
+                if c == b'\\' {
+                    i += 1;
+                } else if c == qc {
+                    quote = None;
+                }
+            }
+            None if c == b'\'' || c == b'"' || c == b'`' => quote = Some(c),
+            None if c == b'(' && q[..i].to_ascii_uppercase().trim_end().ends_with("VALUES") => return None,
+            None => {
+                let boundary = i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+                if boundary
+                    && b.len() >= i + 7
+                    && q[i..i + 6].eq_ignore_ascii_case("FORMAT")
+                    && b[i + 6].is_ascii_whitespace()
+                {
+                    let rest = &q[i + 6..];
+                    let name_start = i + 6 + (rest.len() - rest.trim_start().len());
+                    let name_len = q[name_start..]
+                        .bytes()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                        .count();
+                    if name_len == 0 {
+                        return None;
+                    }
+                    return Some((name_start + name_len, &q[name_start..name_start + name_len]));
+                }
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+fn words(q: &str) -> TResult<Vec<String>> {
+    let tokens = Tokenizer::new(&ClickHouseDialect {}, q).tokenize().map_err(syntax)?;
+    Ok(tokens
+        .into_iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
+        .map(|t| match t {
+            Token::Word(w) => w.value,
+            other => other.to_string(),
+        })
+        .collect())
+}
+
+/// `SYSTEM …` commands, which sqlparser does not know.
+fn system_command(q: &str) -> TResult<Command> {
+    let w = words(q)?;
+    let upper: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
+    let table = |i: usize| -> TResult<String> {
+        let rest = &w[i..];
+        let name = match rest {
+            [t] => t.clone(),
+            [db, dot, t] if dot == "." && db == "default" => t.clone(),
+            _ => return Err(syntax(format!("expected a table after {}", upper[..i].join(" ")))),
+        };
+        Ok(name)
+    };
+    match upper.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["SYSTEM", "SYNC", "REPLICA", ..] => Ok(Command::SyncReplica(table(3)?)),
+        ["SYSTEM", "STOP", "FETCHES", ..] => Ok(Command::Fetches(table(3)?, false)),
+        ["SYSTEM", "START", "FETCHES", ..] => Ok(Command::Fetches(table(3)?, true)),
+        ["SYSTEM", "STOP", "MERGES", ..] => Ok(Command::Merges(table(3)?, false)),
+        ["SYSTEM", "START", "MERGES", ..] => Ok(Command::Merges(table(3)?, true)),
+        _ => Err(unsupported(format!("`{}`", w.join(" ")))),
+    }
+}
+
+/// Parses a query. For an insert with a format, `inline` data is what
+/// followed the format name in `q` (the body continues it).
+pub fn parse(q: &str) -> TResult<Command> {
+    let trimmed = q.trim_start();
+    let first = trimmed
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("")
+        .to_ascii_uppercase();
+    if first == "SYSTEM" {
+        return system_command(trimmed);
+    }
+    let (sql, inline) = match (first.as_str(), find_insert_format(trimmed)) {
+        ("INSERT", Some((end, _))) => {
+            let rest = &trimmed[end..];
+            // the data starts after one whitespace character
+            let rest = rest
+                .strip_prefix("\r\n")
+                .or_else(|| rest.strip_prefix(['\n', ' ', '\t']))
+                .unwrap_or(rest);
+            (&trimmed[..end], Some(rest.to_string()))
+        }
+        _ => (trimmed, None),
+    };
+    if sql.len() > QUERY_BYTES_MAX {
+        return Err(syntax(format!("query of {} bytes (most {QUERY_BYTES_MAX})", sql.len())));
+    }
+    let mut statements = Parser::parse_sql(&ClickHouseDialect {}, sql).map_err(syntax)?;
+    if statements.len() != 1 {
+        return Err(syntax(format!(
+            "{} statements in one query (send one)",
+            statements.len()
+        )));
+    }
+    match statements.remove(0) {
+        Statement::Insert(ins) => insert(ins, inline),
+        Statement::Query(q) => select(*q).map(|s| Command::Select(Box::new(s))),
+        Statement::OptimizeTable {
+            name,
+            include_final,
+            partition,
+            deduplicate,
+            ..
+        } => {
+            if partition.is_some() || deduplicate.is_some() {
+                return Err(unsupported("OPTIMIZE with PARTITION or DEDUPLICATE"));
+            }
+            Ok(Command::Optimize {
+                table: local_table(&name)?,
+                final_: include_final,
+            })
+        }
+        other => Err(unsupported(format!(
+            "`{}`",
+            other.to_string().chars().take(60).collect::<String>()
+        ))),
+    }
+}
+
+fn insert(ins: sqlparser::ast::Insert, inline: Option<String>) -> TResult<Command> {
+    let TableObject::TableName(name) = &ins.table else {
+        return Err(unsupported("INSERT INTO a table function"));
+    };
+    let table = local_table(name)?;
+    let columns = ins
+        .columns
+        .iter()
+        .map(|c| c.to_string().trim_matches('`').to_string())
+        .collect();
+    let data = match (ins.format_clause, ins.source) {
+        (Some(f), None) => InsertData::Formatted {
+            format: Format::parse(&f.ident.value)?,
+            inline: inline.unwrap_or_default(),
+        },
+        (None, Some(q)) => match *q.body {
+            SetExpr::Values(v) => InsertData::Values(v.rows.into_iter().map(|r| r.content).collect()),
+            _ => return Err(unsupported("INSERT … SELECT")),
+        },
+        (None, None) => {
+            return Err(syntax("INSERT needs FORMAT <name> or VALUES"));
+        }
+        (Some(_), Some(_)) => return Err(syntax("INSERT with both FORMAT and a source")),
+    };
+    Ok(Command::Insert(InsertQuery { table, columns, data }))
+}
+
+fn select(q: sqlparser::ast::Query) -> TResult<SelectQuery> {
+    if q.with.is_some() || q.fetch.is_some() || !q.locks.is_empty() || !q.pipe_operators.is_empty() {
+        return Err(unsupported("WITH, FETCH, locks and pipes"));
+    }
+    let format = match &q.format_clause {
+        None => None,
+        Some(sqlparser::ast::FormatClause::Identifier(i)) => Some(Format::parse(&i.value)?),
+        Some(sqlparser::ast::FormatClause::Null) => return Err(unsupported("FORMAT Null")),
+    };
+    let limit = match &q.limit_clause {
+        None => None,
+        Some(LimitClause::LimitOffset {
+            limit: Some(Expr::Value(v)),
+            offset: None,
+            limit_by,
+        }) if limit_by.is_empty() => match &v.value {
+            Value::Number(n, _) => Some(n.parse::<u64>().map_err(|_| syntax(format!("LIMIT {n}")))?),
+            _ => return Err(syntax("LIMIT needs a number")),
+        },
+        Some(_) => return Err(unsupported("OFFSET and LIMIT BY")),
+    };
+    let order_by = match &q.order_by {
+        None => Vec::new(),
+        Some(o) => match &o.kind {
+            OrderByKind::Expressions(es) => es
+                .iter()
+                .map(|e| (e.expr.clone(), matches!(e.options.sort, Some(OrderBySort::Desc))))
+                .collect(),
+            OrderByKind::All(_) => return Err(unsupported("ORDER BY ALL")),
+        },
+    };
+    let SetExpr::Select(s) = *q.body else {
+        return Err(unsupported("set operations (UNION, …) and VALUES as a query"));
+    };
+    let grouped = match &s.group_by {
+        GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
+        GroupByExpr::All(_) => true,
+    };
+    if grouped || s.having.is_some() || s.distinct.is_some() || !s.lateral_views.is_empty() || s.prewhere.is_some() {
+        return Err(unsupported("GROUP BY, HAVING, DISTINCT and PREWHERE"));
+    }
+    let from = match s.from.as_slice() {
+        [] => Source::None,
+        [t] if t.joins.is_empty() => match &t.relation {
+            TableFactor::Table { name, args: None, .. } => match table_name(name)? {
+                (Some(db), t) if db == "system" => Source::System(t),
+                _ => Source::Table(local_table(name)?),
+            },
+            _ => return Err(unsupported("subqueries and table functions in FROM")),
+        },
+        _ => return Err(unsupported("joins")),
+    };
+    Ok(SelectQuery {
+        from,
+        items: s.projection,
+        filter: s.selection,
+        order_by,
+        limit,
+        format,
+    })
+}
+
+/// A URL setting's value as a bool (`1`/`0`/`true`/`false`).
+pub fn bool_setting(name: &str, v: &str) -> TResult<bool> {
+    match v {
+        "1" | "true" => Ok(true),
+        "0" | "false" => Ok(false),
+        _ => Err(TableError::new(
+            BAD_ARGUMENTS,
+            format!("setting {name}={v}: expected 0 or 1"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts_split_the_data_off_at_the_format() {
+        let Command::Insert(i) = parse("INSERT INTO t FORMAT JSONEachRow {\"a\":\"FORMAT x\"}").unwrap() else {
+            panic!()
+        };
+        assert_eq!(i.table, "t");
+        match i.data {
+            InsertData::Formatted { format, inline } => {
+                assert_eq!(format, Format::JsonEachRow);
+                assert_eq!(inline, "{\"a\":\"FORMAT x\"}");
+            }
+            _ => panic!(),
+        }
+        let Command::Insert(i) = parse("insert into default.t (id, s) format TabSeparated\n1\tx\n").unwrap() else {
+            panic!()
+        };
+        assert_eq!(i.columns, ["id", "s"]);
+        let Command::Insert(i) = parse("INSERT INTO t VALUES (1, 'FORMAT x'), (2, 'b')").unwrap() else {
+            panic!()
+        };
+        assert!(matches!(i.data, InsertData::Values(ref r) if r.len() == 2));
+    }
+
+    #[test]
+    fn selects_system_commands_and_refusals() {
+        let Command::Select(s) =
+            parse("SELECT count() FROM t WHERE id > 3 ORDER BY id DESC LIMIT 5 FORMAT JSONEachRow").unwrap()
+        else {
+            panic!()
+        };
+        assert!(matches!(s.from, Source::Table(ref t) if t == "t"));
+        assert_eq!((s.limit, s.order_by.len(), s.order_by[0].1), (Some(5), 1, true));
+        let Command::Select(s) = parse("SELECT * FROM system.parts").unwrap() else {
+            panic!()
+        };
+        assert!(matches!(s.from, Source::System(ref t) if t == "parts"));
+        assert!(matches!(parse("SYSTEM SYNC REPLICA default.t").unwrap(), Command::SyncReplica(ref t) if t == "t"));
+        assert!(matches!(
+            parse("system stop fetches t").unwrap(),
+            Command::Fetches(_, false)
+        ));
+        assert!(matches!(
+            parse("OPTIMIZE TABLE t FINAL").unwrap(),
+            Command::Optimize { final_: true, .. }
+        ));
+        assert_eq!(parse("SELEC 1").unwrap_err().code, SYNTAX_ERROR);
+        assert_eq!(parse("SELECT a FROM t GROUP BY a").unwrap_err().code, NOT_IMPLEMENTED);
+        assert_eq!(parse("DROP TABLE t").unwrap_err().code, NOT_IMPLEMENTED);
+        assert_eq!(parse("SELECT 1; SELECT 2").unwrap_err().code, SYNTAX_ERROR);
+        assert_eq!(
+            parse("INSERT INTO t FORMAT Parquet x").unwrap_err().code,
+            super::super::error::UNKNOWN_FORMAT
+        );
+    }
+}

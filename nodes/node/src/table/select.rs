@@ -1,0 +1,448 @@
+//! Runs a SELECT over rows: a table's active parts on this replica, or a
+//! system table built for the query. WHERE, ORDER BY and LIMIT over
+//! columns, literals, arithmetic, comparisons, `AND`/`OR`/`NOT`, `IN`,
+//! `BETWEEN`, `intDiv`, `modulo`; a projection of expressions or of the
+//! aggregates `count() sum() min() max()`. Integer arithmetic is exact
+//! (128-bit) and an out-of-range result is an error, never a wrap.
+
+use super::decl::function_args;
+use super::error::{TResult, TableError, BAD_ARGUMENTS, ILLEGAL_TYPE_OF_ARGUMENT, NOT_IMPLEMENTED, UNKNOWN_IDENTIFIER};
+use super::query::SelectQuery;
+use drift_table::schema::Value;
+use sqlparser::ast::{BinaryOperator, Expr, InTarget, SelectItem, UnaryOperator, Value as SqlValue};
+use std::cmp::Ordering;
+
+/// Rows with named columns.
+pub struct Relation {
+    pub names: Vec<String>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Cell {
+    I(i128),
+    S(String),
+}
+
+impl Cell {
+    fn of(v: &Value) -> Cell {
+        match v {
+            Value::String(s) => Cell::S(s.clone()),
+            other => Cell::I(other.as_i128().expect("integer")),
+        }
+    }
+
+    fn compare(&self, o: &Cell) -> Ordering {
+        match (self, o) {
+            (Cell::I(a), Cell::I(b)) => a.cmp(b),
+            (Cell::S(a), Cell::S(b)) => a.cmp(b),
+            (Cell::I(_), Cell::S(_)) => Ordering::Less,
+            (Cell::S(_), Cell::I(_)) => Ordering::Greater,
+        }
+    }
+
+    fn truthy(&self) -> bool {
+        match self {
+            Cell::I(v) => *v != 0,
+            Cell::S(s) => !s.is_empty(),
+        }
+    }
+
+    fn int(&self, what: &str) -> TResult<i128> {
+        match self {
+            Cell::I(v) => Ok(*v),
+            Cell::S(_) => Err(TableError::new(
+                ILLEGAL_TYPE_OF_ARGUMENT,
+                format!("{what} needs numbers, got a String"),
+            )),
+        }
+    }
+
+    fn into_value(self) -> TResult<Value> {
+        Ok(match self {
+            Cell::S(s) => Value::String(s),
+            Cell::I(v) if v >= 0 => Value::UInt64(
+                u64::try_from(v).map_err(|_| TableError::new(BAD_ARGUMENTS, format!("{v} overflows UInt64")))?,
+            ),
+            Cell::I(v) => Value::Int64(
+                i64::try_from(v).map_err(|_| TableError::new(BAD_ARGUMENTS, format!("{v} overflows Int64")))?,
+            ),
+        })
+    }
+}
+
+fn bool_cell(b: bool) -> Cell {
+    Cell::I(b as i128)
+}
+
+struct Ctx<'a> {
+    names: &'a [String],
+}
+
+impl Ctx<'_> {
+    fn column(&self, name: &str) -> TResult<usize> {
+        self.names.iter().position(|n| n == name).ok_or_else(|| {
+            TableError::new(
+                UNKNOWN_IDENTIFIER,
+                format!("Missing column: '{name}' (columns: {})", self.names.join(", ")),
+            )
+        })
+    }
+
+    fn eval(&self, e: &Expr, row: &[Value]) -> TResult<Cell> {
+        Ok(match e {
+            Expr::Identifier(i) => Cell::of(&row[self.column(&i.value)?]),
+            Expr::CompoundIdentifier(parts) => {
+                let last = parts.last().map(|p| p.value.as_str()).unwrap_or("");
+                Cell::of(&row[self.column(last)?])
+            }
+            Expr::Value(v) => literal(&v.value)?,
+            Expr::Nested(e) => self.eval(e, row)?,
+            Expr::UnaryOp { op, expr } => {
+                let v = self.eval(expr, row)?;
+                match op {
+                    UnaryOperator::Not => bool_cell(!v.truthy()),
+                    UnaryOperator::Minus => Cell::I(-v.int("unary minus")?),
+                    UnaryOperator::Plus => Cell::I(v.int("unary plus")?),
+                    other => return Err(unsupported(other)),
+                }
+            }
+            Expr::BinaryOp { left, op, right } => {
+                let l = self.eval(left, row)?;
+                if *op == BinaryOperator::And && !l.truthy() {
+                    return Ok(bool_cell(false));
+                }
+                if *op == BinaryOperator::Or && l.truthy() {
+                    return Ok(bool_cell(true));
+                }
+                let r = self.eval(right, row)?;
+                binary(op, l, r)?
+            }
+            Expr::In {
+                expr,
+                target: InTarget::List(list),
+                negated,
+                ..
+            } => {
+                let v = self.eval(expr, row)?;
+                let mut found = false;
+                for item in list {
+                    if self.eval(item, row)?.compare(&v) == Ordering::Equal {
+                        found = true;
+                        break;
+                    }
+                }
+                bool_cell(found != *negated)
+            }
+            Expr::Between {
+                expr,
+                negated,
+                low,
+                high,
+            } => {
+                let v = self.eval(expr, row)?;
+                let inside = v.compare(&self.eval(low, row)?) != Ordering::Less
+                    && v.compare(&self.eval(high, row)?) != Ordering::Greater;
+                bool_cell(inside != *negated)
+            }
+            Expr::Function(f) => {
+                let name = f.name.to_string();
+                let args = function_args(&f.args).ok_or_else(|| unsupported(&name))?;
+                let vals: Vec<Cell> = args.iter().map(|a| self.eval(a, row)).collect::<TResult<_>>()?;
+                match (name.as_str(), vals.as_slice()) {
+                    ("intDiv", [a, b]) => {
+                        let (a, b) = (a.int("intDiv")?, b.int("intDiv")?);
+                        if b == 0 {
+                            return Err(TableError::new(BAD_ARGUMENTS, "Division by zero in intDiv"));
+                        }
+                        Cell::I(a / b)
+                    }
+                    ("modulo", [a, b]) => binary(&BinaryOperator::Modulo, a.clone(), b.clone())?,
+                    ("toString", [a]) => Cell::S(match a {
+                        Cell::I(v) => v.to_string(),
+                        Cell::S(s) => s.clone(),
+                    }),
+                    ("length", [Cell::S(s)]) => Cell::I(s.len() as i128),
+                    (n, _) if is_aggregate(n) => {
+                        return Err(TableError::new(
+                            BAD_ARGUMENTS,
+                            format!("aggregate {n}() cannot be mixed with plain columns (there is no GROUP BY)"),
+                        ))
+                    }
+                    _ => return Err(unsupported(format!("function {name} with {} arguments", vals.len()))),
+                }
+            }
+            other => return Err(unsupported(other)),
+        })
+    }
+}
+
+fn unsupported(what: impl std::fmt::Display) -> TableError {
+    TableError::new(NOT_IMPLEMENTED, format!("{what} is not supported in drift's SELECT"))
+}
+
+fn literal(v: &SqlValue) -> TResult<Cell> {
+    match v {
+        SqlValue::Number(n, _) => n
+            .parse::<i128>()
+            .map(Cell::I)
+            .map_err(|_| TableError::new(BAD_ARGUMENTS, format!("{n}: only integer literals"))),
+        SqlValue::SingleQuotedString(s) => Ok(Cell::S(s.clone())),
+        SqlValue::Boolean(b) => Ok(bool_cell(*b)),
+        other => Err(unsupported(other)),
+    }
+}
+
+fn binary(op: &BinaryOperator, l: Cell, r: Cell) -> TResult<Cell> {
+    use BinaryOperator::*;
+    Ok(match op {
+        Eq => bool_cell(l.compare(&r) == Ordering::Equal),
+        NotEq => bool_cell(l.compare(&r) != Ordering::Equal),
+        Lt => bool_cell(l.compare(&r) == Ordering::Less),
+        LtEq => bool_cell(l.compare(&r) != Ordering::Greater),
+        Gt => bool_cell(l.compare(&r) == Ordering::Greater),
+        GtEq => bool_cell(l.compare(&r) != Ordering::Less),
+        And => bool_cell(l.truthy() && r.truthy()),
+        Or => bool_cell(l.truthy() || r.truthy()),
+        Plus | Minus | Multiply | Modulo | Divide => {
+            let (a, b) = (l.int("arithmetic")?, r.int("arithmetic")?);
+            let v = match op {
+                Plus => a.checked_add(b),
+                Minus => a.checked_sub(b),
+                Multiply => a.checked_mul(b),
+                Modulo | Divide if b == 0 => return Err(TableError::new(BAD_ARGUMENTS, "Division by zero")),
+                Modulo => Some(a % b),
+                _ => Some(a / b),
+            };
+            Cell::I(v.ok_or_else(|| TableError::new(BAD_ARGUMENTS, "integer overflow"))?)
+        }
+        other => return Err(unsupported(other)),
+    })
+}
+
+fn is_aggregate(name: &str) -> bool {
+    matches!(name, "count" | "sum" | "min" | "max")
+}
+
+fn aggregate_of(e: &Expr) -> Option<(&str, Vec<&Expr>)> {
+    let Expr::Function(f) = e else { return None };
+    let name = f.name.0.last()?.as_ident()?.value.as_str();
+    if !is_aggregate(name) {
+        return None;
+    }
+    let args = match &f.args {
+        sqlparser::ast::FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                sqlparser::ast::FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(e)) => Some(e),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    Some((name, args))
+}
+
+fn output_name(item: &SelectItem) -> String {
+    match item {
+        SelectItem::ExprWithAlias { alias, .. } => alias.value.clone(),
+        SelectItem::UnnamedExpr(Expr::Identifier(i)) => i.value.clone(),
+        SelectItem::UnnamedExpr(e) => e.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Runs `q` over `rel`: the output column names and rows.
+pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Value>>)> {
+    let ctx = Ctx { names: &rel.names };
+    let mut rows = Vec::with_capacity(rel.rows.len());
+    for row in rel.rows {
+        let keep = match &q.filter {
+            None => true,
+            Some(f) => ctx.eval(f, &row)?.truthy(),
+        };
+        if keep {
+            rows.push(row);
+        }
+    }
+    let exprs: Vec<&Expr> = q
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => Some(e),
+            _ => None,
+        })
+        .collect();
+    if exprs.iter().any(|e| aggregate_of(e).is_some()) {
+        if exprs.len() != q.items.len() || !exprs.iter().all(|e| aggregate_of(e).is_some()) {
+            return Err(TableError::new(
+                BAD_ARGUMENTS,
+                "aggregates cannot be mixed with plain columns or * (there is no GROUP BY)",
+            ));
+        }
+        let mut out = Vec::new();
+        for e in &exprs {
+            let (name, args) = aggregate_of(e).expect("checked");
+            let v = match (name, args.as_slice()) {
+                ("count", _) => Value::UInt64(rows.len() as u64),
+                (agg, [arg]) => {
+                    let cells: Vec<Cell> = rows.iter().map(|r| ctx.eval(arg, r)).collect::<TResult<_>>()?;
+                    match agg {
+                        "sum" => {
+                            let mut s: i128 = 0;
+                            for c in &cells {
+                                s = s
+                                    .checked_add(c.int("sum")?)
+                                    .ok_or_else(|| TableError::new(BAD_ARGUMENTS, "sum overflows"))?;
+                            }
+                            Cell::I(s).into_value()?
+                        }
+                        "min" => cells
+                            .into_iter()
+                            .min_by(|a, b| a.compare(b))
+                            .unwrap_or(Cell::I(0))
+                            .into_value()?,
+                        _ => cells
+                            .into_iter()
+                            .max_by(|a, b| a.compare(b))
+                            .unwrap_or(Cell::I(0))
+                            .into_value()?,
+                    }
+                }
+                (agg, _) => return Err(TableError::new(BAD_ARGUMENTS, format!("{agg}() takes one argument"))),
+            };
+            out.push(v);
+        }
+        return Ok((q.items.iter().map(output_name).collect(), vec![out]));
+    }
+    if !q.order_by.is_empty() {
+        let mut keyed: Vec<(Vec<Cell>, Vec<Value>)> = Vec::with_capacity(rows.len());
+        for r in rows {
+            let k = q
+                .order_by
+                .iter()
+                .map(|(e, _)| ctx.eval(e, &r))
+                .collect::<TResult<_>>()?;
+            keyed.push((k, r));
+        }
+        keyed.sort_by(|a, b| {
+            for (i, (_, desc)) in q.order_by.iter().enumerate() {
+                let o = a.0[i].compare(&b.0[i]);
+                let o = if *desc { o.reverse() } else { o };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+        rows = keyed.into_iter().map(|(_, r)| r).collect();
+    }
+    if let Some(n) = q.limit {
+        rows.truncate(n.min(usize::MAX as u64) as usize);
+    }
+    let mut names = Vec::new();
+    enum Out<'e> {
+        Col(usize),
+        Expr(&'e Expr),
+    }
+    let mut outs = Vec::new();
+    for item in &q.items {
+        match item {
+            SelectItem::Wildcard(_) => {
+                for (i, n) in rel.names.iter().enumerate() {
+                    names.push(n.clone());
+                    outs.push(Out::Col(i));
+                }
+            }
+            SelectItem::UnnamedExpr(Expr::Identifier(i))
+            | SelectItem::ExprWithAlias {
+                expr: Expr::Identifier(i),
+                ..
+            } => {
+                names.push(output_name(item));
+                outs.push(Out::Col(ctx.column(&i.value)?));
+            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                names.push(output_name(item));
+                outs.push(Out::Expr(e));
+            }
+            other => return Err(unsupported(other)),
+        }
+    }
+    let mut out_rows = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let mut o = Vec::with_capacity(outs.len());
+        for out in &outs {
+            o.push(match out {
+                Out::Col(i) => r[*i].clone(),
+                Out::Expr(e) => ctx.eval(e, r)?.into_value()?,
+            });
+        }
+        out_rows.push(o);
+    }
+    Ok((names, out_rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::query::{parse, Command};
+
+    fn rel() -> Relation {
+        Relation {
+            names: vec!["id".into(), "s".into()],
+            rows: (1..=10u64)
+                .map(|i| vec![Value::UInt64(i), Value::String(format!("v{}", i % 3))])
+                .collect(),
+        }
+    }
+
+    fn q(sql: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+        let Command::Select(s) = parse(sql).unwrap() else {
+            panic!()
+        };
+        run(&s, rel()).unwrap()
+    }
+
+    #[test]
+    fn filters_orders_projects_and_aggregates() {
+        let (names, rows) =
+            q("SELECT id, intDiv(id, 4) AS p FROM t WHERE s = 'v1' AND id IN (1, 4, 7, 9) ORDER BY id DESC");
+        assert_eq!(names, ["id", "p"]);
+        assert_eq!(
+            rows,
+            vec![
+                vec![Value::UInt64(7), Value::UInt64(1)],
+                vec![Value::UInt64(4), Value::UInt64(1)],
+                vec![Value::UInt64(1), Value::UInt64(0)]
+            ]
+        );
+        let (names, rows) = q("SELECT count(), sum(id), max(s) FROM t WHERE id BETWEEN 2 AND 5");
+        assert_eq!(names, ["count()", "sum(id)", "max(s)"]);
+        assert_eq!(
+            rows,
+            vec![vec![Value::UInt64(4), Value::UInt64(14), Value::String("v2".into())]]
+        );
+        let (_, rows) = q("SELECT * FROM t ORDER BY s, id DESC LIMIT 2");
+        assert_eq!(rows[0][0], Value::UInt64(9));
+        let (_, rows) = q("SELECT id - 20 FROM t LIMIT 1");
+        assert_eq!(rows[0][0], Value::Int64(-19));
+    }
+
+    #[test]
+    fn bad_selects_are_errors() {
+        let Command::Select(s) = parse("SELECT nope FROM t").unwrap() else {
+            panic!()
+        };
+        assert_eq!(run(&s, rel()).unwrap_err().code, UNKNOWN_IDENTIFIER);
+        let Command::Select(s) = parse("SELECT id, count() FROM t").unwrap() else {
+            panic!()
+        };
+        assert_eq!(run(&s, rel()).unwrap_err().code, BAD_ARGUMENTS);
+        let Command::Select(s) = parse("SELECT intDiv(id, 0) FROM t").unwrap() else {
+            panic!()
+        };
+        assert_eq!(run(&s, rel()).unwrap_err().code, BAD_ARGUMENTS);
+    }
+}
