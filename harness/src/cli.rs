@@ -268,6 +268,20 @@ pub enum ClusterAction {
         /// Extra `key = value` lines for the cluster file (e.g. snapshot_distance = 50).
         #[arg(long = "set")]
         set: Vec<String>,
+        /// Declare no table (by default the cluster has the table `events`:
+        /// id UInt64, key String, value Int64, partitioned by intDiv(id, 1000)).
+        #[arg(long = "no-table")]
+        no_table: bool,
+        /// A setting of the table, `key = value` (repeatable), e.g.
+        /// `replicated_deduplication_window = 5`.
+        #[arg(long = "table-setting")]
+        table_settings: Vec<String>,
+        /// The table's HTTP port on every node's address (ClickHouse's 8123).
+        #[arg(long = "http-port", default_value_t = 8123, value_parser = clap::value_parser!(u16).range(1024..))]
+        http_port: u16,
+        /// Where replicas fetch parts from each other (ClickHouse's 9009).
+        #[arg(long = "interserver-port", default_value_t = 9009, value_parser = clap::value_parser!(u16).range(1024..))]
+        interserver_port: u16,
     },
     /// Stop one node of the cluster (SIGTERM, then SIGKILL).
     Stop {

@@ -53,6 +53,18 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
             None => return Err(Failure::new(format!("--peer-via {v}: expected ID=IP:PORT"))),
         }
     }
+    let failed = |e: drift_node::error::NodeError| Failure::new(format!("node {}: {e}", args.id));
+    if !config.keeper {
+        drift_node::table::run_tables_only(&config, args.id, fault_token, args.admin, args.exit_with_parent)
+            .map_err(failed)?;
+        return Ok(0);
+    }
+    // the tables run beside the keeper, on their own runtime, until it stops
+    let tables = drift_node::table::start(&config, args.id).map_err(failed)?;
+    let table_admin = tables.as_ref().map(|t| {
+        let node = t.node.clone();
+        std::sync::Arc::new(move |line: &str| node.admin(line)) as drift_node::keeper_node::TableAdmin
+    });
     keeper_node::run(NodeOptions {
         id: args.id,
         config,
@@ -61,8 +73,10 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
         exit_with_parent: args.exit_with_parent,
         peer_via,
         bootstrap: args.bootstrap,
+        table_admin,
     })
-    .map_err(|e| Failure::new(format!("node {}: {e}", args.id)))?;
+    .map_err(failed)?;
+    drop(tables);
     Ok(0)
 }
 
@@ -121,7 +135,27 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             quorum_reads,
             fault_hooks,
             set,
-        } => up(nodes, &dir, port, block, quorum_reads, fault_hooks, &set),
+            no_table,
+            table_settings,
+            http_port,
+            interserver_port,
+        } => {
+            let table = if no_table {
+                None
+            } else {
+                Some(local_table(http_port, interserver_port, &table_settings)?)
+            };
+            up(
+                nodes,
+                &dir,
+                port,
+                block,
+                quorum_reads,
+                fault_hooks,
+                &set,
+                table.as_ref(),
+            )
+        }
         ClusterAction::Stop { dir, node } => stop_node(&dir, node),
         ClusterAction::Start { dir, node } => start_node(&dir, node),
         ClusterAction::Restart { dir, node } => {
@@ -146,6 +180,18 @@ pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
 }
 
 /// The cluster file of a local cluster, with the peers' `secret`.
+/// A table for the nodes of a local cluster: its HTTP and interserver
+/// ports on every node's address, and its `[[table]]` declaration.
+pub struct LocalTable {
+    pub http_port: u16,
+    pub interserver_port: u16,
+    pub declaration: String,
+}
+
+/// The table `drift cluster up` declares unless told not to.
+pub const DEFAULT_TABLE: &str = "name = \"events\"\ncolumns = \"id UInt64, key String, value Int64\"\npartition_by = \"intDiv(id, 1000)\"\norder_by = \"id\"\n";
+
+#[allow(clippy::too_many_arguments)]
 pub fn local_config(
     nodes: u64,
     block: Block,
@@ -154,6 +200,7 @@ pub fn local_config(
     quorum_reads: bool,
     secret: &str,
     set: &[String],
+    table: Option<&LocalTable>,
 ) -> String {
     let mut t = String::new();
     let defaults = [
@@ -178,10 +225,43 @@ pub fn local_config(
             ip = block.ip(i),
             raft = port + 1
         ));
+        if let Some(tb) = table {
+            t.push_str(&format!(
+                "http = \"{ip}:{}\"\ninterserver = \"{ip}:{}\"\n",
+                tb.http_port,
+                tb.interserver_port,
+                ip = block.ip(i)
+            ));
+        }
+    }
+    if let Some(tb) = table {
+        t.push_str("\n[[table]]\n");
+        t.push_str(&tb.declaration);
     }
     t
 }
 
+/// The default table with `settings` (`key = value` lines).
+fn local_table(http_port: u16, interserver_port: u16, settings: &[String]) -> Result<LocalTable, Failure> {
+    let mut declaration = DEFAULT_TABLE.to_string();
+    if !settings.is_empty() {
+        declaration.push_str("[table.settings]\n");
+        for s in settings {
+            if !s.contains('=') {
+                return Err(Failure::new(format!("--table-setting {s:?}: expected `key = value`")));
+            }
+            declaration.push_str(s);
+            declaration.push('\n');
+        }
+    }
+    Ok(LocalTable {
+        http_port,
+        interserver_port,
+        declaration,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
 fn up(
     nodes: u64,
     dir: &Path,
@@ -190,6 +270,7 @@ fn up(
     quorum_reads: bool,
     fault_hooks: bool,
     set: &[String],
+    table: Option<&LocalTable>,
 ) -> Result<i32, Failure> {
     if !(1..=NODES_MAX).contains(&nodes) {
         return Err(Failure::new(format!("--nodes must be in 1..={NODES_MAX}")));
@@ -211,7 +292,16 @@ fn up(
     // held by the nodes (their stdin) once this process is gone
     let claim = Claim::acquire(block, nodes, port, &claim_holder(&dir))?;
     let secret = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a cluster secret: {e}")))?;
-    let text = local_config(nodes, claim.block, &dir.join("data"), port, quorum_reads, &secret, set);
+    let text = local_config(
+        nodes,
+        claim.block,
+        &dir.join("data"),
+        port,
+        quorum_reads,
+        &secret,
+        set,
+        table,
+    );
     write_private(&config_path, &text).map_err(Failure::new)?;
     let config = ClusterConfig::load(&config_path)?;
     let token_path = dir.join("fault-token");
@@ -249,8 +339,55 @@ fn up(
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+    if !config.tables.is_empty() {
+        // every replica registered and out of read-only mode
+        loop {
+            let ready = config
+                .peers
+                .iter()
+                .filter_map(|p| p.http)
+                .filter(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
+                .count();
+            if ready == config.peers.len() {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Failure::new(format!(
+                    "the tables' replicas were not all ready within {}s; see {}/node-*.log (drift cluster down --dir {} to stop)",
+                    UP_TIMEOUT.as_secs(),
+                    dir.display(),
+                    dir.display()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let urls: Vec<String> = config
+            .peers
+            .iter()
+            .filter_map(|p| p.http)
+            .map(|a| format!("http://{a}/"))
+            .collect();
+        let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
+        eprintln!("tables {} on {}", names.join(", "), urls.join(" "));
+    }
     out!("{}", config.connect_string());
     Ok(0)
+}
+
+/// A plain HTTP/1.0 GET: (status, body), or `None` if it could not be had.
+pub fn http_get(addr: SocketAddr, target: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((code, body))
 }
 
 /// How a cluster's claim on its address block names its holder.

@@ -122,7 +122,7 @@ impl LocalCluster {
             "session_timeout_min_ms = 1000".to_string(),
         ];
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign);
+        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign, None);
         let config_path = run_dir.join("cluster.toml");
         crate::cluster::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;

@@ -21,7 +21,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// A keeper cluster without tables.
     pub fn up(tag: &str, port: u16, extra: &[&str]) -> Cluster {
+        let mut args = vec!["--no-table"];
+        args.extend_from_slice(extra);
+        Cluster::up_raw(tag, port, &args)
+    }
+
+    /// `drift cluster up` with exactly `extra` (the default table included
+    /// unless `--no-table` is among them).
+    pub fn up_raw(tag: &str, port: u16, extra: &[&str]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("drift-cluster-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let out = drift()

@@ -137,10 +137,18 @@ pub struct ClusterConfig {
     /// address.
     #[serde(default)]
     pub coordinator: Option<String>,
+    /// The tables' coordinator session timeout: how long a replica cut off
+    /// from the coordinator keeps its session (and its locks).
+    #[serde(default = "d_table_session")]
+    pub table_session_timeout_ms: u64,
     #[serde(rename = "peer")]
     pub peers: Vec<Peer>,
     #[serde(rename = "table", default)]
     pub tables: Vec<TableDecl>,
+}
+
+fn d_table_session() -> u64 {
+    6_000
 }
 
 fn d_true() -> bool {
@@ -264,6 +272,12 @@ impl ClusterConfig {
                     return Err(format!("table {} declared twice", t.name));
                 }
             }
+        }
+        if !(1_000..=600_000).contains(&self.table_session_timeout_ms) {
+            return Err(format!(
+                "table_session_timeout_ms {} outside 1000..=600000",
+                self.table_session_timeout_ms
+            ));
         }
         if let Some(c) = &self.coordinator {
             if c.split(',').any(|a| a.trim().parse::<SocketAddr>().is_err()) {

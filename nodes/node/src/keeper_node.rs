@@ -84,6 +84,9 @@ const ADMIN_LINE_BYTES_MAX: usize = 512;
 /// decode (format byte 0 is no format).
 const UNDECODABLE_ENTRY: &[u8] = b"\0undecodable entry (fault hook)";
 
+/// Answers the admin endpoint's `<token> table …` commands.
+pub type TableAdmin = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
 pub struct NodeOptions {
     pub id: u64,
     pub config: ClusterConfig,
@@ -100,6 +103,8 @@ pub struct NodeOptions {
     /// The first start of a new cluster: a node without Raft state may
     /// vote. Without it, no state means lost state (see `Node::quiet`).
     pub bootstrap: bool,
+    /// Where `<token> table …` admin commands go (the node's tables).
+    pub table_admin: Option<TableAdmin>,
 }
 
 enum Event {
@@ -229,6 +234,7 @@ struct Node {
     diverge_next: bool,
     clock_offset_ms: i64,
     fault_token: Option<String>,
+    table_admin: Option<TableAdmin>,
     started: Instant,
     ticks: u64,
     received: u64,
@@ -392,7 +398,20 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         Duration::from_millis(cfg.session_timeout_max_ms),
     )?;
     if let (Some(_), Some(addr)) = (&opts.fault_token, opts.admin) {
-        admin_listener(addr, tx.clone())?;
+        // the loop answers: the hooks change its state
+        let tx = std::sync::Mutex::new(tx.clone());
+        admin_listener(
+            addr,
+            Arc::new(move |line| {
+                let (rtx, rrx) = mpsc::sync_channel(1);
+                let sent = tx.lock().map(|t| t.send(Event::Admin { line, reply: rtx }).is_ok());
+                if !matches!(sent, Ok(true)) {
+                    return "error the node is stopping".into();
+                }
+                rrx.recv_timeout(Duration::from_secs(5))
+                    .unwrap_or_else(|_| "error timeout".into())
+            }),
+        )?;
     }
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
@@ -438,6 +457,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         diverge_next: false,
         clock_offset_ms: 0,
         fault_token: opts.fault_token,
+        table_admin: opts.table_admin,
         parent: opts.exit_with_parent.then(std::os::unix::process::parent_id),
         started: Instant::now(),
         ticks: 0,
@@ -581,7 +601,10 @@ async fn read_frames(conn: u64, r: tokio::net::tcp::OwnedReadHalf, tx: Sender<Ev
 /// The fault hooks' endpoint: one thread per connection (at most
 /// [`ADMIN_CONNS_MAX`]), each allowed [`ADMIN_READ_TIMEOUT`] to send one
 /// command line, so an idle or slow connection delays no other.
-fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), NodeError> {
+/// The admin endpoint: a line protocol on `addr`, one command line per
+/// connection, answered by `answer`. At most [`ADMIN_CONNS_MAX`]
+/// connections at a time; a line must arrive within [`ADMIN_READ_TIMEOUT`].
+pub fn admin_listener(addr: SocketAddr, answer: Arc<dyn Fn(String) -> String + Send + Sync>) -> Result<(), NodeError> {
     let l = TcpListener::bind(addr).map_err(|source| NodeError::Bind {
         what: "admin",
         addr,
@@ -596,10 +619,10 @@ fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), NodeError> 
                 let Some(slot) = transport::Slot::take(&open, ADMIN_CONNS_MAX) else {
                     continue;
                 };
-                let tx = tx.clone();
+                let answer = answer.clone();
                 let _ = thread::Builder::new().name("admin-conn".into()).spawn(move || {
                     let _slot = slot;
-                    admin_conn(s, &tx);
+                    admin_conn(s, &*answer);
                 });
             }
         })
@@ -611,9 +634,9 @@ fn admin_listener(addr: SocketAddr, tx: Sender<Event>) -> Result<(), NodeError> 
 }
 
 /// Reads one command line (until a newline, [`ADMIN_LINE_BYTES_MAX`]
-/// bytes, the end of the stream, or the deadline), has the loop answer
-/// it, and writes the answer back.
-fn admin_conn(mut s: TcpStream, tx: &Sender<Event>) {
+/// bytes, the end of the stream, or the deadline), answers it, and writes
+/// the answer back.
+fn admin_conn(mut s: TcpStream, answer: &(dyn Fn(String) -> String + Send + Sync)) {
     let deadline = Instant::now() + ADMIN_READ_TIMEOUT;
     let mut line = Vec::new();
     let mut buf = [0u8; 128];
@@ -628,15 +651,8 @@ fn admin_conn(mut s: TcpStream, tx: &Sender<Event>) {
             Err(_) => return,
         }
     }
-    let (rtx, rrx) = mpsc::sync_channel(1);
     let line = String::from_utf8_lossy(&line).trim().to_string();
-    if tx.send(Event::Admin { line, reply: rtx }).is_err() {
-        return;
-    }
-    let answer = rrx
-        .recv_timeout(Duration::from_secs(5))
-        .unwrap_or_else(|_| "error timeout".into());
-    let _ = s.write_all(format!("{answer}\n").as_bytes());
+    let _ = s.write_all(format!("{}\n", answer(line)).as_bytes());
 }
 
 fn context(origin: u64, req: u64) -> Vec<u8> {
@@ -2076,7 +2092,11 @@ impl Node {
                 "ok".into()
             }
             (Some("status"), _) => self.four_letter(b"dgst"),
-            _ => "error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | status)".into(),
+            (Some("table"), _) => match &self.table_admin {
+                Some(f) => f(line.splitn(3, ' ').nth(2).unwrap_or("")),
+                None => "error this node has no tables".into(),
+            },
+            _ => "error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | status | table <hook>)".into(),
         }
     }
 

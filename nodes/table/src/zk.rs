@@ -186,7 +186,14 @@ impl Paths {
 
     /// The persistent nodes every table has, parents first.
     pub fn table_skeleton(&self) -> Vec<String> {
-        let mut v = vec![self.table.clone()];
+        // the table path's ancestors first (`/clickhouse`, `/clickhouse/tables`)
+        let mut v: Vec<String> = self
+            .table
+            .match_indices('/')
+            .skip(1)
+            .map(|(i, _)| self.table[..i].to_string())
+            .collect();
+        v.push(self.table.clone());
         v.extend([
             self.log(),
             self.blocks(),
@@ -343,5 +350,7 @@ mod tests {
         assert_eq!(c[COMMIT_BLOCK_OP].path(), "/t/blocks/1_2_3");
         assert_eq!(c.last().unwrap().path(), "/t/quorum/parallel/1_7_7_0");
         assert_eq!(c[2].path(), "/t/replicas/r1/parts/1_7_7_0");
+        let sk = Paths::new("/clickhouse/tables/t", "r1").table_skeleton();
+        assert_eq!(&sk[..3], ["/clickhouse", "/clickhouse/tables", "/clickhouse/tables/t"]);
     }
 }

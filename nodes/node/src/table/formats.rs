@@ -53,7 +53,8 @@ fn bad(row: usize, why: impl std::fmt::Display) -> TableError {
     TableError::new(CANNOT_PARSE_INPUT, format!("Cannot parse input: row {row}: {why}"))
 }
 
-fn default_of(ty: ColumnType) -> Value {
+/// The value an omitted column takes.
+pub fn default_of(ty: ColumnType) -> Value {
     match ty {
         ColumnType::UInt64 => Value::UInt64(0),
         ColumnType::Int64 => Value::Int64(0),

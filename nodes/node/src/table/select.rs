@@ -193,6 +193,24 @@ fn literal(v: &SqlValue) -> TResult<Cell> {
     }
 }
 
+/// A constant expression (a literal, maybe negated) as the text a cell is
+/// parsed from: what `VALUES` rows hold.
+pub fn constant_text(e: &Expr) -> Result<String, String> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            SqlValue::Number(n, _) => Ok(n.clone()),
+            SqlValue::SingleQuotedString(s) => Ok(s.clone()),
+            other => Err(format!("{other} is not a value drift stores")),
+        },
+        Expr::UnaryOp {
+            op: UnaryOperator::Minus,
+            expr,
+        } => Ok(format!("-{}", constant_text(expr)?)),
+        Expr::Nested(e) => constant_text(e),
+        other => Err(format!("{other} is not a constant")),
+    }
+}
+
 fn binary(op: &BinaryOperator, l: Cell, r: Cell) -> TResult<Cell> {
     use BinaryOperator::*;
     Ok(match op {

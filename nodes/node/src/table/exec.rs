@@ -1,0 +1,456 @@
+//! Running queue entries: fetches, merges, drops.
+//!
+//! An entry's effect becomes durable in one multi that records the result
+//! under this replica (`parts/<new part>`, the replaced parts removed) and
+//! deletes the queue entry; a part fetched for a quorum insert also adds
+//! this replica to the quorum node (or, completing it, deletes it) in the
+//! same multi. A crash before the multi leaves the entry queued and, at
+//! most, an unlisted part on disk that the restart detaches.
+//!
+//! A fetched part is checked against its checksums before it is written;
+//! a part that fails is refused, counted and fetched again after backoff.
+//! A GET_PART no replica can serve stays queued (retried with backoff),
+//! except a quorum insert's part that no replica lists at all: that part
+//! is lost for good, so its quorum is marked failed and its block id
+//! removed (a retry of the insert then inserts anew), as ClickHouse does.
+
+use super::coord::ZkErr;
+use super::events::Ev;
+use super::interserver;
+use super::replica::Replica;
+use drift_table::entry::{EntryKind, LogEntry};
+use drift_table::format;
+use drift_table::part::PartInfo;
+use drift_table::queue::Selected;
+use drift_table::quorum::QuorumEntry;
+use drift_table::zk::{CreateMode, KeeperOp};
+use drift_table::Block;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the runner looks at the queue without being woken (backoffs
+/// expire on their own).
+const RUNNER_PERIOD: Duration = Duration::from_millis(100);
+
+/// How an entry ended.
+enum Outcome {
+    Done,
+    /// Leave it queued; retry after backoff.
+    Retry(String),
+    /// Remove it without doing it (its part is lost for good).
+    Dropped(String),
+}
+
+impl Replica {
+    /// Selects runnable entries and runs each on its own task.
+    pub async fn runner_loop(self: Arc<Self>) {
+        loop {
+            loop {
+                let selected = {
+                    let mut st = self.st();
+                    if st.readonly.is_some() {
+                        None
+                    } else {
+                        let (f, m) = (
+                            self.schema.settings.fetch_pool_size,
+                            if st.merges_stopped {
+                                0
+                            } else {
+                                self.schema.settings.merge_pool_size
+                            },
+                        );
+                        let now = self.now_ms();
+                        st.queue.select(now, f, m)
+                    }
+                };
+                let Some(sel) = selected else { break };
+                let me = self.clone();
+                tokio::spawn(async move { me.run_entry(sel).await });
+            }
+            let _ = tokio::time::timeout(RUNNER_PERIOD, self.wake.notified()).await;
+        }
+    }
+
+    async fn run_entry(self: Arc<Self>, sel: Selected) {
+        let outcome = match &sel.entry.kind {
+            EntryKind::GetPart { part, quorum, block_id } => {
+                self.get_part(&sel, part, *quorum, block_id.as_deref()).await
+            }
+            EntryKind::MergeParts { parts, into } => self.merge_parts(&sel, parts, into).await,
+            EntryKind::DropRange { range } => self.drop_range(&sel, range).await,
+        };
+        let outcome = outcome.unwrap_or_else(|e| Outcome::Retry(e.to_string()));
+        match outcome {
+            Outcome::Done => {}
+            Outcome::Retry(why) => {
+                let now = self.now_ms();
+                self.st().queue.finish_err(&sel.znode, now, &why);
+            }
+            Outcome::Dropped(why) => {
+                let now = self.now_ms();
+                let mut st = self.st();
+                st.queue.finish_err(&sel.znode, now, &why);
+                if let Err(e) = st.queue.remove(&sel.znode) {
+                    drop(st);
+                    self.log(
+                        "queue_remove_failed",
+                        serde_json::json!({"entry": sel.znode, "error": e}),
+                    );
+                }
+            }
+        }
+        self.wake.notify_one();
+    }
+
+    fn queue_entry_path(&self, znode: &str) -> String {
+        format!("{}/{znode}", self.paths.queue_of(&self.name))
+    }
+
+    /// Commits an entry's result: `ops` plus the queue entry's delete.
+    /// Returns the parts that left the current set.
+    async fn commit_entry(&self, sel: &Selected, mut ops: Vec<KeeperOp>) -> Result<(), ZkErr> {
+        ops.push(KeeperOp::Delete {
+            path: self.queue_entry_path(&sel.znode),
+            version: -1,
+        });
+        self.coord.multi(&ops).await.map_err(|e| e.err)?;
+        let gone = {
+            let mut st = self.st();
+            st.last_queue_update_ms = super::replica::wall_ms();
+            st.queue.finish_ok(&sel.znode)
+        };
+        match gone {
+            Ok(gone) => self.outdate(gone),
+            Err(e) => self.log(
+                "queue_finish_refused",
+                serde_json::json!({"entry": sel.znode, "error": e}),
+            ),
+        }
+        Ok(())
+    }
+
+    /// Ops that remove this replica's znodes for `parts` (the ones a new
+    /// part replaces).
+    fn drop_part_ops(&self, parts: &[PartInfo]) -> Vec<KeeperOp> {
+        parts
+            .iter()
+            .map(|p| KeeperOp::Delete {
+                path: self.paths.my_part(&p.name()),
+                version: -1,
+            })
+            .collect()
+    }
+
+    /// Current parts a new part would replace.
+    fn replaced_by(&self, part: &PartInfo) -> Vec<PartInfo> {
+        self.st()
+            .queue
+            .current()
+            .contained_by(part)
+            .into_iter()
+            .filter(|p| p != part)
+            .collect()
+    }
+
+    fn have(&self, part: &PartInfo) -> bool {
+        self.st().queue.current().containing(part).is_some()
+    }
+
+    /// Installs a part's files (checked) and caches its rows.
+    async fn install(
+        &self,
+        part: &PartInfo,
+        files: std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result<format::Checksums, String> {
+        let sums = match format::verify(&self.schema, &files) {
+            Ok(s) => s,
+            Err(e) => {
+                self.events.add(Ev::ReplicatedPartChecksFailed, 1);
+                return Err(format!("part {part} refused: {e}"));
+            }
+        };
+        let block = format::decode_part(&self.schema, &files).map_err(|e| format!("part {part}: {e}"))?;
+        let name = part.name();
+        let store = self.store.clone();
+        let name2 = name.clone();
+        let written = tokio::task::spawn_blocking(move || store.write_part(&name2, &files))
+            .await
+            .map_err(|e| e.to_string())?;
+        match written {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        self.st().blocks.insert(name, Arc::new(block));
+        Ok(sums)
+    }
+
+    /// The quorum ops for a part this replica now holds: adds it to the
+    /// quorum node naming the part, or deletes the node when that completes
+    /// it. Empty when no quorum waits for this part.
+    async fn quorum_ops(&self, part: &PartInfo) -> Result<Vec<KeeperOp>, ZkErr> {
+        let name = part.name();
+        for path in [self.paths.quorum_parallel_part(&name), self.paths.quorum_status()] {
+            let Some((data, stat)) = self.coord.get(&path).await? else {
+                continue;
+            };
+            let Ok(mut q) = std::str::from_utf8(&data)
+                .map_err(|e| e.to_string())
+                .and_then(QuorumEntry::decode)
+            else {
+                continue;
+            };
+            if q.part != *part {
+                continue;
+            }
+            q.replicas.insert(self.name.clone());
+            return Ok(if q.is_reached() {
+                vec![
+                    KeeperOp::Delete {
+                        path,
+                        version: stat.version,
+                    },
+                    KeeperOp::SetData {
+                        path: self.paths.quorum_last_part(),
+                        data: name.into_bytes(),
+                        version: -1,
+                    },
+                ]
+            } else {
+                vec![KeeperOp::SetData {
+                    path,
+                    data: q.encode().into_bytes(),
+                    version: stat.version,
+                }]
+            });
+        }
+        Ok(Vec::new())
+    }
+
+    /// Records a part this replica now holds (and drops what it replaces)
+    /// together with the entry's removal; retries a lost quorum race.
+    async fn commit_part(&self, sel: &Selected, part: &PartInfo, sums: &format::Checksums) -> Result<(), ZkErr> {
+        for _ in 0..5 {
+            let mut ops = vec![KeeperOp::Create {
+                path: self.paths.my_part(&part.name()),
+                data: sums.encode(),
+                mode: CreateMode::Persistent,
+            }];
+            ops.extend(self.drop_part_ops(&self.replaced_by(part)));
+            ops.extend(self.quorum_ops(part).await?);
+            match self.commit_entry(sel, ops).await {
+                // the quorum node changed under us: read it again
+                Err(ZkErr::BadVersion) => continue,
+                // listed already (a commit whose reply was lost): record the rest
+                Err(ZkErr::NodeExists) => {
+                    let mut ops = self.drop_part_ops(&self.replaced_by(part));
+                    ops.extend(self.quorum_ops(part).await?);
+                    return self.commit_entry(sel, ops).await;
+                }
+                other => return other,
+            }
+        }
+        Err(ZkErr::Other("quorum node kept changing".into()))
+    }
+
+    async fn get_part(
+        &self,
+        sel: &Selected,
+        part: &PartInfo,
+        quorum: u32,
+        block_id: Option<&str>,
+    ) -> Result<Outcome, ZkErr> {
+        if self.have(part) {
+            // already here (our own insert, or a covering part)
+            let mut ops = Vec::new();
+            if quorum > 0 && sel.entry.source_replica != self.name && self.st().queue.current().contains_exactly(part) {
+                ops.extend(self.quorum_ops(part).await?);
+            }
+            self.commit_entry(sel, ops).await?;
+            return Ok(Outcome::Done);
+        }
+        if self.hooks.fetches_stopped.load(Ordering::SeqCst) {
+            return Ok(Outcome::Retry("fetches are stopped".into()));
+        }
+        let Some((source, host)) = self.find_replica_having(part).await? else {
+            if quorum > 0 {
+                if let Some(why) = self.fail_quorum_if_lost(part, block_id).await? {
+                    self.coord
+                        .delete(&self.queue_entry_path(&sel.znode), None)
+                        .await
+                        .or_else(|e| if e == ZkErr::NoNode { Ok(()) } else { Err(e) })?;
+                    return Ok(Outcome::Dropped(why));
+                }
+            }
+            self.events.add(Ev::ReplicatedPartFailedFetches, 1);
+            return Ok(Outcome::Retry(format!("No active replica has part {part}")));
+        };
+        self.fetch_and_commit(sel, part, &source, &host).await
+    }
+
+    async fn fetch_and_commit(
+        &self,
+        sel: &Selected,
+        part: &PartInfo,
+        source: &str,
+        host: &str,
+    ) -> Result<Outcome, ZkErr> {
+        let files = match interserver::fetch(&self.http, host, &self.schema.name, &part.name()).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.events.add(Ev::ReplicatedPartFailedFetches, 1);
+                self.log(
+                    "fetch_failed",
+                    serde_json::json!({"part": part.name(), "from": source, "error": e}),
+                );
+                return Ok(Outcome::Retry(format!("fetch of {part} from {source}: {e}")));
+            }
+        };
+        let sums = match self.install(part, files).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.events.add(Ev::ReplicatedPartFailedFetches, 1);
+                self.log(
+                    "fetch_refused",
+                    serde_json::json!({"part": part.name(), "from": source, "error": e}),
+                );
+                return Ok(Outcome::Retry(e));
+            }
+        };
+        self.commit_part(sel, part, &sums).await?;
+        self.events.add(Ev::ReplicatedPartFetches, 1);
+        Ok(Outcome::Done)
+    }
+
+    /// An active replica (not this one) that lists `part`, with its
+    /// interserver address.
+    async fn find_replica_having(&self, part: &PartInfo) -> Result<Option<(String, String)>, ZkErr> {
+        let replicas = self.coord.children(&self.paths.replicas()).await?;
+        for r in replicas.iter().filter(|r| **r != self.name) {
+            if self.coord.exists(&self.paths.part_of(r, &part.name())).await?.is_none() {
+                continue;
+            }
+            if self.coord.exists(&self.paths.is_active_of(r)).await?.is_none() {
+                continue;
+            }
+            if let Some((host, _)) = self.coord.get(&self.paths.host_of(r)).await? {
+                return Ok(Some((r.clone(), String::from_utf8_lossy(&host).to_string())));
+            }
+        }
+        Ok(None)
+    }
+
+    /// If no replica (active or not) lists `part` and a quorum node still
+    /// waits for it, the insert's part is lost: mark its quorum failed and
+    /// remove its block id, in one multi. Returns why, when it did.
+    async fn fail_quorum_if_lost(&self, part: &PartInfo, block_id: Option<&str>) -> Result<Option<String>, ZkErr> {
+        let name = part.name();
+        let replicas = self.coord.children(&self.paths.replicas()).await?;
+        for r in &replicas {
+            if self.coord.exists(&self.paths.part_of(r, &name)).await?.is_some() {
+                return Ok(None);
+            }
+        }
+        let mut quorum_node = None;
+        for path in [self.paths.quorum_parallel_part(&name), self.paths.quorum_status()] {
+            if let Some((data, stat)) = self.coord.get(&path).await? {
+                let q = std::str::from_utf8(&data)
+                    .map_err(|e| e.to_string())
+                    .and_then(QuorumEntry::decode);
+                if q.is_ok_and(|q| q.part == *part) {
+                    quorum_node = Some((path, stat.version));
+                    break;
+                }
+            }
+        }
+        let Some((qpath, version)) = quorum_node else {
+            return Ok(None);
+        };
+        let mut ops = vec![
+            KeeperOp::Delete { path: qpath, version },
+            KeeperOp::Create {
+                path: self.paths.quorum_failed_part(&name),
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            },
+        ];
+        if let Some(id) = block_id {
+            if let Some((holder, stat)) = self.coord.get(&self.paths.block(id)).await? {
+                if holder == name.as_bytes() {
+                    ops.push(KeeperOp::Delete {
+                        path: self.paths.block(id),
+                        version: stat.version,
+                    });
+                }
+            }
+        }
+        match self.coord.multi(&ops).await {
+            Ok(_) => {
+                self.events.add(Ev::ReplicatedDataLoss, 1);
+                self.log("quorum_failed", serde_json::json!({"part": name, "block_id": block_id}));
+                Ok(Some(format!("part {name} is on no replica: its quorum failed")))
+            }
+            // someone else did it, or the part appeared: look again later
+            Err(e) if matches!(e.err, ZkErr::NoNode | ZkErr::BadVersion | ZkErr::NodeExists) => Ok(None),
+            Err(e) => Err(e.err),
+        }
+    }
+
+    async fn merge_parts(&self, sel: &Selected, parts: &[PartInfo], into: &PartInfo) -> Result<Outcome, ZkErr> {
+        if self.have(into) {
+            self.commit_entry(sel, Vec::new()).await?;
+            return Ok(Outcome::Done);
+        }
+        let all_here = {
+            let st = self.st();
+            parts.iter().all(|p| st.queue.current().contains_exactly(p))
+        };
+        if !all_here {
+            // the sources are not all here: take the merged part instead
+            if self.hooks.fetches_stopped.load(Ordering::SeqCst) {
+                return Ok(Outcome::Retry("fetches are stopped".into()));
+            }
+            return match self.find_replica_having(into).await? {
+                Some((source, host)) => self.fetch_and_commit(sel, into, &source, &host).await,
+                None => Ok(Outcome::Retry(format!(
+                    "source parts of {into} are not all here and no replica has {into} yet"
+                ))),
+            };
+        }
+        let mut blocks = Vec::with_capacity(parts.len());
+        for p in parts {
+            match self.load_part(&p.name()) {
+                Ok(b) => blocks.push((*b).clone()),
+                Err(e) => return Ok(Outcome::Retry(e)),
+            }
+        }
+        let schema = self.schema.clone();
+        let merged = tokio::task::spawn_blocking(move || {
+            let b = Block::merge(&schema, &blocks);
+            format::encode_part(&schema, &b)
+        })
+        .await
+        .map_err(|e| ZkErr::Other(e.to_string()))?;
+        let sums = match self.install(into, merged).await {
+            Ok(s) => s,
+            Err(e) => return Ok(Outcome::Retry(e)),
+        };
+        self.commit_part(sel, into, &sums).await?;
+        self.events.add(Ev::ReplicatedPartMerges, 1);
+        Ok(Outcome::Done)
+    }
+
+    async fn drop_range(&self, sel: &Selected, range: &PartInfo) -> Result<Outcome, ZkErr> {
+        let gone = self.st().queue.current().contained_by(range);
+        self.commit_entry(sel, self.drop_part_ops(&gone)).await?;
+        Ok(Outcome::Done)
+    }
+}
+
+/// Decodes a log or queue entry's text.
+pub fn decode_entry(data: &[u8]) -> Result<LogEntry, String> {
+    std::str::from_utf8(data)
+        .map_err(|e| e.to_string())
+        .and_then(LogEntry::decode)
+}

@@ -1,0 +1,507 @@
+//! The table's HTTP interfaces (hyper, HTTP/1.1, on the table runtime).
+//!
+//! The query interface follows ClickHouse's: the query in `?query=` (GET
+//! for reads, POST for anything) and/or the POST body (an insert's data
+//! follows its `FORMAT <name>`), settings as URL parameters, `/ping`, and
+//! errors as ClickHouse sends them (see `error.rs`). The interserver
+//! interface serves parts to fetching replicas (`interserver.rs`).
+
+use super::error::{
+    TResult, TableError, BAD_ARGUMENTS, INCORRECT_DATA, READONLY, TABLE_IS_READ_ONLY, TIMEOUT_EXCEEDED,
+    UNKNOWN_SETTING, UNKNOWN_TABLE,
+};
+use super::formats::{insert_columns, parse_rows, write_rows, Format, OutputOptions};
+use super::hooks::Hooks;
+use super::insert::{parse_quorum, InsertSettings};
+use super::query::{self, bool_setting, Command, InsertData, SelectQuery, Source};
+use super::replica::Replica;
+use super::select::{self, Relation};
+use super::TableNode;
+use bytes::Bytes;
+use drift_table::block::Block;
+use drift_table::schema::Value;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request body (an insert's data).
+pub const BODY_BYTES_MAX: usize = 256 << 20;
+/// Connections served at a time per interface; more wait in the backlog.
+pub const CONNECTIONS_MAX: usize = 256;
+/// How long `SYSTEM SYNC REPLICA` waits (ClickHouse's receive_timeout).
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(300);
+
+type Resp = Response<Full<Bytes>>;
+
+/// URL parameters that are not settings a query changes its result by,
+/// accepted and ignored as ClickHouse clients send them.
+const HARMLESS_PARAMS: &[&str] = &[
+    "query_id",
+    "user",
+    "password",
+    "session_id",
+    "session_timeout",
+    "compress",
+    "decompress",
+    "enable_http_compression",
+    "wait_end_of_query",
+    "send_progress_in_http_headers",
+    "http_headers_progress_interval_ms",
+    "max_result_rows",
+    "max_execution_time",
+    "select_sequential_consistency",
+    "async_insert",
+    "wait_for_async_insert",
+    "input_format_skip_unknown_fields",
+    "date_time_input_format",
+    "output_format_json_named_tuples_as_objects",
+];
+
+fn text(status: u16, body: String) -> Resp {
+    Response::builder()
+        .status(status)
+        .header("Content-Type", "text/plain; charset=UTF-8")
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid response")
+}
+
+fn error_response(e: &TableError) -> Resp {
+    Response::builder()
+        .status(e.http_status())
+        .header("Content-Type", "text/plain; charset=UTF-8")
+        .header("X-ClickHouse-Exception-Code", e.code.0.to_string())
+        .body(Full::new(Bytes::from(e.body())))
+        .expect("a valid response")
+}
+
+/// Accepts connections and serves each with `handle` until the listener
+/// fails.
+pub async fn serve<F, Fut>(listener: tokio::net::TcpListener, handle: F)
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Resp, std::io::Error>> + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let h = handle.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let service = hyper::service::service_fn(&h);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// The query interface.
+pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Result<Resp, std::io::Error> {
+    let path = req.uri().path().to_string();
+    match path.as_str() {
+        "/ping" => return Ok(text(200, "Ok.\n".into())),
+        "/replicas_status" => {
+            let bad: Vec<String> = node
+                .replicas
+                .values()
+                .filter_map(|r| r.readonly().map(|why| format!("{}: {why}", r.schema.name)))
+                .collect();
+            return Ok(if bad.is_empty() {
+                text(200, "Ok.\n".into())
+            } else {
+                text(503, format!("{}\n", bad.join("\n")))
+            });
+        }
+        "/" => {}
+        _ => return Ok(text(404, format!("There is no handle {path}\n"))),
+    }
+    let method = req.method().clone();
+    let params: Vec<(String, String)> = req
+        .uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let body = match Limited::new(req.into_body(), BODY_BYTES_MAX).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return Ok(error_response(&TableError::new(
+                INCORRECT_DATA,
+                format!("the request body could not be read (at most {BODY_BYTES_MAX} bytes): {e}"),
+            )))
+        }
+    };
+    match run(&node, &method, &params, &body).await {
+        Ok(Answer::Reply(r)) => Ok(r),
+        Ok(Answer::Drop) => Err(std::io::Error::other("reply dropped (fault hook)")),
+        Err(e) => Ok(error_response(&e)),
+    }
+}
+
+enum Answer {
+    Reply(Resp),
+    /// Close the connection without answering (the drop-insert-reply hook).
+    Drop,
+}
+
+/// A query's settings from its URL parameters.
+struct Settings {
+    insert: InsertSettings,
+    quote_64bit: bool,
+    default_format: Option<Format>,
+}
+
+fn settings(params: &[(String, String)]) -> TResult<Settings> {
+    let mut s = Settings {
+        insert: InsertSettings::default(),
+        quote_64bit: true,
+        default_format: None,
+    };
+    let number = |k: &str, v: &str| -> TResult<u64> {
+        v.parse()
+            .map_err(|_| TableError::new(BAD_ARGUMENTS, format!("setting {k}={v}: expected a number")))
+    };
+    for (k, v) in params {
+        match k.as_str() {
+            "query" => {}
+            "database" if v == "default" => {}
+            "database" => {
+                return Err(TableError::new(
+                    super::error::UNKNOWN_DATABASE,
+                    format!("Database {v} does not exist"),
+                ))
+            }
+            "default_format" => s.default_format = Some(Format::parse(v)?),
+            "insert_deduplicate" => s.insert.deduplicate = bool_setting(k, v)?,
+            "insert_deduplication_token" => s.insert.token = (!v.is_empty()).then(|| v.clone()),
+            "insert_quorum" => s.insert.quorum = parse_quorum(v)?,
+            "insert_quorum_timeout" => s.insert.quorum_timeout = Duration::from_millis(number(k, v)?),
+            "insert_quorum_parallel" => s.insert.quorum_parallel = bool_setting(k, v)?,
+            "max_insert_block_size" => {
+                let n = number(k, v)?;
+                if n == 0 {
+                    return Err(TableError::new(BAD_ARGUMENTS, "max_insert_block_size must be positive"));
+                }
+                s.insert.max_block_rows = n.min(usize::MAX as u64) as usize;
+            }
+            "output_format_json_quote_64bit_integers" => s.quote_64bit = bool_setting(k, v)?,
+            k if HARMLESS_PARAMS.contains(&k) => {}
+            other => {
+                return Err(TableError::new(
+                    UNKNOWN_SETTING,
+                    format!("Setting {other} is neither a builtin setting nor started with the prefix 'custom_'"),
+                ))
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn replica<'a>(node: &'a TableNode, table: &str) -> TResult<&'a Arc<Replica>> {
+    node.replicas.get(table).ok_or_else(|| {
+        TableError::new(
+            UNKNOWN_TABLE,
+            format!(
+                "Table default.{table} does not exist (tables: {})",
+                node.replicas.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        )
+    })
+}
+
+async fn run(node: &TableNode, method: &Method, params: &[(String, String)], body: &Bytes) -> TResult<Answer> {
+    let s = settings(params)?;
+    let param_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.as_str());
+    let body_text =
+        std::str::from_utf8(body).map_err(|_| TableError::new(INCORRECT_DATA, "the request body is not UTF-8"))?;
+    // the query is the parameter, else the body; with both, the body
+    // continues the query (an insert's data)
+    let (query_text, rest) = match param_query {
+        Some(q) => (q.to_string(), body_text),
+        None => (body_text.to_string(), ""),
+    };
+    if query_text.trim().is_empty() {
+        return Err(TableError::new(BAD_ARGUMENTS, "Empty query"));
+    }
+    let command = query::parse(&query_text)?;
+    let writes = !matches!(command, Command::Select(_));
+    if writes && *method == Method::GET {
+        return Err(TableError::new(
+            READONLY,
+            "Cannot execute query in readonly mode: a GET request can only read (use POST)",
+        ));
+    }
+    match command {
+        Command::Insert(ins) => {
+            let r = replica(node, &ins.table)?;
+            let columns = insert_columns(&r.schema, &ins.columns)?;
+            let rows = match ins.data {
+                InsertData::Formatted { format, inline } => {
+                    let data = if inline.is_empty() {
+                        rest.to_string()
+                    } else {
+                        format!("{inline}{rest}")
+                    };
+                    parse_rows(&r.schema, format, &columns, &data)?
+                }
+                InsertData::Values(v) => values_rows(&r.schema, &columns, &v)?,
+            };
+            let n = rows.len();
+            let block = Block::from_rows(&r.schema, rows).map_err(|e| TableError::new(INCORRECT_DATA, e))?;
+            let summary = r.insert(block, &s.insert).await?;
+            if Hooks::take(&r.hooks.drop_insert_reply) {
+                r.log(
+                    "fault_hook",
+                    serde_json::json!({"hook": "drop-insert-reply", "parts": summary.parts}),
+                );
+                return Ok(Answer::Drop);
+            }
+            let ch = serde_json::json!({
+                "read_rows": "0", "read_bytes": "0", "written_rows": summary.written_rows.to_string(),
+                "written_bytes": "0", "total_rows_to_read": "0", "result_rows": n.to_string(), "result_bytes": "0",
+            });
+            let drift = serde_json::json!({
+                "written_blocks": summary.written_blocks, "deduplicated_blocks": summary.deduplicated_blocks,
+                "parts": summary.parts,
+            });
+            Ok(Answer::Reply(
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("X-ClickHouse-Summary", ch.to_string())
+                    .header("X-Drift-Insert", drift.to_string())
+                    .body(Full::new(Bytes::new()))
+                    .expect("a valid response"),
+            ))
+        }
+        Command::Select(q) => {
+            let format = q.format.or(s.default_format).unwrap_or(Format::TabSeparated);
+            let rel = relation(node, &q).await?;
+            let (names, rows) = select::run(&q, rel)?;
+            let out = write_rows(
+                format,
+                &names,
+                &rows,
+                OutputOptions {
+                    quote_64bit: s.quote_64bit,
+                },
+            );
+            Ok(Answer::Reply(
+                Response::builder()
+                    .status(StatusCode::OK)
+                    .header("Content-Type", format.content_type())
+                    .body(Full::new(Bytes::from(out)))
+                    .expect("a valid response"),
+            ))
+        }
+        Command::SyncReplica(t) => {
+            let r = replica(node, &t)?;
+            r.sync_replica(SYNC_TIMEOUT).await?;
+            Ok(Answer::Reply(text(200, String::new())))
+        }
+        Command::Fetches(t, on) => {
+            let r = replica(node, &t)?;
+            r.hooks.fetches_stopped.store(!on, Ordering::SeqCst);
+            r.wake.notify_one();
+            Ok(Answer::Reply(text(200, String::new())))
+        }
+        Command::Merges(t, on) => {
+            let r = replica(node, &t)?;
+            r.st().merges_stopped = !on;
+            r.wake.notify_one();
+            Ok(Answer::Reply(text(200, String::new())))
+        }
+        Command::Optimize { table, final_ } => {
+            let r = replica(node, &table)?;
+            if let Some(why) = r.readonly() {
+                return Err(TableError::new(
+                    TABLE_IS_READ_ONLY,
+                    format!("Table is in readonly mode: {why}"),
+                ));
+            }
+            r.optimize(final_, SYNC_TIMEOUT)
+                .await
+                .map_err(|e| TableError::new(TIMEOUT_EXCEEDED, e))?;
+            Ok(Answer::Reply(text(200, String::new())))
+        }
+    }
+}
+
+/// `VALUES` rows, evaluated as constant expressions.
+fn values_rows(
+    schema: &drift_table::Schema,
+    columns: &[usize],
+    rows: &[Vec<sqlparser::ast::Expr>],
+) -> TResult<Vec<Vec<Value>>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        if r.len() != columns.len() {
+            return Err(TableError::new(
+                INCORRECT_DATA,
+                format!("VALUES row {}: {} values for {} columns", i + 1, r.len(), columns.len()),
+            ));
+        }
+        let mut row: Vec<Value> = schema
+            .columns
+            .iter()
+            .map(|c| super::formats::default_of(c.ty))
+            .collect();
+        for (&c, e) in columns.iter().zip(r) {
+            let text = select::constant_text(e)
+                .map_err(|why| TableError::new(INCORRECT_DATA, format!("VALUES row {}: {why}", i + 1)))?;
+            row[c] = super::formats::parse_text(schema.columns[c].ty, &text).map_err(|why| {
+                TableError::new(
+                    INCORRECT_DATA,
+                    format!("VALUES row {}: column {}: {why}", i + 1, schema.columns[c].name),
+                )
+            })?;
+        }
+        out.push(row);
+    }
+    Ok(out)
+}
+
+/// The rows a SELECT reads.
+async fn relation(node: &TableNode, q: &SelectQuery) -> TResult<Relation> {
+    match &q.from {
+        Source::None => Ok(Relation {
+            names: vec!["dummy".into()],
+            rows: vec![vec![Value::UInt64(0)]],
+        }),
+        Source::Table(t) => {
+            let r = replica(node, t)?;
+            r.table_rows()
+                .map_err(|e| TableError::new(super::error::LOGICAL_ERROR, e))
+        }
+        Source::System(name) => super::system::table(node, name).await,
+    }
+}
+
+/// The interserver interface: `GET /part?table=T&part=P`.
+pub async fn handle_interserver(node: Arc<TableNode>, req: Request<Incoming>) -> Result<Resp, std::io::Error> {
+    if req.uri().path() != "/part" {
+        return Ok(text(404, "no such endpoint\n".into()));
+    }
+    let params: BTreeMap<String, String> = req
+        .uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let (Some(table), Some(part)) = (params.get("table"), params.get("part")) else {
+        return Ok(text(400, "needs table and part\n".into()));
+    };
+    let Some(r) = node.replicas.get(table) else {
+        return Ok(text(404, format!("no table {table}\n")));
+    };
+    if drift_table::PartInfo::parse(part).is_err() {
+        return Ok(text(400, format!("bad part name {part:?}\n")));
+    }
+    let store = r.store.clone();
+    let schema = r.schema.clone();
+    let name = part.clone();
+    let files = tokio::task::spawn_blocking(move || store.read_checked(&schema, &name))
+        .await
+        .map_err(std::io::Error::other)?;
+    match files {
+        Ok(files) => {
+            let corrupt = Hooks::take(&r.hooks.corrupt_next_part);
+            let truncate = Hooks::take(&r.hooks.truncate_next_part);
+            if corrupt || truncate {
+                r.log("fault_hook", serde_json::json!({"hook": if corrupt { "corrupt-next-part" } else { "truncate-next-part" }, "part": part}));
+            }
+            Ok(Response::builder()
+                .status(200)
+                .header("Content-Type", "application/octet-stream")
+                .body(Full::new(Bytes::from(super::interserver::encode(
+                    &files, corrupt, truncate,
+                ))))
+                .expect("a valid response"))
+        }
+        Err(e) => Ok(text(404, format!("part {part}: {e}\n"))),
+    }
+}
+
+impl Replica {
+    /// Every row of the replica's active parts.
+    pub fn table_rows(&self) -> Result<Relation, String> {
+        let parts: Vec<String> = self.st().queue.current().iter().map(|p| p.name()).collect();
+        let mut rows = Vec::new();
+        for p in parts {
+            let b = self.load_part(&p)?;
+            rows.extend((0..b.rows()).map(|i| b.row(i)));
+        }
+        Ok(Relation {
+            names: self.schema.columns.iter().map(|c| c.name.clone()).collect(),
+            rows,
+        })
+    }
+
+    /// `SYSTEM SYNC REPLICA`: pulls the log, then waits until every entry
+    /// queued at that moment is done.
+    pub async fn sync_replica(&self, timeout: Duration) -> TResult<()> {
+        if let Some(why) = self.readonly() {
+            return Err(TableError::new(
+                TABLE_IS_READ_ONLY,
+                format!("Table is in readonly mode: {why}"),
+            ));
+        }
+        self.pull_log()
+            .await
+            .map_err(|e| TableError::new(super::error::KEEPER_EXCEPTION, format!("pulling the log: {e}")))?;
+        let want: Vec<String> = self.st().queue.entries().map(|e| e.znode.clone()).collect();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let left: Vec<String> = {
+                let st = self.st();
+                want.iter().filter(|z| st.queue.contains(z)).cloned().collect()
+            };
+            if left.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let detail: Vec<String> = {
+                    let st = self.st();
+                    st.queue
+                        .entries()
+                        .filter(|e| left.contains(&e.znode))
+                        .take(5)
+                        .map(|e| {
+                            format!(
+                                "{} {} ({})",
+                                e.entry.type_name(),
+                                e.entry.new_part(),
+                                if e.last_exception.is_empty() {
+                                    &e.postpone_reason
+                                } else {
+                                    &e.last_exception
+                                }
+                            )
+                        })
+                        .collect()
+                };
+                return Err(TableError::new(
+                    TIMEOUT_EXCEEDED,
+                    format!(
+                        "SYNC REPLICA {}: Timeout exceeded ({} s) with {} entries left: {}",
+                        self.schema.name,
+                        timeout.as_secs(),
+                        left.len(),
+                        detail.join("; ")
+                    ),
+                ));
+            }
+            self.wake.notify_one();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
