@@ -276,6 +276,10 @@ pub enum ClusterAction {
         /// `replicated_deduplication_window = 5`.
         #[arg(long = "table-setting")]
         table_settings: Vec<String>,
+        /// How many nodes (1..=N) hold a replica of the table (default: all);
+        /// the others run the keeper only.
+        #[arg(long = "table-replicas")]
+        table_replicas: Option<u64>,
         /// The table's HTTP port on every node's address (ClickHouse's 8123).
         #[arg(long = "http-port", default_value_t = 8123, value_parser = clap::value_parser!(u16).range(1024..))]
         http_port: u16,

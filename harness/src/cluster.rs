@@ -137,13 +137,18 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             set,
             no_table,
             table_settings,
+            table_replicas,
             http_port,
             interserver_port,
         } => {
+            let replicas = table_replicas.unwrap_or(nodes);
+            if !(1..=nodes).contains(&replicas) {
+                return Err(Failure::new(format!("--table-replicas must be in 1..={nodes}")));
+            }
             let table = if no_table {
                 None
             } else {
-                Some(local_table(http_port, interserver_port, &table_settings)?)
+                Some(local_table(replicas, http_port, interserver_port, &table_settings)?)
             };
             up(
                 nodes,
@@ -183,6 +188,8 @@ pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
 /// A table for the nodes of a local cluster: its HTTP and interserver
 /// ports on every node's address, and its `[[table]]` declaration.
 pub struct LocalTable {
+    /// Nodes 1..=replicas hold a replica; the others are keepers only.
+    pub replicas: u64,
     pub http_port: u16,
     pub interserver_port: u16,
     pub declaration: String,
@@ -225,7 +232,7 @@ pub fn local_config(
             ip = block.ip(i),
             raft = port + 1
         ));
-        if let Some(tb) = table {
+        if let Some(tb) = table.filter(|tb| i <= tb.replicas) {
             t.push_str(&format!(
                 "http = \"{ip}:{}\"\ninterserver = \"{ip}:{}\"\n",
                 tb.http_port,
@@ -242,7 +249,12 @@ pub fn local_config(
 }
 
 /// The default table with `settings` (`key = value` lines).
-fn local_table(http_port: u16, interserver_port: u16, settings: &[String]) -> Result<LocalTable, Failure> {
+fn local_table(
+    replicas: u64,
+    http_port: u16,
+    interserver_port: u16,
+    settings: &[String],
+) -> Result<LocalTable, Failure> {
     let mut declaration = DEFAULT_TABLE.to_string();
     if !settings.is_empty() {
         declaration.push_str("[table.settings]\n");
@@ -255,6 +267,7 @@ fn local_table(http_port: u16, interserver_port: u16, settings: &[String]) -> Re
         }
     }
     Ok(LocalTable {
+        replicas,
         http_port,
         interserver_port,
         declaration,
@@ -342,13 +355,12 @@ fn up(
     if !config.tables.is_empty() {
         // every replica registered and out of read-only mode
         loop {
-            let ready = config
-                .peers
+            let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
+            let ready = https
                 .iter()
-                .filter_map(|p| p.http)
-                .filter(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
+                .filter(|a| http_get(**a, "/replicas_status").is_some_and(|(code, _)| code == 200))
                 .count();
-            if ready == config.peers.len() {
+            if ready == https.len() {
                 break;
             }
             if Instant::now() > deadline {

@@ -31,10 +31,23 @@ impl Cluster {
     /// `drift cluster up` with exactly `extra` (the default table included
     /// unless `--no-table` is among them).
     pub fn up_raw(tag: &str, port: u16, extra: &[&str]) -> Cluster {
+        Cluster::up_nodes(tag, port, 3, extra)
+    }
+
+    /// `drift cluster up --nodes N` with exactly `extra`.
+    pub fn up_nodes(tag: &str, port: u16, nodes: u64, extra: &[&str]) -> Cluster {
         let dir = std::env::temp_dir().join(format!("drift-cluster-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let out = drift()
-            .args(["cluster", "up", "--nodes", "3", "--port", &port.to_string(), "--dir"])
+            .args([
+                "cluster",
+                "up",
+                "--nodes",
+                &nodes.to_string(),
+                "--port",
+                &port.to_string(),
+                "--dir",
+            ])
             .arg(&dir)
             .args(extra)
             .output()
@@ -51,7 +64,7 @@ impl Cluster {
         Cluster {
             dir,
             port,
-            nodes: 3,
+            nodes,
             connect,
             fault_token,
         }
@@ -134,6 +147,20 @@ impl Cluster {
         assert!(
             out.status.success(),
             "drift cluster start --node {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Stops node i, as an operator would (`drift cluster stop`).
+    pub fn stop(&self, i: u64) {
+        let out = drift()
+            .args(["cluster", "stop", "--node", &i.to_string(), "--dir"])
+            .arg(&self.dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "drift cluster stop --node {i}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }

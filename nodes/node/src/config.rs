@@ -240,30 +240,30 @@ impl ClusterConfig {
             return Err("session timeouts: need 0 < min <= max".into());
         }
         if !self.tables.is_empty() {
+            // peers with `http` and `interserver` hold a replica of every table
+            let mut replicas = 0;
             for p in &self.peers {
-                let (Some(http), Some(inter)) = (p.http, p.interserver) else {
-                    return Err(format!(
-                        "peer {}: tables are declared, so it needs `http` and `interserver`",
-                        p.id
-                    ));
-                };
-                if http.port() == 0 || inter.port() == 0 {
-                    return Err(format!("peer {}: port 0 for http or interserver", p.id));
+                match (p.http, p.interserver) {
+                    (Some(http), Some(inter)) if http.port() != 0 && inter.port() != 0 => replicas += 1,
+                    (None, None) => {}
+                    _ => {
+                        return Err(format!(
+                            "peer {}: a replica needs both `http` and `interserver`, with ports",
+                            p.id
+                        ))
+                    }
                 }
             }
-            let all: BTreeSet<SocketAddr> = self
+            if replicas == 0 {
+                return Err("tables are declared but no peer has `http` and `interserver`".into());
+            }
+            let all: Vec<SocketAddr> = self
                 .peers
                 .iter()
-                .flat_map(|p| {
-                    [
-                        p.raft,
-                        p.client,
-                        p.http.expect("checked"),
-                        p.interserver.expect("checked"),
-                    ]
-                })
+                .flat_map(|p| [Some(p.raft), Some(p.client), p.http, p.interserver])
+                .flatten()
                 .collect();
-            if all.len() != 4 * self.peers.len() {
+            if all.iter().collect::<BTreeSet<_>>().len() != all.len() {
                 return Err("every raft, client, http and interserver address must be distinct".into());
             }
             let mut names = BTreeSet::new();

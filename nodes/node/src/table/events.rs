@@ -15,14 +15,15 @@ pub enum Ev {
     ReplicatedPartMerges,
     ReplicatedPartChecksFailed,
     ReplicatedDataLoss,
-    QuorumFailedInserts,
+    UnknownStatusInserts,
     LogEntriesPulled,
     CleanedBlockIds,
     CleanedLogEntries,
     ReplicaClones,
+    CleanupRuns,
 }
 
-const EVENTS: [(Ev, &str, &str); 15] = [
+const EVENTS: [(Ev, &str, &str); 16] = [
     (Ev::InsertQuery, "InsertQuery", "INSERT queries"),
     (
         Ev::InsertedRows,
@@ -70,9 +71,9 @@ const EVENTS: [(Ev, &str, &str); 15] = [
         "parts no replica had, given up (quorum failed)",
     ),
     (
-        Ev::QuorumFailedInserts,
-        "QuorumFailedInserts",
-        "quorum inserts answered 319",
+        Ev::UnknownStatusInserts,
+        "UnknownStatusInserts",
+        "inserts answered 319 (commit or quorum unknown)",
     ),
     (
         Ev::LogEntriesPulled,
@@ -93,6 +94,11 @@ const EVENTS: [(Ev, &str, &str); 15] = [
         Ev::ReplicaClones,
         "ReplicaClones",
         "times this replica cloned another (new, wiped or lost)",
+    ),
+    (
+        Ev::CleanupRuns,
+        "CleanupRuns",
+        "cleanup passes done as leader (block ids and log)",
     ),
 ];
 

@@ -244,7 +244,7 @@ impl Replica {
                         None => {
                             // the background resolver settles it once it can
                             self.st().precommitted.insert(name.clone(), lock.clone());
-                            self.events.add(Ev::QuorumFailedInserts, 1);
+                            self.events.add(Ev::UnknownStatusInserts, 1);
                             return Err(TableError::new(
                             UNKNOWN_STATUS_OF_INSERT,
                             format!("Unknown status of insert: the commit of part {name} got no answer ({why}) and the coordinator could not be asked in time"),
@@ -476,7 +476,7 @@ impl Replica {
         };
         let deadline = Instant::now() + s.quorum_timeout;
         let fail = |why: String| {
-            self.events.add(Ev::QuorumFailedInserts, 1);
+            self.events.add(Ev::UnknownStatusInserts, 1);
             TableError::new(
                 UNKNOWN_STATUS_OF_INSERT,
                 format!("Unknown quorum status. The data was inserted in the local replica but we could not verify quorum. Reason: {why}"),

@@ -57,6 +57,7 @@ impl Replica {
                         serde_json::json!({"what": "log", "error": e.to_string()}),
                     );
                 }
+                self.events.add(Ev::CleanupRuns, 1);
             }
         }
     }

@@ -91,9 +91,8 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Tables>, NodeError> 
     }
     let me = cfg.peer(id).ok_or(NodeError::UnknownId(id))?;
     let (Some(http_addr), Some(inter_addr)) = (me.http, me.interserver) else {
-        return Err(NodeError::Config(crate::error::ConfigError::Invalid(format!(
-            "peer {id} has no http/interserver address"
-        ))));
+        // a keeper-only peer
+        return Ok(None);
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

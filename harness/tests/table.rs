@@ -1,0 +1,617 @@
+//! The replicated table in `drift cluster up`: 3 replicas on a 3-keeper
+//! cluster (5 keepers where two replicas must be down while the keeper
+//! keeps its majority), driven over ClickHouse's HTTP interface. Every
+//! failure is forced through a fault hook, a stopped process or a held
+//! lock; waits poll for the state they need. Each scenario ends by
+//! reading the rows of every replica.
+
+mod common;
+
+use common::cluster::{connect, wait_for, Cluster};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+use zookeeper_client as zk;
+
+const TABLE_PATH: &str = "/clickhouse/tables/events";
+
+struct Http {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: String,
+}
+
+/// One HTTP/1.1 request with `Connection: close`; `Err` when the server
+/// closed without an answer.
+fn http(addr: SocketAddr, method: &str, target: &str, body: &str) -> Result<Http, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    let req = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).map_err(|e| e.to_string())?;
+    let raw = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = raw
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no answer: {raw:?}"))?;
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or("no status line")?;
+    let headers = lines
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+        .collect();
+    Ok(Http {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+fn enc(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+struct Table {
+    c: Cluster,
+}
+
+impl Table {
+    fn up(tag: &str, port: u16, extra: &[&str]) -> Table {
+        let mut args = vec!["--fault-hooks"];
+        args.extend_from_slice(extra);
+        Table {
+            c: Cluster::up_raw(tag, port, &args),
+        }
+    }
+
+    fn up5(tag: &str, port: u16) -> Table {
+        Table {
+            c: Cluster::up_nodes(tag, port, 5, &["--fault-hooks", "--table-replicas", "3"]),
+        }
+    }
+
+    fn http_addr(&self, i: u64) -> SocketAddr {
+        self.c.config().peer(i).unwrap().http.unwrap()
+    }
+
+    /// Runs `sql` on replica i; panics unless it answers 200.
+    fn query(&self, i: u64, sql: &str) -> String {
+        let r = http(self.http_addr(i), "POST", "/", sql).unwrap();
+        assert_eq!(r.status, 200, "{sql} on r{i}: {}", r.body);
+        r.body
+    }
+
+    /// An insert of `rows` (JSONEachRow) on replica i with URL settings.
+    fn insert(&self, i: u64, rows: &str, settings: &str) -> Result<Http, String> {
+        let q = enc("INSERT INTO events FORMAT JSONEachRow");
+        let target = if settings.is_empty() {
+            format!("/?query={q}")
+        } else {
+            format!("/?query={q}&{settings}")
+        };
+        http(self.http_addr(i), "POST", &target, rows)
+    }
+
+    fn insert_ok(&self, i: u64, rows: &str, settings: &str) -> serde_json::Value {
+        let r = self.insert(i, rows, settings).unwrap();
+        assert_eq!(r.status, 200, "insert on r{i}: {}", r.body);
+        serde_json::from_str(&r.headers["x-drift-insert"]).unwrap()
+    }
+
+    fn sync(&self, i: u64) {
+        self.query(i, "SYSTEM SYNC REPLICA events");
+    }
+
+    /// Replica i's rows as `id:key:value`, sorted.
+    fn rows(&self, i: u64) -> Vec<String> {
+        let body = self.query(
+            i,
+            "SELECT id, key, value FROM events ORDER BY id, key, value FORMAT TabSeparated",
+        );
+        body.lines().map(|l| l.replace('\t', ":")).collect()
+    }
+
+    /// Syncs every replica and checks each holds exactly `want`.
+    fn assert_rows_everywhere(&self, replicas: &[u64], want: &[&str]) {
+        let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        want.sort();
+        for &i in replicas {
+            self.sync(i);
+            let mut got = self.rows(i);
+            got.sort();
+            assert_eq!(got, want, "rows on r{i}");
+        }
+    }
+
+    fn hook(&self, i: u64, hook: &str) {
+        let answer = self.c.admin(i, &format!("table {hook}"));
+        assert_eq!(answer.trim(), "ok", "hook {hook} on node {i}");
+    }
+
+    fn event(&self, i: u64, name: &str) -> u64 {
+        self.query(i, &format!("SELECT value FROM system.events WHERE event = '{name}'"))
+            .trim()
+            .parse()
+            .unwrap_or(0)
+    }
+
+    /// Active parts of replica i (`name` sorted).
+    fn parts(&self, i: u64) -> Vec<String> {
+        self.query(i, "SELECT name FROM system.parts WHERE active = 1 ORDER BY name")
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn wait(&self, what: &str, mut f: impl FnMut() -> bool) {
+        wait_for(Duration::from_secs(30), || f().then_some(()))
+            .unwrap_or_else(|| panic!("timed out waiting for {what}"));
+    }
+}
+
+fn row(id: u64, key: &str, value: i64) -> String {
+    format!("{{\"id\":{id},\"key\":\"{key}\",\"value\":{value}}}\n")
+}
+
+#[test]
+fn inserts_replicate_to_every_replica_and_a_resent_insert_is_kept_once() {
+    let t = Table::up("tbl-repl", 22100, &[]);
+    let data = format!("{}{}{}", row(1, "a", 10), row(2, "b", -5), row(1500, "c", 7));
+    let first = t.insert_ok(1, &data, "");
+    assert_eq!(
+        (first["written_blocks"].as_u64(), first["deduplicated_blocks"].as_u64()),
+        (Some(2), Some(0))
+    );
+    // the same insert sent to another replica: both blocks are duplicates
+    let again = t.insert_ok(2, &data, "");
+    assert_eq!(
+        (again["written_blocks"].as_u64(), again["deduplicated_blocks"].as_u64()),
+        (Some(0), Some(2))
+    );
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:a:10", "2:b:-5", "1500:c:7"]);
+    // two round trips per committed block (plus one per partition's first block)
+    assert_eq!(t.event(1, "InsertedBlocks"), 2);
+    assert_eq!(t.event(1, "InsertKeeperRoundTrips"), 2 * 2 + 2);
+    assert_eq!(
+        t.event(2, "InsertKeeperRoundTrips"),
+        2,
+        "a duplicate costs one round trip"
+    );
+    // the replicas fetched it
+    assert_eq!(
+        t.event(2, "ReplicatedPartFetches") + t.event(3, "ReplicatedPartFetches"),
+        4
+    );
+}
+
+#[test]
+fn dedup_by_content_by_token_and_per_partition() {
+    let t = Table::up("tbl-dedup", 22110, &[]);
+    // a 2-partition insert whose partition-0 block is a duplicate inserts the other
+    t.insert_ok(1, &row(1, "a", 1), "");
+    let s = t.insert_ok(2, &format!("{}{}", row(1, "a", 1), row(1001, "b", 1)), "");
+    assert_eq!(
+        (s["written_blocks"].as_u64(), s["deduplicated_blocks"].as_u64()),
+        (Some(1), Some(1))
+    );
+    // the same token with different data keeps the first
+    t.insert_ok(1, &row(5, "tok", 1), "insert_deduplication_token=t1");
+    let s = t.insert_ok(3, &row(6, "tok", 2), "insert_deduplication_token=t1");
+    assert_eq!(s["deduplicated_blocks"].as_u64(), Some(1));
+    // distinct tokens over equal content are two inserts
+    t.insert_ok(1, &row(7, "same", 1), "insert_deduplication_token=u1");
+    t.insert_ok(1, &row(7, "same", 1), "insert_deduplication_token=u2");
+    // insert_deduplicate=0 keeps both
+    t.insert_ok(2, &row(9, "nodedup", 1), "insert_deduplicate=0");
+    t.insert_ok(2, &row(9, "nodedup", 1), "insert_deduplicate=0");
+    t.assert_rows_everywhere(
+        &[1, 2, 3],
+        &[
+            "1:a:1",
+            "1001:b:1",
+            "5:tok:1",
+            "7:same:1",
+            "7:same:1",
+            "9:nodedup:1",
+            "9:nodedup:1",
+        ],
+    );
+}
+
+#[test]
+fn the_window_by_count_keeps_the_newest_ids_only() {
+    let t = Table::up(
+        "tbl-wcount",
+        22120,
+        &[
+            "--table-setting",
+            "replicated_deduplication_window = 3",
+            "--table-setting",
+            "cleanup_delay_period_ms = 200",
+            "--table-setting",
+            "merge_selecting_period_ms = 100",
+        ],
+    );
+    let x = row(1, "x", 1);
+    t.insert_ok(1, &x, "");
+    t.insert_ok(1, &row(2, "y", 1), "");
+    t.insert_ok(1, &row(3, "y", 1), "");
+    // inside the window (3 newest ids): deduplicated, whatever cleanup did
+    let s = t.insert_ok(2, &x, "");
+    assert_eq!(s["deduplicated_blocks"].as_u64(), Some(1));
+    for id in 4..=6 {
+        t.insert_ok(1, &row(id, "y", 1), "");
+    }
+    // 6 ids, 3 kept: the leader removes x's and the next two
+    t.wait("the leader to remove 3 block ids", || {
+        (1..=3).map(|i| t.event(i, "CleanedBlockIds")).sum::<u64>() >= 3
+    });
+    let s = t.insert_ok(3, &x, "");
+    assert_eq!(
+        s["written_blocks"].as_u64(),
+        Some(1),
+        "outside the window x is inserted anew"
+    );
+    t.assert_rows_everywhere(
+        &[1, 2, 3],
+        &["1:x:1", "1:x:1", "2:y:1", "3:y:1", "4:y:1", "5:y:1", "6:y:1"],
+    );
+}
+
+#[test]
+fn the_window_by_age_counts_from_the_newest_id_so_an_idle_table_keeps_it() {
+    let t = Table::up(
+        "tbl-wage",
+        22130,
+        &[
+            "--table-setting",
+            "replicated_deduplication_window_seconds = 1",
+            "--table-setting",
+            "cleanup_delay_period_ms = 200",
+            "--table-setting",
+            "merge_selecting_period_ms = 100",
+        ],
+    );
+    let x = row(1, "x", 1);
+    t.insert_ok(1, &x, "");
+    // the window's length passes with nothing newer, and cleanups run
+    let after = Instant::now() + Duration::from_millis(1500);
+    let runs = |t: &Table| (1..=3).map(|i| t.event(i, "CleanupRuns")).sum::<u64>();
+    wait_for(Duration::from_secs(5), || (Instant::now() >= after).then_some(()));
+    let base = runs(&t);
+    t.wait("two more cleanup passes", || runs(&t) >= base + 2);
+    let s = t.insert_ok(2, &x, "");
+    assert_eq!(
+        s["deduplicated_blocks"].as_u64(),
+        Some(1),
+        "the newest id never expires by time alone"
+    );
+    // a newer id makes x older than the window
+    t.insert_ok(1, &row(2, "y", 1), "");
+    t.wait("x's id to be removed", || {
+        (1..=3).map(|i| t.event(i, "CleanedBlockIds")).sum::<u64>() >= 1
+    });
+    let s = t.insert_ok(3, &x, "");
+    assert_eq!(s["written_blocks"].as_u64(), Some(1));
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:x:1", "1:x:1", "2:y:1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quorum_inserts_succeed_wait_time_out_and_refuse_as_clickhouse_does() {
+    let t = Table::up5("tbl-quorum", 22140);
+    // 2 of 3: acknowledged once two replicas hold the part
+    let s = t.insert_ok(1, &row(1, "q2", 1), "insert_quorum=2");
+    let part = s["parts"][0].as_str().unwrap().to_string();
+    let holders = (1..=3).filter(|&i| t.parts(i).contains(&part)).count();
+    assert!(holders >= 2, "part {part} on {holders} replicas at ack time");
+
+    // 3 of 3 with r3's fetches stopped: 319 after the timeout, reached later
+    t.hook(3, "stop-fetches");
+    let r = t
+        .insert(1, &row(2, "q3", 1), "insert_quorum=3&insert_quorum_timeout=1000")
+        .unwrap();
+    assert_eq!(r.status, 500);
+    assert_eq!(r.headers["x-clickhouse-exception-code"], "319", "{}", r.body);
+    let zk = connect(&t.c.connect).await;
+    let pending = zk
+        .list_children(&format!("{TABLE_PATH}/quorum/parallel"))
+        .await
+        .unwrap();
+    assert_eq!(pending.len(), 1, "the quorum still waits: {pending:?}");
+    t.hook(3, "resume-fetches");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !zk
+        .list_children(&format!("{TABLE_PATH}/quorum/parallel"))
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the quorum was never reached");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (last, _) = zk.get_data(&format!("{TABLE_PATH}/quorum/last_part")).await.unwrap();
+    assert_eq!(String::from_utf8(last).unwrap(), pending[0]);
+
+    // non-parallel: a second quorum insert while the first waits gets 286
+    t.hook(3, "stop-fetches");
+    let addr = t.http_addr(1);
+    let waiting = std::thread::spawn(move || {
+        let q = enc("INSERT INTO events FORMAT JSONEachRow");
+        http(
+            addr,
+            "POST",
+            &format!("/?query={q}&insert_quorum=3&insert_quorum_parallel=0&insert_quorum_timeout=60000"),
+            &row(3, "np1", 1),
+        )
+        .map(|r| r.status)
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while zk
+        .check_stat(&format!("{TABLE_PATH}/quorum/status"))
+        .await
+        .unwrap()
+        .is_none()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the first non-parallel quorum insert never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = t
+        .insert(2, &row(4, "np2", 1), "insert_quorum=2&insert_quorum_parallel=0")
+        .unwrap();
+    assert_eq!(
+        r.headers.get("x-clickhouse-exception-code").map(String::as_str),
+        Some("286"),
+        "{}",
+        r.body
+    );
+    t.hook(3, "resume-fetches");
+    assert_eq!(
+        waiting.join().unwrap(),
+        Ok(200),
+        "the first one completes once r3 fetches"
+    );
+
+    // two replicas down (the keeper keeps 3 of 5): too few live replicas
+    t.c.stop(2);
+    t.c.stop(3);
+    t.wait("r1 to see one active replica", || {
+        t.query(1, "SELECT active_replicas FROM system.replicas").trim() == "1"
+    });
+    let r = t.insert(1, &row(5, "q285", 1), "insert_quorum=2").unwrap();
+    assert_eq!(
+        r.headers.get("x-clickhouse-exception-code").map(String::as_str),
+        Some("285"),
+        "{}",
+        r.body
+    );
+    t.c.start(2);
+    t.c.start(3);
+    t.wait("r2 and r3 to be writable again", || {
+        [2, 3]
+            .iter()
+            .all(|&i| http(t.http_addr(i), "GET", "/replicas_status", "").is_ok_and(|r| r.status == 200))
+    });
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:q2:1", "2:q3:1", "3:np1:1"]);
+}
+
+#[test]
+fn a_lost_commit_reply_and_a_dropped_insert_reply_leave_one_copy() {
+    let t = Table::up("tbl-lost", 22150, &[]);
+    // the commit multi succeeds, its reply is treated as lost: the replica
+    // settles it through the block number lock and answers ok
+    t.hook(1, "fail-commit-reply");
+    let s = t.insert_ok(1, &row(1, "commit", 1), "");
+    assert_eq!(s["written_blocks"].as_u64(), Some(1));
+    assert!(t.c.log(1).contains("\"event\":\"commit_resolved\""), "{}", t.c.log(1));
+    // the insert commits, its HTTP reply never comes: the client retries
+    // elsewhere and the retry is deduplicated
+    t.hook(2, "drop-insert-reply");
+    assert!(
+        t.insert(2, &row(2, "reply", 1), "").is_err(),
+        "the connection closes without an answer"
+    );
+    let s = t.insert_ok(3, &row(2, "reply", 1), "");
+    assert_eq!(s["deduplicated_blocks"].as_u64(), Some(1));
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:commit:1", "2:reply:1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merges_keep_every_row_once_and_never_span_a_held_block_number() {
+    let t = Table::up("tbl-merge", 22160, &["--table-setting", "parts_to_merge_min = 1000"]);
+    for id in 1..=3 {
+        t.insert_ok(1, &row(id, "m", 1), "");
+    }
+    // a writer holds the next block number of partition 0, as an insert
+    // between its two round trips does
+    let zk = connect(&t.c.connect).await;
+    let lock = zk
+        .create(
+            &format!("{TABLE_PATH}/block_numbers/0/block-"),
+            b"held by the test",
+            &zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all()),
+        )
+        .await
+        .unwrap();
+    let held = lock.1.into_i64() as u64;
+    for id in 4..=5 {
+        t.insert_ok(2, &row(id, "m", 1), "");
+    }
+    // OPTIMIZE merges what the replica holds: let r3 hold everything first
+    t.sync(3);
+    t.query(3, "OPTIMIZE TABLE events FINAL");
+    let parts = t.parts(3);
+    assert_eq!(parts.len(), 2, "two merged runs around the held number: {parts:?}");
+    for p in &parts {
+        let f: Vec<u64> = p.split('_').skip(1).take(2).map(|x| x.parse().unwrap()).collect();
+        assert!(
+            !(f[0]..=f[1]).contains(&held),
+            "part {p} spans held block number {held}"
+        );
+    }
+    // the writer dies: its lock goes, the gap may be spanned
+    drop(zk);
+    let zk = connect(&t.c.connect).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !zk
+        .list_children(&format!("{TABLE_PATH}/block_numbers/0"))
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the dead writer's lock stayed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    t.sync(1);
+    t.query(1, "OPTIMIZE TABLE events FINAL");
+    let parts = t.parts(1);
+    assert_eq!(parts.len(), 1, "{parts:?}");
+    assert!(
+        parts[0].ends_with("_2") || parts[0].ends_with("_3"),
+        "a merged part: {parts:?}"
+    );
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:m:1", "2:m:1", "3:m:1", "4:m:1", "5:m:1"]);
+    for i in 1..=3 {
+        assert_eq!(t.parts(i), parts, "r{i} holds the merged part");
+    }
+}
+
+#[test]
+fn a_corrupt_or_truncated_part_transfer_is_refused_and_fetched_again() {
+    let t = Table::up("tbl-corrupt", 22170, &[]);
+    t.hook(3, "stop-fetches");
+    t.hook(1, "corrupt-next-part");
+    t.insert_ok(1, &row(1, "c", 1), "");
+    t.sync(2);
+    assert_eq!(
+        t.event(2, "ReplicatedPartChecksFailed"),
+        1,
+        "r2 refused the corrupt transfer"
+    );
+    assert_eq!(t.rows(2), ["1:c:1"]);
+    t.hook(1, "truncate-next-part");
+    t.hook(2, "truncate-next-part");
+    t.hook(3, "resume-fetches");
+    t.sync(3);
+    assert!(
+        t.event(3, "ReplicatedPartFailedFetches") >= 1,
+        "r3 refused the truncated transfer"
+    );
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:c:1"]);
+}
+
+#[test]
+fn a_restarted_replica_recovers_its_queue() {
+    let t = Table::up("tbl-restart", 22180, &[]);
+    t.hook(3, "stop-fetches");
+    for id in 1..=3 {
+        t.insert_ok(1, &row(id, "r", 1), "");
+    }
+    t.wait("r3 to queue the three parts", || {
+        t.query(3, "SELECT count() FROM system.replication_queue").trim() == "3"
+    });
+    assert!(t.rows(3).is_empty());
+    t.c.stop(3);
+    t.c.start(3);
+    t.wait("r3 to be writable", || {
+        http(t.http_addr(3), "GET", "/replicas_status", "").is_ok_and(|r| r.status == 200)
+    });
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:r:1", "2:r:1", "3:r:1"]);
+    assert!(
+        !t.c.log(3).contains("\"event\":\"cloned\",\"new\":false"),
+        "a restart reloads, not clones"
+    );
+}
+
+#[test]
+fn a_wiped_replica_clones_a_healthy_one() {
+    let t = Table::up("tbl-wipe", 22190, &[]);
+    for id in 1..=3 {
+        t.insert_ok(1, &row(id, "w", 1), "");
+    }
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:w:1", "2:w:1", "3:w:1"]);
+    t.c.stop(3);
+    let tables = t.c.config().node_dir(3).join("tables");
+    std::fs::remove_dir_all(&tables).unwrap();
+    t.c.start(3);
+    t.wait("r3 to be writable", || {
+        http(t.http_addr(3), "GET", "/replicas_status", "").is_ok_and(|r| r.status == 200)
+    });
+    assert_eq!(t.event(3, "ReplicaClones"), 1);
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:w:1", "2:w:1", "3:w:1"]);
+}
+
+#[test]
+fn bad_queries_get_clickhouse_errors() {
+    let t = Table::up("tbl-errors", 22200, &[]);
+    let a = t.http_addr(1);
+    let check = |method: &str, target: &str, body: &str, status: u16, code: &str, says: &str| {
+        let r = http(a, method, target, body).unwrap();
+        assert_eq!(r.status, status, "{target} {body}: {}", r.body);
+        assert_eq!(
+            r.headers.get("x-clickhouse-exception-code").map(String::as_str),
+            Some(code),
+            "{}",
+            r.body
+        );
+        assert!(
+            r.body.starts_with(&format!("Code: {code}. DB::Exception: ")) && r.body.contains(says),
+            "{}",
+            r.body
+        );
+    };
+    check("POST", "/", "SELEC 1", 400, "62", "SYNTAX_ERROR");
+    check("POST", "/", "SELECT * FROM nope", 404, "60", "UNKNOWN_TABLE");
+    check(
+        "GET",
+        &format!("/?query={}", enc("INSERT INTO events FORMAT JSONEachRow")),
+        "",
+        403,
+        "164",
+        "READONLY",
+    );
+    check(
+        "POST",
+        "/?query=SELECT%201&bogus_setting=1",
+        "",
+        404,
+        "115",
+        "bogus_setting",
+    );
+    check(
+        "POST",
+        &format!("/?query={}", enc("INSERT INTO events FORMAT JSONEachRow")),
+        &format!("{}{{\"id\":\"x\"}}\n", row(1, "a", 1)),
+        400,
+        "27",
+        "row 2: column id",
+    );
+    check(
+        "POST",
+        &format!("/?query={}", enc("INSERT INTO events FORMAT JSONEachRow")),
+        "{\"id\":1,\"nope\":2}",
+        400,
+        "117",
+        "Unknown field",
+    );
+    assert_eq!(http(a, "GET", "/ping", "").unwrap().body, "Ok.\n");
+    // VALUES and TabSeparated inserts, and nothing of the failed ones
+    t.query(1, "INSERT INTO events VALUES (7, 'v', -1)");
+    t.query(1, "INSERT INTO events FORMAT TabSeparated\n8\tt\t2\n");
+    t.assert_rows_everywhere(&[1, 2, 3], &["7:v:-1", "8:t:2"]);
+}
