@@ -238,6 +238,13 @@ pub struct NodeArgs {
     pub bootstrap: bool,
 }
 
+/// What coordinates a local cluster's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CoordinatorArg {
+    Keeper,
+    Zookeeper,
+}
+
 #[derive(Args, Debug)]
 pub struct ClusterArgs {
     #[command(subcommand)]
@@ -286,6 +293,11 @@ pub enum ClusterAction {
         /// Where replicas fetch parts from each other (ClickHouse's 9009).
         #[arg(long = "interserver-port", default_value_t = 9009, value_parser = clap::value_parser!(u16).range(1024..))]
         interserver_port: u16,
+        /// What coordinates the table: the nodes' own keeper, or an Apache
+        /// ZooKeeper ensemble on the same client addresses (a baseline; the
+        /// nodes then run their tables only).
+        #[arg(long, value_enum, default_value_t = CoordinatorArg::Keeper)]
+        coordinator: CoordinatorArg,
     },
     /// Stop one node of the cluster (SIGTERM, then SIGKILL).
     Stop {

@@ -140,6 +140,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             table_replicas,
             http_port,
             interserver_port,
+            coordinator,
         } => {
             let replicas = table_replicas.unwrap_or(nodes);
             if !(1..=nodes).contains(&replicas) {
@@ -150,16 +151,17 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             } else {
                 Some(local_table(replicas, http_port, interserver_port, &table_settings)?)
             };
-            up(
+            up(UpSpec {
                 nodes,
-                &dir,
+                dir: &dir,
                 port,
                 block,
                 quorum_reads,
                 fault_hooks,
-                &set,
-                table.as_ref(),
-            )
+                set: &set,
+                table: table.as_ref(),
+                zookeeper: coordinator == crate::cli::CoordinatorArg::Zookeeper,
+            })
         }
         ClusterAction::Stop { dir, node } => stop_node(&dir, node),
         ClusterAction::Start { dir, node } => start_node(&dir, node),
@@ -274,22 +276,66 @@ fn local_table(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn up(
-    nodes: u64,
-    dir: &Path,
-    port: u16,
-    block: Option<u8>,
-    quorum_reads: bool,
-    fault_hooks: bool,
-    set: &[String],
-    table: Option<&LocalTable>,
-) -> Result<i32, Failure> {
+/// What a local cluster is made of.
+pub struct UpSpec<'a> {
+    pub nodes: u64,
+    pub dir: &'a Path,
+    pub port: u16,
+    pub block: Option<u8>,
+    pub quorum_reads: bool,
+    pub fault_hooks: bool,
+    pub set: &'a [String],
+    pub table: Option<&'a LocalTable>,
+    /// Apache ZooKeeper on the peers' client addresses instead of the
+    /// keeper (the nodes then run their tables only).
+    pub zookeeper: bool,
+}
+
+fn up(spec: UpSpec<'_>) -> Result<i32, Failure> {
+    let config = start_cluster(&spec)?;
+    if !config.tables.is_empty() {
+        let urls: Vec<String> = config
+            .peers
+            .iter()
+            .filter_map(|p| p.http)
+            .map(|a| format!("http://{a}/"))
+            .collect();
+        let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
+        eprintln!("tables {} on {}", names.join(", "), urls.join(" "));
+    }
+    out!("{}", config.connect_string());
+    Ok(0)
+}
+
+/// Starts a local cluster in the background and waits until it serves:
+/// a leader, and every table replica writable.
+pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
+    let UpSpec {
+        nodes,
+        dir,
+        port,
+        block,
+        quorum_reads,
+        fault_hooks,
+        set,
+        table,
+        zookeeper,
+    } = *spec;
+    if zookeeper && !crate::local::zookeeper_installed() {
+        return Err(Failure::new(
+            "--coordinator zookeeper needs Apache ZooKeeper (apt install zookeeper)",
+        ));
+    }
+    if zookeeper && table.is_none() {
+        return Err(Failure::new(
+            "--coordinator zookeeper coordinates the table: not with --no-table",
+        ));
+    }
     if !(1..=NODES_MAX).contains(&nodes) {
         return Err(Failure::new(format!("--nodes must be in 1..={NODES_MAX}")));
     }
-    // client port P, Raft P+1, admin P+2
-    check_port(port, 2)?;
+    // client port P, Raft P+1, admin P+2 (ZooKeeper's election port P+3)
+    check_port(port, 3)?;
     if dir.join("pids").exists() {
         return Err(Failure::new(format!(
             "{}: a cluster is already up here (drift cluster down first)",
@@ -305,6 +351,10 @@ fn up(
     // held by the nodes (their stdin) once this process is gone
     let claim = Claim::acquire(block, nodes, port, &claim_holder(&dir))?;
     let secret = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a cluster secret: {e}")))?;
+    let mut set = set.to_vec();
+    if zookeeper {
+        set.push("keeper = false".into());
+    }
     let text = local_config(
         nodes,
         claim.block,
@@ -312,7 +362,7 @@ fn up(
         port,
         quorum_reads,
         &secret,
-        set,
+        &set,
         table,
     );
     write_private(&config_path, &text).map_err(Failure::new)?;
@@ -323,6 +373,9 @@ fn up(
         write_private(&token_path, &token).map_err(Failure::new)?;
     } else {
         let _ = std::fs::remove_file(&token_path);
+    }
+    if zookeeper {
+        start_zookeeper(&dir, &config, claim.block, nodes, port, &claim)?;
     }
     // each pid is recorded as soon as its node runs, so `down` can end
     // whatever started even if a later node fails to
@@ -373,17 +426,62 @@ fn up(
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        let urls: Vec<String> = config
-            .peers
-            .iter()
-            .filter_map(|p| p.http)
-            .map(|a| format!("http://{a}/"))
-            .collect();
-        let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
-        eprintln!("tables {} on {}", names.join(", "), urls.join(" "));
     }
-    out!("{}", config.connect_string());
-    Ok(0)
+    Ok(config)
+}
+
+/// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
+/// per node on its client address, holding the address block's claim,
+/// recorded in `<dir>/zk-pids`; waits for its leader.
+fn start_zookeeper(
+    dir: &Path,
+    config: &ClusterConfig,
+    block: Block,
+    nodes: u64,
+    port: u16,
+    claim: &Claim,
+) -> Result<(), Failure> {
+    crate::local::write_zookeeper_configs(config, block, nodes, port).map_err(Failure::new)?;
+    let mut pids = Vec::new();
+    for i in 1..=nodes {
+        let log_path = dir.join(format!("zookeeper-{i}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Failure::new(format!("{}: {e}", log_path.display())))?;
+        let stdin = Stdio::from(
+            claim
+                .share()
+                .map_err(|e| Failure::new(format!("the address block's lock: {e}")))?,
+        );
+        let child = crate::local::zookeeper_command(&config.node_dir(i))
+            .stdin(stdin)
+            .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| Failure::new(format!("starting ZooKeeper {i}: {e}")))?;
+        pids.push((i, child.id()));
+        let text: String = pids.iter().map(|(i, p)| format!("{i} {p}\n")).collect();
+        std::fs::write(dir.join("zk-pids"), text).map_err(|e| Failure::new(e.to_string()))?;
+    }
+    let deadline = Instant::now() + UP_TIMEOUT;
+    while !config
+        .peers
+        .iter()
+        .any(|p| four_letter(p.client, "srvr").is_some_and(|s| s.contains("Mode: leader")))
+    {
+        if Instant::now() > deadline {
+            return Err(Failure::new(format!(
+                "ZooKeeper elected no leader within {}s; see {}/zookeeper-*.log (drift cluster down --dir {} to stop)",
+                UP_TIMEOUT.as_secs(),
+                dir.display(),
+                dir.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
 }
 
 /// A plain HTTP/1.0 GET: (status, body), or `None` if it could not be had.
@@ -479,15 +577,27 @@ fn cluster_dir(dir: &Path) -> Result<(PathBuf, PathBuf), Failure> {
 /// Ends `pids` (our nodes only): SIGTERM, up to 5 s, then SIGKILL. How
 /// many were running.
 fn end_nodes(pids: &[u32], config_path: &Path) -> usize {
-    let ours: Vec<u32> = pids.iter().copied().filter(|p| is_our_node(*p, config_path)).collect();
+    end_processes(pids, &config_path.display().to_string())
+}
+
+/// Ends the processes of `pids` whose command line still names `marker`
+/// (so never a recycled PID): SIGTERM, up to 5 s, then SIGKILL.
+fn end_processes(pids: &[u32], marker: &str) -> usize {
+    let ours: Vec<u32> = pids.iter().copied().filter(|p| cmdline_has(*p, marker)).collect();
     signal(&ours, "TERM");
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && ours.iter().any(|p| is_our_node(*p, config_path)) {
+    while Instant::now() < deadline && ours.iter().any(|p| cmdline_has(*p, marker)) {
         std::thread::sleep(Duration::from_millis(50));
     }
-    let left: Vec<u32> = ours.iter().copied().filter(|p| is_our_node(*p, config_path)).collect();
+    let left: Vec<u32> = ours.iter().copied().filter(|p| cmdline_has(*p, marker)).collect();
     signal(&left, "KILL");
     ours.len()
+}
+
+fn cmdline_has(pid: u32, marker: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).contains(marker))
+        .unwrap_or(false)
 }
 
 fn stop_node(dir: &Path, node: u64) -> Result<i32, Failure> {
@@ -624,13 +734,30 @@ fn status(dir: &Path) -> Result<i32, Failure> {
     Ok(0)
 }
 
-fn down(dir: &Path) -> Result<i32, Failure> {
-    let (dir, config_path) = cluster_dir(dir)?;
-    let pids: Vec<u32> = read_pids(&dir)?.into_iter().map(|(_, p)| p).collect();
-    let ended = end_nodes(&pids, &config_path);
-    std::fs::remove_file(dir.join("pids")).map_err(|e| Failure::new(e.to_string()))?;
+pub fn down(dir: &Path) -> Result<i32, Failure> {
+    let ended = stop_cluster(dir)?;
     out!("stopped {ended} node(s)");
     Ok(0)
+}
+
+/// Ends every process of the cluster in `dir`; how many ran.
+pub fn stop_cluster(dir: &Path) -> Result<usize, Failure> {
+    let (dir, config_path) = cluster_dir(dir)?;
+    let pids: Vec<u32> = read_pids(&dir)?.into_iter().map(|(_, p)| p).collect();
+    let mut ended = end_nodes(&pids, &config_path);
+    std::fs::remove_file(dir.join("pids")).map_err(|e| Failure::new(e.to_string()))?;
+    let zk_path = dir.join("zk-pids");
+    if zk_path.exists() {
+        let text = std::fs::read_to_string(&zk_path).map_err(|e| Failure::new(e.to_string()))?;
+        let zk: Vec<u32> = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .collect();
+        // a ZooKeeper JVM is ours when its command line names a zoo.cfg in this directory
+        ended += end_processes(&zk, &dir.join("data").display().to_string());
+        std::fs::remove_file(&zk_path).map_err(|e| Failure::new(e.to_string()))?;
+    }
+    Ok(ended)
 }
 
 fn signal(pids: &[u32], sig: &str) {

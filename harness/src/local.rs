@@ -77,10 +77,22 @@ pub fn zookeeper_installed() -> bool {
     Path::new("/usr/share/java/zookeeper.jar").exists()
 }
 
+/// The command that runs one Apache ZooKeeper server from `dir/zoo.cfg`.
+pub(crate) fn zookeeper_command(dir: &Path) -> Command {
+    let mut c = Command::new("java");
+    c.args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_CLASSPATH])
+        .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
+        .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
+        .arg("-Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties")
+        .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
+        .arg(dir.join("zoo.cfg"));
+    c
+}
+
 /// zoo.cfg and myid for each node: quorum on 127.0.0.(10+i) ports
 /// P+1/P+3, clients on P; ticks of 200 ms so elections and session
 /// expiry run at the pace of the drift keeper's.
-fn write_zookeeper_configs(config: &ClusterConfig, block: Block, n: u64, port: u16) -> Result<(), String> {
+pub(crate) fn write_zookeeper_configs(config: &ClusterConfig, block: Block, n: u64, port: u16) -> Result<(), String> {
     for i in 1..=n {
         let dir = config.node_dir(i);
         std::fs::create_dir_all(dir.join("data")).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -208,13 +220,7 @@ impl Db for LocalCluster {
             .open(&n.log)
             .map_err(|e| BackendError::io(&n.log, e))?;
         if zookeeper {
-            let child = Command::new("java")
-                .args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_CLASSPATH])
-                .arg(format!("-Dzookeeper.log.dir={}", n.dir.display()))
-                .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
-                .arg("-Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties")
-                .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-                .arg(n.dir.join("zoo.cfg"))
+            let child = zookeeper_command(&n.dir)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
                 .stderr(log)

@@ -615,3 +615,26 @@ fn bad_queries_get_clickhouse_errors() {
     t.query(1, "INSERT INTO events FORMAT TabSeparated\n8\tt\t2\n");
     t.assert_rows_everywhere(&[1, 2, 3], &["7:v:-1", "8:t:2"]);
 }
+
+#[test]
+fn the_table_runs_the_same_on_apache_zookeeper() {
+    if !std::path::Path::new("/usr/share/java/zookeeper.jar").exists() {
+        let why = "Apache ZooKeeper is missing (ci/test installs the `zookeeper` package)";
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "{why}, and DRIFT_REQUIRE_DEPS is set"
+        );
+        eprintln!("NOT RUN: {why}");
+        return;
+    }
+    let t = Table::up("tbl-zk", 22210, &["--coordinator", "zookeeper"]);
+    assert!(std::fs::read_to_string(t.c.dir.join("zookeeper-1.log")).is_ok_and(|l| l.contains("QuorumPeer")));
+    let data = format!("{}{}", row(1, "z", 1), row(2000, "z", 2));
+    t.insert_ok(1, &data, "");
+    let again = t.insert_ok(3, &data, "");
+    assert_eq!(again["deduplicated_blocks"].as_u64(), Some(2));
+    // the fetch and quorum paths run against ZooKeeper too
+    t.insert_ok(2, &row(3, "q", 1), "insert_quorum=3");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:z:1", "2000:z:2", "3:q:1"]);
+    assert_eq!(t.event(1, "InsertKeeperRoundTrips"), 2 * 2 + 2);
+}

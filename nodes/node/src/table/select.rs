@@ -145,6 +145,31 @@ impl Ctx<'_> {
                     && v.compare(&self.eval(high, row)?) != Ordering::Greater;
                 bool_cell(inside != *negated)
             }
+            Expr::Like {
+                negated,
+                expr,
+                pattern,
+                escape_char: None,
+                any: false,
+            }
+            | Expr::ILike {
+                negated,
+                expr,
+                pattern,
+                escape_char: None,
+                any: false,
+            } => {
+                let insensitive = matches!(e, Expr::ILike { .. });
+                let (Cell::S(v), Cell::S(p)) = (self.eval(expr, row)?, self.eval(pattern, row)?) else {
+                    return Err(TableError::new(ILLEGAL_TYPE_OF_ARGUMENT, "LIKE needs strings"));
+                };
+                let (v, p) = if insensitive {
+                    (v.to_lowercase(), p.to_lowercase())
+                } else {
+                    (v, p)
+                };
+                bool_cell(like(v.as_bytes(), p.as_bytes()) != *negated)
+            }
             Expr::Function(f) => {
                 let name = f.name.to_string();
                 let args = function_args(&f.args).ok_or_else(|| unsupported(&name))?;
@@ -174,6 +199,53 @@ impl Ctx<'_> {
             }
             other => return Err(unsupported(other)),
         })
+    }
+}
+
+/// SQL LIKE: `%` any run, `_` one byte, `\\` escapes the next byte.
+/// Greedy with one backtrack point, so O(value × pattern) at worst.
+fn like(v: &[u8], p: &[u8]) -> bool {
+    let (mut i, mut j) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while i < v.len() {
+        let escaped = j + 1 < p.len() && p[j] == b'\\';
+        if escaped && v[i] == p[j + 1] {
+            i += 1;
+            j += 2;
+        } else if j < p.len() && !escaped && (p[j] == b'_' || (p[j] != b'%' && p[j] == v[i])) {
+            i += 1;
+            j += 1;
+        } else if j < p.len() && p[j] == b'%' {
+            star = Some((j, i));
+            j += 1;
+        } else if let Some((sj, si)) = star {
+            j = sj + 1;
+            i = si + 1;
+            star = Some((sj, si + 1));
+        } else {
+            return false;
+        }
+    }
+    while j < p.len() && p[j] == b'%' {
+        j += 1;
+    }
+    j == p.len()
+}
+
+#[cfg(test)]
+#[test]
+fn like_matches_as_sql_does() {
+    for (v, p, want) in [
+        ("abc", "a%", true),
+        ("abc", "%c", true),
+        ("abc", "a_c", true),
+        ("abc", "a_", false),
+        ("a%c", "a\\%c", true),
+        ("abc", "a\\%c", false),
+        ("", "%", true),
+        ("aaaaaaaaaaaaaaaaaaaaaaaaaaaaab", "%a%a%a%a%a%a%a%a%c", false),
+    ] {
+        assert_eq!(like(v.as_bytes(), p.as_bytes()), want, "{v} LIKE {p}");
     }
 }
 
@@ -444,6 +516,8 @@ mod tests {
         );
         let (_, rows) = q("SELECT * FROM t ORDER BY s, id DESC LIMIT 2");
         assert_eq!(rows[0][0], Value::UInt64(9));
+        let (_, rows) = q("SELECT count() FROM t WHERE s LIKE 'v_' AND s NOT LIKE '%2'");
+        assert_eq!(rows[0][0], Value::UInt64(7));
         let (_, rows) = q("SELECT id - 20 FROM t LIMIT 1");
         assert_eq!(rows[0][0], Value::Int64(-19));
     }
