@@ -400,6 +400,44 @@ pub enum BenchWhat {
     Keeper(BenchKeeperArgs),
     /// Generator + history recording throughput against a no-op client.
     Harness(BenchHarnessArgs),
+    /// The replicated table's inserts on a local 3-replica cluster: rows/s,
+    /// inserts/s and latency at several client counts, coordinator round
+    /// trips per insert, beside the naive 3-round-trip path and beside
+    /// Apache ZooKeeper as the coordinator.
+    Table(BenchTableArgs),
+}
+
+/// What `drift bench table` compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TableSetup {
+    /// The keeper, two round trips per insert.
+    Keeper,
+    /// The keeper, the naive path: id check, lock, commit.
+    Naive,
+    /// Apache ZooKeeper, two round trips per insert.
+    Zookeeper,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchTableArgs {
+    /// Concurrent HTTP clients per cell (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1u64, 16, 64], value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub clients: Vec<u64>,
+    /// Seconds each cell runs.
+    #[arg(long, default_value_t = 5.0)]
+    pub seconds: f64,
+    /// Rows per insert (one block).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub rows: u64,
+    /// Setups to run, in this order (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [TableSetup::Keeper, TableSetup::Naive, TableSetup::Zookeeper])]
+    pub setups: Vec<TableSetup>,
+    /// The clusters' client port (each setup claims its own address block).
+    #[arg(long, default_value_t = 23100, value_parser = clap::value_parser!(u16).range(1024..=65530))]
+    pub port: u16,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]

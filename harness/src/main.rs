@@ -14,6 +14,7 @@ mod bench;
 mod bench_harness;
 mod bench_keeper;
 mod bench_repair;
+mod bench_table;
 mod campaign;
 mod check;
 mod claim;
@@ -50,6 +51,7 @@ fn main() {
             BenchWhat::Repair(args) => bench_repair::repair(args),
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
             BenchWhat::Harness(args) => bench_harness::harness(args),
+            BenchWhat::Table(args) => bench_table::table(args),
         },
         Command::Test(args) => campaign::run(args),
         Command::Replay(args) => campaign::replay(&args.run),
