@@ -7,6 +7,10 @@
 //!   lock, the commit: three round trips);
 //! * `zookeeper` — Apache ZooKeeper coordinates, two round trips.
 //!
+//! All setups' clusters run through the sitting and the cells interleave
+//! (per client count, each round visits every setup), with merges off;
+//! each cell reports the round with the median inserts/s.
+//!
 //! Every insert carries `--rows` fresh rows (one block: the bench table has
 //! one partition), so none is a duplicate. Round trips per insert are read
 //! from the replicas' own counters (`InsertKeeperRoundTrips` over
@@ -37,6 +41,9 @@ struct Cell {
     p50_ms: f64,
     p99_ms: f64,
     round_trips_per_insert: f64,
+    /// Coordinator time per insert (its round trips), as the replicas
+    /// measured it.
+    keeper_ms_per_insert: f64,
 }
 
 fn name(s: TableSetup) -> &'static str {
@@ -85,7 +92,11 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             args.seconds
         );
         out!(
-            "{:<10} {:>7} {:>10} {:>11} {:>8} {:>8} {:>9} {:>7}",
+            "median of {} interleaved rounds per cell (the spread of inserts/s in brackets)",
+            args.rounds
+        );
+        out!(
+            "{:<10} {:>7} {:>10} {:>11} {:>8} {:>8} {:>9} {:>10} {:>7}",
             "setup",
             "clients",
             "inserts/s",
@@ -93,16 +104,22 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             "p50 ms",
             "p99 ms",
             "RT/insert",
+            "keeper ms",
             "errors"
         );
     }
-    let mut cells = Vec::new();
+    // every setup's cluster runs for the whole sitting; cells interleave
+    // (each client count: every setup in turn, each round), so drift in the
+    // machine's state spreads evenly over the setups
+    let mut clusters = Vec::new();
     for setup in &args.setups {
         let dir = std::env::temp_dir().join(format!("drift-bench-table-{}-{}", std::process::id(), name(*setup)));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut declaration = TABLE.to_string();
+        // merges off: the cells measure inserts and their replication, not
+        // a merge backlog that grows with the table
+        let mut declaration = format!("{TABLE}[table.settings]\nparts_to_merge_min = 1000000000\n");
         if *setup == TableSetup::Naive {
-            declaration.push_str("[table.settings]\nnaive_insert_path = true\n");
+            declaration.push_str("naive_insert_path = true\n");
         }
         let table = LocalTable {
             replicas: 3,
@@ -131,33 +148,57 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             .collect();
         let next_id = Arc::new(AtomicU64::new(0));
         rt.block_on(drive(&http, &urls, 4, WARMUP, args.rows as usize, &next_id));
+        clusters.push((*setup, urls, next_id, running));
+    }
+    let mut samples: Vec<Cell> = Vec::new();
+    for &clients in &args.clients {
+        for _ in 0..args.rounds {
+            for (setup, urls, next_id, _) in &clusters {
+                let before = rt.block_on(counters(&http, urls))?;
+                let (n, errors, hist, secs) = rt.block_on(drive(
+                    &http,
+                    urls,
+                    clients as usize,
+                    Duration::from_secs_f64(args.seconds),
+                    args.rows as usize,
+                    next_id,
+                ));
+                let after = rt.block_on(counters(&http, urls))?;
+                let blocks = after.1.saturating_sub(before.1);
+                samples.push(Cell {
+                    setup: name(*setup),
+                    clients,
+                    inserts: n,
+                    errors,
+                    seconds: secs,
+                    inserts_per_s: n as f64 / secs,
+                    rows_per_s: (n * args.rows) as f64 / secs,
+                    p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
+                    p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
+                    round_trips_per_insert: after.0.saturating_sub(before.0) as f64 / blocks.max(1) as f64,
+                    keeper_ms_per_insert: after.2.saturating_sub(before.2) as f64 / 1000.0 / blocks.max(1) as f64,
+                });
+            }
+        }
+    }
+    drop(clusters);
+    // per (setup, clients): the round with the median inserts/s
+    let mut cells = Vec::new();
+    for setup in &args.setups {
         for &clients in &args.clients {
-            let before = rt.block_on(counters(&http, &urls))?;
-            let (n, errors, hist, secs) = rt.block_on(drive(
-                &http,
-                &urls,
-                clients as usize,
-                Duration::from_secs_f64(args.seconds),
-                args.rows as usize,
-                &next_id,
-            ));
-            let after = rt.block_on(counters(&http, &urls))?;
-            let blocks = after.1.saturating_sub(before.1);
-            let cell = Cell {
-                setup: name(*setup),
-                clients,
-                inserts: n,
-                errors,
-                seconds: secs,
-                inserts_per_s: n as f64 / secs,
-                rows_per_s: (n * args.rows) as f64 / secs,
-                p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
-                p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
-                round_trips_per_insert: after.0.saturating_sub(before.0) as f64 / blocks.max(1) as f64,
-            };
+            let mut runs: Vec<&Cell> = samples
+                .iter()
+                .filter(|c| c.setup == name(*setup) && c.clients == clients)
+                .collect();
+            runs.sort_by(|a, b| a.inserts_per_s.total_cmp(&b.inserts_per_s));
+            let spread = (
+                runs.first().map(|c| c.inserts_per_s),
+                runs.last().map(|c| c.inserts_per_s),
+            );
+            let cell = runs[runs.len() / 2].clone();
             if !args.json {
                 out!(
-                    "{:<10} {:>7} {:>10.0} {:>11.0} {:>8.2} {:>8.2} {:>9.3} {:>7}",
+                    "{:<10} {:>7} {:>10.0} {:>11.0} {:>8.2} {:>8.2} {:>9.3} {:>10.2} {:>7}   ({:.0}–{:.0})",
                     cell.setup,
                     cell.clients,
                     cell.inserts_per_s,
@@ -165,12 +206,14 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
                     cell.p50_ms,
                     cell.p99_ms,
                     cell.round_trips_per_insert,
-                    cell.errors
+                    cell.keeper_ms_per_insert,
+                    cell.errors,
+                    spread.0.unwrap_or(0.0),
+                    spread.1.unwrap_or(0.0)
                 );
             }
             cells.push(cell);
         }
-        drop(running);
     }
     let ratio = |a: &str, b: &str, c: u64| {
         let f = |s: &str| {
@@ -203,18 +246,20 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             serde_json::json!({"rows_per_insert": args.rows, "seconds": args.seconds, "cells": cells, "ratios": ratios})
         );
     }
-    let failed = cells.iter().any(|c| c.inserts == 0);
+    let failed = samples.iter().any(|c| c.inserts == 0);
     Ok(if failed { 3 } else { 0 })
 }
 
-/// Sums of `InsertKeeperRoundTrips` and `InsertedBlocks` over the replicas.
-async fn counters(http: &reqwest::Client, urls: &[String]) -> Result<(u64, u64), Failure> {
+/// Sums of `InsertKeeperRoundTrips`, `InsertedBlocks` and
+/// `InsertKeeperMicros` over the replicas.
+async fn counters(http: &reqwest::Client, urls: &[String]) -> Result<(u64, u64, u64), Failure> {
     let mut rt = 0;
     let mut blocks = 0;
+    let mut micros = 0;
     for u in urls {
         let body = http
             .post(u)
-            .body("SELECT event, value FROM system.events WHERE event IN ('InsertKeeperRoundTrips', 'InsertedBlocks')")
+            .body("SELECT event, value FROM system.events WHERE event IN ('InsertKeeperRoundTrips', 'InsertedBlocks', 'InsertKeeperMicros')")
             .send()
             .await
             .map_err(|e| Failure::new(format!("{u}: {e}")))?
@@ -226,11 +271,12 @@ async fn counters(http: &reqwest::Client, urls: &[String]) -> Result<(u64, u64),
             match (w.next(), w.next().and_then(|v| v.parse::<u64>().ok())) {
                 (Some("InsertKeeperRoundTrips"), Some(v)) => rt += v,
                 (Some("InsertedBlocks"), Some(v)) => blocks += v,
+                (Some("InsertKeeperMicros"), Some(v)) => micros += v,
                 _ => {}
             }
         }
     }
-    Ok((rt, blocks))
+    Ok((rt, blocks, micros))
 }
 
 /// `clients` tasks insert for `d`: (inserts, errors, latency µs, seconds).

@@ -426,6 +426,9 @@ pub struct BenchTableArgs {
     /// Seconds each cell runs.
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
+    /// Rounds per cell (the median is reported).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
+    pub rounds: u64,
     /// Rows per insert (one block).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub rows: u64,

@@ -67,6 +67,8 @@ pub struct Selected {
     pub znode: String,
     pub entry: LogEntry,
     pub pool: Pool,
+    /// This run's number (1 for the first try).
+    pub tries: u32,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -269,6 +271,7 @@ impl Queue {
             znode: z.clone(),
             entry: e.entry.clone(),
             pool,
+            tries: e.num_tries,
         };
         if !matches!(selected.entry.kind, EntryKind::DropRange { .. }) {
             self.future.insert(selected.entry.new_part().clone(), z);

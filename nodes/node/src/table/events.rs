@@ -10,6 +10,7 @@ pub enum Ev {
     InsertedBlocks,
     DuplicatedInsertedBlocks,
     InsertKeeperRoundTrips,
+    InsertKeeperMicros,
     ReplicatedPartFetches,
     ReplicatedPartFailedFetches,
     ReplicatedPartMerges,
@@ -23,7 +24,7 @@ pub enum Ev {
     CleanupRuns,
 }
 
-const EVENTS: [(Ev, &str, &str); 16] = [
+const EVENTS: [(Ev, &str, &str); 17] = [
     (Ev::InsertQuery, "InsertQuery", "INSERT queries"),
     (
         Ev::InsertedRows,
@@ -44,6 +45,11 @@ const EVENTS: [(Ev, &str, &str); 16] = [
         Ev::InsertKeeperRoundTrips,
         "InsertKeeperRoundTrips",
         "coordinator round trips spent committing or deduplicating inserted blocks",
+    ),
+    (
+        Ev::InsertKeeperMicros,
+        "InsertKeeperMicros",
+        "microseconds inserts spent waiting on those round trips",
     ),
     (
         Ev::ReplicatedPartFetches,

@@ -230,7 +230,13 @@ impl Replica {
 
     /// Records a part this replica now holds (and drops what it replaces)
     /// together with the entry's removal; retries a lost quorum race.
-    async fn commit_part(&self, sel: &Selected, part: &PartInfo, sums: &format::Checksums) -> Result<(), ZkErr> {
+    async fn commit_part(
+        &self,
+        sel: &Selected,
+        part: &PartInfo,
+        sums: &format::Checksums,
+        quorum: bool,
+    ) -> Result<(), ZkErr> {
         for _ in 0..5 {
             let mut ops = vec![KeeperOp::Create {
                 path: self.paths.my_part(&part.name()),
@@ -238,14 +244,18 @@ impl Replica {
                 mode: CreateMode::Persistent,
             }];
             ops.extend(self.drop_part_ops(&self.replaced_by(part)));
-            ops.extend(self.quorum_ops(part).await?);
+            if quorum {
+                ops.extend(self.quorum_ops(part).await?);
+            }
             match self.commit_entry(sel, ops).await {
                 // the quorum node changed under us: read it again
                 Err(ZkErr::BadVersion) => continue,
                 // listed already (a commit whose reply was lost): record the rest
                 Err(ZkErr::NodeExists) => {
                     let mut ops = self.drop_part_ops(&self.replaced_by(part));
-                    ops.extend(self.quorum_ops(part).await?);
+                    if quorum {
+                        ops.extend(self.quorum_ops(part).await?);
+                    }
                     return self.commit_entry(sel, ops).await;
                 }
                 other => return other,
@@ -273,7 +283,10 @@ impl Replica {
         if self.hooks.fetches_stopped.load(Ordering::SeqCst) {
             return Ok(Outcome::Retry("fetches are stopped".into()));
         }
-        let Some((source, host)) = self.find_replica_having(part).await? else {
+        // first try: the writer, which has the part unless it was merged
+        // away; after a failure, every replica
+        let prefer = (sel.tries <= 1).then_some(sel.entry.source_replica.as_str());
+        let Some((source, host)) = self.find_replica_having(part, prefer).await? else {
             if quorum > 0 {
                 if let Some(why) = self.fail_quorum_if_lost(part, block_id).await? {
                     self.coord
@@ -286,7 +299,7 @@ impl Replica {
             self.events.add(Ev::ReplicatedPartFailedFetches, 1);
             return Ok(Outcome::Retry(format!("No active replica has part {part}")));
         };
-        self.fetch_and_commit(sel, part, &source, &host).await
+        self.fetch_and_commit(sel, part, &source, &host, quorum > 0).await
     }
 
     async fn fetch_and_commit(
@@ -295,10 +308,12 @@ impl Replica {
         part: &PartInfo,
         source: &str,
         host: &str,
+        quorum: bool,
     ) -> Result<Outcome, ZkErr> {
         let files = match interserver::fetch(&self.http, host, &self.schema.name, &part.name()).await {
             Ok(f) => f,
             Err(e) => {
+                self.hosts.lock().expect("hosts lock").remove(source);
                 self.events.add(Ev::ReplicatedPartFailedFetches, 1);
                 self.log(
                     "fetch_failed",
@@ -318,14 +333,42 @@ impl Replica {
                 return Ok(Outcome::Retry(e));
             }
         };
-        self.commit_part(sel, part, &sums).await?;
+        self.commit_part(sel, part, &sums, quorum).await?;
         self.events.add(Ev::ReplicatedPartFetches, 1);
         Ok(Outcome::Done)
     }
 
-    /// An active replica (not this one) that lists `part`, with its
-    /// interserver address.
-    async fn find_replica_having(&self, part: &PartInfo) -> Result<Option<(String, String)>, ZkErr> {
+    /// A replica's interserver address, cached (a failed fetch forgets it).
+    async fn host_of(&self, r: &str) -> Result<Option<String>, ZkErr> {
+        if let Some(h) = self.hosts.lock().expect("hosts lock").get(r) {
+            return Ok(Some(h.clone()));
+        }
+        let Some((host, _)) = self.coord.get(&self.paths.host_of(r)).await? else {
+            return Ok(None);
+        };
+        let host = String::from_utf8_lossy(&host).to_string();
+        self.hosts
+            .lock()
+            .expect("hosts lock")
+            .insert(r.to_string(), host.clone());
+        Ok(Some(host))
+    }
+
+    /// A replica (not this one) that lists `part`, with its interserver
+    /// address: `prefer` if it lists it (one round trip), else an active
+    /// one found by asking each.
+    async fn find_replica_having(
+        &self,
+        part: &PartInfo,
+        prefer: Option<&str>,
+    ) -> Result<Option<(String, String)>, ZkErr> {
+        if let Some(r) = prefer.filter(|r| *r != self.name) {
+            if self.coord.exists(&self.paths.part_of(r, &part.name())).await?.is_some() {
+                if let Some(host) = self.host_of(r).await? {
+                    return Ok(Some((r.to_string(), host)));
+                }
+            }
+        }
         let replicas = self.coord.children(&self.paths.replicas()).await?;
         for r in replicas.iter().filter(|r| **r != self.name) {
             if self.coord.exists(&self.paths.part_of(r, &part.name())).await?.is_none() {
@@ -334,8 +377,8 @@ impl Replica {
             if self.coord.exists(&self.paths.is_active_of(r)).await?.is_none() {
                 continue;
             }
-            if let Some((host, _)) = self.coord.get(&self.paths.host_of(r)).await? {
-                return Ok(Some((r.clone(), String::from_utf8_lossy(&host).to_string())));
+            if let Some(host) = self.host_of(r).await? {
+                return Ok(Some((r.clone(), host)));
             }
         }
         Ok(None)
@@ -411,8 +454,8 @@ impl Replica {
             if self.hooks.fetches_stopped.load(Ordering::SeqCst) {
                 return Ok(Outcome::Retry("fetches are stopped".into()));
             }
-            return match self.find_replica_having(into).await? {
-                Some((source, host)) => self.fetch_and_commit(sel, into, &source, &host).await,
+            return match self.find_replica_having(into, None).await? {
+                Some((source, host)) => self.fetch_and_commit(sel, into, &source, &host, false).await,
                 None => Ok(Outcome::Retry(format!(
                     "source parts of {into} are not all here and no replica has {into} yet"
                 ))),
@@ -436,7 +479,7 @@ impl Replica {
             Ok(s) => s,
             Err(e) => return Ok(Outcome::Retry(e)),
         };
-        self.commit_part(sel, into, &sums).await?;
+        self.commit_part(sel, into, &sums, false).await?;
         self.events.add(Ev::ReplicatedPartMerges, 1);
         Ok(Outcome::Done)
     }

@@ -206,7 +206,10 @@ impl Replica {
     ) -> TResult<BlockOutcome> {
         let block = Arc::new(block);
         for _ in 0..BLOCK_ATTEMPTS_MAX {
-            let Some(lock) = self.allocate(partition, id).await? else {
+            let t = Instant::now();
+            let allocated = self.allocate(partition, id).await;
+            self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
+            let Some(lock) = allocated? else {
                 self.events.add(Ev::DuplicatedInsertedBlocks, 1);
                 return Ok(BlockOutcome::Duplicate);
             };
@@ -361,7 +364,9 @@ impl Replica {
             },
         );
         self.events.add(Ev::InsertKeeperRoundTrips, 1);
+        let t = Instant::now();
         let r = self.coord.multi(&ops).await;
+        self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
         let r = match r {
             Ok(_) if Hooks::take(&self.hooks.fail_commit_reply) => {
                 self.log(

@@ -43,6 +43,8 @@ use tokio::sync::Notify;
 pub const OLD_PARTS_LIFETIME: Duration = Duration::from_secs(10);
 /// How often the log puller looks without a watch firing.
 pub const PULL_PERIOD: Duration = Duration::from_secs(1);
+/// How long the puller lets new log entries gather after its watch fires.
+pub const PULL_DEBOUNCE: Duration = Duration::from_millis(5);
 /// Pause between attempts to get a session.
 pub const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
@@ -96,6 +98,8 @@ pub struct Replica {
     pub interserver: SocketAddr,
     pub naive_insert_path: bool,
     pub http: reqwest::Client,
+    /// Other replicas' interserver addresses, as last read.
+    pub hosts: Mutex<BTreeMap<String, String>>,
     state: Mutex<State>,
     /// Wakes the queue runner (new entries, finished entries).
     pub wake: Notify,
@@ -123,6 +127,7 @@ impl Replica {
                 .timeout(Duration::from_secs(30))
                 .build()
                 .expect("an HTTP client without TLS builds"),
+            hosts: Mutex::new(BTreeMap::new()),
             state: Mutex::new(State {
                 queue: Queue::new(ActivePartSet::new()),
                 blocks: BTreeMap::new(),
@@ -630,12 +635,21 @@ impl Replica {
     /// trips), each one multi creating the queue entries and moving
     /// `log_pointer` (version-checked, so two pullers never copy twice).
     pub async fn pull_log(&self) -> Result<usize, ZkErr> {
+        self.pull_log_known(None).await
+    }
+
+    /// [`Replica::pull_log`] from the log's children as `known` lists them
+    /// (read just now, by a watch), or as read here.
+    async fn pull_log_known(&self, known: Option<Vec<String>>) -> Result<usize, ZkErr> {
         let _g = self.pull_lock.lock().await;
         if !self.st().registered {
             return Ok(0);
         }
         let c = &self.coord;
-        let names = c.children(&self.paths.log()).await?;
+        let names = match known {
+            Some(n) => n,
+            None => c.children(&self.paths.log()).await?,
+        };
         let pointer = self.st().log_pointer;
         let mut new: Vec<(u64, String)> = names
             .into_iter()
@@ -739,11 +753,11 @@ impl Replica {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 continue;
             }
-            let watcher = match self.coord.watch_children(&self.paths.log()).await {
-                Ok((_, w)) => Some(w),
-                Err(_) => None,
+            let (known, watcher) = match self.coord.watch_children(&self.paths.log()).await {
+                Ok((kids, w)) => (Some(kids), Some(w)),
+                Err(_) => (None, None),
             };
-            if let Err(e) = self.pull_log().await {
+            if let Err(e) = self.pull_log_known(known).await {
                 if e != ZkErr::NoSession {
                     self.log("pull_failed", serde_json::json!({"error": e.to_string()}));
                 }
@@ -751,6 +765,8 @@ impl Replica {
             match watcher {
                 Some(w) => {
                     let _ = tokio::time::timeout(PULL_PERIOD, w.changed()).await;
+                    // entries come in bursts under load: one pull copies a burst
+                    tokio::time::sleep(PULL_DEBOUNCE).await;
                 }
                 None => tokio::time::sleep(Duration::from_millis(200)).await,
             }
