@@ -638,3 +638,115 @@ fn the_table_runs_the_same_on_apache_zookeeper() {
     t.assert_rows_everywhere(&[1, 2, 3], &["1:z:1", "2000:z:2", "3:q:1"]);
     assert_eq!(t.event(1, "InsertKeeperRoundTrips"), 2 * 2 + 2);
 }
+
+/// Whether replica i answers `/replicas_status` with 200 (registered,
+/// with a session).
+fn writable(t: &Table, i: u64) -> bool {
+    http(t.http_addr(i), "GET", "/replicas_status", "").is_ok_and(|r| r.status == 200)
+}
+
+#[test]
+fn a_quorum_part_no_replica_holds_is_failed_and_its_retry_inserts_once() {
+    let t = Table::up("tbl-qfail", 22220, &[]);
+    t.hook(2, "stop-fetches");
+    t.hook(3, "stop-fetches");
+    let r = t
+        .insert(1, &row(1, "lost", 1), "insert_quorum=2&insert_quorum_timeout=500")
+        .unwrap();
+    assert_eq!(
+        r.headers.get("x-clickhouse-exception-code").map(String::as_str),
+        Some("319"),
+        "{}",
+        r.body
+    );
+    // the writer loses its disk before any replica fetched the part
+    t.c.stop(1);
+    std::fs::remove_dir_all(t.c.config().node_dir(1).join("tables")).unwrap();
+    t.c.start(1);
+    t.wait("r1 to be writable", || writable(&t, 1));
+    t.hook(2, "resume-fetches");
+    t.hook(3, "resume-fetches");
+    // no replica lists the part: its quorum is marked failed, its id freed
+    t.wait("the quorum to be marked failed", || {
+        (1..=3).map(|i| t.event(i, "ReplicatedDataLoss")).sum::<u64>() >= 1
+    });
+    let s = t.insert_ok(2, &row(1, "lost", 1), "insert_quorum=2");
+    assert_eq!(s["written_blocks"].as_u64(), Some(1), "the retry inserts anew");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:lost:1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_left_behind_past_the_log_it_needs_is_marked_lost_and_clones() {
+    let t = Table::up(
+        "tbl-lostrep",
+        22230,
+        &[
+            "--table-setting",
+            "max_replicated_logs_to_keep = 4",
+            "--table-setting",
+            "min_replicated_logs_to_keep = 1",
+            "--table-setting",
+            "cleanup_delay_period_ms = 200",
+            "--table-setting",
+            "merge_selecting_period_ms = 100",
+        ],
+    );
+    t.insert_ok(1, &row(1, "l", 1), "");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:l:1"]);
+    t.c.stop(3);
+    t.wait("r3's session to expire", || {
+        t.query(1, "SELECT active_replicas FROM system.replicas").trim() == "2"
+    });
+    for id in 2..=9 {
+        t.insert_ok(1 + id % 2, &row(id, "l", 1), "");
+    }
+    let zk = connect(&t.c.connect_to(&[1, 2])).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let lost = zk
+            .get_data(&format!("{TABLE_PATH}/replicas/r3/is_lost"))
+            .await
+            .unwrap()
+            .0;
+        if lost == b"1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "r3 was never marked lost");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    t.wait("the log to be trimmed past r3", || {
+        (1..=2).map(|i| t.event(i, "CleanedLogEntries")).sum::<u64>() >= 1
+    });
+    t.c.start(3);
+    t.wait("r3 to be writable", || writable(&t, 3));
+    assert_eq!(t.event(3, "ReplicaClones"), 1, "r3 came back lost and cloned");
+    let want: Vec<String> = (1..=9).map(|id| format!("{id}:l:1")).collect();
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    t.assert_rows_everywhere(&[1, 2, 3], &want);
+}
+
+#[test]
+fn a_restarted_replica_detaches_parts_nobody_committed_and_fetches_missing_ones() {
+    let t = Table::up("tbl-reconcile", 22240, &[]);
+    t.insert_ok(1, &row(1, "p", 1), "");
+    t.insert_ok(1, &row(2, "p", 1), "");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:p:1", "2:p:1"]);
+    let parts = t.parts(3);
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    t.c.stop(3);
+    let dir = t.c.config().node_dir(3).join("tables/events/parts");
+    // one part lost from disk, and one nobody committed (a copy under a new name)
+    std::fs::remove_dir_all(dir.join(&parts[0])).unwrap();
+    let stray = dir.join("0_70_70_0");
+    std::fs::create_dir(&stray).unwrap();
+    for f in std::fs::read_dir(dir.join(&parts[1])).unwrap() {
+        let f = f.unwrap();
+        std::fs::copy(f.path(), stray.join(f.file_name())).unwrap();
+    }
+    t.c.start(3);
+    t.wait("r3 to be writable", || writable(&t, 3));
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:p:1", "2:p:1"]);
+    assert_eq!(t.parts(3), parts);
+    let detached = t.query(3, "SELECT name FROM system.detached_parts");
+    assert_eq!(detached.trim(), "unexpected_0_70_70_0");
+}

@@ -389,6 +389,15 @@ impl Replica {
     /// remove its block id, in one multi. Returns why, when it did.
     async fn fail_quorum_if_lost(&self, part: &PartInfo, block_id: Option<&str>) -> Result<Option<String>, ZkErr> {
         let name = part.name();
+        // another replica gave up on it already
+        if self
+            .coord
+            .exists(&self.paths.quorum_failed_part(&name))
+            .await?
+            .is_some()
+        {
+            return Ok(Some(format!("part {name} is on no replica: its quorum failed")));
+        }
         let replicas = self.coord.children(&self.paths.replicas()).await?;
         for r in &replicas {
             if self.coord.exists(&self.paths.part_of(r, &name)).await?.is_some() {
