@@ -750,3 +750,20 @@ fn a_restarted_replica_detaches_parts_nobody_committed_and_fetches_missing_ones(
     let detached = t.query(3, "SELECT name FROM system.detached_parts");
     assert_eq!(detached.trim(), "unexpected_0_70_70_0");
 }
+
+#[test]
+fn dropping_a_partition_removes_its_rows_everywhere_and_frees_its_block_ids() {
+    let t = Table::up("tbl-drop", 22250, &[]);
+    let data = format!("{}{}{}", row(1, "d", 1), row(2, "d", 1), row(1001, "keep", 1));
+    t.insert_ok(1, &data, "");
+    t.insert_ok(2, &row(3, "d", 1), "");
+    t.query(3, "ALTER TABLE events DROP PARTITION 0");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1001:keep:1"]);
+    // the partition's ids went with it: the same rows insert anew
+    let s = t.insert_ok(1, &data, "");
+    assert_eq!(
+        (s["written_blocks"].as_u64(), s["deduplicated_blocks"].as_u64()),
+        (Some(1), Some(1))
+    );
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:d:1", "2:d:1", "1001:keep:1"]);
+}

@@ -321,6 +321,19 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
             r.wake.notify_one();
             Ok(Answer::Reply(text(200, String::new())))
         }
+        Command::DropPartition { table, partition } => {
+            let r = replica(node, &table)?;
+            if let Some(why) = r.readonly() {
+                return Err(TableError::new(
+                    TABLE_IS_READ_ONLY,
+                    format!("Table is in readonly mode: {why}"),
+                ));
+            }
+            r.drop_partition(&partition, SYNC_TIMEOUT)
+                .await
+                .map_err(|e| TableError::new(TIMEOUT_EXCEEDED, e))?;
+            Ok(Answer::Reply(text(200, String::new())))
+        }
         Command::Optimize { table, final_ } => {
             let r = replica(node, &table)?;
             if let Some(why) = r.readonly() {

@@ -326,3 +326,95 @@ impl Replica {
         Ok(n)
     }
 }
+
+impl Replica {
+    /// `ALTER TABLE … DROP PARTITION`: takes a block number above every
+    /// block of the partition (waiting for inserts that hold lower ones),
+    /// logs a `DROP_RANGE` covering them while releasing it, removes the
+    /// partition's block ids (its rows may be inserted again), and waits
+    /// until this replica has dropped the range.
+    pub async fn drop_partition(&self, partition: &str, timeout: Duration) -> Result<(), String> {
+        let c = &self.coord;
+        let e = |what: &'static str| move |err: ZkErr| format!("{what}: {err}");
+        let deadline = Instant::now() + timeout;
+        c.ensure(&self.paths.partition_numbers(partition))
+            .await
+            .map_err(e("block numbers"))?;
+        let lock = c
+            .create(
+                &self.paths.lock_prefix(partition),
+                &drift_table::zk::lock_holder(&self.paths),
+                CreateMode::EphemeralSequential,
+            )
+            .await
+            .map_err(e("taking a block number"))?;
+        let n = sequence_of(&lock, &self.paths.lock_prefix(partition)).ok_or("the lock has no number")?;
+        loop {
+            let held = self.locked_numbers(partition).await.map_err(e("block numbers"))?;
+            if held.range(..n).next().is_none() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = c.delete(&lock, None).await;
+                return Err(format!(
+                    "inserts into partition {partition} kept their block numbers past the timeout"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let range = PartInfo::new(partition, 0, n, drift_table::part::LEVEL_MAX);
+        let entry = LogEntry {
+            create_time_s: super::replica::wall_ms() / 1000,
+            source_replica: self.name.clone(),
+            kind: EntryKind::DropRange { range: range.clone() },
+        };
+        c.multi(&[
+            KeeperOp::Create {
+                path: self.paths.log_prefix(),
+                data: entry.encode().into_bytes(),
+                mode: CreateMode::PersistentSequential,
+            },
+            KeeperOp::Delete {
+                path: lock,
+                version: -1,
+            },
+        ])
+        .await
+        .map_err(|x| format!("logging the drop: {}", x.err))?;
+        let ids: Vec<String> = c
+            .children(&self.paths.blocks())
+            .await
+            .map_err(e("block ids"))?
+            .into_iter()
+            .filter(|id| drift_table::dedup::partition_of(id) == Some(partition))
+            .collect();
+        self.delete_all(&self.paths.blocks(), &ids)
+            .await
+            .map_err(e("removing block ids"))?;
+        self.log(
+            "partition_dropped",
+            serde_json::json!({"partition": partition, "range": range.name(), "block_ids": ids.len()}),
+        );
+        self.pull_log().await.map_err(e("pulling the log"))?;
+        loop {
+            let pending = {
+                let st = self.st();
+                let found = st
+                    .queue
+                    .entries()
+                    .any(|q| matches!(&q.entry.kind, EntryKind::DropRange { range: r } if *r == range));
+                found
+            };
+            if !pending {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the drop of partition {partition} is logged but not done here yet"
+                ));
+            }
+            self.wake.notify_one();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}

@@ -33,7 +33,15 @@ pub enum Command {
     SyncReplica(String),
     Fetches(String, bool),
     Merges(String, bool),
-    Optimize { table: String, final_: bool },
+    Optimize {
+        table: String,
+        final_: bool,
+    },
+    /// `ALTER TABLE t DROP PARTITION <value> | ID '<id>'`: the partition id.
+    DropPartition {
+        table: String,
+        partition: String,
+    },
 }
 
 #[derive(Debug)]
@@ -183,6 +191,35 @@ fn system_command(q: &str) -> TResult<Command> {
     }
 }
 
+/// `ALTER TABLE t DROP PARTITION …`, in ClickHouse's syntax (a bare
+/// value, which sqlparser would want in parentheses, or `ID '…'`).
+fn alter_command(q: &str) -> TResult<Command> {
+    let w = words(q)?;
+    let upper: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
+    let u: Vec<&str> = upper.iter().map(String::as_str).collect();
+    let (table, rest) = match u.as_slice() {
+        ["ALTER", "TABLE", _, "DROP", "PARTITION", ..] => (w[2].clone(), &w[5..]),
+        ["ALTER", "TABLE", db, ".", _, "DROP", "PARTITION", ..] if db.eq_ignore_ascii_case("default") => {
+            (w[4].clone(), &w[7..])
+        }
+        _ => return Err(unsupported(format!("`{}`", w.join(" ")))),
+    };
+    let value = match rest {
+        [id, v] if id.eq_ignore_ascii_case("ID") => v.clone(),
+        [v] => v.clone(),
+        [l, v, r] if l == "(" && r == ")" => v.clone(),
+        _ => return Err(syntax("DROP PARTITION takes one value (or ID 'id')")),
+    };
+    let partition = value.trim_matches('\'').to_string();
+    if !drift_table::schema::valid_partition_id(&partition) {
+        return Err(TableError::new(
+            BAD_ARGUMENTS,
+            format!("{partition:?} is not a partition id of an integer key"),
+        ));
+    }
+    Ok(Command::DropPartition { table, partition })
+}
+
 /// Parses a query. For an insert with a format, `inline` data is what
 /// followed the format name in `q` (the body continues it).
 pub fn parse(q: &str) -> TResult<Command> {
@@ -194,6 +231,9 @@ pub fn parse(q: &str) -> TResult<Command> {
         .to_ascii_uppercase();
     if first == "SYSTEM" {
         return system_command(trimmed);
+    }
+    if first == "ALTER" {
+        return alter_command(trimmed);
     }
     let (sql, inline) = match (first.as_str(), find_insert_format(trimmed)) {
         ("INSERT", Some((end, _))) => {
@@ -395,6 +435,13 @@ mod tests {
         assert_eq!(parse("SELEC 1").unwrap_err().code, SYNTAX_ERROR);
         assert_eq!(parse("SELECT a FROM t GROUP BY a").unwrap_err().code, NOT_IMPLEMENTED);
         assert_eq!(parse("DROP TABLE t").unwrap_err().code, NOT_IMPLEMENTED);
+        assert!(
+            matches!(parse("ALTER TABLE t DROP PARTITION 3").unwrap(), Command::DropPartition { ref partition, .. } if partition == "3")
+        );
+        assert!(
+            matches!(parse("alter table default.t drop partition id '12'").unwrap(), Command::DropPartition { ref partition, .. } if partition == "12")
+        );
+        assert_eq!(parse("ALTER TABLE t DELETE WHERE 1").unwrap_err().code, NOT_IMPLEMENTED);
         assert_eq!(parse("SELECT 1; SELECT 2").unwrap_err().code, SYNTAX_ERROR);
         assert_eq!(
             parse("INSERT INTO t FORMAT Parquet x").unwrap_err().code,
