@@ -140,12 +140,7 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
         });
         let running = Running { dir: dir.clone() };
         let config = config?;
-        let urls: Vec<String> = config
-            .peers
-            .iter()
-            .filter_map(|p| p.http)
-            .map(|a| format!("http://{a}/"))
-            .collect();
+        let urls = config.table_urls();
         let next_id = Arc::new(AtomicU64::new(0));
         rt.block_on(drive(&http, &urls, 4, WARMUP, args.rows as usize, &next_id));
         clusters.push((*setup, urls, next_id, running));

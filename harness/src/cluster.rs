@@ -294,12 +294,7 @@ pub struct UpSpec<'a> {
 fn up(spec: UpSpec<'_>) -> Result<i32, Failure> {
     let config = start_cluster(&spec)?;
     if !config.tables.is_empty() {
-        let urls: Vec<String> = config
-            .peers
-            .iter()
-            .filter_map(|p| p.http)
-            .map(|a| format!("http://{a}/"))
-            .collect();
+        let urls = config.table_urls();
         let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
         eprintln!("tables {} on {}", names.join(", "), urls.join(" "));
     }
@@ -397,7 +392,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         }
         if Instant::now() > deadline {
             return Err(Failure::new(format!(
-                "no leader within {}s; see {}/node-*.log (drift cluster down --dir {} to stop)",
+                "no leader within {}s; see the logs in {} (drift cluster down --dir {} to stop)",
                 UP_TIMEOUT.as_secs(),
                 dir.display(),
                 dir.display()
@@ -432,7 +427,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
 
 /// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
 /// per node on its client address, holding the address block's claim,
-/// recorded in `<dir>/zk-pids`; waits for its leader.
+/// recorded in `<dir>/zk-pids` (the caller waits for its leader).
 fn start_zookeeper(
     dir: &Path,
     config: &ClusterConfig,
@@ -464,22 +459,6 @@ fn start_zookeeper(
         pids.push((i, child.id()));
         let text: String = pids.iter().map(|(i, p)| format!("{i} {p}\n")).collect();
         std::fs::write(dir.join("zk-pids"), text).map_err(|e| Failure::new(e.to_string()))?;
-    }
-    let deadline = Instant::now() + UP_TIMEOUT;
-    while !config
-        .peers
-        .iter()
-        .any(|p| four_letter(p.client, "srvr").is_some_and(|s| s.contains("Mode: leader")))
-    {
-        if Instant::now() > deadline {
-            return Err(Failure::new(format!(
-                "ZooKeeper elected no leader within {}s; see {}/zookeeper-*.log (drift cluster down --dir {} to stop)",
-                UP_TIMEOUT.as_secs(),
-                dir.display(),
-                dir.display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(100));
     }
     Ok(())
 }

@@ -77,6 +77,19 @@ impl Table {
         }
     }
 
+    /// A table whose leader cleans up every 200 ms, with `settings`.
+    fn up_cleaning(tag: &str, port: u16, settings: &[&str]) -> Table {
+        let mut args = Vec::new();
+        for s in settings
+            .iter()
+            .chain(&["cleanup_delay_period_ms = 200", "merge_selecting_period_ms = 100"])
+        {
+            args.push("--table-setting");
+            args.push(s);
+        }
+        Table::up(tag, port, &args)
+    }
+
     fn up5(tag: &str, port: u16) -> Table {
         Table {
             c: Cluster::up_nodes(tag, port, 5, &["--fault-hooks", "--table-replicas", "3"]),
@@ -233,18 +246,7 @@ fn dedup_by_content_by_token_and_per_partition() {
 
 #[test]
 fn the_window_by_count_keeps_the_newest_ids_only() {
-    let t = Table::up(
-        "tbl-wcount",
-        22120,
-        &[
-            "--table-setting",
-            "replicated_deduplication_window = 3",
-            "--table-setting",
-            "cleanup_delay_period_ms = 200",
-            "--table-setting",
-            "merge_selecting_period_ms = 100",
-        ],
-    );
+    let t = Table::up_cleaning("tbl-wcount", 22120, &["replicated_deduplication_window = 3"]);
     let x = row(1, "x", 1);
     t.insert_ok(1, &x, "");
     t.insert_ok(1, &row(2, "y", 1), "");
@@ -273,18 +275,7 @@ fn the_window_by_count_keeps_the_newest_ids_only() {
 
 #[test]
 fn the_window_by_age_counts_from_the_newest_id_so_an_idle_table_keeps_it() {
-    let t = Table::up(
-        "tbl-wage",
-        22130,
-        &[
-            "--table-setting",
-            "replicated_deduplication_window_seconds = 1",
-            "--table-setting",
-            "cleanup_delay_period_ms = 200",
-            "--table-setting",
-            "merge_selecting_period_ms = 100",
-        ],
-    );
+    let t = Table::up_cleaning("tbl-wage", 22130, &["replicated_deduplication_window_seconds = 1"]);
     let x = row(1, "x", 1);
     t.insert_ok(1, &x, "");
     // the window's length passes with nothing newer, and cleanups run
@@ -618,13 +609,7 @@ fn bad_queries_get_clickhouse_errors() {
 
 #[test]
 fn the_table_runs_the_same_on_apache_zookeeper() {
-    if !std::path::Path::new("/usr/share/java/zookeeper.jar").exists() {
-        let why = "Apache ZooKeeper is missing (ci/test installs the `zookeeper` package)";
-        assert!(
-            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
-            "{why}, and DRIFT_REQUIRE_DEPS is set"
-        );
-        eprintln!("NOT RUN: {why}");
+    if !common::have_zookeeper() {
         return;
     }
     let t = Table::up("tbl-zk", 22210, &["--coordinator", "zookeeper"]);
@@ -677,19 +662,10 @@ fn a_quorum_part_no_replica_holds_is_failed_and_its_retry_inserts_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_left_behind_past_the_log_it_needs_is_marked_lost_and_clones() {
-    let t = Table::up(
+    let t = Table::up_cleaning(
         "tbl-lostrep",
         22230,
-        &[
-            "--table-setting",
-            "max_replicated_logs_to_keep = 4",
-            "--table-setting",
-            "min_replicated_logs_to_keep = 1",
-            "--table-setting",
-            "cleanup_delay_period_ms = 200",
-            "--table-setting",
-            "merge_selecting_period_ms = 100",
-        ],
+        &["max_replicated_logs_to_keep = 4", "min_replicated_logs_to_keep = 1"],
     );
     t.insert_ok(1, &row(1, "l", 1), "");
     t.assert_rows_everywhere(&[1, 2, 3], &["1:l:1"]);

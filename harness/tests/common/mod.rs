@@ -61,6 +61,22 @@ impl Drop for Scratch {
     }
 }
 
+/// Whether Apache ZooKeeper is installed; without it a test says NOT RUN —
+/// and fails instead where `DRIFT_REQUIRE_DEPS` is set (ci/test installs
+/// the `zookeeper` package, so there a missing one is a broken set-up).
+pub fn have_zookeeper() -> bool {
+    if std::path::Path::new("/usr/share/java/zookeeper.jar").exists() {
+        return true;
+    }
+    let why = "Apache ZooKeeper is missing (ci/test installs the `zookeeper` package)";
+    assert!(
+        std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+        "{why}, and DRIFT_REQUIRE_DEPS is set"
+    );
+    eprintln!("NOT RUN: {why}");
+    false
+}
+
 /// Runs `cmd` to its end: (exit code, stdout, stderr).
 pub fn run(cmd: &mut Command) -> (i32, String, String) {
     let Output { status, stdout, stderr } = cmd.output().expect("drift runs");

@@ -304,6 +304,15 @@ impl ClusterConfig {
         self.data_dir.join(format!("node-{id}"))
     }
 
+    /// The tables' HTTP interfaces, `http://addr/`, one per replica.
+    pub fn table_urls(&self) -> Vec<String> {
+        self.peers
+            .iter()
+            .filter_map(|p| p.http)
+            .map(|a| format!("http://{a}/"))
+            .collect()
+    }
+
     /// Where the tables' coordinator is.
     pub fn coordinator(&self) -> String {
         self.coordinator.clone().unwrap_or_else(|| self.connect_string())

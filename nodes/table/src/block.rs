@@ -194,25 +194,11 @@ pub fn split_insert(schema: &Schema, rows: &Block, max_block_rows: usize) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{Column, PartitionKey, TableSettings};
+    use crate::schema::PartitionKey;
 
     pub(crate) fn schema() -> Schema {
-        Schema {
-            name: "t".into(),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    ty: ColumnType::UInt64,
-                },
-                Column {
-                    name: "s".into(),
-                    ty: ColumnType::String,
-                },
-            ],
-            partition_key: PartitionKey::IntDiv(0, 10),
-            order_key: vec![0],
-            settings: TableSettings::default(),
-        }
+        let cols = [("id", ColumnType::UInt64), ("s", ColumnType::String)];
+        Schema::new("t", &cols, PartitionKey::IntDiv(0, 10), vec![0])
     }
 
     fn rows(ids: &[u64]) -> Block {

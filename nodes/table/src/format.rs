@@ -282,29 +282,15 @@ pub fn decode_part(schema: &Schema, files: &BTreeMap<String, Vec<u8>>) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::schema::{Column, PartitionKey, TableSettings, Value};
+    use crate::schema::{PartitionKey, Value};
 
     fn schema() -> Schema {
-        Schema {
-            name: "t".into(),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    ty: ColumnType::UInt64,
-                },
-                Column {
-                    name: "n".into(),
-                    ty: ColumnType::Int64,
-                },
-                Column {
-                    name: "s".into(),
-                    ty: ColumnType::String,
-                },
-            ],
-            partition_key: PartitionKey::None,
-            order_key: vec![0],
-            settings: TableSettings::default(),
-        }
+        let cols = [
+            ("id", ColumnType::UInt64),
+            ("n", ColumnType::Int64),
+            ("s", ColumnType::String),
+        ];
+        Schema::new("t", &cols, PartitionKey::None, vec![0])
     }
 
     fn block() -> Block {

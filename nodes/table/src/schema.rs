@@ -172,6 +172,29 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// A schema with the default settings, its columns given as (name,
+    /// type) pairs.
+    pub fn new(
+        name: &str,
+        columns: &[(&str, ColumnType)],
+        partition_key: PartitionKey,
+        order_key: Vec<usize>,
+    ) -> Schema {
+        Schema {
+            name: name.to_string(),
+            columns: columns
+                .iter()
+                .map(|(n, ty)| Column {
+                    name: n.to_string(),
+                    ty: *ty,
+                })
+                .collect(),
+            partition_key,
+            order_key,
+            settings: TableSettings::default(),
+        }
+    }
+
     /// Checks what the parser could not: names, key columns and types.
     pub fn validate(&self) -> Result<(), String> {
         if !valid_name(&self.name) {
@@ -286,26 +309,8 @@ mod tests {
     use super::*;
 
     pub(crate) fn schema(key: PartitionKey) -> Schema {
-        Schema {
-            name: "t".into(),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    ty: ColumnType::UInt64,
-                },
-                Column {
-                    name: "s".into(),
-                    ty: ColumnType::String,
-                },
-                Column {
-                    name: "n".into(),
-                    ty: ColumnType::Int64,
-                },
-            ],
-            partition_key: key,
-            order_key: vec![0],
-            settings: TableSettings::default(),
-        }
+        use ColumnType::*;
+        Schema::new("t", &[("id", UInt64), ("s", String), ("n", Int64)], key, vec![0])
     }
 
     #[test]

@@ -9,7 +9,7 @@ use drift_table::merge::{select_merge, MergeInputs};
 use drift_table::part::{ActivePartSet, PartInfo, LEVEL_MAX};
 use drift_table::queue::Queue;
 use drift_table::quorum::QuorumEntry;
-use drift_table::schema::{Column, ColumnType, PartitionKey, Schema, TableSettings, Value};
+use drift_table::schema::{ColumnType, PartitionKey, Schema, Value};
 use proptest::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,26 +60,12 @@ fn entry() -> impl Strategy<Value = LogEntry> {
 }
 
 fn schema() -> Schema {
-    Schema {
-        name: "t".into(),
-        columns: vec![
-            Column {
-                name: "id".into(),
-                ty: ColumnType::UInt64,
-            },
-            Column {
-                name: "n".into(),
-                ty: ColumnType::Int64,
-            },
-            Column {
-                name: "s".into(),
-                ty: ColumnType::String,
-            },
-        ],
-        partition_key: PartitionKey::None,
-        order_key: vec![0],
-        settings: TableSettings::default(),
-    }
+    let cols = [
+        ("id", ColumnType::UInt64),
+        ("n", ColumnType::Int64),
+        ("s", ColumnType::String),
+    ];
+    Schema::new("t", &cols, PartitionKey::None, vec![0])
 }
 
 proptest! {

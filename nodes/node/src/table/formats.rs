@@ -363,25 +363,10 @@ pub fn write_rows(format: Format, names: &[String], rows: &[Vec<Value>], o: Outp
 #[cfg(test)]
 mod tests {
     use super::*;
-    use drift_table::schema::{Column, PartitionKey, TableSettings};
 
     fn schema() -> Schema {
-        Schema {
-            name: "t".into(),
-            columns: vec![
-                Column {
-                    name: "id".into(),
-                    ty: ColumnType::UInt64,
-                },
-                Column {
-                    name: "s".into(),
-                    ty: ColumnType::String,
-                },
-            ],
-            partition_key: PartitionKey::None,
-            order_key: vec![0],
-            settings: TableSettings::default(),
-        }
+        let cols = [("id", ColumnType::UInt64), ("s", ColumnType::String)];
+        Schema::new("t", &cols, drift_table::PartitionKey::None, vec![0])
     }
 
     #[test]
