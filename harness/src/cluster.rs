@@ -381,18 +381,33 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         write_pids(&dir, &pids)?;
     }
     let deadline = Instant::now() + UP_TIMEOUT;
-    loop {
-        let leaders = config
+    wait_until(deadline, &dir, "no leader", || {
+        config
             .peers
             .iter()
             .filter(|p| four_letter(p.client, "srvr").is_some_and(|s| s.contains("Mode: leader")))
-            .count();
-        if leaders == 1 {
-            break;
-        }
+            .count()
+            == 1
+    })?;
+    if !config.tables.is_empty() {
+        // every replica registered and out of read-only mode
+        let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
+        wait_until(deadline, &dir, "the tables' replicas were not all ready", || {
+            https
+                .iter()
+                .all(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
+        })?;
+    }
+    Ok(config)
+}
+
+/// Polls `ready` every 100 ms until it holds; after `deadline`, fails
+/// with `what` and where the logs are.
+fn wait_until(deadline: Instant, dir: &Path, what: &str, mut ready: impl FnMut() -> bool) -> Result<(), Failure> {
+    while !ready() {
         if Instant::now() > deadline {
             return Err(Failure::new(format!(
-                "no leader within {}s; see the logs in {} (drift cluster down --dir {} to stop)",
+                "{what} within {}s; see the logs in {} (drift cluster down --dir {} to stop)",
                 UP_TIMEOUT.as_secs(),
                 dir.display(),
                 dir.display()
@@ -400,29 +415,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    if !config.tables.is_empty() {
-        // every replica registered and out of read-only mode
-        loop {
-            let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
-            let ready = https
-                .iter()
-                .filter(|a| http_get(**a, "/replicas_status").is_some_and(|(code, _)| code == 200))
-                .count();
-            if ready == https.len() {
-                break;
-            }
-            if Instant::now() > deadline {
-                return Err(Failure::new(format!(
-                    "the tables' replicas were not all ready within {}s; see {}/node-*.log (drift cluster down --dir {} to stop)",
-                    UP_TIMEOUT.as_secs(),
-                    dir.display(),
-                    dir.display()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-    Ok(config)
+    Ok(())
 }
 
 /// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
