@@ -297,7 +297,12 @@ impl Replica {
                 }
             }
             self.events.add(Ev::ReplicatedPartFailedFetches, 1);
-            return Ok(Outcome::Retry(format!("No active replica has part {part}")));
+            // as ClickHouse records it in system.replication_queue
+            let e = super::error::TableError::new(
+                super::error::NO_REPLICA_HAS_PART,
+                format!("No active replica has part {part} or covering part"),
+            );
+            return Ok(Outcome::Retry(e.to_string()));
         };
         self.fetch_and_commit(sel, part, &source, &host, quorum > 0).await
     }
