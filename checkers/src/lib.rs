@@ -14,10 +14,12 @@
 //!   other classic checkers
 //! * [`perf`] — latency quantiles and throughput per `f` and fault window
 //! * [`digest`] — the keeper's divergence detector, from nemesis events
+//! * [`dedup`] — insert deduplication of the replicated table
 //! * [`registry`] — checkers by name, as the CLI names them
 
 pub mod checker;
 pub mod counter;
+pub mod dedup;
 pub mod digest;
 pub mod edn;
 pub mod ephemeral;

@@ -24,11 +24,12 @@ pub enum CheckerKind {
     Stats,
     Perf,
     Digest,
+    Dedup,
 }
 
 impl CheckerKind {
     /// Every checker, in the order help text lists them.
-    pub const ALL: [CheckerKind; 9] = [
+    pub const ALL: [CheckerKind; 10] = [
         CheckerKind::Linearizable,
         CheckerKind::UniqueIds,
         CheckerKind::Set,
@@ -38,6 +39,7 @@ impl CheckerKind {
         CheckerKind::Stats,
         CheckerKind::Perf,
         CheckerKind::Digest,
+        CheckerKind::Dedup,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +53,7 @@ impl CheckerKind {
             CheckerKind::Stats => "stats",
             CheckerKind::Perf => "perf",
             CheckerKind::Digest => "digest",
+            CheckerKind::Dedup => "dedup",
         }
     }
 
@@ -83,6 +86,7 @@ pub fn build(
         CheckerKind::Stats => Box::new(Stats),
         CheckerKind::Perf => Box::new(crate::perf::Perf),
         CheckerKind::Digest => Box::new(crate::digest::DigestChecker),
+        CheckerKind::Dedup => Box::new(crate::dedup::Dedup),
     })
 }
 

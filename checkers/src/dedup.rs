@@ -1,0 +1,1040 @@
+//! `dedup`: insert deduplication of a ReplicatedMergeTree-style table,
+//! judged from the history of an insert-retry workload (docs/ARCHITECTURE.md,
+//! "History": the `insert`, `read`, `drop-partition` and `dedup-window` shapes).
+//!
+//! Every acknowledged insert must be present exactly once on every replica,
+//! failed inserts absent, indeterminate ones at most once; a retry inside
+//! the deduplication window must never duplicate; a duplicate of a retry
+//! that could have fallen outside it is reported (`unknown-window`) and
+//! stays valid. The unit is a block's *key*: `(partition, its rows in
+//! written order)`, or `(partition, token_n)` with a token.
+//!
+//! Rules (numbered as the checker's specification numbers them):
+//!
+//! 1. `fail` only for definite errors; a multi-block attempt counts as
+//!    failed only for errors raised before any block (a 286 may come after
+//!    the first block, so a multi-block 286 is indeterminate).
+//! 2. **phantom** — a row no non-failed attempt carried.
+//! 3. **torn-block** — a block whose rows appear different numbers of times
+//!    on one replica.
+//! 4. **diverged** — replicas disagree after sync.
+//! 5. **lost** — a key with an `ok` attempt missing on a replica;
+//!    **lost-after-dedup** when every `ok` attempt was a retry after an
+//!    `info` one.
+//! 6. For consecutive attempts a, b of a key, removal of a's id was
+//!    possible only if at least `window` other keys could have been created
+//!    between a's invoke and b's completion, or another block could have
+//!    been created after `a.invoke + window_seconds − ε` and before b's
+//!    completion. A key may appear at most 1 + (pairs allowing removal)
+//!    times: more is **duplicate**, **duplicate-in-window** when no pair
+//!    allowed removal.
+//! 7. A key with an `ok` attempt and no pair allowing removal appears
+//!    exactly once.
+//! 8. Otherwise up to the number of non-failed attempts, reported as
+//!    **unknown-window** when more than once.
+//! 9. Time alone never expires an id (rule 6's second clause needs another
+//!    block).
+//! 10. Keys come from content or token, so equal content shares a key,
+//!     and (11) distinct tokens do not.
+//! 12. A token reused with different data: only the data of one attempt
+//!     invoked before the key's earliest `ok` completion may be visible;
+//!     anything else of that key is phantom.
+//! 13. **nonidempotent-retry** — a retry whose block split differs from its
+//!     first attempt's; its blocks count as keys of their own and its
+//!     logical insert is left out of rules 6–7.
+//! 14. Keys are judged one by one, so partial dedup across partitions
+//!     and (15) partial commits of multi-block attempts are fine.
+//! 16. 319 is `info`: zero or one copy, never two inside the window.
+//! 17. An `ok` partition drop resets that partition's keys: attempts
+//!     before it are expected gone, attempts overlapping it are excused
+//!     from rules 5–7.
+//! 18. Valid iff none of phantom, torn-block, diverged, lost(-after-dedup),
+//!     duplicate(-in-window), nonidempotent-retry.
+//!
+//! What it does not verify: that rows read are the rows of the right
+//! *table* or columns beyond the recorded values; sequentially consistent
+//! reads of quorum inserts; anything about parts and merges except that
+//! they lose and add no rows.
+
+use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
+use crate::fxhash::FxBuild;
+use crate::history::HistoryError;
+use crate::pairing::{History, Outcome};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Instant;
+
+/// The nemesis `info` line that carries the table's window.
+pub const PARAMS_F: &str = "dedup-window";
+/// Findings listed per kind in a report (the counts are exact).
+const FINDINGS_LISTED_MAX: usize = 20;
+/// Rows listed per replica in a divergence.
+const DIFF_ROWS_MAX: usize = 10;
+/// ClickHouse's default window when a history does not say.
+const DEFAULT_WINDOW: u64 = 1000;
+const DEFAULT_WINDOW_S: f64 = 7.0 * 24.0 * 3600.0;
+const DEFAULT_EPSILON_MS: f64 = 1000.0;
+
+/// Error codes raised before any block of an insert is written: the
+/// attempt definitely did nothing (read-only, too few replicas, bad input).
+const BEFORE_ANY_BLOCK: [u64; 12] = [27, 36, 47, 60, 62, 73, 81, 115, 117, 164, 242, 285];
+/// 286 (previous quorum unsatisfied) may come at a later block's commit.
+const SINGLE_BLOCK_DEFINITE: u64 = 286;
+
+pub struct Dedup;
+
+/// The window a history was recorded under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub window: u64,
+    pub window_ns: i64,
+    pub epsilon_ns: i64,
+    /// Replicas that must be read at the end.
+    pub replicas: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Class {
+    Ok,
+    Fail,
+    Info,
+}
+
+struct Attempt {
+    /// Position of the invoke in the history.
+    at: usize,
+    logical: u64,
+    n: u64,
+    start: i64,
+    /// When the attempt's blocks could no longer be created: its completion
+    /// when `ok`, never (`i64::MAX`) when indeterminate.
+    end: i64,
+    class: Class,
+    code: Option<u64>,
+    replica: String,
+    /// Key of each block, in the attempt's block order.
+    keys: Vec<u32>,
+}
+
+struct Variant {
+    rows: Vec<u32>,
+    /// Attempts (indexes) that carried exactly these rows under this key.
+    attempts: Vec<u32>,
+}
+
+struct Key {
+    label: String,
+    partition: String,
+    variants: Vec<Variant>,
+    /// Non-failed attempts, in invoke order.
+    chain: Vec<u32>,
+    /// A logical insert of the chain retried with another split.
+    nonidempotent: bool,
+    /// Excused from rules 5–7 by a partition drop it overlaps.
+    excused: bool,
+    /// Attempts before a drop of its partition: gone, not counted.
+    dropped_before: i64,
+}
+
+#[derive(Default)]
+struct Model {
+    attempts: Vec<Attempt>,
+    keys: Vec<Key>,
+    key_ids: HashMap<String, u32, FxBuild>,
+    rows: HashMap<String, u32, FxBuild>,
+    row_text: Vec<String>,
+    /// Keys (and variant) each row belongs to.
+    row_keys: Vec<Vec<(u32, u16)>>,
+    /// replica → (row → count), from its last `ok` read.
+    reads: BTreeMap<String, HashMap<u32, u64, FxBuild>>,
+    /// Rows read that no attempt carried, per replica.
+    unknown_rows: BTreeMap<String, Vec<String>>,
+    /// `ok` drops: (partition, invoke, completion).
+    drops: Vec<(String, i64, i64)>,
+    /// Blocks the server said it deduplicated, over `ok` attempts.
+    deduplicated_blocks: u64,
+}
+
+fn bad(h: &History, at: usize, why: impl Into<String>) -> HistoryError {
+    HistoryError {
+        at: h.location(at),
+        reason: why.into(),
+    }
+}
+
+/// The window parameters from the history's `dedup-window` line.
+pub fn params(h: &History) -> Result<(Params, bool), HistoryError> {
+    for &i in &h.nemesis {
+        let op = &h.ops[i];
+        if op.f != PARAMS_F {
+            continue;
+        }
+        let v = &op.value;
+        let num = |k: &str| v.get(k).and_then(Value::as_f64);
+        let replicas = v
+            .get("replicas")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|r| r.as_str().map(str::to_string)).collect())
+            .unwrap_or_default();
+        return Ok((
+            Params {
+                window: num("window").map_or(DEFAULT_WINDOW, |w| w as u64),
+                window_ns: (num("window_seconds").unwrap_or(DEFAULT_WINDOW_S) * 1e9) as i64,
+                epsilon_ns: (num("epsilon_ms").unwrap_or(DEFAULT_EPSILON_MS) * 1e6) as i64,
+                replicas,
+            },
+            true,
+        ));
+    }
+    Ok((
+        Params {
+            window: DEFAULT_WINDOW,
+            window_ns: (DEFAULT_WINDOW_S * 1e9) as i64,
+            epsilon_ns: (DEFAULT_EPSILON_MS * 1e6) as i64,
+            replicas: Vec::new(),
+        },
+        false,
+    ))
+}
+
+impl Model {
+    fn row_id(&mut self, row: &Value) -> u32 {
+        let text = row.to_string();
+        if let Some(&id) = self.rows.get(&text) {
+            return id;
+        }
+        let id = self.row_text.len() as u32;
+        self.rows.insert(text.clone(), id);
+        self.row_text.push(text);
+        self.row_keys.push(Vec::new());
+        id
+    }
+
+    /// The key of a block and its variant, created on first sight.
+    fn key_of(&mut self, label: String, partition: &str, rows: &[u32], attempt: u32) -> u32 {
+        let k = match self.key_ids.get(&label) {
+            Some(&k) => k,
+            None => {
+                let k = self.keys.len() as u32;
+                self.keys.push(Key {
+                    label: label.clone(),
+                    partition: partition.to_string(),
+                    variants: Vec::new(),
+                    chain: Vec::new(),
+                    nonidempotent: false,
+                    excused: false,
+                    dropped_before: i64::MIN,
+                });
+                self.key_ids.insert(label, k);
+                k
+            }
+        };
+        let key = &mut self.keys[k as usize];
+        let v = match key.variants.iter().position(|v| v.rows == rows) {
+            Some(v) => v,
+            None => {
+                key.variants.push(Variant {
+                    rows: rows.to_vec(),
+                    attempts: Vec::new(),
+                });
+                let v = key.variants.len() - 1;
+                for &r in rows {
+                    self.row_keys[r as usize].push((k, v as u16));
+                }
+                v
+            }
+        };
+        self.keys[k as usize].variants[v].attempts.push(attempt);
+        k
+    }
+}
+
+fn code_of(h: &History, o: &crate::pairing::Operation) -> Option<u64> {
+    let c = h.complete_op(o)?;
+    c.value.get("code").and_then(Value::as_u64).or_else(|| {
+        // "Code: 285. …" in the error text
+        c.error
+            .as_deref()
+            .and_then(|e| e.strip_prefix("Code: "))
+            .and_then(|e| e.split(|ch: char| !ch.is_ascii_digit()).next())
+            .and_then(|d| d.parse().ok())
+    })
+}
+
+fn read_model(h: &History) -> Result<Model, HistoryError> {
+    let mut m = Model::default();
+    let mut reads: BTreeMap<String, &Value> = BTreeMap::new();
+    for o in &h.operations {
+        let inv = h.invoke_op(o);
+        match inv.f.as_str() {
+            "insert" => {
+                let v = &inv.value;
+                let logical = v
+                    .get("insert")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| bad(h, o.invoke, "insert without a numeric \"insert\" (its logical id)"))?;
+                let n = v.get("attempt").and_then(Value::as_u64).unwrap_or(1);
+                let token = v.get("token").and_then(Value::as_str).map(str::to_string);
+                let blocks = v
+                    .get("blocks")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| bad(h, o.invoke, "insert without \"blocks\""))?;
+                let code = code_of(h, o);
+                let class = match o.outcome {
+                    Outcome::Ok => Class::Ok,
+                    Outcome::Info | Outcome::Pending => Class::Info,
+                    // rule 1
+                    Outcome::Fail => {
+                        let definite = match code {
+                            None => true,
+                            Some(c) => {
+                                BEFORE_ANY_BLOCK.contains(&c) || (c == SINGLE_BLOCK_DEFINITE && blocks.len() == 1)
+                            }
+                        };
+                        if definite {
+                            Class::Fail
+                        } else {
+                            Class::Info
+                        }
+                    }
+                };
+                if class == Class::Ok {
+                    m.deduplicated_blocks += h
+                        .value_of(o)
+                        .get("deduplicated_blocks")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0);
+                }
+                let start = inv.time;
+                let end = match (class, h.complete_op(o)) {
+                    (Class::Ok, Some(c)) | (Class::Fail, Some(c)) => c.time,
+                    _ => i64::MAX,
+                };
+                let idx = m.attempts.len() as u32;
+                let mut keys = Vec::with_capacity(blocks.len());
+                for (ordinal, b) in blocks.iter().enumerate() {
+                    let partition = b
+                        .get("partition")
+                        .and_then(Value::as_str)
+                        .ok_or_else(|| bad(h, o.invoke, format!("block {ordinal} without a partition")))?
+                        .to_string();
+                    let rows = b
+                        .get("rows")
+                        .and_then(Value::as_array)
+                        .ok_or_else(|| bad(h, o.invoke, format!("block {ordinal} without rows")))?;
+                    let row_ids: Vec<u32> = rows.iter().map(|r| m.row_id(r)).collect();
+                    let label = match &token {
+                        Some(t) => format!("{partition}:{t}_{ordinal}"),
+                        None => format!(
+                            "{partition}:{}",
+                            row_ids
+                                .iter()
+                                .map(|r| m.row_text[*r as usize].as_str())
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        ),
+                    };
+                    keys.push(m.key_of(label, &partition, &row_ids, idx));
+                }
+                m.attempts.push(Attempt {
+                    at: o.invoke,
+                    logical,
+                    n,
+                    start,
+                    end,
+                    class,
+                    code,
+                    replica: inv
+                        .node
+                        .clone()
+                        .or_else(|| v.get("replica").and_then(Value::as_str).map(str::to_string))
+                        .unwrap_or_default(),
+                    keys,
+                });
+            }
+            "read" if o.outcome == Outcome::Ok => {
+                let replica = inv
+                    .key
+                    .clone()
+                    .ok_or_else(|| bad(h, o.invoke, "a final read without the replica as its key"))?;
+                let rows = h.value_of(o);
+                if !rows.is_array() {
+                    return Err(bad(
+                        h,
+                        o.complete.unwrap_or(o.invoke),
+                        "a read's value must be an array of rows",
+                    ));
+                }
+                reads.insert(replica, rows);
+            }
+            "drop-partition" if o.outcome == Outcome::Ok => {
+                let p = inv
+                    .value
+                    .get("partition")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad(h, o.invoke, "drop-partition without a partition"))?;
+                let end = h.complete_op(o).map_or(i64::MAX, |c| c.time);
+                m.drops.push((p.to_string(), inv.time, end));
+            }
+            _ => {}
+        }
+    }
+    for (replica, rows) in reads {
+        let mut counts: HashMap<u32, u64, FxBuild> = HashMap::default();
+        let mut unknown = Vec::new();
+        for r in rows.as_array().expect("checked") {
+            match m.rows.get(&r.to_string()) {
+                Some(&id) => *counts.entry(id).or_default() += 1,
+                None => unknown.push(r.to_string()),
+            }
+        }
+        if !unknown.is_empty() {
+            m.unknown_rows.insert(replica.clone(), unknown);
+        }
+        m.reads.insert(replica, counts);
+    }
+    Ok(m)
+}
+
+/// One finding, as the report lists it.
+fn finding(kind: &str, key: Option<&Key>, replicas: &[&str], attempts: Vec<Value>, explanation: String) -> Value {
+    json!({
+        "kind": kind,
+        "key": key.map(|k| k.label.clone()),
+        "partition": key.map(|k| k.partition.clone()),
+        "replicas": replicas,
+        "attempts": attempts,
+        "explanation": explanation,
+    })
+}
+
+/// Answers "how many other keys could have been created in [a, b]" and
+/// "could another key's block have been created in (t, b)" in O(log n).
+struct Timeline {
+    /// Keys' earliest possible creation, sorted.
+    starts: Vec<i64>,
+    /// Keys' latest possible creation, sorted.
+    ends: Vec<i64>,
+    /// Attempts by invoke: (invoke, running top two (end, key) maxima).
+    by_invoke: Vec<(i64, [(i64, u32); 2])>,
+}
+
+impl Timeline {
+    fn new(m: &Model) -> Timeline {
+        let mut starts = Vec::new();
+        let mut ends = Vec::new();
+        for k in &m.keys {
+            let live: Vec<&Attempt> = k.chain.iter().map(|&a| &m.attempts[a as usize]).collect();
+            if let (Some(s), Some(e)) = (live.iter().map(|a| a.start).min(), live.iter().map(|a| a.end).max()) {
+                starts.push(s);
+                ends.push(e);
+            }
+        }
+        starts.sort_unstable();
+        ends.sort_unstable();
+        let mut attempts: Vec<(i64, i64, u32)> = Vec::new();
+        for (ki, k) in m.keys.iter().enumerate() {
+            for &a in &k.chain {
+                let a = &m.attempts[a as usize];
+                attempts.push((a.start, a.end, ki as u32));
+            }
+        }
+        attempts.sort_unstable();
+        let mut top: [(i64, u32); 2] = [(i64::MIN, u32::MAX); 2];
+        let mut by_invoke = Vec::with_capacity(attempts.len());
+        for (start, end, key) in attempts {
+            if key == top[0].1 {
+                top[0].0 = top[0].0.max(end);
+            } else if end > top[0].0 {
+                top = [(end, key), top[0]];
+            } else if key == top[1].1 {
+                top[1].0 = top[1].0.max(end);
+            } else if end > top[1].0 {
+                top[1] = (end, key);
+            }
+            if top[1].0 > top[0].0 {
+                top.swap(0, 1);
+            }
+            by_invoke.push((start, top));
+        }
+        Timeline {
+            starts,
+            ends,
+            by_invoke,
+        }
+    }
+
+    /// Keys whose creation could fall in [a, b] (the caller's own included).
+    fn keys_in(&self, a: i64, b: i64) -> u64 {
+        let ended_before = self.ends.partition_point(|&e| e < a);
+        let started_after = self.starts.len() - self.starts.partition_point(|&s| s <= b);
+        (self.starts.len() - ended_before - started_after) as u64
+    }
+
+    /// Whether a key other than `key` could have had a block created after
+    /// `t` by an attempt invoked before `b`.
+    fn other_block_after(&self, key: u32, t: i64, b: i64) -> bool {
+        let n = self.by_invoke.partition_point(|(s, _)| *s < b);
+        if n == 0 {
+            return false;
+        }
+        let top = self.by_invoke[n - 1].1;
+        top.iter().any(|(end, k)| *k != key && *k != u32::MAX && *end > t)
+    }
+}
+
+fn attempt_json(m: &Model, h: &History, a: u32) -> Value {
+    let a = &m.attempts[a as usize];
+    json!({
+        "insert": a.logical,
+        "attempt": a.n,
+        "replica": a.replica,
+        "outcome": match a.class { Class::Ok => "ok", Class::Fail => "fail", Class::Info => "info" },
+        "code": a.code,
+        "index": h.ops[a.at].index,
+        "invoke_s": a.start as f64 / 1e9,
+    })
+}
+
+impl Checker for Dedup {
+    fn name(&self) -> &str {
+        "dedup"
+    }
+
+    fn check(&self, h: &History, _ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
+        let started = Instant::now();
+        let (params, stated) = params(h)?;
+        let mut m = read_model(h)?;
+        if m.attempts.is_empty() {
+            return Ok(CheckResult::unknown(
+                self.name(),
+                started,
+                "no insert attempts: nothing to judge",
+                Value::Null,
+            ));
+        }
+        // chains: non-failed attempts per key, in invoke order
+        for (i, a) in m.attempts.iter().enumerate() {
+            if a.class != Class::Fail {
+                for &k in &a.keys {
+                    let chain = &mut m.keys[k as usize].chain;
+                    if chain.last() != Some(&(i as u32)) {
+                        chain.push(i as u32);
+                    }
+                }
+            }
+        }
+        for k in &mut m.keys {
+            let attempts = &m.attempts;
+            k.chain.sort_by_key(|&a| (attempts[a as usize].start, a));
+        }
+        // rule 13: a logical insert whose attempts split differently
+        let mut splits: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+        let mut nonidempotent: BTreeSet<u64> = BTreeSet::new();
+        for a in &m.attempts {
+            match splits.get(&a.logical) {
+                None => {
+                    splits.insert(a.logical, a.keys.clone());
+                }
+                Some(first) if *first != a.keys => {
+                    nonidempotent.insert(a.logical);
+                }
+                _ => {}
+            }
+        }
+        for a in &m.attempts {
+            if nonidempotent.contains(&a.logical) {
+                for &k in &a.keys {
+                    m.keys[k as usize].nonidempotent = true;
+                }
+            }
+        }
+        // rule 17: drops
+        for (p, d_start, d_end) in m.drops.clone() {
+            for k in m.keys.iter_mut().filter(|k| k.partition == p) {
+                let attempts = &m.attempts;
+                let overlaps = k.chain.iter().any(|&a| {
+                    let a = &attempts[a as usize];
+                    a.start < d_end && a.end >= d_start
+                });
+                if overlaps {
+                    k.excused = true;
+                }
+                k.dropped_before = k.dropped_before.max(d_start);
+            }
+        }
+        for k in &mut m.keys {
+            if k.dropped_before > i64::MIN {
+                let attempts = &m.attempts;
+                let cut = k.dropped_before;
+                k.chain.retain(|&a| attempts[a as usize].end >= cut);
+            }
+        }
+        let timeline = Timeline::new(&m);
+
+        let mut findings: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
+        let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut add = |kind: &'static str, f: Value| {
+            *counts.entry(kind).or_default() += 1;
+            let list = findings.entry(kind).or_default();
+            if list.len() < FINDINGS_LISTED_MAX {
+                list.push(f);
+            }
+        };
+
+        // the replicas to judge
+        let mut replicas: Vec<String> = params.replicas.clone();
+        for r in m.reads.keys() {
+            if !replicas.contains(r) {
+                replicas.push(r.clone());
+            }
+        }
+        let unread: Vec<&String> = replicas.iter().filter(|r| !m.reads.contains_key(*r)).collect();
+        if m.reads.is_empty() || !unread.is_empty() {
+            let why = if m.reads.is_empty() {
+                "no replica was read at the end".to_string()
+            } else {
+                format!("replicas never read at the end: {unread:?}")
+            };
+            return Ok(CheckResult::unknown(
+                self.name(),
+                started,
+                why,
+                json!({"attempts": m.attempts.len(), "keys": m.keys.len()}),
+            ));
+        }
+
+        // rule 2: rows nobody inserted, or only failed attempts carried
+        for (r, rows) in &m.unknown_rows {
+            for row in rows.iter().take(FINDINGS_LISTED_MAX) {
+                add(
+                    "phantom",
+                    finding(
+                        "phantom",
+                        None,
+                        &[r],
+                        vec![],
+                        format!("row {row} on {r} was carried by no insert attempt"),
+                    ),
+                );
+            }
+        }
+        for (r, counts_r) in &m.reads {
+            for (&row, &n) in counts_r {
+                let keys = &m.row_keys[row as usize];
+                let carried = keys.iter().any(|&(k, v)| {
+                    m.keys[k as usize].variants[v as usize]
+                        .attempts
+                        .iter()
+                        .any(|&a| m.attempts[a as usize].class != Class::Fail)
+                });
+                if !carried {
+                    let attempts = keys
+                        .iter()
+                        .flat_map(|&(k, v)| m.keys[k as usize].variants[v as usize].attempts.clone())
+                        .map(|a| attempt_json(&m, h, a))
+                        .collect();
+                    add(
+                        "phantom",
+                        finding(
+                            "phantom",
+                            None,
+                            &[r],
+                            attempts,
+                            format!(
+                                "row {} appears {n}× on {r}, but every attempt that carried it failed definitely",
+                                m.row_text[row as usize]
+                            ),
+                        ),
+                    );
+                }
+            }
+        }
+
+        // rule 4: replicas disagree
+        let reference = &replicas[0];
+        for r in replicas.iter().skip(1) {
+            let (a, b) = (&m.reads[reference], &m.reads[r]);
+            let mut diff: Vec<String> = Vec::new();
+            let all: BTreeSet<u32> = a.keys().chain(b.keys()).copied().collect();
+            for row in all {
+                let (x, y) = (a.get(&row).copied().unwrap_or(0), b.get(&row).copied().unwrap_or(0));
+                if x != y {
+                    diff.push(format!("{} {reference}:{x} {r}:{y}", m.row_text[row as usize]));
+                }
+            }
+            let ua = m.unknown_rows.get(reference).map_or(0, Vec::len);
+            let ub = m.unknown_rows.get(r).map_or(0, Vec::len);
+            if !diff.is_empty() || ua != ub {
+                let n = diff.len();
+                diff.truncate(DIFF_ROWS_MAX);
+                add(
+                    "diverged",
+                    json!({
+                        "kind": "diverged", "replicas": [reference, r], "rows_differing": n, "diff": diff,
+                        "explanation": format!("after SYNC REPLICA, {reference} and {r} hold different rows ({n} rows differ in count)"),
+                    }),
+                );
+            }
+        }
+
+        // per key: torn blocks, visible variants, counts against the rules
+        let mut summary = json!({});
+        let (mut exact, mut unknown_window, mut duplicates_avoided) = (0u64, 0u64, 0u64);
+        // keys with the same rows (equal content under distinct tokens) can
+        // only be counted together: a row's copies may belong to either
+        let mut by_rows: BTreeMap<&[u32], Vec<u32>> = BTreeMap::new();
+        for (ki, k) in m.keys.iter().enumerate() {
+            if let [v] = k.variants.as_slice() {
+                by_rows.entry(v.rows.as_slice()).or_default().push(ki as u32);
+            }
+        }
+        let groups: Vec<(Vec<u32>, Vec<u32>)> = by_rows
+            .into_iter()
+            .filter(|(_, keys)| keys.len() > 1)
+            .map(|(rows, keys)| (rows.to_vec(), keys))
+            .collect();
+        let mut grouped = vec![false; m.keys.len()];
+        for (_, keys) in &groups {
+            for &k in keys {
+                grouped[k as usize] = true;
+            }
+        }
+        // per key: (pairs allowing removal, non-failed attempts, acknowledged)
+        let mut judged: Vec<(u64, u64, bool)> = Vec::with_capacity(m.keys.len());
+        for (ki, k) in m.keys.iter().enumerate() {
+            let ki = ki as u32;
+            let chain: Vec<&Attempt> = k.chain.iter().map(|&a| &m.attempts[a as usize]).collect();
+            // removal possible between consecutive attempts (rule 6)
+            let mut pairs_removable = 0u64;
+            for w in chain.windows(2) {
+                let (a, b) = (w[0], w[1]);
+                let b_end = if b.end == i64::MAX { i64::MAX } else { b.end };
+                let others = timeline.keys_in(a.start, b_end).saturating_sub(1);
+                let by_count = others >= params.window;
+                let by_age =
+                    timeline.other_block_after(ki, a.start.saturating_add(params.window_ns - params.epsilon_ns), b_end);
+                if by_count || by_age {
+                    pairs_removable += 1;
+                }
+            }
+            let has_ok = chain.iter().any(|a| a.class == Class::Ok);
+            let earliest_ok = chain
+                .iter()
+                .filter(|a| a.class == Class::Ok)
+                .map(|a| a.end)
+                .min()
+                .unwrap_or(i64::MAX);
+            let live = chain.len() as u64;
+            duplicates_avoided += live.saturating_sub(1);
+            judged.push((pairs_removable, live, has_ok));
+            if grouped[ki as usize] {
+                continue;
+            }
+            for r in &replicas {
+                let reads = &m.reads[r];
+                let mut count = 0u64;
+                let mut visible = Vec::new();
+                for (vi, v) in k.variants.iter().enumerate() {
+                    let seen: Vec<u64> = v.rows.iter().map(|row| reads.get(row).copied().unwrap_or(0)).collect();
+                    let (lo, hi) = (
+                        seen.iter().copied().min().unwrap_or(0),
+                        seen.iter().copied().max().unwrap_or(0),
+                    );
+                    // a row shared with another key (equal rows in two
+                    // blocks) is judged through that key's count too:
+                    // only rows owned by this key alone decide tearing
+                    let own: Vec<u64> = v
+                        .rows
+                        .iter()
+                        .zip(&seen)
+                        .filter(|(row, _)| m.row_keys[**row as usize].len() == 1)
+                        .map(|(_, n)| *n)
+                        .collect();
+                    if own.iter().min() != own.iter().max() {
+                        add(
+                            "torn-block",
+                            finding(
+                                "torn-block",
+                                Some(k),
+                                &[r],
+                                v.attempts.iter().map(|&a| attempt_json(&m, h, a)).collect(),
+                                format!(
+                                    "block {} is torn on {r}: its rows appear between {} and {} times",
+                                    k.label,
+                                    own.iter().min().unwrap_or(&0),
+                                    own.iter().max().unwrap_or(&0)
+                                ),
+                            ),
+                        );
+                    }
+                    let c = if own.is_empty() {
+                        lo.min(hi)
+                    } else {
+                        *own.iter().min().unwrap_or(&0)
+                    };
+                    if c > 0 {
+                        visible.push(vi);
+                        count += c;
+                    }
+                }
+                // rule 12: only one variant, of an attempt that could have committed first
+                if k.variants.len() > 1 {
+                    let allowed = |vi: usize| {
+                        k.variants[vi].attempts.iter().any(|&a| {
+                            m.attempts[a as usize].class != Class::Fail && m.attempts[a as usize].start < earliest_ok
+                        })
+                    };
+                    let bad_variants: Vec<usize> = visible.iter().copied().filter(|&vi| !allowed(vi)).collect();
+                    if visible.len() > 1 || !bad_variants.is_empty() {
+                        add(
+                            "phantom",
+                            finding(
+                                "phantom",
+                                Some(k),
+                                &[r],
+                                k.chain.iter().map(|&a| attempt_json(&m, h, a)).collect(),
+                                format!(
+                                    "token key {} shows {} different data on {r}: only the data of one attempt invoked before the key's first acknowledgement may be visible",
+                                    k.label,
+                                    visible.len()
+                                ),
+                            ),
+                        );
+                    }
+                }
+                let attempts_json = || -> Vec<Value> { k.chain.iter().map(|&a| attempt_json(&m, h, a)).collect() };
+                // rule 5
+                if count == 0 && has_ok && !k.excused {
+                    let after_info = chain.iter().filter(|a| a.class == Class::Ok).all(|ok| {
+                        ok.n > 1
+                            && m.attempts
+                                .iter()
+                                .any(|x| x.logical == ok.logical && x.n < ok.n && x.class == Class::Info)
+                    });
+                    let kind = if after_info { "lost-after-dedup" } else { "lost" };
+                    add(
+                        kind,
+                        finding(
+                            kind,
+                            Some(k),
+                            &[r],
+                            attempts_json(),
+                            if after_info {
+                                format!(
+                                    "key {} was acknowledged only to retries after an indeterminate attempt, yet {r} does not hold it: the id survived, the data did not, and the retry was swallowed",
+                                    k.label
+                                )
+                            } else {
+                                format!("key {} was acknowledged but {r} does not hold it", k.label)
+                            },
+                        ),
+                    );
+                    continue;
+                }
+                if count > live {
+                    add(
+                        "duplicate",
+                        finding(
+                            "duplicate",
+                            Some(k),
+                            &[r],
+                            attempts_json(),
+                            format!(
+                                "key {} appears {count}× on {r} but only {live} attempt(s) could have inserted it",
+                                k.label
+                            ),
+                        ),
+                    );
+                    continue;
+                }
+                if k.nonidempotent || k.excused {
+                    continue;
+                }
+                // rules 6–8
+                if count > 1 + pairs_removable {
+                    let kind = if pairs_removable == 0 {
+                        "duplicate-in-window"
+                    } else {
+                        "duplicate"
+                    };
+                    add(
+                        kind,
+                        finding(
+                            kind,
+                            Some(k),
+                            &[r],
+                            attempts_json(),
+                            format!(
+                                "key {} appears {count}× on {r}; of its {} consecutive attempt pairs, {pairs_removable} could have seen its id removed (window {} ids, {} s, ε {} ms), so at most {} copies are allowed",
+                                k.label,
+                                live.saturating_sub(1),
+                                params.window,
+                                params.window_ns as f64 / 1e9,
+                                params.epsilon_ns as f64 / 1e6,
+                                1 + pairs_removable
+                            ),
+                        ),
+                    );
+                } else if count > 1 {
+                    unknown_window += 1;
+                    add(
+                        "unknown-window",
+                        finding(
+                            "unknown-window",
+                            Some(k),
+                            &[r],
+                            attempts_json(),
+                            format!(
+                                "key {} appears {count}× on {r}: its retries could have fallen outside the window, so this is allowed",
+                                k.label
+                            ),
+                        ),
+                    );
+                } else if count == 1 && has_ok {
+                    exact += 1;
+                }
+            }
+        }
+        // groups of keys over the same rows, counted together
+        for (rows, keys) in &groups {
+            let (mut need, mut allow, mut window_bound) = (0u64, 0u64, true);
+            for &k in keys {
+                let key = &m.keys[k as usize];
+                let (pairs, live, has_ok) = judged[k as usize];
+                if has_ok && !key.excused && !key.nonidempotent {
+                    need += 1;
+                }
+                allow += if key.excused || key.nonidempotent {
+                    live
+                } else {
+                    live.min(1 + pairs)
+                };
+                window_bound &= pairs == 0;
+            }
+            let label = keys
+                .iter()
+                .map(|&k| m.keys[k as usize].label.clone())
+                .collect::<Vec<_>>()
+                .join(" + ");
+            let attempts = || -> Vec<Value> {
+                keys.iter()
+                    .flat_map(|&k| {
+                        m.keys[k as usize]
+                            .chain
+                            .iter()
+                            .map(|&a| attempt_json(&m, h, a))
+                            .collect::<Vec<_>>()
+                    })
+                    .collect()
+            };
+            for r in &replicas {
+                let reads = &m.reads[r];
+                let seen: Vec<u64> = rows.iter().map(|row| reads.get(row).copied().unwrap_or(0)).collect();
+                let total = seen.iter().copied().min().unwrap_or(0);
+                let first = Some(&m.keys[keys[0] as usize]);
+                if seen.iter().copied().max() != Some(total) {
+                    add(
+                        "torn-block",
+                        finding(
+                            "torn-block",
+                            first,
+                            &[r],
+                            attempts(),
+                            format!("the block of keys {label} is torn on {r}"),
+                        ),
+                    );
+                } else if total < need {
+                    add(
+                        "lost",
+                        finding(
+                            "lost",
+                            first,
+                            &[r],
+                            attempts(),
+                            format!(
+                                "keys {label} share their rows: {need} were acknowledged but {r} holds {total} copies"
+                            ),
+                        ),
+                    );
+                } else if total > allow {
+                    let kind = if window_bound {
+                        "duplicate-in-window"
+                    } else {
+                        "duplicate"
+                    };
+                    add(
+                        kind,
+                        finding(
+                            kind,
+                            first,
+                            &[r],
+                            attempts(),
+                            format!(
+                                "keys {label} share their rows: at most {allow} copies are allowed, {r} holds {total}"
+                            ),
+                        ),
+                    );
+                } else if total > need.max(1) {
+                    unknown_window += 1;
+                } else if total >= 1 {
+                    exact += 1;
+                }
+            }
+        }
+        for logical in &nonidempotent {
+            let attempts: Vec<Value> = m
+                .attempts
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.logical == *logical)
+                .map(|(i, _)| attempt_json(&m, h, i as u32))
+                .collect();
+            add(
+                "nonidempotent-retry",
+                json!({
+                    "kind": "nonidempotent-retry", "insert": logical, "attempts": attempts,
+                    "explanation": format!("insert {logical} was retried with another block split: its retries are new keys, not retries"),
+                }),
+            );
+        }
+        let invalid = [
+            "phantom",
+            "torn-block",
+            "diverged",
+            "lost",
+            "lost-after-dedup",
+            "duplicate",
+            "duplicate-in-window",
+            "nonidempotent-retry",
+        ];
+        let verdict = Verdict::valid_if(!invalid.iter().any(|k| counts.get(k).copied().unwrap_or(0) > 0));
+        let classes = |c: Class| m.attempts.iter().filter(|a| a.class == c).count();
+        summary["attempts"] = json!(m.attempts.len());
+        summary["logical_inserts"] = json!(splits.len());
+        summary["ok"] = json!(classes(Class::Ok));
+        summary["fail"] = json!(classes(Class::Fail));
+        summary["info"] = json!(classes(Class::Info));
+        summary["keys"] = json!(m.keys.len());
+        summary["replicas"] = json!(replicas);
+        summary["exactly_once_per_replica"] = json!(exact);
+        summary["unknown_window"] = json!(unknown_window);
+        summary["retries_on_same_key"] = json!(duplicates_avoided);
+        summary["deduplicated_blocks"] = json!(m.deduplicated_blocks);
+        summary["window"] = json!({"ids": params.window, "seconds": params.window_ns as f64 / 1e9, "epsilon_ms": params.epsilon_ns as f64 / 1e6, "stated": stated});
+        summary["counts"] = json!(counts);
+        summary["findings"] = json!(findings);
+        let first = invalid
+            .iter()
+            .find_map(|k| findings.get(k).and_then(|f| f.first()))
+            .and_then(|f| f.get("explanation").and_then(Value::as_str))
+            .map(str::to_string);
+        Ok(CheckResult {
+            checker: self.name().into(),
+            verdict,
+            reason: first,
+            elapsed_ms: elapsed_ms(started),
+            details: summary,
+        })
+    }
+}

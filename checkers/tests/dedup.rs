@@ -1,0 +1,479 @@
+//! The dedup checker, rule by rule: for each, a history that keeps the rule
+//! and one that breaks it, written by hand.
+
+use drift_checkers::dedup::Dedup;
+use drift_checkers::history::{Op, OpType, Process};
+use drift_checkers::{CheckContext, Checker, History, Verdict};
+use serde_json::{json, Value};
+use std::path::Path;
+
+/// A history written by hand: times in milliseconds, one process per
+/// attempt (so any overlap is allowed).
+#[derive(Default)]
+struct H {
+    ops: Vec<(i64, Op)>,
+    next_process: u64,
+}
+
+type Row = (u64, &'static str, i64);
+
+fn rows_json(rows: &[Row]) -> Value {
+    json!(rows.iter().map(|(id, k, v)| json!([id, k, v])).collect::<Vec<_>>())
+}
+
+impl H {
+    fn new(window: u64, window_s: f64, replicas: &[&str]) -> H {
+        let mut h = H::default();
+        h.push(
+            -1,
+            Process::Nemesis,
+            OpType::Info,
+            "dedup-window",
+            json!({"window": window, "window_seconds": window_s, "epsilon_ms": 100, "replicas": replicas}),
+            None,
+            None,
+        );
+        h
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        t_ms: i64,
+        p: Process,
+        kind: OpType,
+        f: &str,
+        value: Value,
+        key: Option<String>,
+        error: Option<String>,
+    ) {
+        self.ops.push((
+            t_ms,
+            Op {
+                index: 0,
+                time: t_ms * 1_000_000,
+                process: p,
+                kind,
+                f: f.into(),
+                value,
+                key,
+                node: None,
+                error,
+            },
+        ));
+    }
+
+    /// One attempt of logical insert `l`: blocks as (partition, rows).
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        &mut self,
+        l: u64,
+        n: u64,
+        token: Option<&str>,
+        blocks: &[(&str, &[Row])],
+        invoke_ms: i64,
+        end_ms: i64,
+        outcome: &str,
+        code: Option<u64>,
+    ) -> &mut Self {
+        let p = self.next_process;
+        self.next_process += 1;
+        let blocks: Vec<Value> = blocks
+            .iter()
+            .map(|(part, rows)| json!({"partition": part, "rows": rows_json(rows)}))
+            .collect();
+        self.push(
+            invoke_ms,
+            Process::Client(p),
+            OpType::Invoke,
+            "insert",
+            json!({"insert": l, "attempt": n, "replica": "r1", "token": token, "blocks": blocks}),
+            None,
+            None,
+        );
+        let kind = match outcome {
+            "ok" => OpType::Ok,
+            "fail" => OpType::Fail,
+            "info" => OpType::Info,
+            "pending" => return self,
+            other => panic!("{other}"),
+        };
+        let value = match kind {
+            OpType::Ok => json!({"written_blocks": 1, "deduplicated_blocks": 0}),
+            _ => json!({"code": code}),
+        };
+        let error = code.map(|c| format!("Code: {c}. DB::Exception: …"));
+        self.push(end_ms, Process::Client(p), kind, "insert", value, None, error);
+        self
+    }
+
+    /// A simple single-block attempt in partition "0".
+    fn simple(&mut self, l: u64, n: u64, rows: &[Row], invoke_ms: i64, end_ms: i64, outcome: &str) -> &mut Self {
+        self.attempt(l, n, None, &[("0", rows)], invoke_ms, end_ms, outcome, None)
+    }
+
+    fn read(&mut self, replica: &str, rows: &[Row], t_ms: i64) -> &mut Self {
+        let p = self.next_process;
+        self.next_process += 1;
+        self.push(
+            t_ms,
+            Process::Client(p),
+            OpType::Invoke,
+            "read",
+            Value::Null,
+            Some(replica.into()),
+            None,
+        );
+        self.push(
+            t_ms + 1,
+            Process::Client(p),
+            OpType::Ok,
+            "read",
+            rows_json(rows),
+            Some(replica.into()),
+            None,
+        );
+        self
+    }
+
+    fn read_all(&mut self, replicas: &[&str], rows: &[Row]) -> &mut Self {
+        for r in replicas {
+            self.read(r, rows, 1_000_000);
+        }
+        self
+    }
+
+    fn check(&mut self) -> (Verdict, Value) {
+        let mut ops: Vec<(i64, Op)> = std::mem::take(&mut self.ops);
+        ops.sort_by_key(|(t, _)| *t);
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .enumerate()
+            .map(|(i, (_, mut op))| {
+                op.index = i as u64;
+                op
+            })
+            .collect();
+        let n = ops.len() as u64;
+        let h = History::from_ops(Path::new("(test)"), ops, (1..=n).collect()).unwrap();
+        let r = Dedup.check(&h, &CheckContext::new(None, 1 << 30)).unwrap();
+        (r.verdict, r.details)
+    }
+}
+
+fn count(details: &Value, kind: &str) -> u64 {
+    details["counts"][kind].as_u64().unwrap_or(0)
+}
+
+const R: [&str; 2] = ["r1", "r2"];
+const A: &[Row] = &[(1, "a", 1), (2, "a", 2)];
+const B: &[Row] = &[(3, "b", 1)];
+
+#[test]
+fn rule_1_definite_failures_are_absent_and_late_286s_are_indeterminate() {
+    // 285 before anything: absent is right
+    let (v, _) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A)], 0, 10, "fail", Some(285))
+        .read_all(&R, &[])
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    // a multi-block 286 may have committed its first block: present is fine
+    let (v, _) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A), ("1", B)], 0, 10, "fail", Some(286))
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    // a single-block 286 cannot have committed: present is a phantom
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A)], 0, 10, "fail", Some(286))
+        .read_all(&R, A)
+        .check();
+    assert_eq!((v, count(&d, "phantom") > 0), (Verdict::Invalid, true), "{d}");
+}
+
+#[test]
+fn rule_2_a_row_nobody_inserted_is_a_phantom() {
+    let (v, _) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    let mut rows = A.to_vec();
+    rows.push((99, "x", 0));
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!(v, Verdict::Invalid);
+    assert!(count(&d, "phantom") >= 1, "{d}");
+}
+
+#[test]
+fn rule_3_a_block_half_there_is_torn() {
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .read_all(&R, &A[..1])
+        .check();
+    assert_eq!(v, Verdict::Invalid);
+    assert!(count(&d, "torn-block") >= 1, "{d}");
+}
+
+#[test]
+fn rule_4_replicas_that_disagree_after_sync_diverge() {
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .read("r1", A, 1000)
+        .read("r2", &[], 1000)
+        .check();
+    assert_eq!(v, Verdict::Invalid);
+    assert_eq!(count(&d, "diverged"), 1, "{d}");
+    assert_eq!(count(&d, "lost"), 0, "an info insert may be absent");
+}
+
+#[test]
+fn rule_5_an_acknowledged_key_missing_is_lost_and_after_a_swallowed_retry_lost_after_dedup() {
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read_all(&R, &[])
+        .check();
+    assert_eq!((v, count(&d, "lost")), (Verdict::Invalid, 2), "{d}");
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(1, 2, A, 20, 30, "ok")
+        .read_all(&R, &[])
+        .check();
+    assert_eq!((v, count(&d, "lost-after-dedup")), (Verdict::Invalid, 2), "{d}");
+}
+
+#[test]
+fn rule_6_7_a_retry_inside_the_window_appears_once() {
+    let mut twice = A.to_vec();
+    twice.extend_from_slice(A);
+    let (v, _) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(1, 2, A, 20, 30, "ok")
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(1, 2, A, 20, 30, "ok")
+        .read_all(&R, &twice)
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+    let f = &d["findings"]["duplicate-in-window"][0];
+    assert!(
+        f["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("0 could have seen its id removed"),
+        "{f}"
+    );
+    assert_eq!(f["attempts"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn rule_6_8_beyond_the_window_a_second_copy_is_unknown_window_and_a_third_a_duplicate() {
+    // window of 2 ids: three other keys land between the attempts
+    let build = |copies: usize| {
+        let mut h = H::new(2, 600.0, &R);
+        h.simple(1, 1, A, 0, 10, "info");
+        for (i, id) in [10u64, 11, 12].iter().enumerate() {
+            h.attempt(
+                10 + i as u64,
+                1,
+                None,
+                &[("0", &[(*id, "o", 0)][..])],
+                20 + i as i64 * 10,
+                25 + i as i64 * 10,
+                "ok",
+                None,
+            );
+        }
+        h.simple(1, 2, A, 100, 110, "ok");
+        let mut rows: Vec<Row> = vec![(10, "o", 0), (11, "o", 0), (12, "o", 0)];
+        for _ in 0..copies {
+            rows.extend_from_slice(A);
+        }
+        h.read_all(&R, &rows);
+        h.check()
+    };
+    let (v, d) = build(2);
+    assert_eq!((v, count(&d, "unknown-window")), (Verdict::Valid, 2), "{d}");
+    let (v, d) = build(3);
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert!(count(&d, "duplicate") >= 1, "{d}");
+}
+
+#[test]
+fn rule_9_time_alone_never_expires_an_id() {
+    let mut twice = A.to_vec();
+    twice.extend_from_slice(A);
+    // a 1 s window, the retry 10 s later, nothing else inserted: one copy only
+    let (v, d) = H::new(1000, 1.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(1, 2, A, 10_000, 10_010, "ok")
+        .read_all(&R, &twice)
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+    // another block 5 s in: the first id may have expired
+    let mut rows = twice.clone();
+    rows.extend_from_slice(B);
+    let (v, d) = H::new(1000, 1.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(2, 1, B, 5_000, 5_010, "ok")
+        .simple(1, 2, A, 10_000, 10_010, "ok")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!((v, count(&d, "unknown-window")), (Verdict::Valid, 2), "{d}");
+}
+
+#[test]
+fn rule_10_equal_content_without_tokens_shares_one_copy() {
+    let mut twice = A.to_vec();
+    twice.extend_from_slice(A);
+    let (v, _) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .simple(2, 1, A, 20, 30, "ok")
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .simple(2, 1, A, 20, 30, "ok")
+        .read_all(&R, &twice)
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+}
+
+#[test]
+fn rule_11_distinct_tokens_over_equal_content_are_two_copies() {
+    let mut twice = A.to_vec();
+    twice.extend_from_slice(A);
+    let (v, _) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, Some("t1"), &[("0", A)], 0, 10, "ok", None)
+        .attempt(2, 1, Some("t2"), &[("0", A)], 20, 30, "ok", None)
+        .read_all(&R, &twice)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, Some("t1"), &[("0", A)], 0, 10, "ok", None)
+        .attempt(2, 1, Some("t2"), &[("0", A)], 20, 30, "ok", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert!(count(&d, "lost") >= 1, "{d}");
+}
+
+#[test]
+fn rule_12_a_reused_token_shows_only_the_first_data() {
+    let (v, _) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, Some("t"), &[("0", A)], 0, 10, "ok", None)
+        .attempt(2, 1, Some("t"), &[("0", B)], 20, 30, "ok", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, Some("t"), &[("0", A)], 0, 10, "ok", None)
+        .attempt(2, 1, Some("t"), &[("0", B)], 20, 30, "ok", None)
+        .read_all(&R, B)
+        .check();
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert!(count(&d, "phantom") >= 1, "{d}");
+}
+
+#[test]
+fn rule_13_a_retry_with_another_split_is_nonidempotent() {
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, Some("t"), &[("0", &A[..1]), ("0", &A[1..])], 0, 10, "info", None)
+        .attempt(1, 2, Some("t"), &[("0", A)], 20, 30, "ok", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Invalid);
+    assert_eq!(count(&d, "nonidempotent-retry"), 1, "{d}");
+    let (v, _) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, Some("t"), &[("0", &A[..1]), ("0", &A[1..])], 0, 10, "info", None)
+        .attempt(1, 2, Some("t"), &[("0", &A[..1]), ("0", &A[1..])], 20, 30, "ok", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid, "the same split is a retry");
+}
+
+#[test]
+fn rule_14_15_keys_are_judged_one_by_one() {
+    // a 2-partition insert whose first partition was a duplicate
+    let (v, _) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .attempt(2, 1, None, &[("0", A), ("1", B)], 20, 30, "ok", None)
+        .read_all(&R, &[A, B].concat())
+        .check();
+    assert_eq!(v, Verdict::Valid);
+    // an info multi-block attempt that committed its first block only
+    let (v, _) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A), ("1", B)], 0, 10, "info", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid);
+}
+
+#[test]
+fn rule_16_a_319_is_zero_or_one_copy_never_two() {
+    for rows in [&[][..], A] {
+        let (v, _) = H::new(1000, 600.0, &R)
+            .attempt(1, 1, None, &[("0", A)], 0, 10, "info", Some(319))
+            .read_all(&R, rows)
+            .check();
+        assert_eq!(v, Verdict::Valid);
+    }
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A)], 0, 10, "info", Some(319))
+        .simple(1, 2, A, 20, 30, "ok")
+        .read_all(&R, &[A, A].concat())
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+}
+
+#[test]
+fn rule_17_a_partition_drop_resets_its_keys() {
+    let mut h = H::new(1000, 600.0, &R);
+    h.simple(1, 1, A, 0, 10, "ok");
+    h.push(
+        20,
+        drift_checkers::Process::Client(500),
+        OpType::Invoke,
+        "drop-partition",
+        json!({"partition": "0"}),
+        None,
+        None,
+    );
+    h.push(
+        30,
+        drift_checkers::Process::Client(500),
+        OpType::Ok,
+        "drop-partition",
+        Value::Null,
+        None,
+        None,
+    );
+    // the same rows again after the drop: a new copy, the first one gone
+    h.simple(1, 2, A, 40, 50, "ok");
+    let (v, d) = h.read_all(&R, A).check();
+    assert_eq!(v, Verdict::Valid, "{d}");
+    // without the drop, absent would be lost
+    let (v, _) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read_all(&R, &[])
+        .check();
+    assert_eq!(v, Verdict::Invalid);
+}
+
+#[test]
+fn rule_18_nothing_to_judge_or_an_unread_replica_is_unknown() {
+    let (v, _) = H::new(1000, 600.0, &R).read_all(&R, &[]).check();
+    assert_eq!(v, Verdict::Unknown);
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read("r1", A, 100)
+        .check();
+    assert_eq!(v, Verdict::Unknown, "{d}");
+}
