@@ -709,7 +709,9 @@ impl Checker for Dedup {
             let mut pairs_removable = 0u64;
             for w in chain.windows(2) {
                 let (a, b) = (w[0], w[1]);
-                let b_end = if b.end == i64::MAX { i64::MAX } else { b.end };
+                // both creations fall between a's invoke and the later of
+                // the two ends: an indeterminate a may commit after b
+                let b_end = a.end.max(b.end);
                 let others = timeline.keys_in(a.start, b_end).saturating_sub(1);
                 let by_count = others >= params.window;
                 let by_age =
