@@ -58,6 +58,9 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
     if args.runs == 0 || args.runs > RUNS_MAX {
         return Err(Failure::new(format!("--runs must be in 1..={RUNS_MAX}")));
     }
+    if let Some(n) = args.dedup_attempts {
+        return dedup(n, args.runs, args.json);
+    }
     if !(args.budget_s.is_finite() && args.budget_s > 0.0) {
         return Err(Failure::new("--budget-s must be a positive number of seconds"));
     }
@@ -264,4 +267,127 @@ fn print_table(s: &Summary) {
     } else {
         out!("MISMATCHED verdicts: {}", s.mismatches.join(", "));
     }
+}
+
+/// Writes an insert-retry history of `attempts` attempts as a correct
+/// 3-replica table would leave it: 16 clients, two-row inserts over 50
+/// partitions, a fifth answered `info` and retried (deduplicated), one in
+/// twenty failed, a tenth with a token; every replica read at the end.
+fn write_dedup_history(path: &std::path::Path, attempts: u64) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut index = 0u64;
+    let mut line = |w: &mut std::io::BufWriter<std::fs::File>, v: serde_json::Value| -> std::io::Result<()> {
+        let mut v = v;
+        v["index"] = serde_json::json!(index);
+        index += 1;
+        writeln!(w, "{v}")
+    };
+    line(
+        &mut w,
+        serde_json::json!({"time": 0, "process": "nemesis", "type": "info", "f": "dedup-window",
+            "value": {"window": 1000, "window_seconds": 600, "epsilon_ms": 1000, "replicas": ["r1", "r2", "r3"]}}),
+    )?;
+    let mut rng = drift_workloads::Rng::new(7);
+    let mut rows = Vec::new();
+    let (mut made, mut logical, mut t) = (0u64, 0u64, 1_000_000i64);
+    while made < attempts {
+        let id = logical * 2;
+        let partition = (logical % 50).to_string();
+        let row = |i: u64| serde_json::json!([i, format!("l{logical}"), 1]);
+        let token = (rng.below(10) == 0).then(|| format!("t{logical}"));
+        let blocks = serde_json::json!([{"partition": partition, "rows": [row(id), row(id + 1)]}]);
+        let mut n = 1;
+        loop {
+            let p = made % 16;
+            let (t0, t1) = (t, t + 2_000_000 + rng.below(3_000_000) as i64);
+            made += 1;
+            t += 400_000;
+            let inv = serde_json::json!({"time": t0, "process": p + 16 * made, "type": "invoke", "f": "insert",
+                "value": {"insert": logical, "attempt": n, "replica": format!("r{}", 1 + made % 3), "token": token, "blocks": blocks}});
+            line(&mut w, inv)?;
+            let roll = rng.below(20);
+            let (kind, value) = match roll {
+                0 => ("fail", serde_json::json!({"code": 285})),
+                1..=4 if made < attempts => ("info", serde_json::json!({"code": 319})),
+                _ => (
+                    "ok",
+                    serde_json::json!({"written_blocks": u64::from(n == 1), "deduplicated_blocks": u64::from(n > 1)}),
+                ),
+            };
+            line(
+                &mut w,
+                serde_json::json!({"time": t1, "process": p + 16 * made, "type": kind, "f": "insert", "value": value}),
+            )?;
+            if kind == "ok" || n > 1 {
+                rows.push(row(id));
+                rows.push(row(id + 1));
+            }
+            if kind != "info" {
+                break;
+            }
+            n += 1;
+        }
+        logical += 1;
+    }
+    // histories are time-ordered: the reads come after every insert ended
+    let end = t + 10_000_000;
+    for (i, r) in ["r1", "r2", "r3"].iter().enumerate() {
+        let p = 10_000_000 + i as u64;
+        line(
+            &mut w,
+            serde_json::json!({"time": end, "process": p, "type": "invoke", "f": "read", "key": r, "value": null}),
+        )?;
+        line(
+            &mut w,
+            serde_json::json!({"time": end + 1, "process": p, "type": "ok", "f": "read", "key": r, "value": rows}),
+        )?;
+    }
+    w.flush()
+}
+
+/// `drift bench checker --dedup-attempts N`.
+fn dedup(attempts: u64, runs: u32, json: bool) -> Result<i32, Failure> {
+    let path = std::env::temp_dir().join(format!("drift-bench-dedup-{}.jsonl", std::process::id()));
+    write_dedup_history(&path, attempts).map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
+    let mut parse = Vec::new();
+    let mut check = Vec::new();
+    let mut last = None;
+    for _ in 0..runs {
+        let t = Instant::now();
+        let h = History::load(&path).map_err(|e| Failure::new(e.to_string()))?;
+        parse.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let r = drift_checkers::dedup::Dedup
+            .check(&h, &CheckContext::new(None, usize::MAX))
+            .map_err(|e| Failure::new(e.to_string()))?;
+        check.push(t.elapsed().as_secs_f64());
+        last = Some(r);
+    }
+    let _ = std::fs::remove_file(&path);
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (p, c) = (median(&mut parse), median(&mut check));
+    let r = last.expect("runs >= 1");
+    if json {
+        out!(
+            "{}",
+            serde_json::json!({"attempts": attempts, "runs": runs, "parse_s": p, "check_s": c, "verdict": r.verdict.as_str(), "details": r.details})
+        );
+    } else {
+        out!(
+            "dedup checker, {attempts} attempts ({} keys), median of {runs} runs, one thread:\n  parse {:.3} s  check {:.3} s  verdict {}",
+            r.details["keys"],
+            p,
+            c,
+            r.verdict.as_str()
+        );
+    }
+    Ok(if r.verdict == drift_checkers::Verdict::Valid {
+        0
+    } else {
+        1
+    })
 }

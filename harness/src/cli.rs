@@ -504,6 +504,10 @@ pub struct BenchCheckerArgs {
     /// Also time the explanation of violations.
     #[arg(long)]
     pub explain: bool,
+    /// Time the dedup checker instead, on a generated insert-retry history
+    /// of this many attempts (a correct table's: the check does all its work).
+    #[arg(long = "dedup-attempts", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub dedup_attempts: Option<u64>,
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
