@@ -80,6 +80,8 @@ pub enum OpResult {
 
 pub struct Coordinator {
     connect: String,
+    /// The `keeper-cut` hook: no session until healed.
+    cut: std::sync::atomic::AtomicBool,
     session_timeout: Duration,
     client: Mutex<Option<zk::Client>>,
     round_trips: AtomicU64,
@@ -106,6 +108,7 @@ impl Coordinator {
     pub fn new(connect: &str, session_timeout: Duration) -> Coordinator {
         Coordinator {
             connect: connect.to_string(),
+            cut: std::sync::atomic::AtomicBool::new(false),
             session_timeout,
             client: Mutex::new(None),
             round_trips: AtomicU64::new(0),
@@ -128,11 +131,31 @@ impl Coordinator {
         self.sessions.load(Ordering::Relaxed)
     }
 
-    /// A new session (replacing any old one).
+    /// Cuts the replica off its coordinator (or heals the cut): the
+    /// session is dropped without closing it, as a network cut would leave
+    /// it, and no new one is made while cut.
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+        if cut {
+            self.drop_session();
+        }
+    }
+
+    pub fn is_cut(&self) -> bool {
+        self.cut.load(Ordering::SeqCst)
+    }
+
+    /// A new session (replacing any old one). Sessions are detached: a
+    /// replica that goes away (killed, cut) leaves its session to expire,
+    /// as ClickHouse's does, rather than closing it.
     pub async fn connect(&self) -> Result<zk::SessionId, ZkErr> {
+        if self.is_cut() {
+            return Err(ZkErr::NoSession);
+        }
         let c = tokio::time::timeout(
             self.session_timeout + OP_TIMEOUT,
             zk::Client::connector()
+                .with_detached()
                 .with_session_timeout(self.session_timeout)
                 .with_connection_timeout(Duration::from_secs(2))
                 .connect(&self.connect),
@@ -152,6 +175,9 @@ impl Coordinator {
 
     /// The current client, if its session is not over.
     pub fn client(&self) -> Result<zk::Client, ZkErr> {
+        if self.is_cut() {
+            return Err(ZkErr::NoSession);
+        }
         let guard = self.client.lock().expect("not poisoned");
         match &*guard {
             Some(c) if !c.state().is_terminated() => Ok(c.clone()),

@@ -12,7 +12,18 @@
 //!   out what happened;
 //! * `corrupt-next-part` — the next part this replica serves to a fetching
 //!   replica has one byte flipped;
-//! * `truncate-next-part` — the next part served is cut short.
+//! * `truncate-next-part` — the next part served is cut short;
+//! * `drop-replies-on` / `drop-replies-off` — while on, every insert
+//!   that succeeds closes its connection unanswered (the `drop-reply`
+//!   nemesis);
+//! * `keeper-cut` / `keeper-heal` — the replica loses its coordinator:
+//!   its session is abandoned without a goodbye (the coordinator expires
+//!   it, its ephemerals with it, after the session timeout) and no new one
+//!   is made until healed (the `keeper-cut` nemesis);
+//! * defects, for proving the checker: `defect-skip-dedup` (blocks are
+//!   committed without looking for their id) and `defect-no-block-id`
+//!   (commits leave no block id behind), `defect-off`. Never on unless
+//!   asked for with the token.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -23,6 +34,9 @@ pub struct Hooks {
     pub fail_commit_reply: AtomicBool,
     pub corrupt_next_part: AtomicBool,
     pub truncate_next_part: AtomicBool,
+    pub drop_replies: AtomicBool,
+    pub skip_dedup: AtomicBool,
+    pub no_block_id: AtomicBool,
 }
 
 impl Hooks {
@@ -42,13 +56,30 @@ impl Hooks {
                 self.fetches_stopped.store(false, Ordering::SeqCst);
                 return Ok(());
             }
+            "drop-replies-on" | "drop-replies-off" => {
+                self.drop_replies.store(hook == "drop-replies-on", Ordering::SeqCst);
+                return Ok(());
+            }
+            "defect-skip-dedup" => {
+                self.skip_dedup.store(true, Ordering::SeqCst);
+                return Ok(());
+            }
+            "defect-no-block-id" => {
+                self.no_block_id.store(true, Ordering::SeqCst);
+                return Ok(());
+            }
+            "defect-off" => {
+                self.skip_dedup.store(false, Ordering::SeqCst);
+                self.no_block_id.store(false, Ordering::SeqCst);
+                return Ok(());
+            }
             "drop-insert-reply" => &self.drop_insert_reply,
             "fail-commit-reply" => &self.fail_commit_reply,
             "corrupt-next-part" => &self.corrupt_next_part,
             "truncate-next-part" => &self.truncate_next_part,
             other => {
                 return Err(format!(
-                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | fail-commit-reply | corrupt-next-part | truncate-next-part)"
+                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-off)"
                 ))
             }
         };

@@ -260,7 +260,7 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
             let n = rows.len();
             let block = Block::from_rows(&r.schema, rows).map_err(|e| TableError::new(INCORRECT_DATA, e))?;
             let summary = r.insert(block, &s.insert).await?;
-            if Hooks::take(&r.hooks.drop_insert_reply) {
+            if Hooks::take(&r.hooks.drop_insert_reply) || r.hooks.drop_replies.load(Ordering::SeqCst) {
                 r.log(
                     "fault_hook",
                     serde_json::json!({"hook": "drop-insert-reply", "parts": summary.parts}),

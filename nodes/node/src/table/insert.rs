@@ -207,7 +207,11 @@ impl Replica {
         let block = Arc::new(block);
         for _ in 0..BLOCK_ATTEMPTS_MAX {
             let t = Instant::now();
-            let allocated = self.allocate(partition, id).await;
+            // the test-only defects: look for no id, or leave none behind
+            let skip = self.hooks.skip_dedup.load(std::sync::atomic::Ordering::SeqCst);
+            let leave_none = skip || self.hooks.no_block_id.load(std::sync::atomic::Ordering::SeqCst);
+            let (check_id, commit_id) = (id.filter(|_| !skip), id.filter(|_| !leave_none));
+            let allocated = self.allocate(partition, check_id).await;
             self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
             let Some(lock) = allocated? else {
                 self.events.add(Ev::DuplicatedInsertedBlocks, 1);
@@ -223,7 +227,7 @@ impl Replica {
                 .await
                 .map_err(|e| TableError::new(KEEPER_EXCEPTION, e.to_string()))?
                 .map_err(|e| TableError::new(KEEPER_EXCEPTION, format!("writing part {name}: {e}")))?;
-            match self.commit(&part, &lock, id, sums, quorum, s).await {
+            match self.commit(&part, &lock, commit_id, sums, quorum, s).await {
                 Ok(()) => {}
                 Err(CommitFail::Duplicate) => {
                     self.discard(&name, &lock).await;

@@ -67,6 +67,12 @@ impl TableNode {
         let Some(r) = r else {
             return "error no such table".into();
         };
+        // the coordinator's cut lives with the session, not the flags
+        if hook == "keeper-cut" || hook == "keeper-heal" {
+            r.coord.set_cut(hook == "keeper-cut");
+            r.log("fault_hook_armed", serde_json::json!({"hook": hook}));
+            return "ok".into();
+        }
         match r.hooks.apply(hook) {
             Ok(()) => {
                 r.log("fault_hook_armed", serde_json::json!({"hook": hook}));

@@ -224,13 +224,27 @@ impl Replica {
             }
             self.wake.notify_one();
             // the session ends when the client reports it terminated
-            let Ok(client) = self.coord.client() else { continue };
-            let mut w = client.state_watcher();
+            // the session ends when the client reports it terminated, or
+            // when it is dropped (a cut); no client clone is kept here,
+            // so a dropped session is really let go
+            let mut w = match self.coord.client() {
+                Ok(client) => client.state_watcher(),
+                Err(_) => continue,
+            };
             loop {
-                let s = w.changed().await;
-                if s.is_terminated() {
-                    self.log("session_ended", serde_json::json!({"state": format!("{s:?}")}));
-                    break;
+                tokio::select! {
+                    s = w.changed() => {
+                        if s.is_terminated() {
+                            self.log("session_ended", serde_json::json!({"state": format!("{s:?}")}));
+                            break;
+                        }
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {
+                        if !self.coord.has_session() {
+                            self.log("session_ended", serde_json::json!({"state": "dropped"}));
+                            break;
+                        }
+                    }
                 }
             }
             self.coord.drop_session();
