@@ -9,7 +9,7 @@
 //! stays valid. The unit is a block's *key*: `(partition, its rows in
 //! written order)`, or `(partition, token_n)` with a token.
 //!
-//! Rules (numbered as the checker's specification numbers them):
+//! Rules (numbered 1–18; findings and tests cite them by number):
 //!
 //! 1. `fail` only for definite errors; a multi-block attempt counts as
 //!    failed only for errors raised before any block (a 286 may come after
@@ -197,6 +197,12 @@ pub fn params(h: &History) -> Result<(Params, bool), HistoryError> {
     ))
 }
 
+/// Whether error `code` on an attempt of `blocks` blocks proves the
+/// attempt did nothing (rule 1).
+pub fn definite_failure(code: u64, blocks: usize) -> bool {
+    BEFORE_ANY_BLOCK.contains(&code) || (code == SINGLE_BLOCK_DEFINITE && blocks == 1)
+}
+
 impl Model {
     fn row_id(&mut self, row: &Value) -> u32 {
         let text = row.to_string();
@@ -285,12 +291,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     Outcome::Info | Outcome::Pending => Class::Info,
                     // rule 1
                     Outcome::Fail => {
-                        let definite = match code {
-                            None => true,
-                            Some(c) => {
-                                BEFORE_ANY_BLOCK.contains(&c) || (c == SINGLE_BLOCK_DEFINITE && blocks.len() == 1)
-                            }
-                        };
+                        let definite = code.is_none_or(|c| definite_failure(c, blocks.len()));
                         if definite {
                             Class::Fail
                         } else {

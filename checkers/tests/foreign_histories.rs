@@ -13,6 +13,12 @@ fn etcd_dir() -> Option<PathBuf> {
     if dir.is_dir() {
         return Some(dir);
     }
+    // ci/test sets DRIFT_REQUIRE_DEPS: there a missing input fails
+    assert!(
+        std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+        "{} is absent, and DRIFT_REQUIRE_DEPS is set",
+        dir.display()
+    );
     eprintln!(
         "NOT RUN: {} is absent (the etcd histories are read in place)",
         dir.display()

@@ -1,7 +1,7 @@
-//! `drift bench repair`: what a repair session costs, for the seed's
+//! `drift bench repair`: what a repair session costs, for the reference
 //! scenario (50,000 keys, 33 divergent; depths 4, 12, 16) and a large one
-//! (10,000,000 keys, 1,000 divergent; depths 12, 20), with the seed's
-//! range streaming and with the row-level round, beside a naive per-key
+//! (10,000,000 keys, 1,000 divergent; depths 12, 20), with whole-range
+//! streaming and with the row-level round, beside a naive per-key
 //! comparison (one 32-byte digest per key).
 
 use crate::cli::BenchRepairArgs;

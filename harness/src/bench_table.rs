@@ -67,9 +67,6 @@ impl Drop for Running {
 }
 
 pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
-    if !(0.5..=600.0).contains(&args.seconds) {
-        return Err(Failure::new("--seconds must be in 0.5..=600"));
-    }
     if args.setups.contains(&TableSetup::Zookeeper) && !crate::local::zookeeper_installed() {
         return Err(Failure::new(
             "the zookeeper setup needs Apache ZooKeeper (apt install zookeeper), or --setups keeper,naive",

@@ -20,18 +20,16 @@ use drift_results::time;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-/// Longest budget accepted: a week. A larger number is a typo.
-const BUDGET_S_MAX: f64 = 7.0 * 86_400.0;
-
 pub fn run(args: CheckArgs) -> Result<i32, Failure> {
-    let budget = parse_budget(args.budget_s)?;
-    if args.mem_mb == 0 {
-        return Err(Failure::new("--mem-mb must be at least 1"));
-    }
+    // clap held both to their bounds (cli::parse_budget_s, --mem-mb's range)
+    let budget = args.budget_s.map(Duration::from_secs_f64);
     let (history_path, run_dir) = resolve_input(&args.input)?;
     // a campaign's run is judged as the campaign judged it, unless told
     // otherwise
-    let plan = run_dir.as_ref().and_then(campaign_plan);
+    let plan = match &run_dir {
+        Some(run) => campaign_plan(run)?,
+        None => None,
+    };
     let bench = Bench {
         checkers: if !args.checkers.is_empty() {
             dedup(&args.checkers)
@@ -57,7 +55,7 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
     if new_run.is_some() {
         write_run_json(&out, &args, &history_path)?;
     }
-    let info: Option<RunInfo> = read_json(&out.run_json()).ok().flatten();
+    let info: Option<RunInfo> = read_json(&out.run_json())?;
     // `latest` means the newest campaign run (what `drift replay
     // store/latest` replays): a check never moves it
     let judged = judge::judge(&out, &history_path, &bench, info.as_ref(), None)?;
@@ -75,13 +73,20 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
     Ok(judged.results.verdict.exit_code())
 }
 
-/// The plan of a stored campaign run (what judged it), if it is one.
-fn campaign_plan(run: &RunDir) -> Option<Plan> {
-    let info: RunInfo = read_json(&run.run_json()).ok()??;
+/// The plan of a stored campaign run (what judged it), if it is one; a
+/// `run.json` that does not parse, or a campaign plan that does not, is
+/// an error naming the file (never a silent fall back to other checkers).
+fn campaign_plan(run: &RunDir) -> Result<Option<Plan>, Failure> {
+    let path = run.run_json();
+    let Some(info) = read_json::<RunInfo>(&path)? else {
+        return Ok(None);
+    };
     if info.kind != "test" {
-        return None;
+        return Ok(None);
     }
-    serde_json::from_value(info.config).ok()
+    serde_json::from_value(info.config)
+        .map(Some)
+        .map_err(|e| Failure::new(format!("{}: config: {e}", path.display())))
 }
 
 fn dedup(kinds: &[CheckerKind]) -> Vec<CheckerKind> {
@@ -92,16 +97,6 @@ fn dedup(kinds: &[CheckerKind]) -> Vec<CheckerKind> {
         }
     }
     out
-}
-
-fn parse_budget(budget_s: Option<f64>) -> Result<Option<Duration>, Failure> {
-    match budget_s {
-        None => Ok(None),
-        Some(s) if s.is_finite() && s > 0.0 && s <= BUDGET_S_MAX => Ok(Some(Duration::from_secs_f64(s))),
-        Some(s) => Err(Failure::new(format!(
-            "--budget-s must be a number of seconds in (0, {BUDGET_S_MAX}], got {s}"
-        ))),
-    }
 }
 
 /// The history file to read and, when the input is a run, its directory.

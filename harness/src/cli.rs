@@ -44,6 +44,48 @@ fn parse_json(s: &str) -> Result<serde_json::Value, String> {
     serde_json::from_str(s).map_err(|e| format!("not JSON ({e}); a string needs its quotes: '\"\"'"))
 }
 
+/// A finite number in `lo..=hi` (`lo` itself excluded when `open`).
+fn f64_within(s: &str, lo: f64, hi: f64, open: bool) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    let above = if open { v > lo } else { v >= lo };
+    if !v.is_finite() || !above || v > hi {
+        let from = if open {
+            format!("more than {lo}")
+        } else {
+            format!("at least {lo}")
+        };
+        return Err(format!("must be {from} and at most {hi}"));
+    }
+    Ok(v)
+}
+
+/// Longest time budget accepted, in seconds: a week (more is a typo).
+pub const BUDGET_S_MAX: f64 = 7.0 * 86_400.0;
+
+/// `--budget-s`: seconds, more than 0, at most a week.
+fn parse_budget_s(s: &str) -> Result<f64, String> {
+    f64_within(s, 0.0, BUDGET_S_MAX, true)
+}
+
+/// `--max-*` limits of compare: a percentage of at least 0.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    f64_within(s, 0.0, 1e9, false)
+}
+
+/// `drift bench table --seconds`: a cell's length.
+fn parse_cell_seconds(s: &str) -> Result<f64, String> {
+    f64_within(s, 0.5, 600.0, false)
+}
+
+/// A count of at least 1.
+fn usize_positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{s}` is not a whole number")),
+    }
+}
+
 /// `--rate`: operations per second, a finite number in bounds.
 fn parse_rate(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
@@ -115,11 +157,11 @@ pub struct CompareArgs {
     pub json: bool,
     /// Worse (exit 1) when an op's succeeded-ops throughput fell by more
     /// than this many percent against the baseline.
-    #[arg(long = "max-throughput-drop", value_name = "PERCENT")]
+    #[arg(long = "max-throughput-drop", value_name = "PERCENT", value_parser = parse_percent)]
     pub max_throughput_drop: Option<f64>,
     /// Worse (exit 1) when an op's p99 latency rose by more than this many
     /// percent against the baseline.
-    #[arg(long = "max-p99-rise", value_name = "PERCENT")]
+    #[arg(long = "max-p99-rise", value_name = "PERCENT", value_parser = parse_percent)]
     pub max_p99_rise: Option<f64>,
     /// The --max-* limits judge only ops with at least this many
     /// successes in both runs (fewer say little about a rate or a p99).
@@ -255,7 +297,7 @@ pub struct ClusterArgs {
 pub enum ClusterAction {
     /// Start a local cluster in the background and print its connect string.
     Up {
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
         nodes: u64,
         /// Directory for the cluster file, data and logs.
         #[arg(long, default_value = "drift-cluster")]
@@ -365,10 +407,10 @@ pub struct CheckArgs {
     #[arg(long, value_parser = parse_json)]
     pub init: Option<serde_json::Value>,
     /// Time budget for the whole check, in seconds; past it the verdict is unknown.
-    #[arg(long = "budget-s")]
+    #[arg(long = "budget-s", value_parser = parse_budget_s)]
     pub budget_s: Option<f64>,
     /// Memory cap for a search, in MiB; past it the verdict is unknown.
-    #[arg(long = "mem-mb", default_value_t = 2048)]
+    #[arg(long = "mem-mb", default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub mem_mb: u64,
     /// Print results.json to stdout instead of the summary.
     #[arg(long)]
@@ -424,7 +466,7 @@ pub struct BenchTableArgs {
     #[arg(long, value_delimiter = ',', default_values_t = [1u64, 16, 64], value_parser = clap::value_parser!(u64).range(1..=1024))]
     pub clients: Vec<u64>,
     /// Seconds each cell runs.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = 5.0, value_parser = parse_cell_seconds)]
     pub seconds: f64,
     /// Rounds per cell (the median is reported).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=20))]
@@ -445,7 +487,7 @@ pub struct BenchTableArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchHarnessArgs {
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub ops: u64,
     #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
     pub workload: WorkloadKind,
@@ -469,13 +511,13 @@ pub struct BenchRepairArgs {
 #[derive(Args, Debug)]
 pub struct BenchKeeperArgs {
     /// Creates, sets and deletes per apply phase.
-    #[arg(long, default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000, value_parser = usize_positive)]
     pub ops: usize,
     /// Nodes in the snapshot tree.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 1_000_000, value_parser = usize_positive)]
     pub nodes: usize,
     /// Paired apply runs per mode (the median is reported).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = usize_positive)]
     pub runs: usize,
     /// Directory for snapshot and changelog files (default: a temporary one, removed after).
     #[arg(long)]
@@ -496,10 +538,10 @@ pub struct BenchCheckerArgs {
     #[arg(long, value_parser = parse_json)]
     pub init: Option<serde_json::Value>,
     /// Timed runs per file; the median is reported.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=crate::bench::RUNS_MAX as i64))]
     pub runs: u32,
     /// Per-file time budget in seconds.
-    #[arg(long = "budget-s", default_value_t = 60.0)]
+    #[arg(long = "budget-s", default_value_t = 60.0, value_parser = parse_budget_s)]
     pub budget_s: f64,
     /// Also time the explanation of violations.
     #[arg(long)]

@@ -85,18 +85,7 @@ struct Comparison {
 }
 
 pub fn run(args: CompareArgs) -> Result<i32, Failure> {
-    for (name, v) in [
-        ("--max-throughput-drop", args.max_throughput_drop),
-        ("--max-p99-rise", args.max_p99_rise),
-    ] {
-        if let Some(v) = v {
-            if !v.is_finite() || v < 0.0 {
-                return Err(Failure::new(format!(
-                    "{name} must be a percentage of at least 0, got {v}"
-                )));
-            }
-        }
-    }
+    // the --max-* limits are held to percentages by clap (cli::parse_percent)
     let paths = resolve(&args.runs)?;
     let limits = Limits {
         max_throughput_drop: args.max_throughput_drop,

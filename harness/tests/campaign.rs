@@ -331,7 +331,7 @@ fn test_help_lists_every_allowed_value_of_every_enumerated_option() {
     assert!(help.contains("[possible values: cas-register, kv]"), "{help}");
     assert!(
         help.contains(
-            "[possible values: linearizable, unique-ids, set, counter, total-queue, ephemeral, stats, perf, digest]"
+            "[possible values: linearizable, unique-ids, set, counter, total-queue, ephemeral, stats, perf, digest, dedup]"
         ),
         "{help}"
     );

@@ -13,6 +13,12 @@ fn etcd_dir() -> Option<PathBuf> {
     if dir.join("EXPECTED.tsv").is_file() {
         Some(dir)
     } else {
+        // ci/test sets DRIFT_REQUIRE_DEPS: there a missing input fails
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "{} is absent, and DRIFT_REQUIRE_DEPS is set",
+            dir.display()
+        );
         eprintln!(
             "NOT RUN: {} is absent; the etcd histories are read in place from ../shared (present in CI and on development machines)",
             dir.display()
@@ -331,6 +337,27 @@ fn a_run_directory_is_checked_in_place() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("verdict  VALID"), "{stdout}");
     assert!(run_dir.join("results.json").is_file());
+    std::fs::remove_dir_all(&run_dir).unwrap();
+}
+
+#[test]
+fn a_run_directory_whose_run_json_is_damaged_exits_3_naming_it() {
+    let Some(dir) = etcd_dir() else { return };
+    let run_dir = scratch("bad-run-json");
+    std::fs::copy(dir.join("etcd_002.jsonl"), run_dir.join("history.jsonl")).unwrap();
+    for (content, says) in [
+        ("{\"kind\": \"test\", \"config\": ", "run.json"),
+        (
+            "{\"test\":\"t\",\"kind\":\"test\",\"created_at\":\"x\",\"versions\":{\"drift\":\"0\"},\"config\":{\"workload\":\"juggling\"}}",
+            "config",
+        ),
+    ] {
+        std::fs::write(run_dir.join("run.json"), content).unwrap();
+        let (code, stdout, stderr) = run(drift().arg("check").arg(&run_dir));
+        assert_eq!(code, 3, "{content}: {stdout}{stderr}");
+        assert!(stderr.contains("run.json") && stderr.contains(says), "{content}: {stderr}");
+        assert!(!run_dir.join("results.json").exists(), "nothing judged");
+    }
     std::fs::remove_dir_all(&run_dir).unwrap();
 }
 

@@ -4,8 +4,10 @@
 //! * [`rng`] — seeded randomness with named sub-seeds (replayable)
 //! * [`workload`] — operation mixes and the checkers that judge them
 //! * [`zkclient`] — the operations through a real ZooKeeper client
+//! * [`table`] — the insert-retry workload over the table's HTTP interface
 
 pub mod rng;
+pub mod table;
 pub mod workload;
 pub mod zkclient;
 

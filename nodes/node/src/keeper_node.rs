@@ -259,6 +259,13 @@ struct Node {
     /// servers is briefly held by both, so this is a set, not one owner.
     /// Valid for the term it names: a new term starts it afresh (see
     /// [`Node::holders`]).
+    ///
+    /// Trust: a server learns a holder from the holder's own `Touch`,
+    /// and only an authenticated peer can send one, so this stops writes
+    /// forwarded by a server that never claimed the session (a stale or
+    /// misrouted forward, a stranger). A peer holding the cluster secret
+    /// is a member and could claim any session; the secret is the
+    /// boundary (ARCHITECTURE.md, "The keeper: one entry, one digest").
     holders: (u64, BTreeMap<i64, BTreeSet<u64>>),
     /// Follower: sessions reported as held here to the leader and term it
     /// names (reported again before the first write forwarded to another).

@@ -25,7 +25,7 @@
 use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const MAGIC: &[u8; 8] = b"drftpeer";
 const VERSION: u8 = 1;
@@ -104,10 +104,33 @@ fn refused(why: impl Into<String>) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::PermissionDenied, why.into())
 }
 
+/// Reads exactly `buf.len()` bytes by `deadline`: the timeout of each
+/// read is what is left of the whole handshake's, so a peer trickling a
+/// byte at a time is cut at the deadline, not after a timeout per byte.
+fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("handshake not done within {HANDSHAKE_TIMEOUT:?}"),
+            ));
+        }
+        s.set_read_timeout(Some(left))?;
+        match s.read(&mut buf[got..])? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => got += n,
+        }
+    }
+    Ok(())
+}
+
 /// The dialing side: proves to peer `to` that node `me` holds `secret`,
 /// and checks that `to` does. Leaves the stream's read timeout unset.
 pub fn connect(s: &mut TcpStream, secret: &[u8], me: u64, to: u64) -> std::io::Result<()> {
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut hello = Vec::with_capacity(HELLO_BYTES);
     hello.extend_from_slice(MAGIC);
     hello.push(VERSION);
@@ -116,12 +139,13 @@ pub fn connect(s: &mut TcpStream, secret: &[u8], me: u64, to: u64) -> std::io::R
     hello.extend_from_slice(&random::<NONCE_BYTES>()?);
     s.write_all(&hello)?;
     let mut answer = [0u8; NONCE_BYTES + MAC_BYTES];
-    s.read_exact(&mut answer)?;
+    read_by(s, &mut answer, deadline)?;
     let (nonce_a, mac_a) = answer.split_at(NONCE_BYTES);
     if !same_mac(mac_a, &hmac_sha256(secret, &[b"acceptor", &hello, nonce_a])) {
         return Err(refused(format!("peer {to} does not hold the cluster secret")));
     }
     s.write_all(&hmac_sha256(secret, &[b"connector", &hello, nonce_a]))?;
+    s.set_write_timeout(None)?;
     s.set_read_timeout(None)
 }
 
@@ -129,9 +153,10 @@ pub fn connect(s: &mut TcpStream, secret: &[u8], me: u64, to: u64) -> std::io::R
 /// or an error (the caller closes the connection; nothing was read past
 /// the handshake). `peers` are the cluster's ids; `me` is this node.
 pub fn accept(s: &mut TcpStream, secret: &[u8], me: u64, peers: &[u64]) -> std::io::Result<u64> {
-    s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    s.set_write_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let mut hello = [0u8; HELLO_BYTES];
-    s.read_exact(&mut hello)?;
+    read_by(s, &mut hello, deadline)?;
     let word = |at: usize| u64::from_be_bytes(hello[at..at + 8].try_into().expect("8 bytes"));
     let (from, to) = (word(9), word(17));
     if &hello[..8] != MAGIC || hello[8] != VERSION {
@@ -145,10 +170,11 @@ pub fn accept(s: &mut TcpStream, secret: &[u8], me: u64, peers: &[u64]) -> std::
     answer.extend_from_slice(&hmac_sha256(secret, &[b"acceptor", &hello, &nonce_a]));
     s.write_all(&answer)?;
     let mut mac_c = [0u8; MAC_BYTES];
-    s.read_exact(&mut mac_c)?;
+    read_by(s, &mut mac_c, deadline)?;
     if !same_mac(&mac_c, &hmac_sha256(secret, &[b"connector", &hello, &nonce_a])) {
         return Err(refused(format!("peer {from} does not hold the cluster secret")));
     }
+    s.set_write_timeout(None)?;
     s.set_read_timeout(None)?;
     Ok(from)
 }
@@ -249,5 +275,34 @@ mod tests {
             let _ = s.write_all(&hmac_sha256(&[7; 16], &[b"connector", &hello, &stale_nonce]));
         });
         assert_eq!(r.unwrap_err().kind(), std::io::ErrorKind::PermissionDenied);
+    }
+
+    #[test]
+    fn a_stranger_trickling_its_hello_is_cut_at_the_handshake_deadline() {
+        // a byte every 250 ms would take 14 s for the hello; a timeout per
+        // read would wait for all of it, the handshake's deadline does not
+        let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = sent.clone();
+        let r = handshake(&[7; 16], move |s| {
+            let mut hello = MAGIC.to_vec();
+            hello.push(VERSION);
+            hello.extend_from_slice(&2u64.to_be_bytes());
+            hello.extend_from_slice(&1u64.to_be_bytes());
+            hello.extend_from_slice(&[0; NONCE_BYTES]);
+            for b in hello {
+                if s.write_all(&[b]).is_err() {
+                    return;
+                }
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        });
+        let kind = r.unwrap_err().kind();
+        assert!(
+            matches!(kind, std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock),
+            "{kind:?}"
+        );
+        let at_cut = sent.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(at_cut < HELLO_BYTES, "the whole hello ({at_cut} bytes) got through");
     }
 }

@@ -1,5 +1,6 @@
 //! Criterion benchmarks of the repair core: hashing, tree upkeep, build,
-//! and the seed scenario's diff and repair. `drift bench repair` prints
+//! and the reference scenario's diff and repair
+//! (50,000 keys, 33 divergent). `drift bench repair` prints
 //! the session cost tables.
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
@@ -85,7 +86,7 @@ fn scenario(n: u32, divergent: u32, depth: u32) -> (Replica, Replica) {
 
 fn sessions(c: &mut Criterion) {
     let (a, b) = scenario(50_000, 33, 12);
-    let mut g = c.benchmark_group("seed scenario (50k keys, 33 divergent, depth 12)");
+    let mut g = c.benchmark_group("reference scenario (50k keys, 33 divergent, depth 12)");
     g.sample_size(20);
     for row_level in [false, true] {
         let cfg = SessionConfig {

@@ -16,7 +16,7 @@
 //!    fingerprints of a sub-range, until a mismatched range holds at most
 //!    one entry a side (or one token).
 //! 3. Without the row-level round both sides stream every entry of the
-//!    mismatched ranges (the seed's design: overstreaming).
+//!    mismatched ranges (the classic Merkle repair: overstreaming).
 //!    With it: the initiator sends its fingerprints of those ranges, the
 //!    responder answers which it holds and the versions (key, ts,
 //!    tombstone) of its entries the initiator lacks; the initiator decides
@@ -31,9 +31,9 @@
 //! Hash truncation: 6 bytes per node by default (`hash_bytes`). The risk
 //! that a differing node compares equal is 2^-48 ≈ 3.6·10^-15 per
 //! comparison; a session compares 10^3–10^6 nodes, so under 4·10^-9 per
-//! session, and independent between sessions (the seed picks which word of
+//! session, and independent between sessions (the session seed picks which word of
 //! the 32-byte hash is sent, and keys the fingerprints), so a miss is
-//! repaired by the next session. 8 bytes would put the seed scenario over
+//! repaired by the next session. 8 bytes would put the reference scenario over
 //! its 4 KiB reconciliation budget; 4 would make a miss per session about
 //! one in 10^4 at a million comparisons.
 
@@ -97,7 +97,7 @@ pub struct Report {
     pub depth: u32,
     pub rounds: u32,
     pub gc_before: u64,
-    /// Tree nodes compared (levels 0..=depth): the seed's "hashes exchanged".
+    /// Tree nodes compared (levels 0..=depth): the reference scenario's "hashes exchanged".
     pub hashes_compared: u64,
     /// Node hashes actually sent (siblings are derived from their parent).
     pub hashes_sent: u64,

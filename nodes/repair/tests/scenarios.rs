@@ -9,8 +9,8 @@ use drift_repair::wire::Msg;
 use drift_repair::{Entry, Replica, TokenRange};
 
 #[test]
-fn seed_scenario_reproduces_the_seeds_figures() {
-    // seed: 463 hashes and 815 entries at depth 12, 87,505 entries at
+fn the_reference_scenario_costs_what_classic_merkle_repair_costs() {
+    // classic Merkle repair: 463 hashes and 815 entries at depth 12, 87,505 entries at
     // depth 4, 107 at depth 16 (50,000 keys, 33 divergent); ours vary
     // with the key choice, so check the expected spread
     for (depth, hashes, entries) in [
@@ -18,7 +18,7 @@ fn seed_scenario_reproduces_the_seeds_figures() {
         (12, 420..=500, 740..=960),
         (16, 640..=760, 80..=140),
     ] {
-        let (mut a, mut b) = seed_scenario(50_000, 33, depth, 42);
+        let (mut a, mut b) = reference_scenario(50_000, 33, depth, 42);
         let r = repair(&mut a, &mut b, cfg(1, false));
         assert!(
             hashes.contains(&r.hashes_compared),
@@ -38,7 +38,7 @@ fn seed_scenario_reproduces_the_seeds_figures() {
 #[test]
 fn row_level_round_streams_exactly_the_winners_within_4_kib() {
     for depth in [4u32, 12, 16] {
-        let (mut a, mut b) = seed_scenario(50_000, 33, depth, 42);
+        let (mut a, mut b) = reference_scenario(50_000, 33, depth, 42);
         let (a0, b0) = (a.clone(), b.clone());
         let r = repair(&mut a, &mut b, cfg(1, true));
         assert_eq!(r.entries_streamed(), 33, "depth {depth}");
@@ -62,7 +62,7 @@ fn row_level_round_streams_exactly_the_winners_within_4_kib() {
 fn single_divergent_key_costs_two_hashes_per_level_plus_the_root() {
     for depth in [4u32, 10, 15] {
         for row_level in [false, true] {
-            let (mut a, mut b) = seed_scenario(5_000, 0, depth, 7);
+            let (mut a, mut b) = reference_scenario(5_000, 0, depth, 7);
             a.merge(Entry::put(b"key17", 9, b"new"));
             let r = repair(&mut a, &mut b, cfg(5, row_level));
             assert_eq!(r.hashes_compared, 2 * depth as u64 + 1, "depth {depth}");
@@ -251,7 +251,7 @@ fn stepped(
 
 #[test]
 fn a_write_racing_the_stream_survives() {
-    let (mut a, mut b) = seed_scenario(2_000, 0, 8, 3);
+    let (mut a, mut b) = reference_scenario(2_000, 0, 8, 3);
     a.merge(Entry::put(b"key5", 2, b"from-a"));
     let mut raced = false;
     stepped(&mut a, &mut b, true, |reply, _, b| {
@@ -275,7 +275,7 @@ fn a_write_racing_the_stream_survives() {
 #[test]
 fn the_responder_counts_a_repair_only_once_the_initiator_merged_its_entries() {
     for row_level in [false, true] {
-        let (mut a, mut b) = seed_scenario(2_000, 10, 8, 5);
+        let (mut a, mut b) = reference_scenario(2_000, 10, 8, 5);
         b.merge(Entry::tombstone(b"key3", 7)); // only b has the delete
         let (mut init, mut msg) = Initiator::start(&a, 2, cfg(15, row_level));
         let mut resp = Responder::new(1, 1_000);
@@ -353,7 +353,7 @@ fn fingerprints_name_their_keys_so_writes_between_rounds_do_not_shift_them() {
 #[test]
 fn an_interrupted_repair_rerun_converges() {
     for row_level in [false, true] {
-        let (mut a, mut b) = seed_scenario(3_000, 20, 8, 5);
+        let (mut a, mut b) = reference_scenario(3_000, 20, 8, 5);
         // cut the session right before its last exchange
         let (mut init, mut msg) = Initiator::start(&a, 2, cfg(13, row_level));
         let mut resp = Responder::new(1, 1_000);

@@ -33,9 +33,9 @@ impl Rng {
     }
 }
 
-/// The seed scenario: `n` keys on both replicas at ts 1, then `divergent`
+/// The reference scenario of Merkle repair: `n` keys on both replicas at ts 1, then `divergent`
 /// distinct keys get a newer write on one side (alternating by chance).
-pub fn seed_scenario(n: u32, divergent: usize, depth: u32, seed: u64) -> (Replica, Replica) {
+pub fn reference_scenario(n: u32, divergent: usize, depth: u32, seed: u64) -> (Replica, Replica) {
     let mut a = Replica::new(TokenRange::FULL, depth);
     let mut b = Replica::new(TokenRange::FULL, depth);
     for i in 0..n {

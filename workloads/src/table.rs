@@ -1,0 +1,402 @@
+//! The insert-retry workload: an application inserting into the
+//! replicated table over ClickHouse's HTTP interface (reqwest), retrying
+//! what it cannot know the fate of.
+//!
+//! A *logical insert* is uniquely tagged rows (`[id, p, tag]`, tag
+//! `L<logical id>`), with, by weight: equal content to an earlier insert
+//! (no token), a token, a token reused with other data, rows over several
+//! partitions, several blocks (`max_insert_block_size`), a quorum (parallel
+//! or not), or a retry delayed past the dedup window. Each attempt is one
+//! history operation `insert` whose value carries the exact blocks the
+//! server will make (the client splits the rows the way the server does,
+//! through `drift_table`), so the `dedup` checker can judge every block.
+//! An attempt answered with a definite error is `fail`; anything else
+//! unanswered or erroring is `info`, and the insert is retried — same
+//! data, same token, same split — on the same replica or another, until
+//! `ok`, a definite failure, or its attempts run out.
+
+use crate::rng::Rng;
+use drift_table::block::{split_insert, Block};
+use drift_table::schema::{ColumnType, PartitionKey, Schema, Value as Cell};
+use serde_json::{json, Value};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// The workload's table, as the cluster file declares it.
+pub const TABLE: &str = "inserts";
+pub const TABLE_DECLARATION: &str =
+    "name = \"inserts\"\ncolumns = \"id UInt64, p UInt64, tag String\"\npartition_by = \"p\"\norder_by = \"id\"\n";
+/// Partitions the rows spread over.
+pub const PARTITIONS: u64 = 8;
+/// Most rows in one logical insert.
+const ROWS_MAX: u64 = 5;
+/// Recent inserts a worker remembers for equal content and token reuse.
+const RECENT_MAX: usize = 16;
+
+/// The table's schema, the same as the declaration's.
+pub fn schema() -> Schema {
+    Schema::new(
+        TABLE,
+        &[
+            ("id", ColumnType::UInt64),
+            ("p", ColumnType::UInt64),
+            ("tag", ColumnType::String),
+        ],
+        PartitionKey::Column(1),
+        vec![0],
+    )
+}
+
+/// One row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
+    pub id: u64,
+    pub p: u64,
+    pub tag: String,
+}
+
+impl Row {
+    pub fn json(&self) -> Value {
+        json!([self.id, self.p, self.tag])
+    }
+}
+
+/// What the workload mixes in, by name (`kind` in the history).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Plain,
+    EqualContent,
+    Token,
+    TokenReuse,
+    MultiPartition,
+    MultiBlock,
+    Quorum,
+    QuorumNonParallel,
+    DelayedRetry,
+}
+
+impl Kind {
+    const WEIGHTED: [(Kind, u32); 9] = [
+        (Kind::Plain, 45),
+        (Kind::EqualContent, 5),
+        (Kind::Token, 10),
+        (Kind::TokenReuse, 3),
+        (Kind::MultiPartition, 10),
+        (Kind::MultiBlock, 7),
+        (Kind::Quorum, 6),
+        (Kind::QuorumNonParallel, 3),
+        (Kind::DelayedRetry, 5),
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Plain => "plain",
+            Kind::EqualContent => "equal-content",
+            Kind::Token => "token",
+            Kind::TokenReuse => "token-reuse",
+            Kind::MultiPartition => "multi-partition",
+            Kind::MultiBlock => "multi-block",
+            Kind::Quorum => "quorum",
+            Kind::QuorumNonParallel => "quorum-non-parallel",
+            Kind::DelayedRetry => "delayed-retry",
+        }
+    }
+}
+
+/// One logical insert: what every attempt of it sends.
+#[derive(Clone, Debug)]
+pub struct LogicalInsert {
+    pub id: u64,
+    pub kind: Kind,
+    pub rows: Vec<Row>,
+    pub token: Option<String>,
+    pub quorum: u32,
+    pub quorum_parallel: bool,
+    pub max_block_rows: Option<usize>,
+}
+
+impl LogicalInsert {
+    /// The blocks the server makes of these rows: (partition, rows).
+    pub fn blocks(&self) -> Vec<(String, Vec<Row>)> {
+        let s = schema();
+        let rows: Vec<Vec<Cell>> = self
+            .rows
+            .iter()
+            .map(|r| vec![Cell::UInt64(r.id), Cell::UInt64(r.p), Cell::String(r.tag.clone())])
+            .collect();
+        let block = Block::from_rows(&s, rows).expect("rows of the schema's types");
+        split_insert(&s, &block, self.max_block_rows.unwrap_or(1_048_449))
+            .into_iter()
+            .map(|(p, b)| {
+                let rows = (0..b.rows())
+                    .map(|i| {
+                        let r = b.row(i);
+                        match (&r[0], &r[1], &r[2]) {
+                            (Cell::UInt64(id), Cell::UInt64(p), Cell::String(tag)) => Row {
+                                id: *id,
+                                p: *p,
+                                tag: tag.clone(),
+                            },
+                            _ => unreachable!("the schema's types"),
+                        }
+                    })
+                    .collect();
+                (p, rows)
+            })
+            .collect()
+    }
+
+    /// The history value of attempt `n` sent to `replica`.
+    pub fn invoke_value(&self, n: u32, replica: &str) -> Value {
+        let blocks: Vec<Value> = self
+            .blocks()
+            .into_iter()
+            .map(|(p, rows)| json!({"partition": p, "rows": rows.iter().map(Row::json).collect::<Vec<_>>()}))
+            .collect();
+        json!({
+            "insert": self.id, "attempt": n, "replica": replica, "kind": self.kind.name(),
+            "token": self.token, "quorum": self.quorum, "quorum_parallel": self.quorum_parallel,
+            "blocks": blocks,
+        })
+    }
+
+    /// The request: URL parameters and the JSONEachRow body.
+    pub fn request(&self) -> (String, String) {
+        let mut params = String::from("query=INSERT%20INTO%20inserts%20FORMAT%20JSONEachRow");
+        if let Some(t) = &self.token {
+            params.push_str(&format!("&insert_deduplication_token={t}"));
+        }
+        if self.quorum > 1 {
+            params.push_str(&format!(
+                "&insert_quorum={}&insert_quorum_parallel={}&insert_quorum_timeout=5000",
+                self.quorum,
+                u8::from(self.quorum_parallel)
+            ));
+        }
+        if let Some(n) = self.max_block_rows {
+            params.push_str(&format!("&max_insert_block_size={n}"));
+        }
+        let body: String = self
+            .rows
+            .iter()
+            .map(|r| format!("{{\"id\":{},\"p\":{},\"tag\":\"{}\"}}\n", r.id, r.p, r.tag))
+            .collect();
+        (params, body)
+    }
+
+    /// Whether a retry waits past the dedup window.
+    pub fn delayed(&self) -> bool {
+        self.kind == Kind::DelayedRetry
+    }
+}
+
+/// A worker's source of logical inserts.
+pub struct InsertGen {
+    worker: u64,
+    seq: u64,
+    recent: VecDeque<LogicalInsert>,
+}
+
+impl InsertGen {
+    pub fn new(worker: u64) -> InsertGen {
+        InsertGen {
+            worker,
+            seq: 0,
+            recent: VecDeque::new(),
+        }
+    }
+
+    fn fresh_rows(&mut self, rng: &mut Rng, logical: u64, n: u64, partitions: u64) -> Vec<Row> {
+        let first_p = rng.below(PARTITIONS);
+        (0..n)
+            .map(|i| Row {
+                id: logical * 16 + i,
+                p: (first_p + i % partitions) % PARTITIONS,
+                tag: format!("L{logical}"),
+            })
+            .collect()
+    }
+
+    pub fn next(&mut self, rng: &mut Rng) -> LogicalInsert {
+        self.seq += 1;
+        // logical ids never repeat across workers
+        let id = (self.worker + 1) * 1_000_000_000 + self.seq;
+        let weights: Vec<u32> = Kind::WEIGHTED.iter().map(|(_, w)| *w).collect();
+        let mut kind = Kind::WEIGHTED[rng.weighted(&weights)].0;
+        let pick = |recent: &VecDeque<LogicalInsert>, rng: &mut Rng, token: bool| {
+            let c: Vec<&LogicalInsert> = recent
+                .iter()
+                .filter(|l| l.token.is_some() == token && l.max_block_rows.is_none())
+                .collect();
+            (!c.is_empty()).then(|| c[rng.below(c.len() as u64) as usize].clone())
+        };
+        let n = 1 + rng.below(ROWS_MAX);
+        let mut l = LogicalInsert {
+            id,
+            kind,
+            rows: Vec::new(),
+            token: None,
+            quorum: 0,
+            quorum_parallel: true,
+            max_block_rows: None,
+        };
+        match kind {
+            Kind::EqualContent => match pick(&self.recent, rng, false) {
+                Some(old) => l.rows = old.rows,
+                None => kind = Kind::Plain,
+            },
+            Kind::TokenReuse => match pick(&self.recent, rng, true) {
+                Some(old) => {
+                    l.token = old.token;
+                    l.rows = self.fresh_rows(rng, id, old.rows.len() as u64, 1);
+                }
+                None => kind = Kind::Plain,
+            },
+            _ => {}
+        }
+        l.kind = kind;
+        match kind {
+            Kind::Plain | Kind::DelayedRetry => l.rows = self.fresh_rows(rng, id, n, 1),
+            Kind::Token => {
+                l.rows = self.fresh_rows(rng, id, n, 1);
+                l.token = Some(format!("t{id}"));
+            }
+            Kind::MultiPartition => {
+                let partitions = 1 + rng.below(3);
+                l.rows = self.fresh_rows(rng, id, n.max(2), partitions);
+            }
+            Kind::MultiBlock => {
+                let rows = 3 + rng.below(3);
+                l.rows = self.fresh_rows(rng, id, rows, 1);
+                l.max_block_rows = Some(2);
+            }
+            Kind::Quorum | Kind::QuorumNonParallel => {
+                l.rows = self.fresh_rows(rng, id, n, 1);
+                l.quorum = 2;
+                l.quorum_parallel = kind == Kind::Quorum;
+            }
+            Kind::EqualContent | Kind::TokenReuse => {}
+        }
+        self.recent.push_back(l.clone());
+        if self.recent.len() > RECENT_MAX {
+            self.recent.pop_front();
+        }
+        l
+    }
+}
+
+/// How one attempt ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttemptOutcome {
+    /// The server's `X-Drift-Insert` summary.
+    Ok(Value),
+    /// Definitely not applied: the code, if the server answered.
+    Fail(Option<u64>, String),
+    /// May have been applied.
+    Info(Option<u64>, String),
+}
+
+/// Error codes that prove an insert did nothing (raised before any block:
+/// read-only, too few live replicas, bad input), and 286 for one block.
+pub fn definite(code: u64, blocks: usize) -> bool {
+    drift_checkers::dedup::definite_failure(code, blocks)
+}
+
+/// One attempt of `l` against the replica at `url`.
+pub async fn attempt(http: &reqwest::Client, url: &str, l: &LogicalInsert, timeout: Duration) -> AttemptOutcome {
+    let (params, body) = l.request();
+    let sent = http
+        .post(format!("{url}?{params}"))
+        .body(body)
+        .timeout(timeout)
+        .send()
+        .await;
+    let resp = match sent {
+        Ok(r) => r,
+        // nothing reached the server
+        Err(e) if e.is_connect() => return AttemptOutcome::Fail(None, format!("connection refused: {e}")),
+        Err(e) => return AttemptOutcome::Info(None, format!("no answer: {e}")),
+    };
+    let status = resp.status();
+    let code = resp
+        .headers()
+        .get("x-clickhouse-exception-code")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let summary = resp
+        .headers()
+        .get("x-drift-insert")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| serde_json::from_str::<Value>(v).ok());
+    let text = match resp.text().await {
+        Ok(t) => t,
+        Err(e) => return AttemptOutcome::Info(code, format!("the answer broke off: {e}")),
+    };
+    if status.is_success() {
+        return AttemptOutcome::Ok(summary.unwrap_or(Value::Null));
+    }
+    let msg = text.trim().chars().take(300).collect::<String>();
+    match code {
+        Some(c) if definite(c, l.blocks().len()) => AttemptOutcome::Fail(Some(c), msg),
+        c => AttemptOutcome::Info(c, msg),
+    }
+}
+
+/// `SYSTEM SYNC REPLICA` on the replica at `url`, then all its rows.
+pub async fn sync_and_read(http: &reqwest::Client, url: &str, timeout: Duration) -> Result<Vec<Value>, String> {
+    let post = |q: &'static str| http.post(url).body(q).timeout(timeout).send();
+    let r = post("SYSTEM SYNC REPLICA inserts").await.map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("SYNC REPLICA: {}", r.text().await.unwrap_or_default().trim()));
+    }
+    let r = http
+        .post(format!("{url}?output_format_json_quote_64bit_integers=0"))
+        .body("SELECT id, p, tag FROM inserts ORDER BY id FORMAT JSONCompactEachRow")
+        .timeout(timeout)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !r.status().is_success() {
+        return Err(format!("SELECT: {}", r.text().await.unwrap_or_default().trim()));
+    }
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<Value>(l).map_err(|e| format!("a row {l:?}: {e}")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inserts_mix_their_kinds_and_split_as_the_server_does() {
+        let mut g = InsertGen::new(3);
+        let mut rng = Rng::new(5);
+        let mut kinds = std::collections::BTreeSet::new();
+        let mut ids = std::collections::BTreeSet::new();
+        for _ in 0..500 {
+            let l = g.next(&mut rng);
+            kinds.insert(l.kind.name());
+            assert!(ids.insert(l.id), "logical ids are unique");
+            let blocks = l.blocks();
+            let rows: usize = blocks.iter().map(|(_, r)| r.len()).sum();
+            assert_eq!(rows, l.rows.len());
+            if let Some(n) = l.max_block_rows {
+                assert!(blocks.iter().all(|(_, r)| r.len() <= n));
+                assert!(blocks.len() >= 2, "{l:?}");
+            }
+            for (p, rows) in &blocks {
+                assert!(rows.iter().all(|r| &r.p.to_string() == p));
+                assert!(
+                    rows.windows(2).all(|w| w[0].id <= w[1].id),
+                    "sorted by id as the server sorts"
+                );
+            }
+            let v = l.invoke_value(1, "r1");
+            assert_eq!(v["blocks"].as_array().unwrap().len(), blocks.len());
+        }
+        assert_eq!(kinds.len(), Kind::WEIGHTED.len(), "{kinds:?}");
+    }
+}
