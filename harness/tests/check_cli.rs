@@ -834,6 +834,34 @@ fn jepsen_edn_histories_check_and_convert_as_they_are() {
 }
 
 #[test]
+fn bench_checker_times_edn_and_json_lines_parsing_apart() {
+    let dir = scratch("bench-edn");
+    std::fs::write(dir.join("jepsen.edn"), JEPSEN_EDN).unwrap();
+    let (code, _, stderr) = run(drift()
+        .arg("convert")
+        .arg(dir.join("jepsen.edn"))
+        .arg(dir.join("jepsen.jsonl")));
+    assert_eq!(code, 0, "{stderr}");
+    let (code, stdout, stderr) = run(drift()
+        .args(["bench", "checker"])
+        .arg(&dir)
+        .args(["--runs", "3", "--json"]));
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let parse = v["parse_ms"].as_object().unwrap();
+    assert!(parse["edn"].as_f64().unwrap() > 0.0 && parse["jsonl"].as_f64().unwrap() > 0.0, "{v}");
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows.iter().all(|r| r["verdict"] == "valid"), "{v}");
+    let formats: Vec<&str> = rows.iter().map(|r| r["format"].as_str().unwrap()).collect();
+    assert_eq!(formats, ["edn", "jsonl"]);
+    // the table prints both lines
+    let (_, stdout, _) = run(drift().args(["bench", "checker"]).arg(&dir).args(["--runs", "1"]));
+    assert!(stdout.contains("parse    edn:") && stdout.contains("parse    jsonl:"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn bad_edn_exits_3_naming_file_and_line() {
     let dir = scratch("bad-edn");
     for (name, text, line, says) in [

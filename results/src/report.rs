@@ -812,6 +812,106 @@ mod tests {
         assert!(!page.contains("<script"), "self-contained, no scripts");
     }
 
+    /// A write of 1 then a read of 2: not linearizable, judged for real.
+    fn stale() -> (History, ResultsFile) {
+        let lines: Vec<(u64, &str, &str, Value)> = vec![
+            (1, "invoke", "write", json!(1)),
+            (1, "ok", "write", json!(1)),
+            (2, "invoke", "read", Value::Null),
+            (2, "ok", "read", json!(2)),
+        ];
+        let h = History::from_script(&lines).unwrap();
+        let checker = drift_checkers::linear::Linearizable {
+            model: drift_checkers::linear::model::ModelKind::CasRegister,
+            explain: true,
+            init: Value::Null,
+        };
+        let ctx = drift_checkers::checker::CheckContext::new(None, drift_checkers::checker::MEM_BYTES_DEFAULT);
+        let c = drift_checkers::checker::Checker::check(&checker, &h, &ctx).unwrap();
+        assert_eq!(c.verdict, Verdict::Invalid);
+        let results = ResultsFile {
+            verdict: Verdict::Invalid,
+            history: "h".into(),
+            ops: 4,
+            operations: 2,
+            keys: 1,
+            checked_at: "now".into(),
+            elapsed_ms: 1.0,
+            checkers: vec![c],
+            artifacts: vec!["linearizable-1.html".into()],
+        };
+        (h, results)
+    }
+
+    #[test]
+    fn the_checker_table_says_why_and_links_the_picture() {
+        let (h, results) = stale();
+        let explanation = {
+            let r: drift_checkers::linear::LinearReport =
+                serde_json::from_value(results.checkers[0].details.clone()).unwrap();
+            r.violations[0].explanation.lines().next().unwrap().to_string()
+        };
+        let page = render(&h, None, &results, &drift_checkers::perf::summarize(&h));
+        let why = &page[page.find(r#"<td class="why">"#).unwrap()..];
+        let why = &why[..why.find("</td>").unwrap()];
+        assert!(why.contains(&esc(&explanation)), "{why}");
+        assert!(why.contains(r#"<a href="linearizable-1.html">"#), "{why}");
+    }
+
+    #[test]
+    fn colours_are_fixed_per_operation_and_the_plots_have_legends() {
+        let (h, results) = stale();
+        let page = render(&h, None, &results, &drift_checkers::perf::summarize(&h));
+        // the same colour for `read` whatever the history holds
+        assert_eq!(op_colour("read"), "#1f77b4");
+        assert_eq!(op_colour("insert"), op_colour("insert"));
+        for f in ["read", "write"] {
+            let swatch = format!(r#"<i class="sw" style="background:{}"></i>{f}"#, op_colour(f));
+            assert_eq!(page.matches(&swatch).count(), 2, "{f}: a legend above each plot");
+        }
+        assert!(page.contains(r##"stroke="#9467bd""##), "the write line in its own colour");
+    }
+
+    #[test]
+    fn a_history_without_real_times_is_drawn_by_event_order_and_says_so() {
+        let (h, results) = stale();
+        assert!(matches!(clock_of(&h), Clock::Order(_)), "the script steps evenly");
+        let page = render(&h, None, &results, &drift_checkers::perf::summarize(&h));
+        assert!(page.contains("the plots draw each event at its position in the history"));
+        assert!(page.contains("position in the history (event order)"));
+        assert!(page.contains("Not shown: rates and latencies need times in nanoseconds."));
+        // real nanoseconds are drawn as time
+        let mut h2 = h.clone();
+        for (i, o) in h2.ops.iter_mut().enumerate() {
+            o.time = [0, 1_200_000, 5_000_000, 9_700_000][i];
+        }
+        assert_eq!(clock_of(&h2), Clock::Nanos);
+        let page = render(&h2, None, &results, &drift_checkers::perf::summarize(&h2));
+        assert!(page.contains("seconds since the start") && !page.contains("position in the history"));
+    }
+
+    #[test]
+    fn the_plan_is_a_table_and_no_debug_text_reaches_the_page() {
+        let (h, results) = stale();
+        let info = RunInfo {
+            test: "register-drift".into(),
+            kind: "test".into(),
+            created_at: "2026-12-01T00:00:00Z".into(),
+            seed: Some(7),
+            config: json!({"workload": "register", "nodes": 5, "nemesis": ["kill", "partition"], "block": null}),
+            versions: crate::files::Versions::current("0.1.0", Some("abc")),
+            source: None,
+            hosts: vec![],
+            nemesis_schedule: vec![],
+        };
+        let page = render(&h, Some(&info), &results, &drift_checkers::perf::summarize(&h));
+        assert!(page.contains(r#"<table class="config">"#));
+        assert!(page.contains("<tr><td>nemesis</td><td>kill, partition</td></tr>"));
+        assert!(page.contains("<tr><td>nodes</td><td>5</td></tr>"));
+        assert!(page.contains("seed 7"));
+        assert!(!page.contains("Some("), "no Rust debug text");
+    }
+
     #[test]
     fn steps_are_one_two_or_five_times_a_power_of_ten() {
         assert_eq!(nice_step(0.7), 1.0);
