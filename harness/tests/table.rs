@@ -743,3 +743,27 @@ fn dropping_a_partition_removes_its_rows_everywhere_and_frees_its_block_ids() {
     );
     t.assert_rows_everywhere(&[1, 2, 3], &["1:d:1", "2:d:1", "1001:keep:1"]);
 }
+
+#[test]
+fn a_replica_cut_from_its_keeper_is_read_only_and_says_so_until_healed() {
+    let t = Table::up("tbl-cut", 22260, &[]);
+    t.insert_ok(1, &row(1, "before", 1), "");
+    t.hook(1, "keeper-cut");
+    t.wait("r1 to lose its session", || !writable(&t, 1));
+    // a definite failure: ClickHouse's code 242, and the reason
+    let r = t.insert(1, &row(2, "cut", 1), "").unwrap();
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(r.headers["x-clickhouse-exception-code"], "242", "{}", r.body);
+    assert!(r.body.contains("(TABLE_IS_READ_ONLY)") && r.body.contains("readonly mode"), "{}", r.body);
+    let status = t.query(
+        1,
+        "SELECT is_readonly, is_session_expired FROM system.replicas FORMAT TabSeparated",
+    );
+    assert_eq!(status.trim(), "1\t1", "system.replicas says so");
+    // the other replicas go on, and reads on the cut one still answer
+    t.insert_ok(2, &row(3, "others", 1), "");
+    t.hook(1, "keeper-heal");
+    t.wait("r1 to be writable again", || writable(&t, 1));
+    t.insert_ok(1, &row(4, "after", 1), "");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:before:1", "3:others:1", "4:after:1"]);
+}
