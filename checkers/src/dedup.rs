@@ -706,9 +706,11 @@ impl Checker for Dedup {
         for (ki, k) in m.keys.iter().enumerate() {
             let ki = ki as u32;
             let chain: Vec<&Attempt> = k.chain.iter().map(|&a| &m.attempts[a as usize]).collect();
-            // removal possible between consecutive attempts (rule 6)
+            // removal possible between consecutive attempts (rule 6); an
+            // epoch is a run of the chain no removal could split
             let mut pairs_removable = 0u64;
-            for w in chain.windows(2) {
+            let mut epoch_of = vec![0u32; chain.len()];
+            for (i, w) in chain.windows(2).enumerate() {
                 let (a, b) = (w[0], w[1]);
                 // both creations fall between a's invoke and the later of
                 // the two ends: an indeterminate a may commit after b
@@ -720,14 +722,18 @@ impl Checker for Dedup {
                 if by_count || by_age {
                     pairs_removable += 1;
                 }
+                epoch_of[i + 1] = pairs_removable as u32;
+            }
+            // per epoch, its earliest acknowledgement (an indeterminate
+            // attempt ends never, so whatever follows it is a new epoch)
+            let epochs = pairs_removable as usize + 1;
+            let mut first_ok = vec![i64::MAX; epochs];
+            for (a, &e) in chain.iter().zip(&epoch_of) {
+                if a.class == Class::Ok {
+                    first_ok[e as usize] = first_ok[e as usize].min(a.end);
+                }
             }
             let has_ok = chain.iter().any(|a| a.class == Class::Ok);
-            let earliest_ok = chain
-                .iter()
-                .filter(|a| a.class == Class::Ok)
-                .map(|a| a.end)
-                .min()
-                .unwrap_or(i64::MAX);
             let live = chain.len() as u64;
             duplicates_avoided += live.saturating_sub(1);
             judged.push((pairs_removable, live, has_ok));
@@ -781,15 +787,19 @@ impl Checker for Dedup {
                         count += c;
                     }
                 }
-                // rule 12: only one variant, of an attempt that could have committed first
+                // rule 12: one variant per epoch (the window may have freed
+                // the id between epochs), of an attempt that could have
+                // committed before its epoch's first acknowledgement
                 if k.variants.len() > 1 {
                     let allowed = |vi: usize| {
                         k.variants[vi].attempts.iter().any(|&a| {
-                            m.attempts[a as usize].class != Class::Fail && m.attempts[a as usize].start < earliest_ok
+                            let at = &m.attempts[a as usize];
+                            let epoch = k.chain.iter().position(|&c| c == a).map_or(0, |p| epoch_of[p] as usize);
+                            at.class != Class::Fail && at.start < first_ok[epoch]
                         })
                     };
                     let bad_variants: Vec<usize> = visible.iter().copied().filter(|&vi| !allowed(vi)).collect();
-                    if visible.len() > 1 || !bad_variants.is_empty() {
+                    if visible.len() > epochs || !bad_variants.is_empty() {
                         add(
                             "phantom",
                             finding(
@@ -798,9 +808,14 @@ impl Checker for Dedup {
                                 &[r],
                                 k.chain.iter().map(|&a| attempt_json(&m, h, a)).collect(),
                                 format!(
-                                    "token key {} shows {} different data on {r}: only the data of one attempt invoked before the key's first acknowledgement may be visible",
+                                    "token key {} shows {} different data on {r}: only the data of one attempt invoked before the key's first acknowledgement may be visible{}",
                                     k.label,
-                                    visible.len()
+                                    visible.len(),
+                                    if epochs > 1 {
+                                        format!(" in each of the {epochs} stretches between which the window could have freed its id")
+                                    } else {
+                                        String::new()
+                                    }
                                 ),
                             ),
                         );

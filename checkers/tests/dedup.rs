@@ -380,6 +380,40 @@ fn rule_12_a_reused_token_shows_only_the_first_data() {
         .check();
     assert_eq!(v, Verdict::Invalid, "{d}");
     assert!(count(&d, "phantom") >= 1, "{d}");
+    // reused after the window could have freed its id (2 ids, 3 other
+    // keys between): the second data may stay beside the first, but a
+    // third attempt's data inside that stretch still may not
+    let build = |third: bool, visible: &[Row]| {
+        let mut h = H::new(2, 600.0, &R);
+        h.attempt(1, 1, Some("t"), &[("0", A)], 0, 10, "ok", None);
+        for (i, id) in [10u64, 11, 12].iter().enumerate() {
+            h.simple(
+                10 + i as u64,
+                1,
+                &[(*id, "o", 0)],
+                20 + i as i64 * 10,
+                25 + i as i64 * 10,
+                "ok",
+            );
+        }
+        h.attempt(2, 1, Some("t"), &[("0", B)], 100, 110, "ok", None);
+        if third {
+            h.attempt(3, 1, Some("t"), &[("0", &[(9, "c", 9)][..])], 120, 130, "ok", None);
+        }
+        let mut rows: Vec<Row> = vec![(10, "o", 0), (11, "o", 0), (12, "o", 0)];
+        rows.extend_from_slice(visible);
+        h.read_all(&R, &rows);
+        h.check()
+    };
+    let both: Vec<Row> = A.iter().chain(B).copied().collect();
+    let (v, d) = build(false, &both);
+    assert_eq!(v, Verdict::Valid, "{d}");
+    assert_eq!(count(&d, "unknown-window"), 2, "{d}");
+    let mut three = both.clone();
+    three.push((9, "c", 9));
+    let (v, d) = build(true, &three);
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert!(count(&d, "phantom") >= 1, "{d}");
 }
 
 #[test]

@@ -161,8 +161,14 @@ pub trait LinkCut {
     fn heal_links(&self);
 }
 
+/// Where the replicated table answers (ClickHouse's HTTP interface).
+pub trait TableHttp {
+    /// Node `i`'s table HTTP address; None where it holds no replica.
+    fn table_http(&self, i: u64) -> Option<SocketAddr>;
+}
+
 /// Everything a campaign drives.
-pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + LinkCut + Send {
+pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + LinkCut + TableHttp + Send {
     /// A short name for progress lines and run.json.
     fn name(&self) -> &'static str;
 }

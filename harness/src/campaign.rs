@@ -28,6 +28,7 @@ use crate::backend::Backend;
 use crate::claim::Claim;
 use crate::cli::TestArgs;
 use crate::fail::Failure;
+use crate::inserts::{self, InsertClient, Replicas};
 use crate::judge::{self, Bench, Judgement};
 use crate::local::{LocalCluster, LocalSpec};
 use crate::nemesis::{self, Partitioner, Step};
@@ -60,6 +61,13 @@ const FINAL_TRIES: u32 = 5;
 const WATCHDOG_SLACK: Duration = Duration::from_secs(240);
 /// Lines of a server's log quoted when it fails the setup.
 const LOG_LINES_QUOTED: usize = 3;
+/// The table's final phase (a sync and a read of every replica) gets at
+/// most this long: a replica that was wiped clones first.
+const TABLE_FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(180);
+/// How far apart the controller's clock and the servers' may be, for the
+/// dedup checker's window by seconds (ε); a `clock` fault adds its most.
+const CLOCK_SKEW_MS: u64 = 1000;
+const CLOCK_FAULT_SKEW_MS: u64 = 10_000;
 
 /// `drift test`.
 pub fn run(args: TestArgs) -> Result<i32, Failure> {
@@ -167,6 +175,8 @@ struct Env {
     claim: Claim,
     rt: tokio::runtime::Runtime,
     spec: ClientSpec,
+    /// The insert-retry workload's client (its table's replicas).
+    inserts: Option<Arc<InsertClient>>,
 }
 
 /// Phase 2: servers up on an address block of this run's own, a leader,
@@ -189,6 +199,24 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     } else {
         Partitioner::Unused
     };
+    let table = plan.table.as_ref().map(|t| {
+        let mut declaration = drift_workloads::table::TABLE_DECLARATION.to_string();
+        declaration.push_str("[table.settings]\n");
+        for line in t.settings() {
+            declaration.push_str(&line);
+            declaration.push('\n');
+        }
+        let decl = crate::cluster::LocalTable {
+            replicas: plan.nodes,
+            http_port: plan.port + crate::plan::TABLE_HTTP_PORT_OFFSET,
+            interserver_port: plan.port + crate::plan::TABLE_INTERSERVER_PORT_OFFSET,
+            declaration,
+        };
+        // a replica cut from its keeper loses its session (and its locks)
+        // after the campaign's session timeout
+        let lines = vec![format!("table_session_timeout_ms = {}", plan.session_timeout_ms)];
+        (decl, lines)
+    });
     let spec = LocalSpec {
         nodes: plan.nodes,
         block: claim.block,
@@ -198,6 +226,8 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         token: &token,
         zookeeper: plan.target == Target::Zookeeper,
         proxies: partitioner.needs_proxies(),
+        table: table.as_ref().map(|(d, l)| (d, l.clone())),
+        defect: plan.table.as_ref().and_then(|t| t.defect).map(|d| d.name()),
     };
     let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
     info.hosts = cluster
@@ -212,6 +242,31 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     }
     cluster.start_all()?;
     wait_ready(cluster.as_mut())?;
+    let inserts = match &plan.table {
+        Some(t) => {
+            let replicas = Replicas(
+                cluster
+                    .ids()
+                    .into_iter()
+                    .filter_map(|i| cluster.table_http(i).map(|a| (format!("r{i}"), format!("http://{a}/"))))
+                    .collect(),
+            );
+            wait_tables(cluster.as_mut(), &replicas)?;
+            if let Some(d) = t.defect {
+                out!(
+                    "  DEFECT {} armed on every node: the dedup checker must find it",
+                    d.name()
+                );
+            }
+            Some(Arc::new(InsertClient {
+                replicas,
+                op_timeout: Duration::from_millis(plan.op_timeout_ms),
+                attempts_max: t.insert_attempts,
+                delayed_retry: Duration::from_millis(t.dedup_window_seconds * 1000 + 2 * t.cleanup_period_ms + 500),
+            }))
+        }
+        None => None,
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -227,14 +282,49 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         // the client to sync first
         sync_reads: plan.target == Target::Zookeeper && plan.quorum_reads,
     };
-    rt.block_on(setup_root(&spec)).map_err(Failure::new)?;
+    if inserts.is_none() {
+        rt.block_on(setup_root(&spec)).map_err(Failure::new)?;
+    }
     Ok(Env {
         cluster: Arc::new(Mutex::new(cluster)),
         partitioner: Arc::new(partitioner),
         claim,
         rt,
         spec,
+        inserts,
     })
+}
+
+/// Waits until every table replica is registered and writable.
+fn wait_tables(cluster: &mut dyn Backend, replicas: &Replicas) -> Result<(), Failure> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let addrs: Vec<std::net::SocketAddr> = cluster
+        .ids()
+        .into_iter()
+        .filter_map(|i| cluster.table_http(i))
+        .collect();
+    if addrs.len() != replicas.0.len() || addrs.is_empty() {
+        return Err(Failure::new("the table has no replica on some node"));
+    }
+    while Instant::now() < deadline {
+        if addrs
+            .iter()
+            .all(|a| crate::cluster::http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
+        {
+            return Ok(());
+        }
+        if let Some(e) = cluster.exits().first() {
+            return Err(Failure::new(format!(
+                "node {} exited while its table replica started (exit code {:?}); see its log under the run dir",
+                e.node, e.code
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(Failure::new(format!(
+        "the table's replicas were not all writable within {}s (logs under the run dir)",
+        PHASE_TIMEOUT.as_secs()
+    )))
 }
 
 /// Waits for every server to answer and one to lead; a server that exits
@@ -421,15 +511,35 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
     let stop = Arc::new(AtomicBool::new(false));
     let monitor = spawn_monitor(env.cluster.clone(), recorder.clone(), stop.clone());
     let main_until = started + limit;
+    if let (Some(t), Some(client)) = (&plan.table, &env.inserts) {
+        let clock = plan.nemeses.contains(&nemesis::FaultKind::Clock);
+        let epsilon_ms = CLOCK_SKEW_MS + if clock { CLOCK_FAULT_SKEW_MS } else { 0 };
+        recorder.event(
+            drift_checkers::dedup::PARAMS_F,
+            inserts::window_event(t.dedup_window, t.dedup_window_seconds, epsilon_ms, &client.replicas),
+        );
+    }
+    let every = Duration::from_secs_f64(plan.concurrency as f64 / plan.rate);
     let workers: Vec<_> = (0..plan.concurrency)
-        .map(|w| {
-            let pace = Pace {
-                stride: plan.concurrency,
-                seed: c.seed,
-                until: main_until,
-                every: Duration::from_secs_f64(plan.concurrency as f64 / plan.rate),
-            };
-            env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone()))
+        .map(|w| match &env.inserts {
+            Some(client) => {
+                let pace = inserts::Pace {
+                    stride: plan.concurrency,
+                    seed: c.seed,
+                    until: main_until,
+                    every,
+                };
+                env.rt.spawn(inserts::worker(w, pace, recorder.clone(), client.clone()))
+            }
+            None => {
+                let pace = Pace {
+                    stride: plan.concurrency,
+                    seed: c.seed,
+                    until: main_until,
+                    every,
+                };
+                env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone()))
+            }
         })
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
@@ -474,7 +584,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
 /// converged (or the event says they did not).
 fn heal(env: &Env, main: &Main) {
     out!("\n  healing: every fault stopped, dead servers restarted");
-    let note = nemesis::heal_all(&env.cluster, &main.recorder, &env.partitioner);
+    let note = nemesis::heal_all(&env.cluster, &main.recorder, &env.partitioner, env.inserts.is_some());
     let converged = wait_converged(&env.cluster, main.watchdog);
     main.recorder
         .event("healed", json!({"converged": converged.is_ok(), "note": note}));
@@ -491,6 +601,24 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             settle.as_secs_f64()
         );
         std::thread::sleep(settle);
+    }
+    if let Some(client) = &env.inserts {
+        let (r, client) = (main.recorder.clone(), client.clone());
+        let per_read = TABLE_FINAL_PHASE_TIMEOUT / 3;
+        let first = c.plan.concurrency;
+        let finished = env.rt.block_on(async move {
+            tokio::time::timeout(
+                TABLE_FINAL_PHASE_TIMEOUT,
+                inserts::final_reads(r, client, first, per_read),
+            )
+            .await
+        });
+        if finished.is_err() {
+            main.recorder.event(
+                "final-phase-timeout",
+                json!({"after_s": TABLE_FINAL_PHASE_TIMEOUT.as_secs()}),
+            );
+        }
     }
     if !workload.final_ops().is_empty() {
         let r = main.recorder.clone();

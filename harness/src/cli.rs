@@ -4,7 +4,7 @@
 //! make sense) is checked by the command that uses them.
 
 use crate::nemesis::{FaultKind, PartitionerMode};
-use crate::plan::{self, DigestMode, Target};
+use crate::plan::{self, Defect, DigestMode, Target};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::registry::CheckerKind;
@@ -238,6 +238,27 @@ pub struct TestArgs {
     /// Time budget of the checkers, in seconds.
     #[arg(long = "check-budget-s", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=plan::TIME_LIMIT_MAX_S))]
     pub check_budget_s: u64,
+    /// insert-retry: block ids the table keeps for dedup
+    /// (replicated_deduplication_window) [default: 100; ClickHouse's is 1000]
+    #[arg(long = "dedup-window", value_parser = clap::value_parser!(u64).range(0..=plan::DEDUP_WINDOW_MAX))]
+    pub dedup_window: Option<u64>,
+    /// insert-retry: how old a block id may get, measured from the newest
+    /// (replicated_deduplication_window_seconds) [default: 5; ClickHouse's is a week]
+    #[arg(long = "dedup-window-seconds", value_parser = clap::value_parser!(u64).range(1..=plan::TIME_LIMIT_MAX_S))]
+    pub dedup_window_seconds: Option<u64>,
+    /// insert-retry: how often the table's leader drops old block ids and
+    /// log entries (cleanup_delay_period) [default: 1000; ClickHouse's is 30 s]
+    #[arg(long = "cleanup-period-ms", value_parser = clap::value_parser!(u64).range(10..=plan::TIMEOUT_MAX_MS))]
+    pub cleanup_period_ms: Option<u64>,
+    /// insert-retry: attempts a logical insert gets before the client gives up [default: 5]
+    #[arg(long = "insert-attempts", value_parser = clap::value_parser!(u32).range(1..=plan::INSERT_ATTEMPTS_MAX as i64))]
+    pub insert_attempts: Option<u32>,
+    /// insert-retry: start every node with a test-only table defect (its
+    /// fault hooks on), to prove the dedup checker finds it: skip-dedup
+    /// and no-block-id duplicate retried blocks, lose-part acknowledges
+    /// blocks whose rows it drops
+    #[arg(long, value_enum)]
+    pub defect: Option<Defect>,
     /// Root of the result store.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,

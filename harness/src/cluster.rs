@@ -55,12 +55,19 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     }
     let failed = |e: drift_node::error::NodeError| Failure::new(format!("node {}: {e}", args.id));
     if !config.keeper {
+        if std::env::var_os(drift_node::table::hooks::DEFECT_ENV).is_some() {
+            return Err(Failure::new(format!(
+                "{}: defects are armed on keeper nodes only (campaigns run those)",
+                drift_node::table::hooks::DEFECT_ENV
+            )));
+        }
         drift_node::table::run_tables_only(&config, args.id, fault_token, args.admin, args.exit_with_parent)
             .map_err(failed)?;
         return Ok(0);
     }
     // the tables run beside the keeper, on their own runtime, until it stops
     let tables = drift_node::table::start(&config, args.id).map_err(failed)?;
+    arm_defect(tables.as_ref().map(|t| &*t.node), fault_token.is_some())?;
     let table_admin = tables.as_ref().map(|t| {
         let node = t.node.clone();
         std::sync::Arc::new(move |line: &str| node.admin(line)) as drift_node::keeper_node::TableAdmin
@@ -78,6 +85,26 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     .map_err(failed)?;
     drop(tables);
     Ok(0)
+}
+
+/// Arms the test-only table defect named by the environment
+/// ([`drift_node::table::hooks::DEFECT_ENV`]), only on a node whose fault
+/// hooks are on: a defect is never on by default, nor without the token.
+fn arm_defect(tables: Option<&drift_node::table::TableNode>, hooks_on: bool) -> Result<(), Failure> {
+    let env = drift_node::table::hooks::DEFECT_ENV;
+    let Some(defect) = std::env::var_os(env) else {
+        return Ok(());
+    };
+    let defect = defect.to_string_lossy();
+    if !hooks_on {
+        return Err(Failure::new(format!(
+            "{env}={defect}: a defect is armed only on a node with fault hooks (--admin and a token)"
+        )));
+    }
+    let Some(t) = tables else {
+        return Err(Failure::new(format!("{env}={defect}: this node holds no table")));
+    };
+    t.arm_defect(&defect).map_err(Failure::new)
 }
 
 /// The environment variable a node reads its fault hooks' token from

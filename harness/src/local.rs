@@ -13,6 +13,7 @@
 
 use crate::backend::{
     field_of, Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe,
+    TableHttp,
 };
 use crate::claim::Block;
 use crate::plan::DigestMode;
@@ -29,6 +30,8 @@ pub struct LocalNode {
     pub client: SocketAddr,
     pub peer: SocketAddr,
     pub admin: SocketAddr,
+    /// The table's HTTP interface, where the node holds a replica.
+    pub http: Option<SocketAddr>,
     pub dir: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -56,6 +59,12 @@ pub struct LocalSpec<'a> {
     /// Route every peer link through a proxy this backend owns, so that
     /// partitions can cut links without iptables.
     pub proxies: bool,
+    /// A replicated table on the first `replicas` nodes, and the extra
+    /// cluster-file lines that go with it.
+    pub table: Option<(&'a crate::cluster::LocalTable, Vec<String>)>,
+    /// A test-only table defect every node arms at start (through its
+    /// fault hooks; `drift_node::table::hooks::DEFECT_ENV`).
+    pub defect: Option<&'a str>,
 }
 
 pub struct LocalCluster {
@@ -65,6 +74,7 @@ pub struct LocalCluster {
     pub nodes: Vec<LocalNode>,
     pub config_path: PathBuf,
     token: String,
+    defect: Option<String>,
     exe: PathBuf,
 }
 
@@ -122,19 +132,33 @@ impl LocalCluster {
             token,
             zookeeper,
             proxies,
+            table,
+            defect,
         } = spec;
         let base = run_dir.join("nodes");
         std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
         // campaigns snapshot and compact often, so faults meet them
-        let campaign = [
+        let mut campaign = vec![
             format!("digest = {:?}", digest.name()),
             "snapshot_distance = 2000".to_string(),
             "reserved_log_items = 500".to_string(),
             "rotate_interval = 1000".to_string(),
             "session_timeout_min_ms = 1000".to_string(),
         ];
+        if let Some((_, lines)) = &table {
+            campaign.extend(lines.iter().cloned());
+        }
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign, None);
+        let text = crate::cluster::local_config(
+            n,
+            block,
+            &base,
+            port,
+            quorum_reads,
+            &secret,
+            &campaign,
+            table.as_ref().map(|(t, _)| *t),
+        );
         let config_path = run_dir.join("cluster.toml");
         crate::cluster::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
@@ -144,6 +168,7 @@ impl LocalCluster {
                 client: SocketAddr::new(block.ip(i), port),
                 peer: SocketAddr::new(block.ip(i), port + 1),
                 admin: SocketAddr::new(block.ip(i), port + 2),
+                http: config.peer(i).and_then(|p| p.http),
                 dir: config.node_dir(i),
                 log: base.join(format!("n{i}.log")),
                 child: None,
@@ -176,6 +201,7 @@ impl LocalCluster {
             nodes,
             config_path,
             token: token.to_string(),
+            defect: defect.map(str::to_string),
             exe: std::env::current_exe().map_err(|e| e.to_string())?,
         })
     }
@@ -201,6 +227,7 @@ impl Db for LocalCluster {
 
     fn start(&mut self, i: u64) -> Result<(), BackendError> {
         let (exe, config, token) = (self.exe.clone(), self.config_path.clone(), self.token.clone());
+        let defect = self.defect.clone();
         let zookeeper = self.zookeeper;
         let via: Vec<String> = match &self.mesh {
             Some(m) => self
@@ -256,6 +283,7 @@ impl Db for LocalCluster {
             .arg(n.admin.to_string())
             // the token through the environment: a command line is public
             .env(crate::cluster::FAULT_TOKEN_ENV, &token)
+            .envs(defect.iter().map(|d| (drift_node::table::hooks::DEFECT_ENV, d)))
             .args(&via)
             .args((!n.started_before).then_some("--bootstrap"))
             .stdin(Stdio::null())
@@ -495,6 +523,12 @@ impl LinkCut for LocalCluster {
         if let Some(m) = &self.mesh {
             m.heal();
         }
+    }
+}
+
+impl TableHttp for LocalCluster {
+    fn table_http(&self, i: u64) -> Option<SocketAddr> {
+        self.nodes[(i - 1) as usize].http
     }
 }
 

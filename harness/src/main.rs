@@ -23,6 +23,7 @@ mod cluster;
 mod compare;
 mod convert;
 mod fail;
+mod inserts;
 mod judge;
 mod local;
 mod nemesis;

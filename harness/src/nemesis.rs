@@ -13,6 +13,17 @@
 //!   snapshot files, or drop its data dir; restart it at the stop.
 //! * `diverge` — make one follower apply its next entry differently (the
 //!   digest must catch it); `clock` — offset a server's entry times.
+//! * `wipe` — kill a server and drop its data dir (keeper and table
+//!   alike); restart it empty at the stop.
+//! * `keeper-restart` — restart every server in turn (SIGTERM, start, wait
+//!   until it answers), the next only once the last is back: the keeper
+//!   runs inside each server process, so this is the keeper ensemble's
+//!   rolling restart, the table replicas beside it restarting too.
+//! * For the replicated table (the insert-retry workload), through the
+//!   servers' token-guarded table hooks: `drop-reply` (inserts that commit
+//!   get no HTTP answer), `stop-fetches` (a replica fetches nothing),
+//!   `keeper-cut` (a replica loses its coordinator session and makes no
+//!   new one: read-only, its ephemerals expire).
 //!
 //! The schedule is derived from the run's seed and stored as applied, so a
 //! replay applies the same faults at the same times. A stored schedule is
@@ -40,6 +51,11 @@ pub enum FaultKind {
     Corrupt,
     Diverge,
     Clock,
+    DropReply,
+    StopFetches,
+    KeeperCut,
+    KeeperRestart,
+    Wipe,
 }
 
 impl FaultKind {
@@ -51,16 +67,35 @@ impl FaultKind {
             FaultKind::Corrupt => "corrupt",
             FaultKind::Diverge => "diverge",
             FaultKind::Clock => "clock",
+            FaultKind::DropReply => "drop-reply",
+            FaultKind::StopFetches => "stop-fetches",
+            FaultKind::KeeperCut => "keeper-cut",
+            FaultKind::KeeperRestart => "keeper-restart",
+            FaultKind::Wipe => "wipe",
         }
     }
 
-    const ALL: [FaultKind; 6] = [
+    /// Whether it acts through the replicated table's hooks (so needs a
+    /// campaign with a table).
+    pub fn needs_table(self) -> bool {
+        matches!(
+            self,
+            FaultKind::DropReply | FaultKind::StopFetches | FaultKind::KeeperCut
+        )
+    }
+
+    const ALL: [FaultKind; 11] = [
         FaultKind::Partition,
         FaultKind::Kill,
         FaultKind::Pause,
         FaultKind::Corrupt,
         FaultKind::Diverge,
         FaultKind::Clock,
+        FaultKind::DropReply,
+        FaultKind::StopFetches,
+        FaultKind::KeeperCut,
+        FaultKind::KeeperRestart,
+        FaultKind::Wipe,
     ];
 
     fn parse(name: &str) -> Option<FaultKind> {
@@ -145,6 +180,11 @@ pub enum Fault {
     Clock {
         offset_ms: i64,
     },
+    DropReply,
+    StopFetches,
+    KeeperCut,
+    KeeperRestart,
+    Wipe,
 }
 
 impl Fault {
@@ -156,6 +196,11 @@ impl Fault {
             Fault::Corrupt { .. } => FaultKind::Corrupt,
             Fault::Diverge => FaultKind::Diverge,
             Fault::Clock { .. } => FaultKind::Clock,
+            Fault::DropReply => FaultKind::DropReply,
+            Fault::StopFetches => FaultKind::StopFetches,
+            Fault::KeeperCut => FaultKind::KeeperCut,
+            Fault::KeeperRestart => FaultKind::KeeperRestart,
+            Fault::Wipe => FaultKind::Wipe,
         }
     }
 }
@@ -236,6 +281,11 @@ impl TryFrom<RawStep> for Step {
                     ))
                 }
             },
+            FaultKind::DropReply => Fault::DropReply,
+            FaultKind::StopFetches => Fault::StopFetches,
+            FaultKind::KeeperCut => Fault::KeeperCut,
+            FaultKind::KeeperRestart => Fault::KeeperRestart,
+            FaultKind::Wipe => Fault::Wipe,
         };
         Ok(Step {
             start_ms: r.start_ms,
@@ -254,7 +304,14 @@ impl From<Step> for RawStep {
             Fault::Partition { shape, links } => (shape.name().to_string(), links),
             Fault::Corrupt { mode, pick } => (format!("{}:{pick}", mode.name()), vec![]),
             Fault::Clock { offset_ms } => (offset_ms.to_string(), vec![]),
-            Fault::Kill | Fault::Pause | Fault::Diverge => (String::new(), vec![]),
+            Fault::Kill
+            | Fault::Pause
+            | Fault::Diverge
+            | Fault::DropReply
+            | Fault::StopFetches
+            | Fault::KeeperCut
+            | Fault::KeeperRestart
+            | Fault::Wipe => (String::new(), vec![]),
         };
         RawStep {
             start_ms: s.start_ms,
@@ -299,10 +356,15 @@ pub fn check_schedule(steps: &[Step], nodes: u64, limit_ms: u64) -> Result<(), S
                 }
                 None
             }
-            Fault::Kill | Fault::Pause => (s.nodes.is_empty()).then_some("at least one node"),
-            Fault::Corrupt { .. } | Fault::Diverge | Fault::Clock { .. } => {
-                (s.nodes.len() != 1).then_some("exactly one node")
+            Fault::Kill | Fault::Pause | Fault::DropReply | Fault::KeeperRestart => {
+                (s.nodes.is_empty()).then_some("at least one node")
             }
+            Fault::Corrupt { .. }
+            | Fault::Diverge
+            | Fault::Clock { .. }
+            | Fault::StopFetches
+            | Fault::KeeperCut
+            | Fault::Wipe => (s.nodes.len() != 1).then_some("exactly one node"),
         };
         if let Some(wanted) = wanted {
             return Err(format!("{}: {} needs {wanted}", at("nodes"), s.fault.kind().name()));
@@ -343,6 +405,12 @@ pub fn schedule(kinds: &[FaultKind], nodes: u64, interval_ms: u64, limit_ms: u64
                 (Fault::Clock { offset_ms }, ids[..1].to_vec())
             }
             FaultKind::Diverge => (Fault::Diverge, ids[..1].to_vec()),
+            FaultKind::DropReply => (Fault::DropReply, ids[..minority].to_vec()),
+            FaultKind::StopFetches => (Fault::StopFetches, ids[..1].to_vec()),
+            FaultKind::KeeperCut => (Fault::KeeperCut, ids[..1].to_vec()),
+            // every server, one after the other, in the shuffled order
+            FaultKind::KeeperRestart => (Fault::KeeperRestart, ids.clone()),
+            FaultKind::Wipe => (Fault::Wipe, ids[..1].to_vec()),
         };
         out.push(Step {
             start_ms: t,
@@ -552,11 +620,86 @@ fn ipt(args: &[&str]) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// How long a server restarted by `keeper-restart` gets to answer again
+/// before the next one is restarted anyway.
+const ROLLING_RESTART_WAIT: Duration = Duration::from_secs(15);
+
+/// The table hook command of a table fault's start or stop.
+fn table_hook(fault: &Fault, start: bool) -> Option<&'static str> {
+    Some(match (fault, start) {
+        (Fault::DropReply, true) => "table drop-replies-on",
+        (Fault::DropReply, false) => "table drop-replies-off",
+        (Fault::StopFetches, true) => "table stop-fetches",
+        (Fault::StopFetches, false) => "table resume-fetches",
+        (Fault::KeeperCut, true) => "table keeper-cut",
+        (Fault::KeeperCut, false) => "table keeper-heal",
+        _ => return None,
+    })
+}
+
+/// Sends `cmd` to each of `nodes`' hooks; what each answered.
+fn hooks_on(c: &dyn Backend, nodes: &[u64], cmd: &str) -> String {
+    nodes
+        .iter()
+        .map(|&n| match c.admin(n, cmd) {
+            Ok(a) => format!("{cmd} on node {n}: {a}"),
+            Err(e) => format!("{cmd} on node {n} failed: {e}"),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// `keeper-restart`: each of `nodes` stopped (SIGTERM) and started again,
+/// the next once this one answers (or [`ROLLING_RESTART_WAIT`] passed).
+/// The cluster is locked per step, not for the whole restart.
+fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64]) -> String {
+    let mut out = Vec::new();
+    for &n in nodes {
+        let started = match cluster.lock() {
+            Ok(mut c) => {
+                c.stop(n, Duration::from_secs(3));
+                c.start(n)
+            }
+            Err(_) => return "cluster lock poisoned".into(),
+        };
+        if let Err(e) = started {
+            out.push(format!("node {n}: {e}"));
+            continue;
+        }
+        let deadline = Instant::now() + ROLLING_RESTART_WAIT;
+        let mut back = false;
+        while Instant::now() < deadline {
+            back = cluster
+                .lock()
+                .is_ok_and(|c| c.four(n, "ruok").as_deref() == Some("imok"));
+            if back {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        out.push(if back {
+            format!("restarted {n}")
+        } else {
+            format!(
+                "restarted {n} (not answering after {}s)",
+                ROLLING_RESTART_WAIT.as_secs()
+            )
+        });
+    }
+    out.join("; ")
+}
+
 /// Applies `step` to the cluster; what it did.
 pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
+    if step.fault == Fault::KeeperRestart {
+        return rolling_restart(cluster, &step.nodes);
+    }
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
+    if let Some(cmd) = table_hook(&step.fault, true) {
+        return hooks_on(c.as_ref(), &step.nodes, cmd);
+    }
     match &step.fault {
         Fault::Partition { links, .. } => p.cut(c.as_ref(), links),
         Fault::Kill => {
@@ -601,6 +744,16 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
         Fault::Clock { offset_ms } => c
             .admin(step.nodes[0], &format!("clock {offset_ms}"))
             .unwrap_or_else(|e| e.to_string()),
+        Fault::Wipe => {
+            let n = step.nodes[0];
+            c.kill(n);
+            c.wipe(n)
+                .map(|_| format!("killed and wiped node {n}"))
+                .unwrap_or_else(|e| e.to_string())
+        }
+        Fault::KeeperRestart | Fault::DropReply | Fault::StopFetches | Fault::KeeperCut => {
+            unreachable!("handled above")
+        }
     }
 }
 
@@ -609,12 +762,16 @@ pub fn stop(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> 
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
+    if let Some(cmd) = table_hook(&step.fault, false) {
+        return hooks_on(c.as_ref(), &step.nodes, cmd);
+    }
     match &step.fault {
         Fault::Partition { .. } => {
             p.heal(c.as_ref());
             "healed".into()
         }
-        Fault::Kill | Fault::Corrupt { .. } | Fault::Diverge => {
+        Fault::DropReply | Fault::StopFetches | Fault::KeeperCut => unreachable!("handled above"),
+        Fault::Kill | Fault::Corrupt { .. } | Fault::Diverge | Fault::Wipe | Fault::KeeperRestart => {
             let mut out = Vec::new();
             for i in c.ids() {
                 if !c.is_up(i) {
@@ -696,8 +853,9 @@ pub fn record_exits(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> Vec<crat
 
 /// Stops every fault and brings every server back; one that will not
 /// start (a corruption it refuses) is wiped and rejoins from its peers.
-/// What went wrong, if anything.
-pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner) -> String {
+/// With `table`, every replica's fault hooks are turned off too. What
+/// went wrong, if anything.
+pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner, table: bool) -> String {
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
@@ -707,6 +865,14 @@ pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner
         c.resume(i);
         if c.is_up(i) {
             let _ = c.admin(i, "clock 0");
+            if table {
+                for f in [Fault::DropReply, Fault::StopFetches, Fault::KeeperCut] {
+                    let cmd = table_hook(&f, false).expect("a table fault");
+                    if let Err(e) = c.admin(i, cmd) {
+                        notes.push(format!("node {i}: {cmd}: {e}"));
+                    }
+                }
+            }
         } else if let Err(e) = c.start(i) {
             notes.push(e.to_string());
         }

@@ -36,6 +36,15 @@ pub const TIMEOUT_MAX_MS: u64 = 600_000;
 pub const PORTS_USED: u16 = 10 + NODES_MAX as u16;
 /// Lowest client port: not a privileged one.
 pub const PORT_MIN: u16 = 1024;
+/// Most block ids a campaign's table may keep (ClickHouse keeps 1000 by
+/// default; more makes the window's edge unreachable in a campaign).
+pub const DEDUP_WINDOW_MAX: u64 = 1_000_000;
+/// Most attempts a logical insert gets.
+pub const INSERT_ATTEMPTS_MAX: u32 = 100;
+/// The table's HTTP port is P+4 and its interserver port P+5 (ClickHouse's
+/// 8123 and 9009 would collide between runs on one address block).
+pub const TABLE_HTTP_PORT_OFFSET: u16 = 4;
+pub const TABLE_INTERSERVER_PORT_OFFSET: u16 = 5;
 
 /// The system under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -72,6 +81,79 @@ impl DigestMode {
             DigestMode::Incremental => "incremental",
             DigestMode::Full => "full",
         }
+    }
+}
+
+/// A test-only table defect (`--defect`), armed on every node through
+/// its fault hooks to prove the dedup checker finds what it breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Defect {
+    /// Blocks are committed without looking for their id: retries duplicate.
+    SkipDedup,
+    /// Commits leave no block id behind: retries duplicate.
+    NoBlockId,
+    /// A block's id is recorded, its rows are not, and the client is told
+    /// success: acknowledged rows are lost and their retries swallowed.
+    LosePart,
+}
+
+impl Defect {
+    /// As the node's `DRIFT_TABLE_DEFECT` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Defect::SkipDedup => "skip-dedup",
+            Defect::NoBlockId => "no-block-id",
+            Defect::LosePart => "lose-part",
+        }
+    }
+}
+
+/// The insert-retry workload's table and client, as `run.json` stores them
+/// under `config.table`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TablePlan {
+    /// `replicated_deduplication_window`: block ids kept.
+    pub dedup_window: u64,
+    /// `replicated_deduplication_window_seconds`, from the newest id.
+    pub dedup_window_seconds: u64,
+    /// `cleanup_delay_period_ms`: how often the leader cleans up.
+    pub cleanup_period_ms: u64,
+    /// Attempts a logical insert gets.
+    pub insert_attempts: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defect: Option<Defect>,
+}
+
+impl TablePlan {
+    /// Small by default, so that a campaign of minutes reaches the
+    /// window's edge (ClickHouse: 1000 ids, a week, 30 s).
+    pub const DEFAULT_WINDOW: u64 = 100;
+    pub const DEFAULT_WINDOW_SECONDS: u64 = 5;
+    pub const DEFAULT_CLEANUP_MS: u64 = 1000;
+    pub const DEFAULT_ATTEMPTS: u32 = 5;
+
+    fn from_args(args: &TestArgs) -> TablePlan {
+        TablePlan {
+            dedup_window: args.dedup_window.unwrap_or(Self::DEFAULT_WINDOW),
+            dedup_window_seconds: args.dedup_window_seconds.unwrap_or(Self::DEFAULT_WINDOW_SECONDS),
+            cleanup_period_ms: args.cleanup_period_ms.unwrap_or(Self::DEFAULT_CLEANUP_MS),
+            insert_attempts: args.insert_attempts.unwrap_or(Self::DEFAULT_ATTEMPTS),
+            defect: args.defect,
+        }
+    }
+
+    /// The `[table.settings]` lines of the campaign's table.
+    pub fn settings(&self) -> Vec<String> {
+        vec![
+            format!("replicated_deduplication_window = {}", self.dedup_window),
+            format!(
+                "replicated_deduplication_window_seconds = {}",
+                self.dedup_window_seconds
+            ),
+            format!("cleanup_delay_period_ms = {}", self.cleanup_period_ms),
+        ]
     }
 }
 
@@ -116,6 +198,10 @@ pub struct Plan {
     /// The address block the servers bind; none: the lowest free one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block: Option<u8>,
+    /// The table and its client, for the insert-retry workload (none for
+    /// the znode workloads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<TablePlan>,
 }
 
 /// A plan with its seed and fault schedule: all a run needs to be run
@@ -153,7 +239,25 @@ impl Plan {
             check_budget_s: args.check_budget_s,
             checkers: Vec::new(),
             block: args.block,
+            table: None,
         };
+        if plan.workload().is_table() {
+            plan.table = Some(TablePlan::from_args(args));
+        } else {
+            let given = [
+                ("--dedup-window", args.dedup_window.is_some()),
+                ("--dedup-window-seconds", args.dedup_window_seconds.is_some()),
+                ("--cleanup-period-ms", args.cleanup_period_ms.is_some()),
+                ("--insert-attempts", args.insert_attempts.is_some()),
+                ("--defect", args.defect.is_some()),
+            ];
+            if let Some((name, _)) = given.iter().find(|(_, g)| *g) {
+                return Err(Failure::new(format!(
+                    "{name} is an option of --workload insert-retry, not of {}",
+                    plan.workload().name()
+                )));
+            }
+        }
         plan.checkers = plan.checkers();
         plan.check().map_err(Failure::new)?;
         Ok(plan)
@@ -205,16 +309,55 @@ impl Plan {
         within("op_timeout_ms", self.op_timeout_ms, 1, TIMEOUT_MAX_MS)?;
         within("session_timeout_ms", self.session_timeout_ms, 1, TIMEOUT_MAX_MS)?;
         within("check_budget_s", self.check_budget_s, 1, TIME_LIMIT_MAX_S)?;
+        match (&self.table, self.workload().is_table()) {
+            (Some(t), true) => {
+                within("table.dedup_window", t.dedup_window, 0, DEDUP_WINDOW_MAX)?;
+                within(
+                    "table.dedup_window_seconds",
+                    t.dedup_window_seconds,
+                    1,
+                    TIME_LIMIT_MAX_S,
+                )?;
+                within("table.cleanup_period_ms", t.cleanup_period_ms, 10, TIMEOUT_MAX_MS)?;
+                within("table.insert_attempts", t.insert_attempts, 1, INSERT_ATTEMPTS_MAX)?;
+            }
+            (None, true) => {
+                return Err(format!(
+                    "table: missing (the {} workload needs it)",
+                    self.workload().name()
+                ))
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "table: only the insert-retry workload has one, not {}",
+                    self.workload().name()
+                ))
+            }
+            (None, false) => {}
+        }
+        if !self.workload().is_table() {
+            if let Some(k) = self.nemeses.iter().find(|k| k.needs_table()) {
+                return Err(format!(
+                    "nemesis {} acts on the replicated table: it needs --workload insert-retry",
+                    k.name()
+                ));
+            }
+        }
+        if self.target == Target::Zookeeper && self.workload().is_table() {
+            return Err(
+                "workload insert-retry runs on the drift target only (not implemented on zookeeper: the table on Apache ZooKeeper is `drift cluster up --coordinator zookeeper`)".into(),
+            );
+        }
         if self.target == Target::Zookeeper {
             // ZooKeeper has no fault hooks, and on loopback its peers
             // connect from 127.0.0.1, so a per-link cut cannot name them
             if let Some(k) = self
                 .nemeses
                 .iter()
-                .find(|k| matches!(k, FaultKind::Partition | FaultKind::Diverge | FaultKind::Clock))
+                .find(|k| matches!(k, FaultKind::Partition | FaultKind::Diverge | FaultKind::Clock) || k.needs_table())
             {
                 return Err(format!(
-                    "nemesis {} is not available on the zookeeper target (kill, pause and corrupt are)",
+                    "nemesis {} is not available on the zookeeper target (kill, pause, corrupt, wipe and keeper-restart are)",
                     k.name()
                 ));
             }
@@ -317,6 +460,7 @@ mod tests {
             check_budget_s: 120,
             checkers: vec![],
             block: None,
+            table: None,
         }
     }
 

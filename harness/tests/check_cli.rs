@@ -849,7 +849,10 @@ fn bench_checker_times_edn_and_json_lines_parsing_apart() {
     assert_eq!(code, 0, "{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let parse = v["parse_ms"].as_object().unwrap();
-    assert!(parse["edn"].as_f64().unwrap() > 0.0 && parse["jsonl"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(
+        parse["edn"].as_f64().unwrap() > 0.0 && parse["jsonl"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows.iter().all(|r| r["verdict"] == "valid"), "{v}");
@@ -857,7 +860,10 @@ fn bench_checker_times_edn_and_json_lines_parsing_apart() {
     assert_eq!(formats, ["edn", "jsonl"]);
     // the table prints both lines
     let (_, stdout, _) = run(drift().args(["bench", "checker"]).arg(&dir).args(["--runs", "1"]));
-    assert!(stdout.contains("parse    edn:") && stdout.contains("parse    jsonl:"), "{stdout}");
+    assert!(
+        stdout.contains("parse    edn:") && stdout.contains("parse    jsonl:"),
+        "{stdout}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -754,7 +754,11 @@ fn a_replica_cut_from_its_keeper_is_read_only_and_says_so_until_healed() {
     let r = t.insert(1, &row(2, "cut", 1), "").unwrap();
     assert_eq!(r.status, 500, "{}", r.body);
     assert_eq!(r.headers["x-clickhouse-exception-code"], "242", "{}", r.body);
-    assert!(r.body.contains("(TABLE_IS_READ_ONLY)") && r.body.contains("readonly mode"), "{}", r.body);
+    assert!(
+        r.body.contains("(TABLE_IS_READ_ONLY)") && r.body.contains("readonly mode"),
+        "{}",
+        r.body
+    );
     let status = t.query(
         1,
         "SELECT is_readonly, is_session_expired FROM system.replicas FORMAT TabSeparated",

@@ -869,7 +869,10 @@ mod tests {
             let swatch = format!(r#"<i class="sw" style="background:{}"></i>{f}"#, op_colour(f));
             assert_eq!(page.matches(&swatch).count(), 2, "{f}: a legend above each plot");
         }
-        assert!(page.contains(r##"stroke="#9467bd""##), "the write line in its own colour");
+        assert!(
+            page.contains(r##"stroke="#9467bd""##),
+            "the write line in its own colour"
+        );
     }
 
     #[test]

@@ -125,25 +125,30 @@ impl LogicalInsert {
             .map(|r| vec![Cell::UInt64(r.id), Cell::UInt64(r.p), Cell::String(r.tag.clone())])
             .collect();
         let block = Block::from_rows(&s, rows).expect("rows of the schema's types");
-        split_insert(&s, &block, self.max_block_rows.unwrap_or(1_048_449))
-            .into_iter()
-            .map(|(p, b)| {
-                let rows = (0..b.rows())
-                    .map(|i| {
-                        let r = b.row(i);
-                        match (&r[0], &r[1], &r[2]) {
-                            (Cell::UInt64(id), Cell::UInt64(p), Cell::String(tag)) => Row {
-                                id: *id,
-                                p: *p,
-                                tag: tag.clone(),
-                            },
-                            _ => unreachable!("the schema's types"),
-                        }
-                    })
-                    .collect();
-                (p, rows)
-            })
-            .collect()
+        split_insert(
+            &s,
+            &block,
+            self.max_block_rows
+                .unwrap_or(drift_table::block::MAX_INSERT_BLOCK_SIZE_DEFAULT),
+        )
+        .into_iter()
+        .map(|(p, b)| {
+            let rows = (0..b.rows())
+                .map(|i| {
+                    let r = b.row(i);
+                    match (&r[0], &r[1], &r[2]) {
+                        (Cell::UInt64(id), Cell::UInt64(p), Cell::String(tag)) => Row {
+                            id: *id,
+                            p: *p,
+                            tag: tag.clone(),
+                        },
+                        _ => unreachable!("the schema's types"),
+                    }
+                })
+                .collect();
+            (p, rows)
+        })
+        .collect()
     }
 
     /// The history value of attempt `n` sent to `replica`.
@@ -160,17 +165,19 @@ impl LogicalInsert {
         })
     }
 
-    /// The request: URL parameters and the JSONEachRow body.
-    pub fn request(&self) -> (String, String) {
+    /// The request: URL parameters and the JSONEachRow body. A quorum
+    /// insert waits at most `quorum_timeout` for its quorum (then 319).
+    pub fn request(&self, quorum_timeout: Duration) -> (String, String) {
         let mut params = String::from("query=INSERT%20INTO%20inserts%20FORMAT%20JSONEachRow");
         if let Some(t) = &self.token {
             params.push_str(&format!("&insert_deduplication_token={t}"));
         }
         if self.quorum > 1 {
             params.push_str(&format!(
-                "&insert_quorum={}&insert_quorum_parallel={}&insert_quorum_timeout=5000",
+                "&insert_quorum={}&insert_quorum_parallel={}&insert_quorum_timeout={}",
                 self.quorum,
-                u8::from(self.quorum_parallel)
+                u8::from(self.quorum_parallel),
+                quorum_timeout.as_millis().max(1)
             ));
         }
         if let Some(n) = self.max_block_rows {
@@ -302,9 +309,12 @@ pub fn definite(code: u64, blocks: usize) -> bool {
     drift_checkers::dedup::definite_failure(code, blocks)
 }
 
-/// One attempt of `l` against the replica at `url`.
+/// One attempt of `l` against the replica at `url` (`http://host:port/`),
+/// answered within `timeout` (else `info`); a quorum waits three quarters
+/// of it, so a quorum not reached is the server's 319 rather than the
+/// client's timeout.
 pub async fn attempt(http: &reqwest::Client, url: &str, l: &LogicalInsert, timeout: Duration) -> AttemptOutcome {
-    let (params, body) = l.request();
+    let (params, body) = l.request(timeout.mul_f64(0.75));
     let sent = http
         .post(format!("{url}?{params}"))
         .body(body)

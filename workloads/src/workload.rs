@@ -11,6 +11,10 @@
 //!   (after a sync) and ends with `close` or `expire` (walks away and lets
 //!   the session time out); a final read once every session had time to
 //!   expire. No ephemeral may outlive its session.
+//! * `insert-retry` — logical inserts into the replicated table, retried
+//!   on indeterminate outcomes (see [`crate::table`]; its operations go
+//!   over HTTP, not through [`Workload::next`]); the final phase syncs and
+//!   reads every replica.
 
 use crate::rng::Rng;
 use drift_checkers::linear::model::ModelKind;
@@ -29,6 +33,7 @@ pub enum Workload {
     Counter,
     TotalQueue,
     Ephemeral,
+    InsertRetry,
 }
 
 /// One operation to invoke.
@@ -62,6 +67,7 @@ pub enum WorkloadKind {
     Counter,
     TotalQueue,
     Ephemeral,
+    InsertRetry,
 }
 
 impl Workload {
@@ -74,7 +80,14 @@ impl Workload {
             WorkloadKind::Counter => Workload::Counter,
             WorkloadKind::TotalQueue => Workload::TotalQueue,
             WorkloadKind::Ephemeral => Workload::Ephemeral,
+            WorkloadKind::InsertRetry => Workload::InsertRetry,
         }
+    }
+
+    /// Whether it runs against the replicated table (over HTTP) rather
+    /// than the keeper's znodes.
+    pub fn is_table(&self) -> bool {
+        *self == Workload::InsertRetry
     }
 
     pub fn kind(&self) -> WorkloadKind {
@@ -84,6 +97,7 @@ impl Workload {
             Workload::Counter => WorkloadKind::Counter,
             Workload::TotalQueue => WorkloadKind::TotalQueue,
             Workload::Ephemeral => WorkloadKind::Ephemeral,
+            Workload::InsertRetry => WorkloadKind::InsertRetry,
         }
     }
 
@@ -94,10 +108,12 @@ impl Workload {
             Workload::Counter => "counter",
             Workload::TotalQueue => "total-queue",
             Workload::Ephemeral => "ephemeral",
+            Workload::InsertRetry => "insert-retry",
         }
     }
 
-    /// The znode the workload lives under.
+    /// The znode the workload lives under (the table's workload keeps its
+    /// rows in the table, under the table's own path).
     pub fn root(&self) -> &'static str {
         match self {
             Workload::Register { .. } => "/drift/register",
@@ -105,6 +121,7 @@ impl Workload {
             Workload::Counter => "/drift/counter",
             Workload::TotalQueue => "/drift/queue",
             Workload::Ephemeral => "/drift/ephemeral",
+            Workload::InsertRetry => "/drift/inserts",
         }
     }
 
@@ -116,6 +133,7 @@ impl Workload {
             Workload::Counter => CheckerKind::Counter,
             Workload::TotalQueue => CheckerKind::TotalQueue,
             Workload::Ephemeral => CheckerKind::Ephemeral,
+            Workload::InsertRetry => CheckerKind::Dedup,
         };
         vec![main, CheckerKind::Stats, CheckerKind::Perf]
     }
@@ -126,9 +144,11 @@ impl Workload {
     }
 
     /// The next operation of a worker. `unique` is a per-worker counter
-    /// for values that must not repeat (queue elements).
+    /// for values that must not repeat (queue elements). Not for
+    /// `insert-retry`, whose workers draw from [`crate::table::InsertGen`].
     pub fn next(&self, rng: &mut Rng, worker: u64, unique: &mut u64) -> OpSpec {
         match *self {
+            Workload::InsertRetry => unreachable!("insert-retry workers draw from table::InsertGen"),
             Workload::Register { keys } => {
                 let key = Some(format!("{}", rng.below(keys as u64)));
                 match rng.weighted(&[2, 1, 1]) {
@@ -228,9 +248,11 @@ impl Workload {
         }
     }
 
-    /// Operations of the final phase, after every fault is healed.
+    /// Operations of the final phase, after every fault is healed (the
+    /// table's final reads are [`crate::table::sync_and_read`], per replica).
     pub fn final_ops(&self) -> Vec<OpSpec> {
         match *self {
+            Workload::InsertRetry => vec![],
             Workload::Register { keys } => (0..keys)
                 .map(|k| OpSpec {
                     f: "read",

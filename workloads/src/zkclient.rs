@@ -157,6 +157,8 @@ impl ZkClient {
             Workload::Counter => self.counter(op).await,
             Workload::TotalQueue => self.queue(op).await,
             Workload::Ephemeral => self.ephemeral(op).await,
+            // not a znode workload: its client is crate::table
+            Workload::InsertRetry => Outcome::Fail(format!("{} is not a znode operation", op.f)),
         }
     }
 

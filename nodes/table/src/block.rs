@@ -165,6 +165,10 @@ impl Block {
     }
 }
 
+/// ClickHouse's default `max_insert_block_size`: rows per block before an
+/// insert is cut into more blocks.
+pub const MAX_INSERT_BLOCK_SIZE_DEFAULT: usize = 1_048_449;
+
 /// An insert's rows as blocks: chunks of `max_block_rows`, each split by
 /// partition in partition id order, each sorted. The split depends only on
 /// the rows and `max_block_rows`, so a retry of the same insert makes the

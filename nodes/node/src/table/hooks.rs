@@ -21,11 +21,22 @@
 //!   it, its ephemerals with it, after the session timeout) and no new one
 //!   is made until healed (the `keeper-cut` nemesis);
 //! * defects, for proving the checker: `defect-skip-dedup` (blocks are
-//!   committed without looking for their id) and `defect-no-block-id`
-//!   (commits leave no block id behind), `defect-off`. Never on unless
-//!   asked for with the token.
+//!   committed without looking for their id), `defect-no-block-id`
+//!   (commits leave no block id behind) and `defect-lose-part` (a commit
+//!   records the block id but neither the part nor its log entry, and
+//!   the client is told success: the id survives, the data does not);
+//!   `defect-off`. Never on unless asked for with the token: through the
+//!   admin endpoint, or [`DEFECT_ENV`] at start, honoured only by a node
+//!   whose fault hooks are on.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The environment variable a node with fault hooks arms a defect from
+/// at start (`skip-dedup`, `no-block-id` or `lose-part`), so a defect
+/// outlives the node's restarts within a campaign.
+pub const DEFECT_ENV: &str = "DRIFT_TABLE_DEFECT";
+/// The defects [`DEFECT_ENV`] may name.
+pub const DEFECTS: [&str; 3] = ["skip-dedup", "no-block-id", "lose-part"];
 
 #[derive(Default)]
 pub struct Hooks {
@@ -37,6 +48,7 @@ pub struct Hooks {
     pub drop_replies: AtomicBool,
     pub skip_dedup: AtomicBool,
     pub no_block_id: AtomicBool,
+    pub lose_part: AtomicBool,
 }
 
 impl Hooks {
@@ -68,9 +80,14 @@ impl Hooks {
                 self.no_block_id.store(true, Ordering::SeqCst);
                 return Ok(());
             }
+            "defect-lose-part" => {
+                self.lose_part.store(true, Ordering::SeqCst);
+                return Ok(());
+            }
             "defect-off" => {
                 self.skip_dedup.store(false, Ordering::SeqCst);
                 self.no_block_id.store(false, Ordering::SeqCst);
+                self.lose_part.store(false, Ordering::SeqCst);
                 return Ok(());
             }
             "drop-insert-reply" => &self.drop_insert_reply,
@@ -79,7 +96,7 @@ impl Hooks {
             "truncate-next-part" => &self.truncate_next_part,
             other => {
                 return Err(format!(
-                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-off)"
+                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
                 ))
             }
         };

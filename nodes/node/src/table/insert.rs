@@ -37,7 +37,7 @@ use drift_table::entry::{EntryKind, LogEntry};
 use drift_table::format::{self, Checksums};
 use drift_table::part::PartInfo;
 use drift_table::quorum::QuorumEntry;
-use drift_table::zk::{allocate_ops, commit_ops, sequence_of, Commit, QuorumMode, COMMIT_BLOCK_OP};
+use drift_table::zk::{allocate_ops, commit_ops, sequence_of, Commit, KeeperOp, QuorumMode, COMMIT_BLOCK_OP};
 use drift_table::Block;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -75,7 +75,7 @@ impl Default for InsertSettings {
             quorum: QuorumSetting::Off,
             quorum_timeout: Duration::from_secs(600),
             quorum_parallel: true,
-            max_block_rows: 1_048_449,
+            max_block_rows: drift_table::block::MAX_INSERT_BLOCK_SIZE_DEFAULT,
         }
     }
 }
@@ -227,6 +227,10 @@ impl Replica {
                 .await
                 .map_err(|e| TableError::new(KEEPER_EXCEPTION, e.to_string()))?
                 .map_err(|e| TableError::new(KEEPER_EXCEPTION, format!("writing part {name}: {e}")))?;
+            if self.hooks.lose_part.load(std::sync::atomic::Ordering::SeqCst) {
+                self.lose_part(&name, &lock, id).await?;
+                return Ok(BlockOutcome::Committed(part));
+            }
             match self.commit(&part, &lock, commit_id, sums, quorum, s).await {
                 Ok(()) => {}
                 Err(CommitFail::Duplicate) => {
@@ -463,6 +467,31 @@ impl Replica {
 
     /// A block that did not commit: its part goes, its lock too (if this
     /// session still holds it).
+    /// The `defect-lose-part` commit: the block id is recorded and the
+    /// lock released, but no log entry or part znode is made and the local
+    /// part goes, so the insert is answered as written while its rows are
+    /// nowhere and every retry is deduplicated against the surviving id.
+    async fn lose_part(&self, name: &str, lock: &str, id: Option<&str>) -> TResult<()> {
+        let mut ops = vec![KeeperOp::Delete {
+            path: lock.to_string(),
+            version: -1,
+        }];
+        if let Some(id) = id {
+            ops.push(KeeperOp::Create {
+                path: self.paths.block(id),
+                data: name.as_bytes().to_vec(),
+                mode: drift_table::zk::CreateMode::Persistent,
+            });
+        }
+        self.coord
+            .multi(&ops)
+            .await
+            .map_err(|e| keeper_error("the defect's commit", &e.err))?;
+        self.discard(name, lock).await;
+        self.log("defect_lost_part", serde_json::json!({"part": name, "block_id": id}));
+        Ok(())
+    }
+
     async fn discard(&self, name: &str, lock: &str) {
         self.st().precommitted.remove(name);
         if let Err(e) = self.store.remove(name) {

@@ -103,14 +103,34 @@ impl Replica {
                 .await
                 .map_err(e("log node"))?
                 .ok_or("no log node")?;
+            // the locks first, then the log (ClickHouse's order): a number
+            // not locked at this read was committed — its GET_PART is in
+            // the log pulled next — or never will be, and numbers allocated
+            // later lie above every part selected now. (Pulling first lets
+            // an insert commit in between: its part missing from the view,
+            // its lock gone, and a merge would cover it without its rows.)
+            let partitions = match self.coord.children(&self.paths.block_numbers()).await {
+                Ok(kids) => kids,
+                Err(ZkErr::NoNode) => Vec::new(),
+                Err(err) => return Err(e("block numbers")(err)),
+            };
+            let mut locked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+            for p in partitions {
+                let held = self.locked_numbers(&p).await.map_err(e("block numbers"))?;
+                locked.insert(p, held);
+            }
             self.pull_log().await.map_err(e("pulling the log"))?;
             let (current, virtual_parts) = {
                 let st = self.st();
                 (st.queue.current().clone(), st.queue.virtual_parts().clone())
             };
-            let mut locked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
-            for p in current.partitions() {
-                locked.insert(p.clone(), self.locked_numbers(p).await.map_err(e("block numbers"))?);
+            // a partition born after the lock read: every number of it
+            // counts as held this round
+            for p in virtual_parts.partitions() {
+                if !locked.contains_key(p) {
+                    let top = virtual_parts.in_partition(p).map(|x| x.max_block).max().unwrap_or(0);
+                    locked.insert(p.clone(), (0..=top).collect());
+                }
             }
             let pending = self.quorum_pending().await.map_err(e("quorum"))?;
             let selected = {

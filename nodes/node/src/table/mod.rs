@@ -84,6 +84,25 @@ impl TableNode {
     }
 }
 
+impl TableNode {
+    /// Arms `defect` (one of [`hooks::DEFECTS`]) on every replica; the
+    /// caller has checked that the node's fault hooks are on.
+    pub fn arm_defect(&self, defect: &str) -> Result<(), String> {
+        if !hooks::DEFECTS.contains(&defect) {
+            return Err(format!(
+                "{}={defect:?} is not one of {}",
+                hooks::DEFECT_ENV,
+                hooks::DEFECTS.join(", ")
+            ));
+        }
+        for r in self.replicas.values() {
+            r.hooks.apply(&format!("defect-{defect}"))?;
+            r.log("defect_armed", serde_json::json!({"defect": defect}));
+        }
+        Ok(())
+    }
+}
+
 /// The running tables; dropping it stops them.
 pub struct Tables {
     pub node: Arc<TableNode>,
