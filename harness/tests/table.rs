@@ -771,3 +771,56 @@ fn a_replica_cut_from_its_keeper_is_read_only_and_says_so_until_healed() {
     t.insert_ok(1, &row(4, "after", 1), "");
     t.assert_rows_everywhere(&[1, 2, 3], &["1:before:1", "3:others:1", "4:after:1"]);
 }
+
+/// A replica whose queue holds fetches of parts merged away everywhere,
+/// and no merge entry (a clone that read its source's parts before the
+/// source merged them and its log pointer after): as ClickHouse does, it
+/// fetches a part that covers them. Found by an insert-retry campaign
+/// (seed 2) whose final `SYSTEM SYNC REPLICA` never returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_fetch_of_a_part_merged_away_everywhere_takes_the_covering_part() {
+    // merges only when asked, so the merged part is the one OPTIMIZE makes
+    let t = Table::up("tbl-cover", 22270, &["--table-setting", "parts_to_merge_min = 1000"]);
+    t.c.stop(3);
+    for id in 1..=3 {
+        t.insert_ok(1, &row(id, "c", 1), "");
+    }
+    t.query(1, "OPTIMIZE TABLE events FINAL");
+    t.sync(2);
+    let merged = t.parts(1);
+    assert_eq!(merged.len(), 1, "{merged:?}");
+    assert_eq!(t.parts(2), merged);
+    // r3's queue: the three GET_PARTs, its log pointer past the merge
+    let zk = connect(&t.c.connect).await;
+    let log = format!("{TABLE_PATH}/log");
+    let mut entries = zk.list_children(&log).await.unwrap();
+    entries.sort();
+    let mut gets = 0;
+    for e in &entries {
+        let (data, _) = zk.get_data(&format!("{log}/{e}")).await.unwrap();
+        if String::from_utf8_lossy(&data).contains("get") {
+            zk.create(
+                &format!("{TABLE_PATH}/replicas/r3/queue/queue-"),
+                &data,
+                &zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all()),
+            )
+            .await
+            .unwrap();
+            gets += 1;
+        }
+    }
+    assert_eq!(gets, 3, "{entries:?}");
+    let last: u64 = entries.last().unwrap().trim_start_matches("log-").parse().unwrap();
+    zk.set_data(
+        &format!("{TABLE_PATH}/replicas/r3/log_pointer"),
+        (last + 1).to_string().as_bytes(),
+        None,
+    )
+    .await
+    .unwrap();
+    t.c.start(3);
+    t.wait("r3 to be writable", || writable(&t, 3));
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:c:1", "2:c:1", "3:c:1"]);
+    assert_eq!(t.parts(3), merged, "r3 holds the covering part");
+    assert!(t.c.log(3).contains("\"event\":\"fetch_covering\""), "{}", t.c.log(3));
+}

@@ -109,7 +109,19 @@ impl Replica {
 
     /// Commits an entry's result: `ops` plus the queue entry's delete.
     /// Returns the parts that left the current set.
-    async fn commit_entry(&self, sel: &Selected, mut ops: Vec<KeeperOp>) -> Result<(), ZkErr> {
+    async fn commit_entry(&self, sel: &Selected, ops: Vec<KeeperOp>) -> Result<(), ZkErr> {
+        self.commit_entry_as(sel, ops, None).await
+    }
+
+    /// [`Replica::commit_entry`] for an entry done by installing `covering`
+    /// (a part that contains the entry's own): it joins the current set
+    /// first, so the entry's part lands covered.
+    async fn commit_entry_as(
+        &self,
+        sel: &Selected,
+        mut ops: Vec<KeeperOp>,
+        covering: Option<&PartInfo>,
+    ) -> Result<(), ZkErr> {
         ops.push(KeeperOp::Delete {
             path: self.queue_entry_path(&sel.znode),
             version: -1,
@@ -118,7 +130,24 @@ impl Replica {
         let gone = {
             let mut st = self.st();
             st.last_queue_update_ms = super::replica::wall_ms();
-            st.queue.finish_ok(&sel.znode)
+            let mut gone = Vec::new();
+            if let Some(c) = covering {
+                match st.queue.add_current(c.clone()) {
+                    Ok(g) => gone = g,
+                    Err(e) => {
+                        drop(st);
+                        self.log(
+                            "queue_finish_refused",
+                            serde_json::json!({"entry": sel.znode, "error": e}),
+                        );
+                        return Ok(());
+                    }
+                }
+            }
+            st.queue.finish_ok(&sel.znode).map(|mut g| {
+                g.append(&mut gone);
+                g
+            })
         };
         match gone {
             Ok(gone) => self.outdate(gone),
@@ -237,6 +266,8 @@ impl Replica {
         sums: &format::Checksums,
         quorum: bool,
     ) -> Result<(), ZkErr> {
+        // a covering part fetched in place of the entry's own
+        let covering = (sel.entry.new_part() != part).then_some(part);
         for _ in 0..5 {
             let mut ops = vec![KeeperOp::Create {
                 path: self.paths.my_part(&part.name()),
@@ -247,7 +278,7 @@ impl Replica {
             if quorum {
                 ops.extend(self.quorum_ops(part).await?);
             }
-            match self.commit_entry(sel, ops).await {
+            match self.commit_entry_as(sel, ops, covering).await {
                 // the quorum node changed under us: read it again
                 Err(ZkErr::BadVersion) => continue,
                 // listed already (a commit whose reply was lost): record the rest
@@ -256,7 +287,7 @@ impl Replica {
                     if quorum {
                         ops.extend(self.quorum_ops(part).await?);
                     }
-                    return self.commit_entry(sel, ops).await;
+                    return self.commit_entry_as(sel, ops, covering).await;
                 }
                 other => return other,
             }
@@ -286,7 +317,13 @@ impl Replica {
         // first try: the writer, which has the part unless it was merged
         // away; after a failure, every replica
         let prefer = (sel.tries <= 1).then_some(sel.entry.source_replica.as_str());
-        let Some((source, host)) = self.find_replica_having(part, prefer).await? else {
+        let found = match self.find_replica_having(part, prefer).await? {
+            Some((source, host)) => Some((source, host, part.clone())),
+            // merged away everywhere: a part that contains it will do, as
+            // ClickHouse fetches a covering part
+            None => self.find_replica_having_covering(part).await?,
+        };
+        let Some((source, host, fetched)) = found else {
             if quorum > 0 {
                 if let Some(why) = self.fail_quorum_if_lost(part, block_id).await? {
                     self.coord
@@ -304,7 +341,14 @@ impl Replica {
             );
             return Ok(Outcome::Retry(e.to_string()));
         };
-        self.fetch_and_commit(sel, part, &source, &host, quorum > 0).await
+        if fetched != *part {
+            self.log(
+                "fetch_covering",
+                serde_json::json!({"part": part.name(), "covering": fetched.name(), "from": source}),
+            );
+        }
+        self.fetch_and_commit(sel, &fetched, &source, &host, quorum > 0 && fetched == *part)
+            .await
     }
 
     async fn fetch_and_commit(
@@ -341,6 +385,32 @@ impl Replica {
         self.commit_part(sel, part, &sums, quorum).await?;
         self.events.add(Ev::ReplicatedPartFetches, 1);
         Ok(Outcome::Done)
+    }
+
+    /// The largest part an active replica (not this one) lists that
+    /// contains `part`, with the replica and its interserver address.
+    async fn find_replica_having_covering(&self, part: &PartInfo) -> Result<Option<(String, String, PartInfo)>, ZkErr> {
+        let mut best: Option<(String, PartInfo)> = None;
+        let replicas = self.coord.children(&self.paths.replicas()).await?;
+        for r in replicas.iter().filter(|r| **r != self.name) {
+            if self.coord.exists(&self.paths.is_active_of(r)).await?.is_none() {
+                continue;
+            }
+            let listed = match self.coord.children(&self.paths.parts_of(r)).await {
+                Ok(l) => l,
+                Err(ZkErr::NoNode) => continue,
+                Err(e) => return Err(e),
+            };
+            for name in listed {
+                let Ok(p) = PartInfo::parse(&name) else { continue };
+                let wider = |b: &PartInfo| (p.max_block - p.min_block, p.level) > (b.max_block - b.min_block, b.level);
+                if p != *part && p.contains(part) && best.as_ref().is_none_or(|(_, b)| wider(b)) {
+                    best = Some((r.clone(), p));
+                }
+            }
+        }
+        let Some((r, p)) = best else { return Ok(None) };
+        Ok(self.host_of(&r).await?.map(|h| (r, h, p)))
     }
 
     /// A replica's interserver address, cached (a failed fetch forgets it).
