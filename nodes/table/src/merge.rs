@@ -2,11 +2,18 @@
 //!
 //! Candidates are the leader's current parts that are still maximal in its
 //! virtual parts (no queued merge already takes them) and whose quorum is
-//! not pending. Two neighbours may join only if no block number between
-//! them is still locked: an insert holding that number may yet commit a
-//! part there, and a merged part spanning it would then intersect it.
-//! A number whose lock is gone without a part (the writer died) is a gap a
-//! merge may span: nothing can ever be committed with it.
+//! not pending. Two neighbours may join only if nothing can lie between
+//! them: no virtual part (a part queued to be fetched, which the merge
+//! would cover without its rows) and no block number still locked (an
+//! insert holding it may yet commit a part there). A number whose lock
+//! is gone without a part (the writer died) is a gap a merge may span:
+//! nothing can ever be committed with it.
+//!
+//! The caller's obligation, for the locks to mean that: every candidate
+//! was in the virtual parts *before* the locks were read (ClickHouse's
+//! `prev_virtual_parts`), and the log was pulled after. A number between
+//! two such candidates was taken before the later one, so before the
+//! read: it is locked, or committed and pulled (a virtual part), or dead.
 //!
 //! Policy: in each partition with at least `parts_to_merge_min` candidates,
 //! the longest run of mergeable neighbours, cut at
@@ -35,7 +42,15 @@ fn select_in(inputs: &MergeInputs<'_>, partition: &str) -> Option<Vec<PartInfo>>
         return None;
     }
     let usable = |p: &PartInfo| inputs.virtual_parts.contains_exactly(p) && !inputs.quorum_pending.contains(p);
-    let joinable = |a: &PartInfo, b: &PartInfo| locked.range(a.max_block + 1..b.min_block).next().is_none();
+    let queued_between = |a: &PartInfo, b: &PartInfo| {
+        inputs
+            .virtual_parts
+            .in_partition(partition)
+            .any(|v| v.min_block > a.max_block && v.max_block < b.min_block)
+    };
+    let joinable = |a: &PartInfo, b: &PartInfo| {
+        locked.range(a.max_block + 1..b.min_block).next().is_none() && !queued_between(a, b)
+    };
     let mut best: Vec<PartInfo> = Vec::new();
     let mut run: Vec<PartInfo> = Vec::new();
     for p in candidates {
@@ -113,6 +128,26 @@ mod tests {
             ..inputs
         };
         assert_eq!(select_merge(&inputs).unwrap().1.name(), "1_0_5_1");
+    }
+
+    #[test]
+    fn a_merge_never_covers_a_part_still_queued_for_a_fetch() {
+        // the leader holds 0, 1 and 3; 2 is committed (no lock) and queued
+        let current = set(&["1_0_0_0", "1_1_1_0", "1_3_3_0", "1_4_4_0"]);
+        let virt = set(&["1_0_0_0", "1_1_1_0", "1_2_2_0", "1_3_3_0", "1_4_4_0"]);
+        let none = |_: &str| BTreeSet::new();
+        let pending = BTreeSet::new();
+        let inputs = MergeInputs {
+            current: &current,
+            virtual_parts: &virt,
+            locked: &none,
+            quorum_pending: &pending,
+            parts_to_merge_min: 2,
+            max_parts_to_merge_at_once: 10,
+        };
+        let (src, into) = select_merge(&inputs).unwrap();
+        assert_eq!(names(&src), ["1_0_0_0", "1_1_1_0"], "not across 1_2_2_0");
+        assert_eq!(into.name(), "1_0_1_1");
     }
 
     #[test]

@@ -240,4 +240,36 @@ proptest! {
             prop_assert!(src.iter().all(|p| into.contains(p)));
         }
     }
+
+    #[test]
+    fn a_merge_never_covers_a_virtual_part_it_does_not_take(
+        taken in proptest::collection::btree_set(0u64..60, 0..40),
+        fetched in proptest::collection::vec(proptest::bool::weighted(0.7), 60),
+        max_at_once in 2usize..8,
+    ) {
+        // every taken number is a committed part; the leader holds some
+        let mut virt = ActivePartSet::new();
+        let mut current = ActivePartSet::new();
+        for n in &taken {
+            virt.add(PartInfo::new("1", *n, *n, 0)).unwrap();
+            if fetched[*n as usize] {
+                current.add(PartInfo::new("1", *n, *n, 0)).unwrap();
+            }
+        }
+        let none = |_: &str| BTreeSet::new();
+        let inputs = MergeInputs {
+            current: &current,
+            virtual_parts: &virt,
+            locked: &none,
+            quorum_pending: &BTreeSet::new(),
+            parts_to_merge_min: 2,
+            max_parts_to_merge_at_once: max_at_once,
+        };
+        if let Some((src, into)) = select_merge(&inputs) {
+            // every virtual part inside the merged range is one it merges
+            for v in virt.iter().filter(|v| into.contains(v)) {
+                prop_assert!(src.contains(v), "{} covered, not merged: {:?}", v.name(), src);
+            }
+        }
+    }
 }

@@ -103,12 +103,15 @@ impl Replica {
                 .await
                 .map_err(e("log node"))?
                 .ok_or("no log node")?;
-            // the locks first, then the log (ClickHouse's order): a number
-            // not locked at this read was committed — its GET_PART is in
-            // the log pulled next — or never will be, and numbers allocated
-            // later lie above every part selected now. (Pulling first lets
-            // an insert commit in between: its part missing from the view,
-            // its lock gone, and a merge would cover it without its rows.)
+            // ClickHouse's merge predicate: the virtual parts as they are
+            // now, then the locks, then the log. Only parts already virtual
+            // before the lock read may merge (drift_table::merge: a number
+            // between two of them was taken before the read, so it is
+            // locked, pulled, or dead); a part committed after the read —
+            // its lower neighbour's number perhaps still held by a lock the
+            // read missed — waits for the next round.
+            self.pull_log().await.map_err(e("pulling the log"))?;
+            let before = self.st().queue.virtual_parts().clone();
             let partitions = match self.coord.children(&self.paths.block_numbers()).await {
                 Ok(kids) => kids,
                 Err(ZkErr::NoNode) => Vec::new(),
@@ -122,7 +125,11 @@ impl Replica {
             self.pull_log().await.map_err(e("pulling the log"))?;
             let (current, virtual_parts) = {
                 let st = self.st();
-                (st.queue.current().clone(), st.queue.virtual_parts().clone())
+                let mut current = drift_table::part::ActivePartSet::new();
+                for p in st.queue.current().iter().filter(|p| before.containing(p).is_some()) {
+                    current.add(p.clone()).map_err(|err| format!("the current parts: {err}"))?;
+                }
+                (current, st.queue.virtual_parts().clone())
             };
             // a partition born after the lock read: every number of it
             // counts as held this round
