@@ -766,6 +766,7 @@ fn observe(node: u64, line: &str, r: &Recorder) {
             r.event("diverge-applied", json!({"node": node, "log_index": index}));
         }
         Some("role") if v["role"] == "Leader" => r.event("leader", json!({"node": node, "term": v["term"]})),
+        Some("panic") => r.event("node-panic", json!({"node": node, "what": v["what"]})),
         Some("snapshot_installed") => r.event("snapshot-installed", json!({"node": node, "index": v["index"]})),
         Some("changelog_torn_tail") => r.event("torn-tail-repaired", json!({"node": node, "file": v["file"]})),
         _ => {}

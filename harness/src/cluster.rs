@@ -27,7 +27,27 @@ use std::time::{Duration, Instant};
 
 const UP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The exit code of a server that hit a broken invariant (a panic in any
+/// of its threads).
+pub const PANIC_EXIT: i32 = 101;
+
+/// A panic in any thread of a server ends the whole process: a replica
+/// whose task died holding its state (a poisoned lock) would otherwise
+/// stay up answering nothing, where a crash is seen, logged and restarted.
+fn fail_stop_on_panic(id: u64) {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default(info);
+        println!(
+            "{}",
+            serde_json::json!({"event": "panic", "node": id, "what": info.to_string()})
+        );
+        std::process::exit(PANIC_EXIT);
+    }));
+}
+
 pub fn node(args: NodeArgs) -> Result<i32, Failure> {
+    fail_stop_on_panic(args.id);
     let mut config = ClusterConfig::load(&args.config)?;
     if let Some(d) = args.digest {
         config.digest = d.name().to_string();

@@ -280,21 +280,45 @@ impl Queue {
         Some(selected)
     }
 
-    fn end_run(&mut self, znode: &str) -> QueueEntry {
-        let e = self.entries.get_mut(znode).expect("a running entry is queued");
-        assert!(e.executing, "{znode} finished without running");
+    /// Ends `znode`'s run: None when it is not queued or not running here
+    /// (the queue was reloaded under the run, and the entry is gone).
+    fn end_run(&mut self, znode: &str) -> Option<QueueEntry> {
+        let e = self.entries.get_mut(znode).filter(|e| e.executing)?;
         e.executing = false;
         let e = e.clone();
         self.future.retain(|_, z| z != znode);
         let pool = Pool::of(&e.entry);
         *self.running_mut(pool) -= 1;
-        e
+        Some(e)
+    }
+
+    /// After a reload (`self` built anew from the coordinator): every
+    /// entry `old` was running that is still queued runs on here, so it is
+    /// neither selected twice nor finished against a queue that never
+    /// started it.
+    pub fn adopt_running(&mut self, old: &Queue) {
+        for (z, e) in old.entries.iter().filter(|(_, e)| e.executing) {
+            let Some(mine) = self.entries.get_mut(z) else { continue };
+            if mine.executing {
+                continue;
+            }
+            mine.executing = true;
+            mine.num_tries = mine.num_tries.max(e.num_tries);
+            let entry = mine.entry.clone();
+            if !matches!(entry.kind, EntryKind::DropRange { .. }) {
+                self.future.insert(entry.new_part().clone(), z.clone());
+            }
+            *self.running_mut(Pool::of(&entry)) += 1;
+        }
     }
 
     /// The entry ran: its part is now current (or, for a drop, the parts
     /// in its range are gone). Returns the parts that left the current set.
+    /// Refused (an error) when `znode` is not running here.
     pub fn finish_ok(&mut self, znode: &str) -> Result<Vec<PartInfo>, String> {
-        let e = self.end_run(znode);
+        let e = self
+            .end_run(znode)
+            .ok_or_else(|| format!("{znode} is not running here"))?;
         self.entries.remove(znode);
         self.order.retain(|z| z != znode);
         let removed = match &e.entry.kind {
@@ -314,8 +338,10 @@ impl Queue {
     }
 
     /// The entry failed: it stays queued and waits out its backoff.
+    /// Nothing to do when `znode` is not running here any more.
     pub fn finish_err(&mut self, znode: &str, now_ms: u64, error: &str) {
-        let tries = self.end_run(znode).num_tries;
+        let Some(ended) = self.end_run(znode) else { return };
+        let tries = ended.num_tries;
         let e = self.entries.get_mut(znode).expect("still queued");
         let shift = tries.saturating_sub(1).min(16);
         e.next_try_ms = now_ms + (BACKOFF_BASE_MS << shift).min(BACKOFF_MAX_MS);
@@ -504,5 +530,26 @@ mod tests {
         assert_eq!(q.finish_ok(&d.znode).unwrap(), vec![p("1_0_0_0"), p("1_1_1_0")]);
         assert!(q.current().is_empty() && q.virtual_parts().is_empty());
         q.check_invariant().unwrap();
+    }
+
+    #[test]
+    fn a_reload_under_running_entries_keeps_them_running_and_finishing_a_gone_one_is_refused() {
+        let mut old = Queue::new(ActivePartSet::new());
+        old.push("queue-0000000000".into(), get("1_0_0_0")).unwrap();
+        old.push("queue-0000000001".into(), get("1_1_1_0")).unwrap();
+        let a = old.select(0, 8, 8).unwrap();
+        let b = old.select(0, 8, 8).unwrap();
+        // reloaded from the coordinator: b's run already deleted its entry
+        let mut q = Queue::new(ActivePartSet::new());
+        q.push(a.znode.clone(), a.entry.clone()).unwrap();
+        q.adopt_running(&old);
+        q.check_invariant().unwrap();
+        assert_eq!(q.select(0, 8, 8), None, "a still runs: not selected twice");
+        // a's run ends against the reloaded queue; b's entry is not there
+        q.finish_ok(&a.znode).unwrap();
+        assert!(q.finish_ok(&b.znode).unwrap_err().contains("not running here"));
+        q.finish_err(&b.znode, 0, "late");
+        q.check_invariant().unwrap();
+        assert!(q.is_empty());
     }
 }

@@ -144,10 +144,21 @@ impl Replica {
                     }
                 }
             }
-            st.queue.finish_ok(&sel.znode).map(|mut g| {
-                g.append(&mut gone);
-                g
-            })
+            match st.queue.finish_ok(&sel.znode) {
+                Ok(mut g) => {
+                    g.append(&mut gone);
+                    Ok(g)
+                }
+                // the queue was reloaded after this run deleted its entry:
+                // what it made is current all the same
+                Err(_) if !matches!(sel.entry.kind, EntryKind::DropRange { .. }) => {
+                    st.queue.add_current(sel.entry.new_part().clone()).map(|mut g| {
+                        g.append(&mut gone);
+                        g
+                    })
+                }
+                Err(e) => Err(e),
+            }
         };
         match gone {
             Ok(gone) => self.outdate(gone),

@@ -635,7 +635,9 @@ impl Replica {
             let _ = c.delete(&format!("{dir}/{z}"), None).await;
         }
         let mut st = self.st();
-        st.queue = q;
+        // entries running now finish against the new queue
+        let old = std::mem::replace(&mut st.queue, q);
+        st.queue.adopt_running(&old);
         st.log_pointer = pointer;
         st.log_pointer_version = stat.version;
         st.last_queue_update_ms = wall_ms();
