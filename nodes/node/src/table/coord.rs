@@ -56,9 +56,25 @@ impl From<zk::Error> for ZkErr {
             zk::Error::NodeExists => ZkErr::NodeExists,
             zk::Error::BadVersion => ZkErr::BadVersion,
             zk::Error::NotEmpty => ZkErr::NotEmpty,
-            zk::Error::ConnectionLoss | zk::Error::Timeout => ZkErr::Lost(e.to_string()),
             zk::Error::SessionExpired | zk::Error::ClientClosed | zk::Error::SessionMoved => ZkErr::NoSession,
-            other => ZkErr::Other(other.to_string()),
+            // the server answered and refused: nothing was applied
+            zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::BadArguments(_)
+            | zk::Error::MarshallingError
+            | zk::Error::Unimplemented
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::QuotaExceeded
+            | zk::Error::Throttled
+            | zk::Error::NotReadOnly
+            | zk::Error::NoWatcher
+            | zk::Error::AuthFailed
+            | zk::Error::ReconfigDisabled
+            | zk::Error::UnexpectedErrorCode(_) => ZkErr::Other(e.to_string()),
+            // everything else is the client's own failure (a connection
+            // dropped for silence, a reply it could not read, one it never
+            // got): the request may have been applied
+            other => ZkErr::Lost(other.to_string()),
         }
     }
 }
@@ -361,5 +377,28 @@ impl Coordinator {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_the_server_did_not_answer_is_an_unknown_outcome() {
+        // a commit failing so may have been applied: never discard its part
+        for e in [
+            zk::Error::ConnectionLoss,
+            zk::Error::Timeout,
+            zk::Error::UnexpectedError("no response from connection in 2000ms".into()),
+            zk::Error::RuntimeInconsistent,
+        ] {
+            assert!(matches!(ZkErr::from(e.clone()), ZkErr::Lost(_)), "{e:?}");
+        }
+        for e in [zk::Error::NoAuth, zk::Error::Throttled, zk::Error::MarshallingError] {
+            assert!(matches!(ZkErr::from(e.clone()), ZkErr::Other(_)), "{e:?}: the server refused it");
+        }
+        assert_eq!(ZkErr::from(zk::Error::SessionExpired), ZkErr::NoSession);
+        assert_eq!(ZkErr::from(zk::Error::NodeExists), ZkErr::NodeExists);
     }
 }

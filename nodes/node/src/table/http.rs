@@ -259,7 +259,13 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
             };
             let n = rows.len();
             let block = Block::from_rows(&r.schema, rows).map_err(|e| TableError::new(INCORRECT_DATA, e))?;
-            let summary = r.insert(block, &s.insert).await?;
+            // its own task: a client that goes away does not cut an insert
+            // off between its commit and the replica taking the part (the
+            // coordinator would list a part the replica does not show)
+            let (writer, settings) = (r.clone(), s.insert.clone());
+            let summary = tokio::spawn(async move { writer.insert(block, &settings).await })
+                .await
+                .map_err(|e| TableError::new(super::error::KEEPER_EXCEPTION, format!("the insert's task: {e}")))??;
             if Hooks::take(&r.hooks.drop_insert_reply) || r.hooks.drop_replies.load(Ordering::SeqCst) {
                 r.log(
                     "fault_hook",
