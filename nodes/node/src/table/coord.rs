@@ -396,7 +396,10 @@ mod tests {
             assert!(matches!(ZkErr::from(e.clone()), ZkErr::Lost(_)), "{e:?}");
         }
         for e in [zk::Error::NoAuth, zk::Error::Throttled, zk::Error::MarshallingError] {
-            assert!(matches!(ZkErr::from(e.clone()), ZkErr::Other(_)), "{e:?}: the server refused it");
+            assert!(
+                matches!(ZkErr::from(e.clone()), ZkErr::Other(_)),
+                "{e:?}: the server refused it"
+            );
         }
         assert_eq!(ZkErr::from(zk::Error::SessionExpired), ZkErr::NoSession);
         assert_eq!(ZkErr::from(zk::Error::NodeExists), ZkErr::NodeExists);

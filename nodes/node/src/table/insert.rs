@@ -223,10 +223,15 @@ impl Replica {
             let name = part.name();
             let store = self.store.clone();
             let (n2, f2) = (name.clone(), files.clone());
-            tokio::task::spawn_blocking(move || store.write_part(&n2, &f2))
+            self.st().inserting.insert(name.clone());
+            let written = tokio::task::spawn_blocking(move || store.write_part(&n2, &f2))
                 .await
-                .map_err(|e| TableError::new(KEEPER_EXCEPTION, e.to_string()))?
-                .map_err(|e| TableError::new(KEEPER_EXCEPTION, format!("writing part {name}: {e}")))?;
+                .map_err(|e| TableError::new(KEEPER_EXCEPTION, e.to_string()))
+                .and_then(|r| r.map_err(|e| TableError::new(KEEPER_EXCEPTION, format!("writing part {name}: {e}"))));
+            if let Err(e) = written {
+                self.discard(&name, &lock).await;
+                return Err(e);
+            }
             if self.hooks.lose_part.load(std::sync::atomic::Ordering::SeqCst) {
                 self.lose_part(&name, &lock, id).await?;
                 return Ok(BlockOutcome::Committed(part));
@@ -450,6 +455,7 @@ impl Replica {
         let name = part.name();
         let mut st = self.st();
         st.precommitted.remove(&name);
+        st.inserting.remove(&name);
         st.blocks.insert(name.clone(), block.clone());
         match st.queue.add_current(part.clone()) {
             Ok(gone) => {
@@ -465,8 +471,6 @@ impl Replica {
         self.events.add(Ev::InsertedRows, block.rows() as u64);
     }
 
-    /// A block that did not commit: its part goes, its lock too (if this
-    /// session still holds it).
     /// The `defect-lose-part` commit: the block id is recorded and the
     /// lock released, but no log entry or part znode is made and the local
     /// part goes, so the insert is answered as written while its rows are
@@ -492,8 +496,21 @@ impl Replica {
         Ok(())
     }
 
+    /// A block that did not commit: its part goes (from disk, and from the
+    /// current set should a reload have taken it in), its lock too (if
+    /// this session still holds it).
     async fn discard(&self, name: &str, lock: &str) {
-        self.st().precommitted.remove(name);
+        {
+            let mut st = self.st();
+            st.precommitted.remove(name);
+            st.inserting.remove(name);
+            if let Ok(pi) = PartInfo::parse(name) {
+                if let Err(e) = st.queue.remove_current(&pi) {
+                    drop(st);
+                    self.log("part_discard_failed", serde_json::json!({"part": name, "error": e}));
+                }
+            }
+        }
         if let Err(e) = self.store.remove(name) {
             self.log(
                 "part_discard_failed",

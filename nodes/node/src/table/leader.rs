@@ -127,7 +127,9 @@ impl Replica {
                 let st = self.st();
                 let mut current = drift_table::part::ActivePartSet::new();
                 for p in st.queue.current().iter().filter(|p| before.containing(p).is_some()) {
-                    current.add(p.clone()).map_err(|err| format!("the current parts: {err}"))?;
+                    current
+                        .add(p.clone())
+                        .map_err(|err| format!("the current parts: {err}"))?;
                 }
                 (current, st.queue.virtual_parts().clone())
             };

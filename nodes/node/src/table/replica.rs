@@ -81,6 +81,10 @@ pub struct State {
     /// Parts written whose commit outcome is not known yet → the path of
     /// the block number lock their commit deletes.
     pub precommitted: BTreeMap<String, String>,
+    /// Parts an insert wrote that are not committed yet (nor discarded):
+    /// on disk, but never current until their commit is known, whatever
+    /// reloads the queue meanwhile.
+    pub inserting: std::collections::BTreeSet<String>,
     /// Whether the replica has been registered in this process.
     pub registered: bool,
     pub last_queue_update_ms: i64,
@@ -138,6 +142,7 @@ impl Replica {
                 readonly: Some("starting".into()),
                 merges_stopped: false,
                 precommitted: BTreeMap::new(),
+                inserting: std::collections::BTreeSet::new(),
                 registered: false,
                 last_queue_update_ms: 0,
             }),
@@ -635,6 +640,12 @@ impl Replica {
             let _ = c.delete(&format!("{dir}/{z}"), None).await;
         }
         let mut st = self.st();
+        // an insert's part is current once its commit is known, not before
+        for name in st.inserting.clone() {
+            if let Ok(pi) = PartInfo::parse(&name) {
+                q.remove_current(&pi)?;
+            }
+        }
         // entries running now finish against the new queue
         let old = std::mem::replace(&mut st.queue, q);
         st.queue.adopt_running(&old);
