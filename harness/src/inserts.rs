@@ -196,8 +196,12 @@ pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: 
             let got = table::sync_and_read(&http, url, per_read).await;
             let (kind, value, error) = match got {
                 Ok(rows) => (OpType::Ok, Value::Array(rows), None),
-                // a read changes nothing: a failed one did not happen
-                Err(e) => (OpType::Fail, Value::Null, Some(e)),
+                // a read changes nothing: a failed one did not happen; say
+                // what the replica was stuck on, for whoever reads the run
+                Err(e) => {
+                    let state = table::replica_state(&http, url).await;
+                    (OpType::Fail, Value::Null, Some(format!("{e}; replica state: {state}")))
+                }
             };
             r.record(
                 Process::Client(process),

@@ -376,6 +376,33 @@ pub async fn sync_and_read(http: &reqwest::Client, url: &str, timeout: Duration)
         .collect()
 }
 
+/// Most queue entries [`replica_state`] describes.
+const STATE_QUEUE_ENTRIES_MAX: usize = 5;
+
+/// What a replica says of itself (`system.replicas`, the first entries of
+/// `system.replication_queue`), for a failed final read's record; its
+/// system tables answer without the coordinator.
+pub async fn replica_state(http: &reqwest::Client, url: &str) -> String {
+    let q = |sql: String| async move {
+        match http.post(url).body(sql).timeout(Duration::from_secs(5)).send().await {
+            Ok(r) => r
+                .text()
+                .await
+                .unwrap_or_default()
+                .trim()
+                .replace('\t', " ")
+                .replace('\n', " | "),
+            Err(e) => format!("no answer ({e})"),
+        }
+    };
+    let replica = q("SELECT is_readonly, readonly_reason, is_session_expired, queue_size, log_pointer FROM system.replicas FORMAT TabSeparated".into()).await;
+    let queue = q(format!(
+        "SELECT type, new_part_name, num_tries, last_exception, postpone_reason FROM system.replication_queue LIMIT {STATE_QUEUE_ENTRIES_MAX} FORMAT TabSeparated"
+    ))
+    .await;
+    format!("readonly/reason/expired/queue/pointer: {replica}; queue: {queue}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,6 +79,23 @@ impl From<zk::Error> for ZkErr {
     }
 }
 
+/// A one-shot watch and the session it was set on. The client crate's
+/// watcher panics when its session's task is dropped without a last event
+/// (all clients gone: [`Coordinator::drop_session`], a cut); holding a
+/// client here keeps the session served until the watch resolves or is
+/// dropped, so a wait on it ends, never panics.
+pub struct Watch {
+    watcher: zk::OneshotWatcher,
+    _session: zk::Client,
+}
+
+impl Watch {
+    /// The event: the watched change, or the session's end.
+    pub async fn changed(self) -> zk::WatchedEvent {
+        self.watcher.changed().await
+    }
+}
+
 /// A failed multi: the failing op's index when the server named one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MultiErr {
@@ -296,19 +313,32 @@ impl Coordinator {
     }
 
     /// Children of `path`, sorted, and a watch that fires when they change.
-    pub async fn watch_children(&self, path: &str) -> Result<(Vec<String>, zk::OneshotWatcher), ZkErr> {
+    pub async fn watch_children(&self, path: &str) -> Result<(Vec<String>, Watch), ZkErr> {
         let c = self.client()?;
         self.count();
         let (mut v, _, w) = self.on_err(bounded(c.get_and_watch_children(path)).await)?;
         v.sort();
-        Ok((v, w))
+        Ok((
+            v,
+            Watch {
+                watcher: w,
+                _session: c,
+            },
+        ))
     }
 
     /// The node's stat (if it exists) and a watch on it.
-    pub async fn watch_exists(&self, path: &str) -> Result<(Option<zk::Stat>, zk::OneshotWatcher), ZkErr> {
+    pub async fn watch_exists(&self, path: &str) -> Result<(Option<zk::Stat>, Watch), ZkErr> {
         let c = self.client()?;
         self.count();
-        self.on_err(bounded(c.check_and_watch_stat(path)).await)
+        let (stat, w) = self.on_err(bounded(c.check_and_watch_stat(path)).await)?;
+        Ok((
+            stat,
+            Watch {
+                watcher: w,
+                _session: c,
+            },
+        ))
     }
 
     /// Creates `path`; returns the created path.

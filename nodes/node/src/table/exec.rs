@@ -126,6 +126,7 @@ impl Replica {
             path: self.queue_entry_path(&sel.znode),
             version: -1,
         });
+        let _commit = self.reload_gate.read().await;
         self.coord.multi(&ops).await.map_err(|e| e.err)?;
         let gone = {
             let mut st = self.st();

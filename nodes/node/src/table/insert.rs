@@ -236,6 +236,9 @@ impl Replica {
                 self.lose_part(&name, &lock, id).await?;
                 return Ok(BlockOutcome::Committed(part));
             }
+            // shared with other commits, exclusive of a queue reload (see
+            // Replica::reload_gate); let go before a long resolution
+            let mut commit_gate = Some(self.reload_gate.read().await);
             match self.commit(&part, &lock, commit_id, sums, quorum, s).await {
                 Ok(()) => {}
                 Err(CommitFail::Duplicate) => {
@@ -248,6 +251,7 @@ impl Replica {
                     return Err(e);
                 }
                 Err(CommitFail::Unknown(why)) => {
+                    commit_gate.take();
                     match self.resolve(&name, &lock, Instant::now() + RESOLVE_TIMEOUT).await {
                         Some(Resolved::Committed) => {
                             self.log("commit_resolved", serde_json::json!({"part": name, "committed": true}))
@@ -270,6 +274,7 @@ impl Replica {
                 }
             }
             self.committed(&part, block.clone());
+            commit_gate.take();
             if quorum > 0 {
                 self.wait_quorum(&part, s).await?;
             }

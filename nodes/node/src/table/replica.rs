@@ -109,6 +109,11 @@ pub struct Replica {
     pub wake: Notify,
     /// Serialises log pulls.
     pub pull_lock: tokio::sync::Mutex<()>,
+    /// Commits that change what this replica lists (an insert's, a
+    /// fetch's, a merge's) hold it shared across their multi and the
+    /// current set's update; a queue reload holds it alone, so the set it
+    /// builds from the coordinator's listing misses no commit.
+    pub reload_gate: tokio::sync::RwLock<()>,
     /// Serialises merge assignment on this replica.
     pub assign_lock: tokio::sync::Mutex<()>,
     pub started: Instant,
@@ -149,6 +154,7 @@ impl Replica {
             schema: cfg.schema,
             wake: Notify::new(),
             pull_lock: tokio::sync::Mutex::new(()),
+            reload_gate: tokio::sync::RwLock::new(()),
             assign_lock: tokio::sync::Mutex::new(()),
             started: Instant::now(),
         }
@@ -602,8 +608,19 @@ impl Replica {
     /// Reads the replica's queue and log pointer from the coordinator into
     /// memory (after registration).
     async fn load_queue(&self) -> Result<(), String> {
+        let _alone = self.reload_gate.write().await;
         let c = &self.coord;
         let dir = self.paths.queue_of(&self.name);
+        // the parts the coordinator lists for this replica: a part on disk
+        // it does not list (a fetch cut off before its commit, an insert
+        // not committed yet, an old part) is not current, or a queued
+        // fetch of it would be taken as done without ever listing it
+        let listed: BTreeSet<String> = c
+            .children(&self.paths.parts_of(&self.name))
+            .await
+            .map_err(|e| format!("parts: {e}"))?
+            .into_iter()
+            .collect();
         let kids = c.children(&dir).await.map_err(|e| format!("queue: {e}"))?;
         let datas = c
             .get_many(&kids.iter().map(|k| format!("{dir}/{k}")).collect::<Vec<_>>())
@@ -620,6 +637,9 @@ impl Replica {
             .unwrap_or(0);
         let mut current = ActivePartSet::new();
         for p in self.store.list().map_err(|e| e.to_string())? {
+            if !listed.contains(&p) {
+                continue;
+            }
             if let Ok(pi) = PartInfo::parse(&p) {
                 let _ = current.add(pi);
             }
