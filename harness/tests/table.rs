@@ -824,3 +824,21 @@ async fn a_queued_fetch_of_a_part_merged_away_everywhere_takes_the_covering_part
     assert_eq!(t.parts(3), merged, "r3 holds the covering part");
     assert!(t.c.log(3).contains("\"event\":\"fetch_covering\""), "{}", t.c.log(3));
 }
+
+/// A fetch whose commit reply is lost runs again and finds its part
+/// listed already: it is done, not stuck retrying the entry's removal
+/// (found by an insert-retry campaign whose final SYNC REPLICA hung on
+/// fetches failing with "no node").
+#[test]
+fn a_fetch_whose_commit_reply_was_lost_completes_when_run_again() {
+    let t = Table::up("tbl-fetch-reply", 22280, &[]);
+    t.hook(2, "fail-entry-commit-reply");
+    t.insert_ok(1, &row(1, "f", 1), "");
+    t.wait("r2's lost reply", || {
+        t.c.log(2)
+            .contains("\"event\":\"fault_hook\",\"hook\":\"fail-entry-commit-reply\"")
+    });
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:f:1"]);
+    let queue = t.query(2, "SELECT count() FROM system.replication_queue");
+    assert_eq!(queue.trim(), "0", "nothing left queued on r2");
+}

@@ -14,8 +14,9 @@
 //! is lost for good, so its quorum is marked failed and its block id
 //! removed (a retry of the insert then inserts anew), as ClickHouse does.
 
-use super::coord::ZkErr;
+use super::coord::{MultiErr, ZkErr};
 use super::events::Ev;
+use super::hooks::Hooks;
 use super::interserver;
 use super::replica::Replica;
 use drift_table::entry::{EntryKind, LogEntry};
@@ -126,8 +127,33 @@ impl Replica {
             path: self.queue_entry_path(&sel.znode),
             version: -1,
         });
+        let queue_op = ops.len() - 1;
         let _commit = self.reload_gate.read().await;
-        self.coord.multi(&ops).await.map_err(|e| e.err)?;
+        match self.coord.multi(&ops).await {
+            Ok(_) if Hooks::take(&self.hooks.fail_entry_commit_reply) => {
+                self.log(
+                    "fault_hook",
+                    serde_json::json!({"hook": "fail-entry-commit-reply", "entry": sel.znode}),
+                );
+                return Err(ZkErr::Lost("the reply was dropped (fault hook)".into()));
+            }
+            Ok(_) => {}
+            // nothing but the entry's removal, and the entry is gone: an
+            // earlier run of it committed and lost the reply
+            Err(MultiErr {
+                index: Some(i),
+                err: ZkErr::NoNode,
+            }) if i == queue_op && queue_op == 0 => {}
+            Err(e) => return Err(e.err),
+        }
+        self.finish_local(sel, covering);
+        Ok(())
+    }
+
+    /// The entry's result, committed at the coordinator, in the replica's
+    /// memory: the part current (and `covering`, when that is what it
+    /// installed), the entry gone, what they replace outdated.
+    fn finish_local(&self, sel: &Selected, covering: Option<&PartInfo>) {
         let gone = {
             let mut st = self.st();
             st.last_queue_update_ms = super::replica::wall_ms();
@@ -141,7 +167,7 @@ impl Replica {
                             "queue_finish_refused",
                             serde_json::json!({"entry": sel.znode, "error": e}),
                         );
-                        return Ok(());
+                        return;
                     }
                 }
             }
@@ -168,7 +194,6 @@ impl Replica {
                 serde_json::json!({"entry": sel.znode, "error": e}),
             ),
         }
-        Ok(())
     }
 
     /// Ops that remove this replica's znodes for `parts` (the ones a new
@@ -293,13 +318,14 @@ impl Replica {
             match self.commit_entry_as(sel, ops, covering).await {
                 // the quorum node changed under us: read it again
                 Err(ZkErr::BadVersion) => continue,
-                // listed already (a commit whose reply was lost): record the rest
+                // listed already: only this replica lists its parts, and
+                // only in this multi, so an earlier run of the entry
+                // committed all of it (the part, what it replaces, the
+                // quorum, the entry's removal) and lost the reply
                 Err(ZkErr::NodeExists) => {
-                    let mut ops = self.drop_part_ops(&self.replaced_by(part));
-                    if quorum {
-                        ops.extend(self.quorum_ops(part).await?);
-                    }
-                    return self.commit_entry_as(sel, ops, covering).await;
+                    let _commit = self.reload_gate.read().await;
+                    self.finish_local(sel, covering);
+                    return Ok(());
                 }
                 other => return other,
             }

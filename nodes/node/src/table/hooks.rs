@@ -10,6 +10,8 @@
 //! * `fail-commit-reply` — the next commit multi succeeds at the
 //!   coordinator but the replica treats the reply as lost and must find
 //!   out what happened;
+//! * `fail-entry-commit-reply` — the same for the next queue entry's
+//!   commit (a fetch's, a merge's): the entry is run again;
 //! * `corrupt-next-part` — the next part this replica serves to a fetching
 //!   replica has one byte flipped;
 //! * `truncate-next-part` — the next part served is cut short;
@@ -43,6 +45,7 @@ pub struct Hooks {
     pub fetches_stopped: AtomicBool,
     pub drop_insert_reply: AtomicBool,
     pub fail_commit_reply: AtomicBool,
+    pub fail_entry_commit_reply: AtomicBool,
     pub corrupt_next_part: AtomicBool,
     pub truncate_next_part: AtomicBool,
     pub drop_replies: AtomicBool,
@@ -92,11 +95,12 @@ impl Hooks {
             }
             "drop-insert-reply" => &self.drop_insert_reply,
             "fail-commit-reply" => &self.fail_commit_reply,
+            "fail-entry-commit-reply" => &self.fail_entry_commit_reply,
             "corrupt-next-part" => &self.corrupt_next_part,
             "truncate-next-part" => &self.truncate_next_part,
             other => {
                 return Err(format!(
-                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
+                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | fail-entry-commit-reply | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
                 ))
             }
         };
