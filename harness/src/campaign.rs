@@ -831,6 +831,7 @@ fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problem
             "digest" => format!("aborts {} problems {}", ch.details["aborts"], ch.details["problems"]),
             "perf" => perf_line(results),
             "linearizable" => format!("{} keys, {} invalid", ch.details["keys"], ch.details["keys_invalid"]),
+            "dedup" => dedup_line(&ch.details),
             _ => String::new(),
         };
         out!("  checker {:<13} {:<8} {extra}", ch.checker, ch.verdict.as_str());
@@ -858,6 +859,26 @@ fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problem
     if results.verdict != Verdict::Valid {
         out!("reproduce: drift replay {}   (seed {})", run.path.display(), c.seed);
     }
+}
+
+/// The dedup checker's headline: what the clients did and what the
+/// table kept.
+fn dedup_line(d: &Value) -> String {
+    let counts = d["counts"]
+        .as_object()
+        .map(|c| c.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
+        .unwrap_or_default();
+    format!(
+        "{} logical inserts, {} attempts (ok {} fail {} info {}), {} blocks deduplicated by the table, {} block copies exactly once{}",
+        d["logical_inserts"],
+        d["attempts"],
+        d["ok"],
+        d["fail"],
+        d["info"],
+        d["deduplicated_blocks"],
+        d["exactly_once_per_replica"],
+        if counts.is_empty() { String::new() } else { format!("; {counts}") }
+    )
 }
 
 /// The perf checker's headline: succeeded ops per second and the

@@ -8,8 +8,10 @@
 //!   linearizability violation
 //! * [`report`] — `report.html`: the run's verdicts, latency and throughput
 //!   plots with fault windows shaded, perf per window
+//! * [`dedup_report`] — the report's dedup findings and insert timeline
 //! * [`time`] — UTC timestamps without a date library
 
+pub mod dedup_report;
 pub mod files;
 pub mod picture;
 pub mod report;

@@ -521,6 +521,7 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
         );
     }
     let nodes_events = node_events(h, t0, &at, &xa);
+    let dedup = crate::dedup_report::section(h, results, &at, t0, t1, xa.unit);
     format!(
         r#"<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>drift: {title}</title>
@@ -540,6 +541,7 @@ td.why, table.config td {{ text-align: left; white-space: pre-wrap; max-width: 9
 {about}
 <p>{ops} history lines, {operations} operations</p>
 <table><tr><th>checker</th><th>verdict</th><th class="why">why</th></tr>{checkers}</table>
+{dedup}
 <h2>Latency</h2>
 {legend}
 {latency_svg}
