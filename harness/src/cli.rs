@@ -301,6 +301,13 @@ pub struct NodeArgs {
     pub bootstrap: bool,
 }
 
+/// The table a local cluster declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TableArg {
+    Events,
+    Inserts,
+}
+
 /// What coordinates a local cluster's table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum CoordinatorArg {
@@ -340,8 +347,13 @@ pub enum ClusterAction {
         set: Vec<String>,
         /// Declare no table (by default the cluster has the table `events`:
         /// id UInt64, key String, value Int64, partitioned by intDiv(id, 1000)).
-        #[arg(long = "no-table")]
+        #[arg(long = "no-table", conflicts_with = "table")]
         no_table: bool,
+        /// Which table the cluster declares: `events`, or `inserts` (the
+        /// insert-retry workload's: id UInt64, p UInt64, tag String,
+        /// partitioned by p), to drive the workload's client by hand.
+        #[arg(long, value_enum, default_value_t = TableArg::Events)]
+        table: TableArg,
         /// A setting of the table, `key = value` (repeatable), e.g.
         /// `replicated_deduplication_window = 5`.
         #[arg(long = "table-setting")]

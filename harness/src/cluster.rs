@@ -14,7 +14,7 @@
 //! `<dir>/fault-token` (0600), never on a command line.
 
 use crate::claim::{Block, Claim};
-use crate::cli::{ClusterAction, ClusterArgs, NodeArgs};
+use crate::cli::{ClusterAction, ClusterArgs, NodeArgs, TableArg};
 use crate::fail::Failure;
 use crate::plan::NODES_MAX;
 use drift_node::config::ClusterConfig;
@@ -183,6 +183,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             fault_hooks,
             set,
             no_table,
+            table: which,
             table_settings,
             table_replicas,
             http_port,
@@ -196,7 +197,11 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             let table = if no_table {
                 None
             } else {
-                Some(local_table(replicas, http_port, interserver_port, &table_settings)?)
+                let declaration = match which {
+                    TableArg::Events => DEFAULT_TABLE,
+                    TableArg::Inserts => drift_workloads::table::TABLE_DECLARATION,
+                };
+                Some(local_table(declaration, replicas, http_port, interserver_port, &table_settings)?)
             };
             up(UpSpec {
                 nodes,
@@ -297,14 +302,15 @@ pub fn local_config(
     t
 }
 
-/// The default table with `settings` (`key = value` lines).
+/// The table of `declaration` with `settings` (`key = value` lines).
 fn local_table(
+    declaration: &str,
     replicas: u64,
     http_port: u16,
     interserver_port: u16,
     settings: &[String],
 ) -> Result<LocalTable, Failure> {
-    let mut declaration = DEFAULT_TABLE.to_string();
+    let mut declaration = declaration.to_string();
     if !settings.is_empty() {
         declaration.push_str("[table.settings]\n");
         for s in settings {
