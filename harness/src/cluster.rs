@@ -201,7 +201,13 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                     TableArg::Events => DEFAULT_TABLE,
                     TableArg::Inserts => drift_workloads::table::TABLE_DECLARATION,
                 };
-                Some(local_table(declaration, replicas, http_port, interserver_port, &table_settings)?)
+                Some(local_table(
+                    declaration,
+                    replicas,
+                    http_port,
+                    interserver_port,
+                    &table_settings,
+                )?)
             };
             up(UpSpec {
                 nodes,
