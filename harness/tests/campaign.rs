@@ -265,11 +265,23 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
         ),
         (
             &["--workload", "bogus"],
-            "[possible values: register, unique-ids, counter, total-queue, ephemeral]",
+            "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry]",
         ),
         (
             &["--nemesis", "meteor"],
-            "[possible values: none, partition, kill, pause, corrupt, diverge, clock]",
+            "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe]",
+        ),
+        (
+            &["--nemesis", "drop-reply"],
+            "nemesis drop-reply acts on the replicated table: it needs --workload insert-retry",
+        ),
+        (
+            &["--dedup-window", "5"],
+            "--dedup-window is an option of --workload insert-retry, not of register",
+        ),
+        (
+            &["--workload", "insert-retry", "--target", "zookeeper", "--nemesis", "kill"],
+            "workload insert-retry runs on the drift target only",
         ),
         (&["--target", "etcd"], "[possible values: drift, zookeeper]"),
         (
@@ -318,9 +330,10 @@ fn test_help_lists_every_allowed_value_of_every_enumerated_option() {
     let out = drift().args(["test", "-h"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     for values in [
-        "[possible values: register, unique-ids, counter, total-queue, ephemeral]",
+        "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry]",
         "[possible values: drift, zookeeper]",
-        "[possible values: none, partition, kill, pause, corrupt, diverge, clock]",
+        "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe]",
+        "[possible values: skip-dedup, no-block-id, lose-part]",
         "[possible values: auto, iptables, proxies]",
         "[possible values: off, incremental, full]",
     ] {

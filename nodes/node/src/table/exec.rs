@@ -362,14 +362,17 @@ impl Replica {
             None => self.find_replica_having_covering(part).await?,
         };
         let Some((source, host, fetched)) = found else {
-            if quorum > 0 {
-                if let Some(why) = self.fail_quorum_if_lost(part, block_id).await? {
-                    self.coord
-                        .delete(&self.queue_entry_path(&sel.znode), None)
-                        .await
-                        .or_else(|e| if e == ZkErr::NoNode { Ok(()) } else { Err(e) })?;
-                    return Ok(Outcome::Dropped(why));
-                }
+            let lost = if quorum > 0 {
+                self.fail_quorum_if_lost(part, block_id).await?
+            } else {
+                self.lost_forever(part).await?
+            };
+            if let Some(why) = lost {
+                self.coord
+                    .delete(&self.queue_entry_path(&sel.znode), None)
+                    .await
+                    .or_else(|e| if e == ZkErr::NoNode { Ok(()) } else { Err(e) })?;
+                return Ok(Outcome::Dropped(why));
             }
             self.events.add(Ev::ReplicatedPartFailedFetches, 1);
             // as ClickHouse records it in system.replication_queue
@@ -423,6 +426,34 @@ impl Replica {
         self.commit_part(sel, part, &sums, quorum).await?;
         self.events.add(Ev::ReplicatedPartFetches, 1);
         Ok(Outcome::Done)
+    }
+
+    /// Whether no replica at all (active or not) lists `part` or a part
+    /// that covers it: its writer lost it before anyone fetched it (a
+    /// wiped disk), so the fetch can never succeed. ClickHouse calls such
+    /// a part lost forever; the entry goes (the rows are gone, and a
+    /// checker must see that, not a queue stuck on them). Returns why.
+    async fn lost_forever(&self, part: &PartInfo) -> Result<Option<String>, ZkErr> {
+        let replicas = self.coord.children(&self.paths.replicas()).await?;
+        for r in &replicas {
+            let listed = match self.coord.children(&self.paths.parts_of(r)).await {
+                Ok(l) => l,
+                Err(ZkErr::NoNode) => continue,
+                Err(e) => return Err(e),
+            };
+            let holds = listed
+                .iter()
+                .filter_map(|n| PartInfo::parse(n).ok())
+                .any(|p| p == *part || p.contains(part));
+            if holds {
+                return Ok(None);
+            }
+        }
+        self.events.add(Ev::ReplicatedDataLoss, 1);
+        self.log("part_lost_forever", serde_json::json!({"part": part.name()}));
+        Ok(Some(format!(
+            "part {part} is lost forever: no replica holds it or a part covering it"
+        )))
     }
 
     /// The largest part an active replica (not this one) lists that

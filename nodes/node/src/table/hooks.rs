@@ -12,6 +12,11 @@
 //!   out what happened;
 //! * `fail-entry-commit-reply` — the same for the next queue entry's
 //!   commit (a fetch's, a merge's): the entry is run again;
+//! * `cut-after-commit` — the next commit multi succeeds, its reply is
+//!   lost and the replica is cut from its coordinator at that moment (as
+//!   `keeper-cut`), so it cannot learn the outcome in time: 319;
+//! * `hold-commits` / `release-commits` — inserts that reach their commit
+//!   wait (their block number taken, their lock held) until released;
 //! * `corrupt-next-part` — the next part this replica serves to a fetching
 //!   replica has one byte flipped;
 //! * `truncate-next-part` — the next part served is cut short;
@@ -46,6 +51,8 @@ pub struct Hooks {
     pub drop_insert_reply: AtomicBool,
     pub fail_commit_reply: AtomicBool,
     pub fail_entry_commit_reply: AtomicBool,
+    pub cut_after_commit: AtomicBool,
+    pub hold_commits: AtomicBool,
     pub corrupt_next_part: AtomicBool,
     pub truncate_next_part: AtomicBool,
     pub drop_replies: AtomicBool,
@@ -96,11 +103,17 @@ impl Hooks {
             "drop-insert-reply" => &self.drop_insert_reply,
             "fail-commit-reply" => &self.fail_commit_reply,
             "fail-entry-commit-reply" => &self.fail_entry_commit_reply,
+            "cut-after-commit" => &self.cut_after_commit,
+            "hold-commits" => &self.hold_commits,
+            "release-commits" => {
+                self.hold_commits.store(false, Ordering::SeqCst);
+                return Ok(());
+            }
             "corrupt-next-part" => &self.corrupt_next_part,
             "truncate-next-part" => &self.truncate_next_part,
             other => {
                 return Err(format!(
-                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | fail-entry-commit-reply | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
+                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | fail-entry-commit-reply | cut-after-commit | hold-commits | release-commits | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
                 ))
             }
         };

@@ -43,6 +43,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Longest an insert waits at its commit under the `hold-commits` hook.
+const HOLD_COMMITS_MAX: Duration = Duration::from_secs(60);
+
 /// How long an insert tries to learn whether a commit whose reply was lost
 /// happened, before it answers 319.
 pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -215,6 +218,9 @@ impl Replica {
             self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
             let Some(lock) = allocated? else {
                 self.events.add(Ev::DuplicatedInsertedBlocks, 1);
+                if quorum > 0 {
+                    self.wait_duplicate_quorum(id, s).await?;
+                }
                 return Ok(BlockOutcome::Duplicate);
             };
             let number = sequence_of(&lock, &self.paths.lock_prefix(partition))
@@ -236,14 +242,25 @@ impl Replica {
                 self.lose_part(&name, &lock, id).await?;
                 return Ok(BlockOutcome::Committed(part));
             }
+            if self.hooks.hold_commits.load(std::sync::atomic::Ordering::SeqCst) {
+                self.log("commit_held", serde_json::json!({"part": name}));
+                let until = Instant::now() + HOLD_COMMITS_MAX;
+                while self.hooks.hold_commits.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
             // shared with other commits, exclusive of a queue reload (see
             // Replica::reload_gate); let go before a long resolution
             let mut commit_gate = Some(self.reload_gate.read().await);
             match self.commit(&part, &lock, commit_id, sums, quorum, s).await {
                 Ok(()) => {}
                 Err(CommitFail::Duplicate) => {
+                    drop(commit_gate.take());
                     self.discard(&name, &lock).await;
                     self.events.add(Ev::DuplicatedInsertedBlocks, 1);
+                    if quorum > 0 {
+                        self.wait_duplicate_quorum(id, s).await?;
+                    }
                     return Ok(BlockOutcome::Duplicate);
                 }
                 Err(CommitFail::Definite(e)) => {
@@ -386,6 +403,17 @@ impl Replica {
         let r = self.coord.multi(&ops).await;
         self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
         let r = match r {
+            Ok(_) if Hooks::take(&self.hooks.cut_after_commit) => {
+                self.log(
+                    "fault_hook",
+                    serde_json::json!({"hook": "cut-after-commit", "part": name}),
+                );
+                self.coord.set_cut(true);
+                Err(MultiErr {
+                    index: None,
+                    err: ZkErr::Lost("the reply was dropped and the coordinator cut (fault hook)".into()),
+                })
+            }
             Ok(_) if Hooks::take(&self.hooks.fail_commit_reply) => {
                 self.log(
                     "fault_hook",
@@ -527,6 +555,43 @@ impl Replica {
 
     /// Waits until the part's quorum is reached (its quorum node deleted,
     /// or replaced by a later insert's), else 319.
+    /// A quorum insert whose block is a duplicate: as ClickHouse does, it
+    /// is answered only once the block's existing part has its quorum
+    /// (else 319), so an `ok` promises the quorum whichever attempt wrote
+    /// the part. A part with no quorum pending (reached, or never asked)
+    /// needs no wait.
+    async fn wait_duplicate_quorum(&self, id: Option<&str>, s: &InsertSettings) -> TResult<()> {
+        let Some(id) = id else { return Ok(()) };
+        let existing = self
+            .coord
+            .get(&self.paths.block(id))
+            .await
+            .map_err(|e| keeper_error("the duplicate block's part", &e))?
+            .and_then(|(d, _)| PartInfo::parse(&String::from_utf8_lossy(&d)).ok());
+        let Some(part) = existing else { return Ok(()) };
+        let name = part.name();
+        let parallel = self
+            .coord
+            .exists(&self.paths.quorum_parallel_part(&name))
+            .await
+            .map_err(|e| keeper_error("quorum", &e))?
+            .is_some();
+        let status = !parallel
+            && self
+                .coord
+                .get(&self.paths.quorum_status())
+                .await
+                .map_err(|e| keeper_error("quorum", &e))?
+                .and_then(|(d, _)| QuorumEntry::decode(&String::from_utf8_lossy(&d)).ok())
+                .is_some_and(|q| q.part == part);
+        if !parallel && !status {
+            return Ok(());
+        }
+        let mut wait = s.clone();
+        wait.quorum_parallel = parallel;
+        self.wait_quorum(&part, &wait).await
+    }
+
     async fn wait_quorum(&self, part: &PartInfo, s: &InsertSettings) -> TResult<()> {
         let name = part.name();
         let path = if s.quorum_parallel {
