@@ -709,7 +709,9 @@ impl Checker for Dedup {
             // removal possible between consecutive attempts (rule 6); an
             // epoch is a run of the chain no removal could split
             let mut pairs_removable = 0u64;
-            let mut epoch_of = vec![0u32; chain.len()];
+            // kept only where rule 12 needs them (a token's data varies)
+            let track = k.variants.len() > 1;
+            let mut epoch_of = if track { vec![0u32; chain.len()] } else { Vec::new() };
             for (i, w) in chain.windows(2).enumerate() {
                 let (a, b) = (w[0], w[1]);
                 // both creations fall between a's invoke and the later of
@@ -722,12 +724,14 @@ impl Checker for Dedup {
                 if by_count || by_age {
                     pairs_removable += 1;
                 }
-                epoch_of[i + 1] = pairs_removable as u32;
+                if track {
+                    epoch_of[i + 1] = pairs_removable as u32;
+                }
             }
             // per epoch, its earliest acknowledgement (an indeterminate
             // attempt ends never, so whatever follows it is a new epoch)
             let epochs = pairs_removable as usize + 1;
-            let mut first_ok = vec![i64::MAX; epochs];
+            let mut first_ok = if track { vec![i64::MAX; epochs] } else { Vec::new() };
             for (a, &e) in chain.iter().zip(&epoch_of) {
                 if a.class == Class::Ok {
                     first_ok[e as usize] = first_ok[e as usize].min(a.end);

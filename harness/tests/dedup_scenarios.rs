@@ -264,30 +264,31 @@ async fn scenario_01_unique_single_block_inserts_appear_once_each() {
     assert_each_once(&d, 12);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario_02_a_dropped_reply_retried_on_the_same_replica_is_kept_once() {
-    let s = Scn::up3("dd02", 23020, &[]);
+/// Scenarios 2 and 3: the insert commits, its reply is dropped, the
+/// client retries the same rows on replica `retry_on`.
+async fn a_dropped_reply_retried_on(tag: &str, port: u16, retry_on: u64) {
+    let s = Scn::up3(tag, port, &[]);
     let l = plain(1, 0, 3);
     s.hook(1, "drop-insert-reply");
     assert!(matches!(s.attempt(&l, 1, 1).await, AttemptOutcome::Info(..)));
-    let summary = s.ok(&l, 2, 1).await;
-    assert_eq!(summary["deduplicated_blocks"], 1, "the retry was deduplicated");
+    let summary = s.ok(&l, 2, retry_on).await;
+    assert_eq!(
+        summary["deduplicated_blocks"], 1,
+        "the retry was deduplicated (cluster-wide)"
+    );
     let (v, d) = s.judge().await;
     assert_valid(v, &d);
     assert_each_once(&d, 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_02_a_dropped_reply_retried_on_the_same_replica_is_kept_once() {
+    a_dropped_reply_retried_on("dd02", 23020, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_03_a_dropped_reply_retried_on_another_replica_is_kept_once() {
-    let s = Scn::up3("dd03", 23030, &[]);
-    let l = plain(1, 0, 3);
-    s.hook(1, "drop-insert-reply");
-    assert!(matches!(s.attempt(&l, 1, 1).await, AttemptOutcome::Info(..)));
-    let summary = s.ok(&l, 2, 2).await;
-    assert_eq!(summary["deduplicated_blocks"], 1, "deduplicated cluster-wide");
-    let (v, d) = s.judge().await;
-    assert_valid(v, &d);
-    assert_each_once(&d, 1);
+    a_dropped_reply_retried_on("dd03", 23030, 2).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
