@@ -185,6 +185,24 @@ impl Scn {
     fn wipe_table(&self, i: u64) {
         std::fs::remove_dir_all(self.c.config().node_dir(i).join("tables")).unwrap();
     }
+
+    /// Server i killed (SIGKILL), its table data gone, started again and
+    /// writable (its replica cloned a healthy one).
+    fn lose_disk(&self, i: u64) {
+        tokio::task::block_in_place(|| {
+            self.c.kill(i);
+            self.wipe_table(i);
+            self.c.start(i);
+        });
+        self.wait("the wiped replica back", || self.writable(i));
+    }
+
+    /// Fetches on `replicas` resumed (`on`) or stopped.
+    fn fetches(&self, replicas: &[u64], on: bool) {
+        for &i in replicas {
+            self.hook(i, if on { "resume-fetches" } else { "stop-fetches" });
+        }
+    }
 }
 
 /// `GET /replicas_status` answers 200 (the replica is writable).
@@ -359,16 +377,14 @@ async fn scenario_05_inserts_retried_while_the_keeper_ensemble_restarts_in_a_loo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_06_a_writer_killed_after_its_commit_before_any_fetch_keeps_its_part() {
     let s = Scn::up3("dd06", 23060, &[]);
-    s.hook(2, "stop-fetches");
-    s.hook(3, "stop-fetches");
+    s.fetches(&[2, 3], false);
     s.ok(&plain(1, 0, 3), 1, 1).await;
     tokio::task::block_in_place(|| {
         s.c.kill(1);
         s.c.start(1);
     });
     s.wait("r1 back", || s.writable(1));
-    s.hook(2, "resume-fetches");
-    s.hook(3, "resume-fetches");
+    s.fetches(&[2, 3], true);
     let (v, d) = s.judge().await;
     assert_valid(v, &d);
     assert_each_once(&d, 1);
@@ -381,24 +397,17 @@ async fn scenario_06_a_writer_killed_after_its_commit_before_any_fetch_keeps_its
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_07_a_writer_wiped_before_any_fetch_and_a_resent_insert_is_lost_after_dedup() {
     let s = Scn::up3("dd07", 23070, &[]);
-    s.hook(2, "stop-fetches");
-    s.hook(3, "stop-fetches");
+    s.fetches(&[2, 3], false);
     let l = plain(1, 0, 3);
     s.hook(1, "drop-insert-reply");
     assert!(matches!(s.attempt(&l, 1, 1).await, AttemptOutcome::Info(..)));
-    tokio::task::block_in_place(|| {
-        s.c.kill(1);
-        s.wipe_table(1);
-        s.c.start(1);
-    });
-    s.wait("r1 back", || s.writable(1));
+    s.lose_disk(1);
     let summary = s.ok(&l, 2, 2).await;
     assert_eq!(
         summary["deduplicated_blocks"], 1,
         "the surviving id swallowed the retry"
     );
-    s.hook(2, "resume-fetches");
-    s.hook(3, "resume-fetches");
+    s.fetches(&[2, 3], true);
     let (v, d) = s.judge().await;
     assert_eq!(v, Verdict::Invalid, "{d:#}");
     assert_eq!(count(&d, "lost-after-dedup"), 3, "missing on every replica: {d:#}");
@@ -439,8 +448,7 @@ async fn scenario_09_quorum_3_of_3_with_fetches_stopped_gives_319s_retried_until
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_10_non_parallel_quorum_writers_get_286_and_a_286_attempt_is_absent() {
     let s = Arc::new(Scn::up3("dd10", 23100, &[]));
-    s.hook(2, "stop-fetches");
-    s.hook(3, "stop-fetches");
+    s.fetches(&[2, 3], false);
     // the first quorum insert commits and waits for its quorum
     let first = with_quorum(plain(1, 0, 1), 2, false);
     let waiting = {
@@ -458,8 +466,7 @@ async fn scenario_10_non_parallel_quorum_writers_get_286_and_a_286_attempt_is_ab
     let second = with_quorum(plain(2, 1, 1), 2, false);
     let o = s.attempt(&second, 1, 2).await;
     assert!(matches!(o, AttemptOutcome::Fail(Some(286), _)), "{o:?}");
-    s.hook(2, "resume-fetches");
-    s.hook(3, "resume-fetches");
+    s.fetches(&[2, 3], true);
     if !matches!(waiting.await.unwrap(), AttemptOutcome::Ok(_)) {
         s.until_ok(&first, 2, &[1, 2], 5).await;
     }
@@ -472,8 +479,7 @@ async fn scenario_10_non_parallel_quorum_writers_get_286_and_a_286_attempt_is_ab
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_11_a_319_writer_wiped_before_any_fetch_frees_its_id_and_the_retry_inserts_once() {
     let s = Scn::up3("dd11", 23110, &[]);
-    s.hook(2, "stop-fetches");
-    s.hook(3, "stop-fetches");
+    s.fetches(&[2, 3], false);
     let l = with_quorum(plain(1, 0, 2), 2, true);
     // the quorum times out (319); the writer then loses its disk
     let o = s.attempt(&l, 1, 1).await;
@@ -484,8 +490,7 @@ async fn scenario_11_a_319_writer_wiped_before_any_fetch_frees_its_id_and_the_re
         s.c.start(1);
     });
     s.wait("r1 back", || s.writable(1));
-    s.hook(2, "resume-fetches");
-    s.hook(3, "resume-fetches");
+    s.fetches(&[2, 3], true);
     // no replica holds the part: its quorum is failed and its id freed, so
     // the retry inserts anew
     let summary = s.until_ok(&l, 2, &[2, 3], 20).await;
@@ -849,21 +854,14 @@ async fn scenario_23_a_lost_commit_reply_recovered_in_the_background_is_valid_if
 
     // the rows gone with the writer's disk: lost-after-dedup
     let s = Scn::up3("dd23b", 23235, &[]);
-    s.hook(2, "stop-fetches");
-    s.hook(3, "stop-fetches");
+    s.fetches(&[2, 3], false);
     s.hook(1, "fail-commit-reply");
     s.hook(1, "drop-insert-reply");
     assert!(matches!(s.attempt(&l, 1, 1).await, AttemptOutcome::Info(..)));
-    tokio::task::block_in_place(|| {
-        s.c.kill(1);
-        s.wipe_table(1);
-        s.c.start(1);
-    });
-    s.wait("r1 back", || s.writable(1));
+    s.lose_disk(1);
     let summary = s.ok(&l, 2, 2).await;
     assert_eq!(summary["deduplicated_blocks"], 1, "swallowed by the surviving id");
-    s.hook(2, "resume-fetches");
-    s.hook(3, "resume-fetches");
+    s.fetches(&[2, 3], true);
     let (v, d) = s.judge().await;
     assert_eq!(v, Verdict::Invalid, "{d:#}");
     assert_eq!(count(&d, "lost-after-dedup"), 3, "{d:#}");
