@@ -737,6 +737,22 @@ impl Checker for Dedup {
                     first_ok[e as usize] = first_ok[e as usize].min(a.end);
                 }
             }
+            // rule 12, per variant: whether an attempt of it could have
+            // committed before its epoch's first acknowledgement
+            let allowed: Vec<bool> = if track {
+                k.variants
+                    .iter()
+                    .map(|v| {
+                        v.attempts.iter().any(|&a| {
+                            let at = &m.attempts[a as usize];
+                            let epoch = k.chain.iter().position(|&c| c == a).map_or(0, |p| epoch_of[p] as usize);
+                            at.class != Class::Fail && at.start < first_ok[epoch]
+                        })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             let has_ok = chain.iter().any(|a| a.class == Class::Ok);
             let live = chain.len() as u64;
             duplicates_avoided += live.saturating_sub(1);
@@ -794,15 +810,8 @@ impl Checker for Dedup {
                 // rule 12: one variant per epoch (the window may have freed
                 // the id between epochs), of an attempt that could have
                 // committed before its epoch's first acknowledgement
-                if k.variants.len() > 1 {
-                    let allowed = |vi: usize| {
-                        k.variants[vi].attempts.iter().any(|&a| {
-                            let at = &m.attempts[a as usize];
-                            let epoch = k.chain.iter().position(|&c| c == a).map_or(0, |p| epoch_of[p] as usize);
-                            at.class != Class::Fail && at.start < first_ok[epoch]
-                        })
-                    };
-                    let bad_variants: Vec<usize> = visible.iter().copied().filter(|&vi| !allowed(vi)).collect();
+                if track {
+                    let bad_variants: Vec<usize> = visible.iter().copied().filter(|&vi| !allowed[vi]).collect();
                     if visible.len() > epochs || !bad_variants.is_empty() {
                         add(
                             "phantom",

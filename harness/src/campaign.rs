@@ -199,24 +199,22 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     } else {
         Partitioner::Unused
     };
-    let table = plan.table.as_ref().map(|t| {
-        let mut declaration = drift_workloads::table::TABLE_DECLARATION.to_string();
-        declaration.push_str("[table.settings]\n");
-        for line in t.settings() {
-            declaration.push_str(&line);
-            declaration.push('\n');
-        }
-        let decl = crate::cluster::LocalTable {
-            replicas: plan.nodes,
-            http_port: plan.port + crate::plan::TABLE_HTTP_PORT_OFFSET,
-            interserver_port: plan.port + crate::plan::TABLE_INTERSERVER_PORT_OFFSET,
-            declaration,
-        };
-        // a replica cut from its keeper loses its session (and its locks)
-        // after the campaign's session timeout
-        let lines = vec![format!("table_session_timeout_ms = {}", plan.session_timeout_ms)];
-        (decl, lines)
-    });
+    let table = match &plan.table {
+        Some(t) => Some(crate::cluster::local_table(
+            drift_workloads::table::TABLE_DECLARATION,
+            plan.nodes,
+            plan.port + crate::plan::TABLE_HTTP_PORT_OFFSET,
+            plan.port + crate::plan::TABLE_INTERSERVER_PORT_OFFSET,
+            &t.settings(),
+        )?),
+        None => None,
+    };
+    // a replica cut from its keeper loses its session (and its locks)
+    // after the campaign's session timeout
+    let extra: Vec<String> = table
+        .iter()
+        .map(|_| format!("table_session_timeout_ms = {}", plan.session_timeout_ms))
+        .collect();
     let spec = LocalSpec {
         nodes: plan.nodes,
         block: claim.block,
@@ -226,7 +224,8 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         token: &token,
         zookeeper: plan.target == Target::Zookeeper,
         proxies: partitioner.needs_proxies(),
-        table: table.as_ref().map(|(d, l)| (d, l.clone())),
+        table: table.as_ref(),
+        extra,
         defect: plan.table.as_ref().and_then(|t| t.defect).map(|d| d.name()),
     };
     let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
@@ -251,7 +250,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
                     .filter_map(|i| cluster.table_http(i).map(|a| (format!("r{i}"), format!("http://{a}/"))))
                     .collect(),
             );
-            wait_tables(cluster.as_mut(), &replicas)?;
+            wait_tables(cluster.as_mut())?;
             if let Some(d) = t.defect {
                 out!(
                     "  DEFECT {} armed on every node: the dedup checker must find it",
@@ -296,21 +295,15 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
 }
 
 /// Waits until every table replica is registered and writable.
-fn wait_tables(cluster: &mut dyn Backend, replicas: &Replicas) -> Result<(), Failure> {
+fn wait_tables(cluster: &mut dyn Backend) -> Result<(), Failure> {
     let deadline = Instant::now() + PHASE_TIMEOUT;
     let addrs: Vec<std::net::SocketAddr> = cluster
         .ids()
         .into_iter()
         .filter_map(|i| cluster.table_http(i))
         .collect();
-    if addrs.len() != replicas.0.len() || addrs.is_empty() {
-        return Err(Failure::new("the table has no replica on some node"));
-    }
     while Instant::now() < deadline {
-        if addrs
-            .iter()
-            .all(|a| crate::cluster::http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
-        {
+        if crate::cluster::tables_writable(&addrs) {
             return Ok(());
         }
         if let Some(e) = cluster.exits().first() {
@@ -393,15 +386,15 @@ fn record_outcome(r: &Recorder, p: u64, f: &str, key: &Option<String>, o: &Outco
     r.record(Process::Client(p), kind, f, value, key.clone(), None, err);
 }
 
-/// How a worker paces itself.
-#[derive(Clone, Copy)]
-struct Pace {
+/// How a worker paces itself (the znode workers and the insert workers).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Pace {
     /// Process ids of one worker are `w`, `w + stride`, ….
-    stride: u64,
-    seed: u64,
-    until: Instant,
-    /// Mean time between two of its ops.
-    every: Duration,
+    pub stride: u64,
+    pub seed: u64,
+    pub until: Instant,
+    /// Mean time between two of its operations (logical inserts).
+    pub every: Duration,
 }
 
 async fn worker(w: u64, pace: Pace, r: Recorder, spec: ClientSpec) {
@@ -519,27 +512,16 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
             inserts::window_event(t.dedup_window, t.dedup_window_seconds, epsilon_ms, &client.replicas),
         );
     }
-    let every = Duration::from_secs_f64(plan.concurrency as f64 / plan.rate);
+    let pace = Pace {
+        stride: plan.concurrency,
+        seed: c.seed,
+        until: main_until,
+        every: Duration::from_secs_f64(plan.concurrency as f64 / plan.rate),
+    };
     let workers: Vec<_> = (0..plan.concurrency)
         .map(|w| match &env.inserts {
-            Some(client) => {
-                let pace = inserts::Pace {
-                    stride: plan.concurrency,
-                    seed: c.seed,
-                    until: main_until,
-                    every,
-                };
-                env.rt.spawn(inserts::worker(w, pace, recorder.clone(), client.clone()))
-            }
-            None => {
-                let pace = Pace {
-                    stride: plan.concurrency,
-                    seed: c.seed,
-                    until: main_until,
-                    every,
-                };
-                env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone()))
-            }
+            Some(client) => env.rt.spawn(inserts::worker(w, pace, recorder.clone(), client.clone())),
+            None => env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone())),
         })
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
@@ -602,38 +584,24 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
         );
         std::thread::sleep(settle);
     }
+    let first = c.plan.concurrency;
     if let Some(client) = &env.inserts {
         let (r, client) = (main.recorder.clone(), client.clone());
         let per_read = TABLE_FINAL_PHASE_TIMEOUT / 3;
-        let first = c.plan.concurrency;
-        let finished = env.rt.block_on(async move {
-            tokio::time::timeout(
-                TABLE_FINAL_PHASE_TIMEOUT,
-                inserts::final_reads(r, client, first, per_read),
-            )
-            .await
-        });
-        if finished.is_err() {
-            main.recorder.event(
-                "final-phase-timeout",
-                json!({"after_s": TABLE_FINAL_PHASE_TIMEOUT.as_secs()}),
-            );
-        }
+        bounded_final(
+            env,
+            main,
+            TABLE_FINAL_PHASE_TIMEOUT,
+            inserts::final_reads(r, client, first, per_read),
+        );
     }
     if !workload.final_ops().is_empty() {
-        let r = main.recorder.clone();
         let final_spec = ClientSpec {
             op_timeout: env.spec.op_timeout * 5,
             ..env.spec.clone()
         };
-        let first = c.plan.concurrency;
-        let finished = env.rt.block_on(async move {
-            tokio::time::timeout(FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, first)).await
-        });
-        if finished.is_err() {
-            main.recorder
-                .event("final-phase-timeout", json!({"after_s": FINAL_PHASE_TIMEOUT.as_secs()}));
-        }
+        let r = main.recorder.clone();
+        bounded_final(env, main, FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, first));
     }
     // the final phase wrote too: compare digests once the servers agree
     let converged = wait_converged(&env.cluster, main.watchdog);
@@ -646,6 +614,15 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             "nodes": dgst.iter().map(|(n, a, d)| json!({"node": n, "applied_index": a, "digest": d})).collect::<Vec<_>>(),
         }),
     );
+}
+
+/// Runs a final phase's operations for at most `limit`; past it, the
+/// history says so (`final-phase-timeout`) and the run goes on.
+fn bounded_final(env: &Env, main: &Main, limit: Duration, ops: impl std::future::Future<Output = ()>) {
+    if env.rt.block_on(tokio::time::timeout(limit, ops)).is_err() {
+        main.recorder
+            .event("final-phase-timeout", json!({"after_s": limit.as_secs()}));
+    }
 }
 
 /// Phase 6: servers stopped, partitions and the claim released, the

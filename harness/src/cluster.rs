@@ -309,7 +309,7 @@ pub fn local_config(
 }
 
 /// The table of `declaration` with `settings` (`key = value` lines).
-fn local_table(
+pub fn local_table(
     declaration: &str,
     replicas: u64,
     http_port: u16,
@@ -452,12 +452,18 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         // every replica registered and out of read-only mode
         let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
         wait_until(deadline, &dir, "the tables' replicas were not all ready", || {
-            https
-                .iter()
-                .all(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
+            tables_writable(&https)
         })?;
     }
     Ok(config)
+}
+
+/// Whether every table replica at `https` is registered and out of
+/// read-only mode (`/replicas_status` answers 200).
+pub fn tables_writable(https: &[SocketAddr]) -> bool {
+    https
+        .iter()
+        .all(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
 }
 
 /// Polls `ready` every 100 ms until it holds; after `deadline`, fails

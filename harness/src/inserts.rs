@@ -20,6 +20,7 @@
 //! What it does not do: judge. It never decides whether a row should be
 //! there; that is the dedup checker's, from what was recorded.
 
+use crate::campaign::Pace;
 use crate::recorder::Recorder;
 use drift_checkers::history::{OpType, Process};
 use drift_workloads::table::{self, AttemptOutcome, InsertGen};
@@ -68,17 +69,6 @@ pub fn window_event(window: u64, window_s: u64, epsilon_ms: u64, replicas: &Repl
         "epsilon_ms": epsilon_ms,
         "replicas": replicas.names(),
     })
-}
-
-/// How a worker paces itself (as the znode workers do).
-#[derive(Clone, Copy, Debug)]
-pub struct Pace {
-    /// Process ids of one worker are `w`, `w + stride`, ….
-    pub stride: u64,
-    pub seed: u64,
-    pub until: Instant,
-    /// Mean time between two logical inserts.
-    pub every: Duration,
 }
 
 fn record_attempt_invoke(r: &Recorder, process: u64, value: Value, replica: &str) {

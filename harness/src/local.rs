@@ -59,9 +59,10 @@ pub struct LocalSpec<'a> {
     /// Route every peer link through a proxy this backend owns, so that
     /// partitions can cut links without iptables.
     pub proxies: bool,
-    /// A replicated table on the first `replicas` nodes, and the extra
-    /// cluster-file lines that go with it.
-    pub table: Option<(&'a crate::cluster::LocalTable, Vec<String>)>,
+    /// A replicated table on the first `replicas` nodes.
+    pub table: Option<&'a crate::cluster::LocalTable>,
+    /// Cluster-file lines beside the campaign's own (`key = value`).
+    pub extra: Vec<String>,
     /// A test-only table defect every node arms at start (through its
     /// fault hooks; `drift_node::table::hooks::DEFECT_ENV`).
     pub defect: Option<&'a str>,
@@ -133,6 +134,7 @@ impl LocalCluster {
             zookeeper,
             proxies,
             table,
+            extra,
             defect,
         } = spec;
         let base = run_dir.join("nodes");
@@ -145,20 +147,9 @@ impl LocalCluster {
             "rotate_interval = 1000".to_string(),
             "session_timeout_min_ms = 1000".to_string(),
         ];
-        if let Some((_, lines)) = &table {
-            campaign.extend(lines.iter().cloned());
-        }
+        campaign.extend(extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(
-            n,
-            block,
-            &base,
-            port,
-            quorum_reads,
-            &secret,
-            &campaign,
-            table.as_ref().map(|(t, _)| *t),
-        );
+        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign, table);
         let config_path = run_dir.join("cluster.toml");
         crate::cluster::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;

@@ -714,13 +714,18 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
             }
             format!("paused {:?}", step.nodes)
         }
-        Fault::Corrupt { mode, pick } => {
+        // `wipe` is corrupt's data-dir drop, scheduled on its own
+        Fault::Corrupt { .. } | Fault::Wipe => {
             let n = step.nodes[0];
+            let (mode, pick) = match step.fault {
+                Fault::Corrupt { mode, pick } => (mode, pick),
+                _ => (CorruptMode::Wipe, 0),
+            };
             c.kill(n);
             let what = match mode {
                 CorruptMode::Wipe => c.wipe(n).map(|_| format!("wiped node {n}")),
-                CorruptMode::Truncate => c.corrupt(n, Damage::Truncate, *pick),
-                CorruptMode::Flip => c.corrupt(n, Damage::Flip, *pick),
+                CorruptMode::Truncate => c.corrupt(n, Damage::Truncate, pick),
+                CorruptMode::Flip => c.corrupt(n, Damage::Flip, pick),
             };
             what.unwrap_or_else(|e| e.to_string())
         }
@@ -744,13 +749,6 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
         Fault::Clock { offset_ms } => c
             .admin(step.nodes[0], &format!("clock {offset_ms}"))
             .unwrap_or_else(|e| e.to_string()),
-        Fault::Wipe => {
-            let n = step.nodes[0];
-            c.kill(n);
-            c.wipe(n)
-                .map(|_| format!("killed and wiped node {n}"))
-                .unwrap_or_else(|e| e.to_string())
-        }
         Fault::KeeperRestart | Fault::DropReply | Fault::StopFetches | Fault::KeeperCut => {
             unreachable!("handled above")
         }

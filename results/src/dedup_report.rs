@@ -277,3 +277,116 @@ pub fn section(
         timeline(h, &c.details, at, t0, t1, x_unit)
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drift_checkers::checker::{CheckContext, Checker};
+    use drift_checkers::history::{Op, OpType, Process};
+    use serde_json::json;
+
+    /// A history line: ms, process, type, f, value, key.
+    type Line<'a> = (i64, Process, OpType, &'a str, Value, Option<&'a str>);
+
+    /// Insert 1 twice (an `info`, then a retry acknowledged), insert 2
+    /// once, and a replica holding insert 1's row twice: a duplicate.
+    fn judged() -> (History, crate::files::ResultsFile) {
+        let mut lines: Vec<Line> = vec![(
+            0,
+            Process::Nemesis,
+            OpType::Info,
+            "dedup-window",
+            json!({"window": 100, "window_seconds": 600, "epsilon_ms": 10, "replicas": ["r1"]}),
+            None,
+        )];
+        let attempt = |l: u64, n: u64, row: u64| json!({"insert": l, "attempt": n, "replica": "r1", "blocks": [{"partition": "0", "rows": [[row, 0, "t"]]}]});
+        lines.push((1, Process::Client(1), OpType::Invoke, "insert", attempt(1, 1, 1), None));
+        lines.push((
+            2,
+            Process::Client(1),
+            OpType::Info,
+            "insert",
+            json!({"code": null}),
+            None,
+        ));
+        lines.push((3, Process::Client(2), OpType::Invoke, "insert", attempt(1, 2, 1), None));
+        lines.push((
+            4,
+            Process::Client(2),
+            OpType::Ok,
+            "insert",
+            json!({"written_blocks": 1}),
+            None,
+        ));
+        lines.push((5, Process::Client(3), OpType::Invoke, "insert", attempt(2, 1, 2), None));
+        lines.push((
+            6,
+            Process::Client(3),
+            OpType::Ok,
+            "insert",
+            json!({"written_blocks": 1}),
+            None,
+        ));
+        lines.push((7, Process::Client(4), OpType::Invoke, "read", Value::Null, Some("r1")));
+        let rows = json!([[1, 0, "t"], [1, 0, "t"], [2, 0, "t"]]);
+        lines.push((8, Process::Client(4), OpType::Ok, "read", rows, Some("r1")));
+        let ops: Vec<Op> = lines
+            .into_iter()
+            .enumerate()
+            .map(|(i, (t, process, kind, f, value, key))| Op {
+                index: i as u64,
+                time: t * 1_000_000,
+                process,
+                kind,
+                f: f.into(),
+                value,
+                key: key.map(str::to_string),
+                node: (f == "insert").then(|| "r1".to_string()),
+                error: None,
+            })
+            .collect();
+        let n = ops.len() as u64;
+        let h = History::from_ops(std::path::Path::new("(test)"), ops, (1..=n).collect()).unwrap();
+        let c = drift_checkers::dedup::Dedup
+            .check(&h, &CheckContext::new(None, 1 << 30))
+            .unwrap();
+        assert_eq!(c.verdict, drift_checkers::Verdict::Invalid, "{}", c.details);
+        let results = crate::files::ResultsFile {
+            verdict: c.verdict,
+            history: "h".into(),
+            ops: n,
+            operations: 4,
+            keys: 1,
+            checked_at: "now".into(),
+            elapsed_ms: 1.0,
+            checkers: vec![c],
+            artifacts: vec![],
+        };
+        (h, results)
+    }
+
+    #[test]
+    fn findings_are_listed_and_a_retried_insert_gets_a_lane_with_its_attempts_joined() {
+        let (h, results) = judged();
+        let at = |i: usize| h.ops[i].time;
+        let page = section(&h, &results, &at, 0, 8_000_000, 1e9);
+        assert!(page.contains("<h2>Inserts and their retries (dedup)</h2>"));
+        // the duplicate, its block and replica, its attempts
+        assert!(
+            page.contains(r#"<td class="invalid">duplicate-in-window</td>"#),
+            "{page}"
+        );
+        assert!(
+            page.contains("insert 1 #1 on r1: info") && page.contains("insert 1 #2 on r1: ok"),
+            "{page}"
+        );
+        // one lane (insert 1, named by the finding), two bars, one join
+        assert!(page.contains("1 logical inserts were retried; 1 lanes drawn"), "{page}");
+        assert_eq!(page.matches("<rect").count(), 2, "{page}");
+        assert_eq!(page.matches("stroke-dasharray").count(), 1, "{page}");
+        // without a dedup result there is no section
+        let mut other = results.clone();
+        other.checkers.clear();
+        assert!(section(&h, &other, &at, 0, 1, 1e9).is_empty());
+    }
+}

@@ -303,12 +303,6 @@ pub enum AttemptOutcome {
     Info(Option<u64>, String),
 }
 
-/// Error codes that prove an insert did nothing (raised before any block:
-/// read-only, too few live replicas, bad input), and 286 for one block.
-pub fn definite(code: u64, blocks: usize) -> bool {
-    drift_checkers::dedup::definite_failure(code, blocks)
-}
-
 /// One attempt of `l` against the replica at `url` (`http://host:port/`),
 /// answered within `timeout` (else `info`); a quorum waits three quarters
 /// of it, so a quorum not reached is the server's 319 rather than the
@@ -347,7 +341,7 @@ pub async fn attempt(http: &reqwest::Client, url: &str, l: &LogicalInsert, timeo
     }
     let msg = text.trim().chars().take(300).collect::<String>();
     match code {
-        Some(c) if definite(c, l.blocks().len()) => AttemptOutcome::Fail(Some(c), msg),
+        Some(c) if drift_checkers::dedup::definite_failure(c, l.blocks().len()) => AttemptOutcome::Fail(Some(c), msg),
         c => AttemptOutcome::Info(c, msg),
     }
 }

@@ -42,11 +42,12 @@ fn select_in(inputs: &MergeInputs<'_>, partition: &str) -> Option<Vec<PartInfo>>
         return None;
     }
     let usable = |p: &PartInfo| inputs.virtual_parts.contains_exactly(p) && !inputs.quorum_pending.contains(p);
+    // the partition's virtual parts, in block order and disjoint: the
+    // first one past `a` is the only one that could lie before `b`
+    let virt: Vec<&PartInfo> = inputs.virtual_parts.in_partition(partition).collect();
     let queued_between = |a: &PartInfo, b: &PartInfo| {
-        inputs
-            .virtual_parts
-            .in_partition(partition)
-            .any(|v| v.min_block > a.max_block && v.max_block < b.min_block)
+        let next = virt.partition_point(|v| v.min_block <= a.max_block);
+        virt.get(next).is_some_and(|v| v.max_block < b.min_block)
     };
     let joinable = |a: &PartInfo, b: &PartInfo| {
         locked.range(a.max_block + 1..b.min_block).next().is_none() && !queued_between(a, b)

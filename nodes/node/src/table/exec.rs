@@ -171,21 +171,12 @@ impl Replica {
                     }
                 }
             }
-            match st.queue.finish_ok(&sel.znode) {
-                Ok(mut g) => {
-                    g.append(&mut gone);
-                    Ok(g)
-                }
-                // the queue was reloaded after this run deleted its entry:
-                // what it made is current all the same
-                Err(_) if !matches!(sel.entry.kind, EntryKind::DropRange { .. }) => {
-                    st.queue.add_current(sel.entry.new_part().clone()).map(|mut g| {
-                        g.append(&mut gone);
-                        g
-                    })
-                }
-                Err(e) => Err(e),
-            }
+            // refused only when a reload after an earlier run's commit left
+            // the entry out; that reload took the part in from the listing
+            st.queue.finish_ok(&sel.znode).map(|mut g| {
+                g.append(&mut gone);
+                g
+            })
         };
         match gone {
             Ok(gone) => self.outdate(gone),
@@ -355,17 +346,28 @@ impl Replica {
         // first try: the writer, which has the part unless it was merged
         // away; after a failure, every replica
         let prefer = (sel.tries <= 1).then_some(sel.entry.source_replica.as_str());
-        let found = match self.find_replica_having(part, prefer).await? {
-            Some((source, host)) => Some((source, host, part.clone())),
+        let (found, anywhere) = match self.find_replica_having(part, prefer).await? {
+            Some((source, host)) => (Some((source, host, part.clone())), true),
             // merged away everywhere: a part that contains it will do, as
             // ClickHouse fetches a covering part
-            None => self.find_replica_having_covering(part).await?,
+            None => self.covering_part(part).await?,
         };
         let Some((source, host, fetched)) = found else {
             let lost = if quorum > 0 {
                 self.fail_quorum_if_lost(part, block_id).await?
+            } else if !anywhere {
+                // no replica at all, active or not, holds it or a part
+                // that covers it: its writer lost it before anyone fetched
+                // it (a wiped disk). ClickHouse calls it lost forever; the
+                // entry goes (the rows are gone, and a checker must see
+                // that, not a queue stuck on them)
+                self.events.add(Ev::ReplicatedDataLoss, 1);
+                self.log("part_lost_forever", serde_json::json!({"part": part.name()}));
+                Some(format!(
+                    "part {part} is lost forever: no replica holds it or a part covering it"
+                ))
             } else {
-                self.lost_forever(part).await?
+                None
             };
             if let Some(why) = lost {
                 self.coord
@@ -428,12 +430,13 @@ impl Replica {
         Ok(Outcome::Done)
     }
 
-    /// Whether no replica at all (active or not) lists `part` or a part
-    /// that covers it: its writer lost it before anyone fetched it (a
-    /// wiped disk), so the fetch can never succeed. ClickHouse calls such
-    /// a part lost forever; the entry goes (the rows are gone, and a
-    /// checker must see that, not a queue stuck on them). Returns why.
-    async fn lost_forever(&self, part: &PartInfo) -> Result<Option<String>, ZkErr> {
+    /// One pass over every replica's listing: the largest part an active
+    /// replica (not this one) lists that contains `part`, with the replica
+    /// and its interserver address; and whether any replica at all, active
+    /// or not, lists `part` or a part containing it.
+    async fn covering_part(&self, part: &PartInfo) -> Result<(Option<(String, String, PartInfo)>, bool), ZkErr> {
+        let mut best: Option<(String, PartInfo)> = None;
+        let mut anywhere = false;
         let replicas = self.coord.children(&self.paths.replicas()).await?;
         for r in &replicas {
             let listed = match self.coord.children(&self.paths.parts_of(r)).await {
@@ -441,45 +444,30 @@ impl Replica {
                 Err(ZkErr::NoNode) => continue,
                 Err(e) => return Err(e),
             };
-            let holds = listed
+            let holding: Vec<PartInfo> = listed
                 .iter()
                 .filter_map(|n| PartInfo::parse(n).ok())
-                .any(|p| p == *part || p.contains(part));
-            if holds {
-                return Ok(None);
+                .filter(|p| p.contains(part))
+                .collect();
+            anywhere |= !holding.is_empty();
+            if *r == self.name || holding.is_empty() {
+                continue;
             }
-        }
-        self.events.add(Ev::ReplicatedDataLoss, 1);
-        self.log("part_lost_forever", serde_json::json!({"part": part.name()}));
-        Ok(Some(format!(
-            "part {part} is lost forever: no replica holds it or a part covering it"
-        )))
-    }
-
-    /// The largest part an active replica (not this one) lists that
-    /// contains `part`, with the replica and its interserver address.
-    async fn find_replica_having_covering(&self, part: &PartInfo) -> Result<Option<(String, String, PartInfo)>, ZkErr> {
-        let mut best: Option<(String, PartInfo)> = None;
-        let replicas = self.coord.children(&self.paths.replicas()).await?;
-        for r in replicas.iter().filter(|r| **r != self.name) {
             if self.coord.exists(&self.paths.is_active_of(r)).await?.is_none() {
                 continue;
             }
-            let listed = match self.coord.children(&self.paths.parts_of(r)).await {
-                Ok(l) => l,
-                Err(ZkErr::NoNode) => continue,
-                Err(e) => return Err(e),
-            };
-            for name in listed {
-                let Ok(p) = PartInfo::parse(&name) else { continue };
-                let wider = |b: &PartInfo| (p.max_block - p.min_block, p.level) > (b.max_block - b.min_block, b.level);
-                if p != *part && p.contains(part) && best.as_ref().is_none_or(|(_, b)| wider(b)) {
+            let span = |p: &PartInfo| (p.max_block - p.min_block, p.level);
+            for p in holding.into_iter().filter(|p| p != part) {
+                if best.as_ref().is_none_or(|(_, b)| span(&p) > span(b)) {
                     best = Some((r.clone(), p));
                 }
             }
         }
-        let Some((r, p)) = best else { return Ok(None) };
-        Ok(self.host_of(&r).await?.map(|h| (r, h, p)))
+        let found = match best {
+            Some((r, p)) => self.host_of(&r).await?.map(|h| (r, h, p)),
+            None => None,
+        };
+        Ok((found, anywhere))
     }
 
     /// A replica's interserver address, cached (a failed fetch forgets it).

@@ -229,7 +229,6 @@ impl Replica {
             let name = part.name();
             let store = self.store.clone();
             let (n2, f2) = (name.clone(), files.clone());
-            self.st().inserting.insert(name.clone());
             let written = tokio::task::spawn_blocking(move || store.write_part(&n2, &f2))
                 .await
                 .map_err(|e| TableError::new(KEEPER_EXCEPTION, e.to_string()))
@@ -488,7 +487,6 @@ impl Replica {
         let name = part.name();
         let mut st = self.st();
         st.precommitted.remove(&name);
-        st.inserting.remove(&name);
         st.blocks.insert(name.clone(), block.clone());
         match st.queue.add_current(part.clone()) {
             Ok(gone) => {
@@ -529,21 +527,11 @@ impl Replica {
         Ok(())
     }
 
-    /// A block that did not commit: its part goes (from disk, and from the
-    /// current set should a reload have taken it in), its lock too (if
-    /// this session still holds it).
+    /// A block that did not commit: its part goes, its lock too (if this
+    /// session still holds it). It was never current: a queue reload
+    /// takes only parts the coordinator lists (`Replica::load_queue`).
     async fn discard(&self, name: &str, lock: &str) {
-        {
-            let mut st = self.st();
-            st.precommitted.remove(name);
-            st.inserting.remove(name);
-            if let Ok(pi) = PartInfo::parse(name) {
-                if let Err(e) = st.queue.remove_current(&pi) {
-                    drop(st);
-                    self.log("part_discard_failed", serde_json::json!({"part": name, "error": e}));
-                }
-            }
-        }
+        self.st().precommitted.remove(name);
         if let Err(e) = self.store.remove(name) {
             self.log(
                 "part_discard_failed",
@@ -553,8 +541,6 @@ impl Replica {
         let _ = self.coord.delete(lock, None).await;
     }
 
-    /// Waits until the part's quorum is reached (its quorum node deleted,
-    /// or replaced by a later insert's), else 319.
     /// A quorum insert whose block is a duplicate: as ClickHouse does, it
     /// is answered only once the block's existing part has its quorum
     /// (else 319), so an `ok` promises the quorum whichever attempt wrote
@@ -569,29 +555,22 @@ impl Replica {
             .map_err(|e| keeper_error("the duplicate block's part", &e))?
             .and_then(|(d, _)| PartInfo::parse(&String::from_utf8_lossy(&d)).ok());
         let Some(part) = existing else { return Ok(()) };
-        let name = part.name();
+        // its quorum node is the parallel one if that exists, else the
+        // status node, which `wait_quorum` takes as done when it names
+        // another part or is gone
         let parallel = self
             .coord
-            .exists(&self.paths.quorum_parallel_part(&name))
+            .exists(&self.paths.quorum_parallel_part(&part.name()))
             .await
             .map_err(|e| keeper_error("quorum", &e))?
             .is_some();
-        let status = !parallel
-            && self
-                .coord
-                .get(&self.paths.quorum_status())
-                .await
-                .map_err(|e| keeper_error("quorum", &e))?
-                .and_then(|(d, _)| QuorumEntry::decode(&String::from_utf8_lossy(&d)).ok())
-                .is_some_and(|q| q.part == part);
-        if !parallel && !status {
-            return Ok(());
-        }
         let mut wait = s.clone();
         wait.quorum_parallel = parallel;
         self.wait_quorum(&part, &wait).await
     }
 
+    /// Waits until the part's quorum is reached (its quorum node deleted,
+    /// or replaced by a later insert's), else 319.
     async fn wait_quorum(&self, part: &PartInfo, s: &InsertSettings) -> TResult<()> {
         let name = part.name();
         let path = if s.quorum_parallel {

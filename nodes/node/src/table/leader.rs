@@ -109,8 +109,9 @@ impl Replica {
             // between two of them was taken before the read, so it is
             // locked, pulled, or dead); a part committed after the read —
             // its lower neighbour's number perhaps still held by a lock the
-            // read missed — waits for the next round.
-            self.pull_log().await.map_err(e("pulling the log"))?;
+            // read missed — waits for the next round. A partition with such
+            // a part had its first number taken before the read, so the
+            // read lists it.
             let before = self.st().queue.virtual_parts().clone();
             let partitions = match self.coord.children(&self.paths.block_numbers()).await {
                 Ok(kids) => kids,
@@ -133,14 +134,6 @@ impl Replica {
                 }
                 (current, st.queue.virtual_parts().clone())
             };
-            // a partition born after the lock read: every number of it
-            // counts as held this round
-            for p in virtual_parts.partitions() {
-                if !locked.contains_key(p) {
-                    let top = virtual_parts.in_partition(p).map(|x| x.max_block).max().unwrap_or(0);
-                    locked.insert(p.clone(), (0..=top).collect());
-                }
-            }
             let pending = self.quorum_pending().await.map_err(e("quorum"))?;
             let selected = {
                 let locked_fn = |p: &str| locked.get(p).cloned().unwrap_or_default();

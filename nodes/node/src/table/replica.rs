@@ -81,10 +81,6 @@ pub struct State {
     /// Parts written whose commit outcome is not known yet → the path of
     /// the block number lock their commit deletes.
     pub precommitted: BTreeMap<String, String>,
-    /// Parts an insert wrote that are not committed yet (nor discarded):
-    /// on disk, but never current until their commit is known, whatever
-    /// reloads the queue meanwhile.
-    pub inserting: std::collections::BTreeSet<String>,
     /// Whether the replica has been registered in this process.
     pub registered: bool,
     pub last_queue_update_ms: i64,
@@ -147,7 +143,6 @@ impl Replica {
                 readonly: Some("starting".into()),
                 merges_stopped: false,
                 precommitted: BTreeMap::new(),
-                inserting: std::collections::BTreeSet::new(),
                 registered: false,
                 last_queue_update_ms: 0,
             }),
@@ -613,8 +608,10 @@ impl Replica {
         let dir = self.paths.queue_of(&self.name);
         // the parts the coordinator lists for this replica: a part on disk
         // it does not list (a fetch cut off before its commit, an insert
-        // not committed yet, an old part) is not current, or a queued
-        // fetch of it would be taken as done without ever listing it
+        // whose commit is not known yet, an old part) is not current, or a
+        // queued fetch of it would be taken as done without ever listing
+        // it; commits and their current-set updates hold `reload_gate`
+        // shared, so none falls between this listing and the swap below
         let listed: BTreeSet<String> = c
             .children(&self.paths.parts_of(&self.name))
             .await
@@ -660,12 +657,6 @@ impl Replica {
             let _ = c.delete(&format!("{dir}/{z}"), None).await;
         }
         let mut st = self.st();
-        // an insert's part is current once its commit is known, not before
-        for name in st.inserting.clone() {
-            if let Ok(pi) = PartInfo::parse(&name) {
-                q.remove_current(&pi)?;
-            }
-        }
         // entries running now finish against the new queue
         let old = std::mem::replace(&mut st.queue, q);
         st.queue.adopt_running(&old);
