@@ -619,7 +619,12 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
 /// Runs a final phase's operations for at most `limit`; past it, the
 /// history says so (`final-phase-timeout`) and the run goes on.
 fn bounded_final(env: &Env, main: &Main, limit: Duration, ops: impl std::future::Future<Output = ()>) {
-    if env.rt.block_on(tokio::time::timeout(limit, ops)).is_err() {
+    // the timer is made inside the runtime
+    if env
+        .rt
+        .block_on(async { tokio::time::timeout(limit, ops).await })
+        .is_err()
+    {
         main.recorder
             .event("final-phase-timeout", json!({"after_s": limit.as_secs()}));
     }

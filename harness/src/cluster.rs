@@ -435,7 +435,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
     // whatever started even if a later node fails to
     let mut pids = Vec::new();
     for i in 1..=nodes {
-        let pid = spawn_node(&dir, i, true, Some(&claim))?;
+        let pid = spawn_node(&dir, i, true, Some(&claim))?.id();
         pids.push((i, pid));
         write_pids(&dir, &pids)?;
     }
@@ -554,7 +554,9 @@ fn block_of(config: &ClusterConfig) -> Option<u8> {
 /// its output appended to `node-<i>.log`, with its fault hooks when the
 /// cluster has a `fault-token`, holding `claim` (as its stdin) when
 /// given; its PID.
-fn spawn_node(dir: &Path, i: u64, bootstrap: bool, claim: Option<&Claim>) -> Result<u32, Failure> {
+/// Starts node i in the background; the child (dropping it leaves the
+/// node running).
+fn spawn_node(dir: &Path, i: u64, bootstrap: bool, claim: Option<&Claim>) -> Result<std::process::Child, Failure> {
     let config_path = dir.join("cluster.toml");
     let config = ClusterConfig::load(&config_path)?;
     let peer = config
@@ -586,13 +588,11 @@ fn spawn_node(dir: &Path, i: u64, bootstrap: bool, claim: Option<&Claim>) -> Res
         ),
         None => Stdio::null(),
     };
-    let child = cmd
-        .stdin(stdin)
+    cmd.stdin(stdin)
         .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
         .stderr(log)
         .spawn()
-        .map_err(|e| Failure::new(format!("starting node {i}: {e}")))?;
-    Ok(child.id())
+        .map_err(|e| Failure::new(format!("starting node {i}: {e}")))
 }
 
 /// Replaces `<dir>/pids` with `pids` (one `<id> <pid>` line each).
@@ -673,14 +673,17 @@ fn start_node(dir: &Path, node: u64) -> Result<i32, Failure> {
         Some(b) => Claim::rejoin(b, &claim_holder(&dir))?,
         None => None,
     };
-    let pid = spawn_node(&dir, node, false, claim.as_ref())?;
+    let mut child = spawn_node(&dir, node, false, claim.as_ref())?;
+    let pid = child.id();
     pids.retain(|(id, _)| *id != node);
     pids.push((node, pid));
     pids.sort_unstable();
     write_pids(&dir, &pids)?;
     let deadline = Instant::now() + UP_TIMEOUT;
     while four_letter(addr, "ruok").as_deref() != Some("imok") {
-        if !is_our_node(pid, &config_path) {
+        // its parent knows for sure whether it exited (its command line
+        // read from /proc is no such proof: one read came back without it)
+        if child.try_wait().map_or(true, |status| status.is_some()) {
             return Err(Failure::new(format!(
                 "node {node} exited at start; see {}",
                 dir.join(format!("node-{node}.log")).display()

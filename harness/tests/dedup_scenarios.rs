@@ -89,6 +89,10 @@ impl Scn {
         let mut line = json!({"index": index, "time": time, "process": process, "type": kind, "f": f, "value": value});
         if let Some(n) = node {
             line["node"] = json!(n);
+            // a final read is keyed by its replica, as campaigns record it
+            if f == "read" {
+                line["key"] = json!(n);
+            }
         }
         if let Some(e) = error {
             line["error"] = json!(e);
@@ -146,9 +150,7 @@ impl Scn {
             let rows = table::sync_and_read(&self.http, &self.url(i), Duration::from_secs(60))
                 .await
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            self.h.lock().unwrap().lines.last_mut().unwrap()["key"] = json!(name);
             self.record(&p, "ok", "read", Value::Array(rows), Some(&name), None);
-            self.h.lock().unwrap().lines.last_mut().unwrap()["key"] = json!(name);
         }
     }
 
