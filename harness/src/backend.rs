@@ -49,6 +49,14 @@ pub struct Exit {
     pub code: Option<i32>,
 }
 
+impl Exit {
+    /// How it ended, for a person: "exit code 3" or "killed by a signal".
+    pub fn how(&self) -> String {
+        self.code
+            .map_or_else(|| "killed by a signal".to_string(), |c| format!("exit code {c}"))
+    }
+}
+
 /// Deploy and run the system under test.
 pub trait Db {
     fn ids(&self) -> Vec<u64>;

@@ -308,8 +308,9 @@ fn wait_tables(cluster: &mut dyn Backend) -> Result<(), Failure> {
         }
         if let Some(e) = cluster.exits().first() {
             return Err(Failure::new(format!(
-                "node {} exited while its table replica started (exit code {:?}); see its log under the run dir",
-                e.node, e.code
+                "node {} exited while its table replica started ({}); see its log under the run dir",
+                e.node,
+                e.how()
             )));
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -335,9 +336,9 @@ fn wait_ready(cluster: &mut dyn Backend) -> Result<(), Failure> {
             let last: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
             let quoted = last[last.len().saturating_sub(LOG_LINES_QUOTED)..].join(" | ");
             return Err(Failure::new(format!(
-                "node {} exited during setup (exit code {}): {}",
+                "node {} exited during setup ({}): {}",
                 e.node,
-                e.code.map_or("none: a signal".to_string(), |c| c.to_string()),
+                e.how(),
                 if quoted.is_empty() { "its log is empty" } else { &quoted }
             )));
         }
@@ -676,8 +677,9 @@ fn wait_converged(cluster: &Mutex<Box<dyn Backend>>, watchdog: Instant) -> Resul
     let mut last = String::new();
     while Instant::now() < deadline {
         if let Ok(c) = cluster.lock() {
-            let applied: Vec<Option<String>> = c.ids().iter().map(|&i| c.applied_index(i)).collect();
-            last = format!("{applied:?}");
+            let ids = c.ids();
+            let applied: Vec<Option<String>> = ids.iter().map(|&i| c.applied_index(i)).collect();
+            last = applied_line(&ids, &applied);
             if c.leader().is_some() && applied.iter().all(|a| a.is_some() && *a == applied[0]) {
                 return Ok(());
             }
@@ -685,6 +687,16 @@ fn wait_converged(cluster: &Mutex<Box<dyn Backend>>, watchdog: Instant) -> Resul
         std::thread::sleep(Duration::from_millis(200));
     }
     Err(format!("replicas did not converge: applied indices {last}"))
+}
+
+/// "n1 120, n2 120, n3 no answer": each server's applied index, for a
+/// person reading the node events or the error.
+fn applied_line(ids: &[u64], applied: &[Option<String>]) -> String {
+    ids.iter()
+        .zip(applied)
+        .map(|(i, a)| format!("n{i} {}", a.as_deref().unwrap_or("no answer")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// (node, applied index, digest) of every node that answers.
@@ -884,4 +896,15 @@ fn perf_line(results: &ResultsFile) -> String {
         line.push_str(&format!("; {}: {}", w.window, span(&w.span)));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_applied_line_names_each_server_without_debug_text() {
+        let line = applied_line(&[1, 2, 3], &[Some("120".into()), None, Some("0".into())]);
+        assert_eq!(line, "n1 120, n2 no answer, n3 0");
+    }
 }

@@ -64,7 +64,11 @@ pub fn judge(
     let started = Instant::now();
     let composed = check_all(&checkers, &h, &ctx).map_err(|e| Failure::new(e.to_string()))?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    let pictures = write_pictures(out, &composed, history)?;
+    let labels = match report::clock_of(&h) {
+        report::Clock::Nanos => picture::AxisLabels::Time,
+        report::Clock::Order(_) => picture::AxisLabels::Position,
+    };
+    let pictures = write_pictures(out, &composed, history, labels)?;
     let results = ResultsFile {
         verdict: composed.verdict,
         history: history.display().to_string(),
@@ -96,7 +100,12 @@ pub fn judge(
 }
 
 /// Writes one picture per explained violation.
-fn write_pictures(out: &RunDir, composed: &Composed, history: &Path) -> Result<Vec<(String, Option<String>)>, Failure> {
+fn write_pictures(
+    out: &RunDir,
+    composed: &Composed,
+    history: &Path,
+    labels: picture::AxisLabels,
+) -> Result<Vec<(String, Option<String>)>, Failure> {
     let mut written = Vec::new();
     for r in composed
         .results
@@ -108,7 +117,7 @@ fn write_pictures(out: &RunDir, composed: &Composed, history: &Path) -> Result<V
         };
         for (n, v) in report.violations.iter().enumerate() {
             let name = format!("linearizable-{}.html", n + 1);
-            let html = picture::render(v, &history.display().to_string());
+            let html = picture::render(v, &history.display().to_string(), labels);
             out.write_file(&name, html.as_bytes())
                 .map_err(|e| Failure::new(format!("{}: cannot write {name}: {e}", out.path.display())))?;
             written.push((name, v.key.clone()));

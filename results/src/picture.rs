@@ -45,8 +45,18 @@ pub fn esc(s: &str) -> String {
     out
 }
 
+/// How the axis labels its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AxisLabels {
+    /// Time since the start: the history's times are nanoseconds of a run.
+    Time,
+    /// Position in the history: its times are not nanoseconds (Porcupine's
+    /// files, some of Jepsen's), so a time label would mislead.
+    Position,
+}
+
 /// Renders the page for `v`; `title` names the history.
-pub fn render(v: &Violation, title: &str) -> String {
+pub fn render(v: &Violation, title: &str, labels: AxisLabels) -> String {
     let is_core = |o: &OpRef| v.core.iter().any(|c| c.invoke_index == o.invoke_index);
     let is_failing = |o: &OpRef| o.invoke_index == v.failing.invoke_index;
     let axis = Axis::new(v);
@@ -183,20 +193,28 @@ pub fn render(v: &Violation, title: &str) -> String {
     // The axis: columns are history events in order, labelled with their
     // times.
     let axis_y = lanes_bottom + 16.0;
-    for (x, t) in axis.ticks() {
+    for (x, index, t) in axis.ticks() {
+        let label = match labels {
+            AxisLabels::Time => fmt_time(t),
+            AxisLabels::Position => format!("#{index}"),
+        };
         let _ = write!(
             svg,
             r##"<line x1="{x:.1}" y1="{}" x2="{x:.1}" y2="{}" stroke="#bbb"/><text x="{x:.1}" y="{axis_y}" fill="#555" text-anchor="middle">{}</text>"##,
             axis_y - 14.0,
             axis_y - 10.0,
-            esc(&fmt_time(t))
+            esc(&label)
         );
     }
     let _ = write!(
         svg,
-        r##"<text x="{:.1}" y="{:.1}" fill="#444" text-anchor="middle">history events in order (hatched: a stretch without the core's, folded); labels: time since the start</text>"##,
+        r##"<text x="{:.1}" y="{:.1}" fill="#444" text-anchor="middle">history events in order (hatched: a stretch without the core's, folded); labels: {}</text>"##,
         LABEL_PX + PLOT_PX / 2.0,
-        axis_y + 18.0
+        axis_y + 18.0,
+        match labels {
+            AxisLabels::Time => "time since the start",
+            AxisLabels::Position => "position in the history (its times are not nanoseconds of a run)",
+        }
     );
     svg.push_str("</svg>");
 
@@ -381,14 +399,15 @@ impl Axis {
             .collect()
     }
 
-    /// (x, time) of at most [`TICKS_MAX`] event columns, spread evenly.
-    fn ticks(&self) -> Vec<(f64, i64)> {
-        let events: Vec<(usize, i64)> = self
+    /// (x, history index, time) of at most [`TICKS_MAX`] event columns,
+    /// spread evenly.
+    fn ticks(&self) -> Vec<(f64, u64, i64)> {
+        let events: Vec<(usize, u64, i64)> = self
             .columns
             .iter()
             .enumerate()
             .filter_map(|(r, c)| match c {
-                Column::Event { time, .. } => Some((r, *time)),
+                Column::Event { index, time } => Some((r, *index, *time)),
                 Column::Folded { .. } => None,
             })
             .collect();
@@ -396,7 +415,7 @@ impl Axis {
         events
             .iter()
             .step_by(every)
-            .map(|&(r, t)| (LABEL_PX + (r as f64 + 0.5) * self.step, t))
+            .map(|&(r, index, t)| (LABEL_PX + (r as f64 + 0.5) * self.step, index, t))
             .collect()
     }
 }
@@ -480,7 +499,7 @@ mod tests {
             window,
             explanation: "key: none\nmore".into(),
         };
-        let page = render(&v, "h");
+        let page = render(&v, "h", AxisLabels::Time);
         let width: f64 = page
             .split("<svg")
             .nth(1)
@@ -495,6 +514,15 @@ mod tests {
         assert_eq!(page.matches(r##"stroke="#b71c1c""##).count(), 1, "the failing op");
         assert!(page.contains("folded"));
         assert!(page.contains("operations lying wholly in folded stretches are not drawn"));
+        assert!(page.contains("labels: time since the start") && page.contains(" ms</text>"));
+        // times that are not nanoseconds: the ticks name positions
+        let page = render(&v, "h", AxisLabels::Position);
+        assert!(
+            page.contains(">#10</text>"),
+            "the first core op's invoke is labelled by its index"
+        );
+        assert!(page.contains("labels: position in the history"));
+        assert!(!page.contains(" ms</text>") && !page.contains(" µs</text>"));
     }
 
     #[test]

@@ -573,16 +573,12 @@ fn config_table(config: &serde_json::Value) -> String {
     let Some(map) = config.as_object() else {
         return format!("<pre>{}</pre>", esc(&config.to_string()));
     };
-    let mut t = String::from(r#"<table class="config"><tr><th>option</th><th>value</th></tr>"#);
+    let mut t = String::from(r#"<table class="config"><tr><th>option</th><th class="why">value</th></tr>"#);
     for (k, v) in map {
         let v = match v {
-            serde_json::Value::String(s) => s.clone(),
-            serde_json::Value::Array(a) => a
-                .iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
-                .collect::<Vec<_>>()
-                .join(", "),
-            other => other.to_string(),
+            serde_json::Value::Null => "(default)".to_string(),
+            serde_json::Value::Array(a) => a.iter().map(plain).collect::<Vec<_>>().join(", "),
+            other => plain(other),
         };
         let _ = write!(t, "<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&v));
     }
@@ -717,18 +713,10 @@ fn node_events(h: &History, t0: i64, at: &dyn Fn(usize) -> i64, xa: &XAxis<'_>) 
         if fault_edge(&op.f).is_some() {
             continue;
         }
-        let value = match &op.value {
-            serde_json::Value::Object(m) => m
-                .iter()
-                .map(|(k, v)| format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string)))
-                .collect::<Vec<_>>()
-                .join(", "),
-            serde_json::Value::Null => String::new(),
-            other => other.to_string(),
-        };
+        let value = plain(&op.value);
         let _ = write!(
             rows,
-            "<tr><td>{}</td><td>{}</td><td class=\"why\">{}</td></tr>",
+            "<tr><td>{}</td><td class=\"why\">{}</td><td class=\"why\">{}</td></tr>",
             short(at(i).saturating_sub(t0) as f64 / xa.unit),
             esc(&op.f),
             esc(&value)
@@ -738,9 +726,32 @@ fn node_events(h: &History, t0: i64, at: &dyn Fn(usize) -> i64, xa: &XAxis<'_>) 
         return String::new();
     }
     format!(
-        "<h2>Node events</h2><table><tr><th>{}</th><th>event</th><th>what</th></tr>{rows}</table>",
+        "<h2>Node events</h2><table><tr><th>{}</th><th class=\"why\">event</th><th class=\"why\">what</th></tr>{rows}</table>",
         if xa.unit == 1.0 { "position" } else { "seconds" }
     )
+}
+
+/// An event's value as a person reads it: `key value` pairs, fields that
+/// are null or empty left out, strings unquoted, a list of records one per line.
+fn plain(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        Value::Object(m) => m
+            .iter()
+            .filter(|(_, v)| !v.is_null() && v.as_str() != Some(""))
+            .map(|(k, v)| match v {
+                Value::Array(items) if items.iter().any(Value::is_object) => {
+                    format!("{k}:\n  {}", items.iter().map(plain).collect::<Vec<_>>().join("\n  "))
+                }
+                _ => format!("{k} {}", plain(v)),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Array(items) => format!("[{}]", items.iter().map(plain).collect::<Vec<_>>().join(", ")),
+        other => other.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -810,7 +821,7 @@ mod tests {
         );
         assert!(page.contains("x&lt;y") && page.contains("a &amp; b"));
         assert!(page.contains(r#"class="invalid">INVALID"#));
-        assert!(page.contains("<td>leader</td>"), "node events listed");
+        assert!(page.contains(r#"<td class="why">leader</td>"#), "node events listed");
         assert!(!page.contains("<script"), "self-contained, no scripts");
     }
 
@@ -916,6 +927,19 @@ mod tests {
         assert!(page.contains("<tr><td>nodes</td><td>5</td></tr>"));
         assert!(page.contains("seed 7"));
         assert!(!page.contains("Some("), "no Rust debug text");
+    }
+
+    #[test]
+    fn node_events_read_as_plain_words_without_nulls_or_json() {
+        let v = json!({"converged": true, "note": null, "nodes": [
+            {"node": 1, "applied_index": "850", "digest": "0xe9"},
+            {"node": 2, "applied_index": "850", "digest": "0xe9"}]});
+        assert_eq!(
+            plain(&v),
+            "converged true, nodes:\n  applied_index 850, digest 0xe9, node 1\n  applied_index 850, digest 0xe9, node 2"
+        );
+        assert_eq!(plain(&json!({"node": 2, "code": null, "note": ""})), "node 2");
+        assert_eq!(plain(&json!({"nodes": [1, 3]})), "nodes [1, 3]");
     }
 
     #[test]
