@@ -210,6 +210,14 @@ fn rule_2_a_row_nobody_inserted_is_a_phantom() {
 
 #[test]
 fn rule_3_a_block_half_there_is_torn() {
+    // an indeterminate block whole, or wholly absent, is not torn
+    for rows in [A, &[][..]] {
+        let (v, d) = H::new(1000, 600.0, &R)
+            .simple(1, 1, A, 0, 10, "info")
+            .read_all(&R, rows)
+            .check();
+        assert_eq!((v, count(&d, "torn-block")), (Verdict::Valid, 0), "{d}");
+    }
     let (v, d) = H::new(1000, 600.0, &R)
         .simple(1, 1, A, 0, 10, "info")
         .read_all(&R, &A[..1])
@@ -220,6 +228,15 @@ fn rule_3_a_block_half_there_is_torn() {
 
 #[test]
 fn rule_4_replicas_that_disagree_after_sync_diverge() {
+    // replicas agreeing on an indeterminate block, held or not
+    for rows in [A, &[][..]] {
+        let (v, d) = H::new(1000, 600.0, &R)
+            .simple(1, 1, A, 0, 10, "info")
+            .read("r1", rows, 1000)
+            .read("r2", rows, 1000)
+            .check();
+        assert_eq!((v, count(&d, "diverged")), (Verdict::Valid, 0), "{d}");
+    }
     let (v, d) = H::new(1000, 600.0, &R)
         .simple(1, 1, A, 0, 10, "info")
         .read("r1", A, 1000)
@@ -232,6 +249,26 @@ fn rule_4_replicas_that_disagree_after_sync_diverge() {
 
 #[test]
 fn rule_5_an_acknowledged_key_missing_is_lost_and_after_a_swallowed_retry_lost_after_dedup() {
+    // present once everywhere: neither lost nor lost-after-dedup
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read_all(&R, A)
+        .check();
+    assert_eq!((v, count(&d, "lost")), (Verdict::Valid, 0), "{d}");
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(1, 2, A, 20, 30, "ok")
+        .read_all(&R, A)
+        .check();
+    assert_eq!((v, count(&d, "lost-after-dedup")), (Verdict::Valid, 0), "{d}");
+    // missing on one replica only is still lost there
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read("r1", A, 1000)
+        .read("r2", &[], 1000)
+        .check();
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert!(count(&d, "lost") >= 1, "{d}");
     let (v, d) = H::new(1000, 600.0, &R)
         .simple(1, 1, A, 0, 10, "ok")
         .read_all(&R, &[])
@@ -448,6 +485,28 @@ fn rule_14_15_keys_are_judged_one_by_one() {
         .read_all(&R, A)
         .check();
     assert_eq!(v, Verdict::Valid);
+    // ... or its second only: any subset
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A), ("1", B)], 0, 10, "info", None)
+        .read_all(&R, B)
+        .check();
+    assert_eq!(v, Verdict::Valid, "{d}");
+    // an acknowledged 2-partition insert owes both partitions: one missing
+    // is lost, judged on its own key
+    let (v, d) = H::new(1000, 600.0, &R)
+        .attempt(1, 1, None, &[("0", A), ("1", B)], 0, 10, "ok", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert_eq!(count(&d, "lost"), 2, "partition 1's block on each replica: {d}");
+    // the same insert's first partition deduplicated against an earlier
+    // one, and its second then missing
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .attempt(2, 1, None, &[("0", A), ("1", B)], 20, 30, "ok", None)
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Invalid, "{d}");
 }
 
 #[test]
@@ -503,6 +562,12 @@ fn rule_17_a_partition_drop_resets_its_keys() {
 
 #[test]
 fn rule_18_nothing_to_judge_or_an_unread_replica_is_unknown() {
+    // every replica read and every key once: valid
+    let (v, d) = H::new(1000, 600.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .read_all(&R, A)
+        .check();
+    assert_eq!(v, Verdict::Valid, "{d}");
     let (v, _) = H::new(1000, 600.0, &R).read_all(&R, &[]).check();
     assert_eq!(v, Verdict::Unknown);
     let (v, d) = H::new(1000, 600.0, &R)

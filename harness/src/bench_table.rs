@@ -133,6 +133,7 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             fault_hooks: false,
             set: &[],
             table: Some(&table),
+            kv: None,
             zookeeper: *setup == TableSetup::Zookeeper,
         });
         let running = Running { dir: dir.clone() };

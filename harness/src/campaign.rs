@@ -225,6 +225,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         zookeeper: plan.target == Target::Zookeeper,
         proxies: partitioner.needs_proxies(),
         table: table.as_ref(),
+        kv: None,
         extra,
         defect: plan.table.as_ref().and_then(|t| t.defect).map(|d| d.name()),
     };

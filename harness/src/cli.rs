@@ -128,6 +128,30 @@ pub enum Command {
     Node(NodeArgs),
     /// Run a local cluster to play with: up, status, down.
     Cluster(ClusterArgs),
+    /// Run kv repair sessions now on a running cluster and print their reports.
+    Repair(RepairArgs),
+}
+
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Each listed server (default: every kv server) repairs the ranges it is the primary of with their other replicas, one session per range and peer; with --rounds 2 every replica of a range holds the range's newest versions afterwards. Exit codes: 0 every session completed, 1 a session failed, 3 no server could be asked (a bad cluster directory, a server down)."
+)]
+pub struct RepairArgs {
+    /// The cluster's directory (as given to `drift cluster up`).
+    #[arg(long, default_value = "drift-cluster")]
+    pub dir: PathBuf,
+    /// Only this range (0-based; range j's primary is the j-th server).
+    #[arg(long)]
+    pub range: Option<usize>,
+    /// Only these servers start sessions (repeat or comma-separate).
+    #[arg(long = "nodes", value_delimiter = ',')]
+    pub nodes: Vec<u64>,
+    /// How many times over (each round repairs every range once with each peer).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10))]
+    pub rounds: u64,
+    /// Print the reports as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -373,6 +397,17 @@ pub enum ClusterAction {
         /// nodes then run their tables only).
         #[arg(long, value_enum, default_value_t = CoordinatorArg::Keeper)]
         coordinator: CoordinatorArg,
+        /// Run no kv service (by default every node serves the kv service:
+        /// leaderless LWW replicas, RF 3 or the node count if smaller).
+        #[arg(long = "no-kv")]
+        no_kv: bool,
+        /// The kv service's HTTP port on every node's address.
+        #[arg(long = "kv-port", default_value_t = 8124, value_parser = clap::value_parser!(u16).range(1024..))]
+        kv_port: u16,
+        /// A setting of the kv service, `key = value` (repeatable), e.g.
+        /// `gc_grace_ms = 2000` (see `nodes/node/src/config.rs`).
+        #[arg(long = "kv-setting")]
+        kv_settings: Vec<String>,
     },
     /// Stop one node of the cluster (SIGTERM, then SIGKILL).
     Stop {

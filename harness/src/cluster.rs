@@ -92,6 +92,12 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
         let node = t.node.clone();
         std::sync::Arc::new(move |line: &str| node.admin(line)) as drift_node::keeper_node::TableAdmin
     });
+    // the kv service too runs beside the keeper, on a runtime of its own
+    let kv = drift_node::kv::start(&config, args.id).map_err(failed)?;
+    let kv_admin = kv.as_ref().map(|k| {
+        let node = k.node.clone();
+        std::sync::Arc::new(move |line: &str| node.admin(line)) as drift_node::keeper_node::TableAdmin
+    });
     keeper_node::run(NodeOptions {
         id: args.id,
         config,
@@ -101,9 +107,11 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
         peer_via,
         bootstrap: args.bootstrap,
         table_admin,
+        kv_admin,
     })
     .map_err(failed)?;
     drop(tables);
+    drop(kv);
     Ok(0)
 }
 
@@ -189,7 +197,22 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             http_port,
             interserver_port,
             coordinator,
+            no_kv,
+            kv_port,
+            kv_settings,
         } => {
+            let kv = if no_kv || coordinator == crate::cli::CoordinatorArg::Zookeeper {
+                None
+            } else {
+                let mut settings = kv_settings.clone();
+                if !settings
+                    .iter()
+                    .any(|l| l.split('=').next().is_some_and(|k| k.trim() == "rf"))
+                {
+                    settings.push(format!("rf = {}", nodes.min(3)));
+                }
+                Some(LocalKv::new(kv_port, &settings)?)
+            };
             let replicas = table_replicas.unwrap_or(nodes);
             if !(1..=nodes).contains(&replicas) {
                 return Err(Failure::new(format!("--table-replicas must be in 1..={nodes}")));
@@ -218,6 +241,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                 fault_hooks,
                 set: &set,
                 table: table.as_ref(),
+                kv: kv.as_ref(),
                 zookeeper: coordinator == crate::cli::CoordinatorArg::Zookeeper,
             })
         }
@@ -255,6 +279,26 @@ pub struct LocalTable {
     pub declaration: String,
 }
 
+/// The kv service of a local cluster: its port on every node's address
+/// and its `[kv]` settings (`key = value` lines).
+pub struct LocalKv {
+    pub port: u16,
+    pub settings: Vec<String>,
+}
+
+impl LocalKv {
+    /// Checks the settings are `key = value` lines.
+    pub fn new(port: u16, settings: &[String]) -> Result<LocalKv, Failure> {
+        if let Some(s) = settings.iter().find(|s| !s.contains('=')) {
+            return Err(Failure::new(format!("--kv-setting {s:?}: expected `key = value`")));
+        }
+        Ok(LocalKv {
+            port,
+            settings: settings.to_vec(),
+        })
+    }
+}
+
 /// The table `drift cluster up` declares unless told not to.
 pub const DEFAULT_TABLE: &str = "name = \"events\"\ncolumns = \"id UInt64, key String, value Int64\"\npartition_by = \"intDiv(id, 1000)\"\norder_by = \"id\"\n";
 
@@ -268,6 +312,7 @@ pub fn local_config(
     secret: &str,
     set: &[String],
     table: Option<&LocalTable>,
+    kv: Option<&LocalKv>,
 ) -> String {
     let mut t = String::new();
     let defaults = [
@@ -299,6 +344,16 @@ pub fn local_config(
                 tb.interserver_port,
                 ip = block.ip(i)
             ));
+        }
+        if let Some(kv) = kv {
+            t.push_str(&format!("kv = \"{}:{}\"\n", block.ip(i), kv.port));
+        }
+    }
+    if let Some(kv) = kv {
+        t.push_str("\n[kv]\n");
+        for line in &kv.settings {
+            t.push_str(line);
+            t.push('\n');
         }
     }
     if let Some(tb) = table {
@@ -345,6 +400,7 @@ pub struct UpSpec<'a> {
     pub fault_hooks: bool,
     pub set: &'a [String],
     pub table: Option<&'a LocalTable>,
+    pub kv: Option<&'a LocalKv>,
     /// Apache ZooKeeper on the peers' client addresses instead of the
     /// keeper (the nodes then run their tables only).
     pub zookeeper: bool,
@@ -356,6 +412,15 @@ fn up(spec: UpSpec<'_>) -> Result<i32, Failure> {
         let urls = config.table_urls();
         let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
         eprintln!("tables {} on {}", names.join(", "), urls.join(" "));
+    }
+    let kv: Vec<String> = config
+        .peers
+        .iter()
+        .filter_map(|p| p.kv)
+        .map(|a| format!("http://{a}"))
+        .collect();
+    if !kv.is_empty() {
+        eprintln!("kv on {}", kv.join(" "));
     }
     out!("{}", config.connect_string());
     Ok(0)
@@ -373,6 +438,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         fault_hooks,
         set,
         table,
+        kv,
         zookeeper,
     } = *spec;
     if zookeeper && !crate::local::zookeeper_installed() {
@@ -418,6 +484,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         &secret,
         &set,
         table,
+        kv,
     );
     write_private(&config_path, &text).map_err(Failure::new)?;
     let config = ClusterConfig::load(&config_path)?;
@@ -453,6 +520,13 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
         wait_until(deadline, &dir, "the tables' replicas were not all ready", || {
             tables_writable(&https)
+        })?;
+    }
+    let kvs: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.kv).collect();
+    if !kvs.is_empty() {
+        wait_until(deadline, &dir, "the kv service did not answer on every node", || {
+            kvs.iter()
+                .all(|a| http_get(*a, "/ping").is_some_and(|(code, _)| code == 200))
         })?;
     }
     Ok(config)
@@ -523,10 +597,27 @@ fn start_zookeeper(
 
 /// A plain HTTP/1.0 GET: (status, body), or `None` if it could not be had.
 pub fn http_get(addr: SocketAddr, target: &str) -> Option<(u16, String)> {
+    http_request(addr, "GET", target, b"", Duration::from_secs(5))
+}
+
+/// One HTTP/1.0 request with `body`; the status and the body answered,
+/// or `None` when the server cannot be reached or answers nothing within
+/// `timeout`.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    target: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    let head = format!(
+        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(body).ok()?;
     let mut out = String::new();
     s.read_to_string(&mut out).ok()?;
     let code = out.split_whitespace().nth(1)?.parse().ok()?;

@@ -61,6 +61,8 @@ pub struct LocalSpec<'a> {
     pub proxies: bool,
     /// A replicated table on the first `replicas` nodes.
     pub table: Option<&'a crate::cluster::LocalTable>,
+    /// The kv service on every node.
+    pub kv: Option<&'a crate::cluster::LocalKv>,
     /// Cluster-file lines beside the campaign's own (`key = value`).
     pub extra: Vec<String>,
     /// A test-only table defect every node arms at start (through its
@@ -134,6 +136,7 @@ impl LocalCluster {
             zookeeper,
             proxies,
             table,
+            kv,
             extra,
             defect,
         } = spec;
@@ -149,7 +152,7 @@ impl LocalCluster {
         ];
         campaign.extend(extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign, table);
+        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign, table, kv);
         let config_path = run_dir.join("cluster.toml");
         crate::cluster::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;

@@ -30,6 +30,7 @@ mod nemesis;
 mod plan;
 mod proxy;
 mod recorder;
+mod repair;
 mod serve;
 
 use clap::Parser;
@@ -60,6 +61,7 @@ fn main() {
         Command::Serve(args) => serve::serve(args),
         Command::Node(args) => cluster::node(args),
         Command::Cluster(args) => cluster::cluster(args),
+        Command::Repair(args) => repair::run(args),
     };
     match outcome {
         Ok(code) => std::process::exit(code),

@@ -22,6 +22,18 @@
 //! http = "127.0.0.11:8123"         # the table's HTTP interface (needed with tables)
 //! interserver = "127.0.0.11:9009"  # where replicas fetch parts from it
 //!
+//! kv = "127.0.0.11:8125"          # the kv service's HTTP interface (needed with [kv])
+//!
+//! [kv]                             # leaderless LWW key/value replicas on the peers with `kv`
+//! rf = 3                           # replicas per key
+//! w = 2                            # acks a write waits for (default a majority of rf)
+//! r = 2                            # replies a read waits for (default a majority of rf)
+//! gc = "time"                      # time | repair (purge only what every replica saw repaired)
+//! gc_grace_ms = 10000
+//! gc_interval_ms = 1000
+//! repair_interval_ms = 5000        # 0: repair only when asked (`drift repair`)
+//! tree_depth = 10                  # Merkle tree depth per range
+//!
 //! [[table]]                        # a replicated table on every peer
 //! name = "events"
 //! columns = "id UInt64, key String, value Int64"
@@ -60,6 +72,96 @@ pub struct Peer {
     /// Where other replicas fetch this one's parts.
     #[serde(default)]
     pub interserver: Option<SocketAddr>,
+    /// The kv service's HTTP interface (clients, replicas and repair).
+    #[serde(default)]
+    pub kv: Option<SocketAddr>,
+}
+
+/// The kv service, as the cluster file's `[kv]` declares it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvDecl {
+    #[serde(default = "d_rf")]
+    pub rf: usize,
+    #[serde(default)]
+    pub w: Option<usize>,
+    #[serde(default)]
+    pub r: Option<usize>,
+    #[serde(default = "d_gc")]
+    pub gc: String,
+    #[serde(default = "d_gc_grace")]
+    pub gc_grace_ms: u64,
+    #[serde(default = "d_gc_interval")]
+    pub gc_interval_ms: u64,
+    #[serde(default = "d_repair_interval")]
+    pub repair_interval_ms: u64,
+    #[serde(default = "d_tree_depth")]
+    pub tree_depth: u32,
+    /// How long a coordinator waits for its replicas.
+    #[serde(default = "d_kv_timeout")]
+    pub request_timeout_ms: u64,
+}
+
+fn d_rf() -> usize {
+    3
+}
+fn d_gc() -> String {
+    "time".into()
+}
+fn d_gc_grace() -> u64 {
+    10_000
+}
+fn d_gc_interval() -> u64 {
+    1_000
+}
+fn d_repair_interval() -> u64 {
+    5_000
+}
+fn d_tree_depth() -> u32 {
+    10
+}
+fn d_kv_timeout() -> u64 {
+    1_000
+}
+
+impl KvDecl {
+    /// Acks a write waits for.
+    pub fn w(&self) -> usize {
+        self.w.unwrap_or(self.rf / 2 + 1)
+    }
+
+    /// Replies a read waits for.
+    pub fn r(&self) -> usize {
+        self.r.unwrap_or(self.rf / 2 + 1)
+    }
+
+    fn validate(&self, servers: usize) -> Result<(), String> {
+        if !(1..=servers).contains(&self.rf) {
+            return Err(format!(
+                "[kv] rf = {}: must be between 1 and the {servers} peers with `kv`",
+                self.rf
+            ));
+        }
+        for (name, v) in [("w", self.w()), ("r", self.r())] {
+            if !(1..=self.rf).contains(&v) {
+                return Err(format!("[kv] {name} = {v}: must be between 1 and rf ({})", self.rf));
+            }
+        }
+        if self.gc != "time" && self.gc != "repair" {
+            return Err(format!("[kv] gc = {:?}: expected time or repair", self.gc));
+        }
+        if !(1..=drift_repair::tree::TREE_DEPTH_MAX).contains(&self.tree_depth) {
+            return Err(format!(
+                "[kv] tree_depth {} outside 1..={}",
+                self.tree_depth,
+                drift_repair::tree::TREE_DEPTH_MAX
+            ));
+        }
+        if self.gc_interval_ms == 0 || !(10..=600_000).contains(&self.request_timeout_ms) {
+            return Err("[kv] gc_interval_ms must be positive and request_timeout_ms in 10..=600000".into());
+        }
+        Ok(())
+    }
 }
 
 /// A replicated table as the cluster file declares it (parsed into a
@@ -145,6 +247,9 @@ pub struct ClusterConfig {
     pub peers: Vec<Peer>,
     #[serde(rename = "table", default)]
     pub tables: Vec<TableDecl>,
+    /// The kv service on the peers with a `kv` address.
+    #[serde(default)]
+    pub kv: Option<KvDecl>,
 }
 
 fn d_table_session() -> u64 {
@@ -272,6 +377,24 @@ impl ClusterConfig {
                     return Err(format!("table {} declared twice", t.name));
                 }
             }
+        }
+        let kv_servers = self.peers.iter().filter(|p| p.kv.is_some()).count();
+        match &self.kv {
+            Some(kv) => kv.validate(kv_servers)?,
+            None if kv_servers > 0 => return Err("peers have `kv` addresses but there is no [kv] section".into()),
+            None => {}
+        }
+        if let Some(p) = self.peers.iter().find(|p| p.kv.is_some_and(|a| a.port() == 0)) {
+            return Err(format!("peer {}: kv port 0 is not an address others can reach", p.id));
+        }
+        let every: Vec<SocketAddr> = self
+            .peers
+            .iter()
+            .flat_map(|p| [Some(p.raft), Some(p.client), p.http, p.interserver, p.kv])
+            .flatten()
+            .collect();
+        if every.iter().collect::<BTreeSet<_>>().len() != every.len() {
+            return Err("every raft, client, http, interserver and kv address must be distinct".into());
         }
         if !(1_000..=600_000).contains(&self.table_session_timeout_ms) {
             return Err(format!(

@@ -105,6 +105,10 @@ pub struct NodeOptions {
     pub bootstrap: bool,
     /// Where `<token> table …` admin commands go (the node's tables).
     pub table_admin: Option<TableAdmin>,
+    /// Where `<token> kv …` admin commands go (the node's kv service);
+    /// `clock` reaches it too, so its writes are stamped by the same
+    /// skewed clock.
+    pub kv_admin: Option<TableAdmin>,
 }
 
 enum Event {
@@ -235,6 +239,7 @@ struct Node {
     clock_offset_ms: i64,
     fault_token: Option<String>,
     table_admin: Option<TableAdmin>,
+    kv_admin: Option<TableAdmin>,
     started: Instant,
     ticks: u64,
     received: u64,
@@ -465,6 +470,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         clock_offset_ms: 0,
         fault_token: opts.fault_token,
         table_admin: opts.table_admin,
+        kv_admin: opts.kv_admin,
         parent: opts.exit_with_parent.then(std::os::unix::process::parent_id),
         started: Instant::now(),
         ticks: 0,
@@ -2073,6 +2079,9 @@ impl Node {
             (Some("clock"), Some(ms)) => match ms.parse::<i64>() {
                 Ok(v) => {
                     self.clock_offset_ms = v;
+                    if let Some(kv) = &self.kv_admin {
+                        kv(&format!("clock {v}"));
+                    }
                     "ok".into()
                 }
                 Err(_) => "error clock needs an integer offset in ms".into(),
@@ -2103,7 +2112,11 @@ impl Node {
                 Some(f) => f(line.splitn(3, ' ').nth(2).unwrap_or("")),
                 None => "error this node has no tables".into(),
             },
-            _ => "error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | status | table <hook>)".into(),
+            (Some("kv"), _) => match &self.kv_admin {
+                Some(f) => f(line.splitn(3, ' ').nth(2).unwrap_or("")),
+                None => "error this node has no kv service".into(),
+            },
+            _ => "error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | status | table <hook> | kv <hook>)".into(),
         }
     }
 

@@ -11,11 +11,14 @@
 //! * [`transport`] — framed peer messages over TCP, bound per node IP
 //! * [`peer_check`] — what a Raft message from a peer must satisfy before it is stepped
 //! * [`keeper_node`] — the node loop: Raft, the keeper core, clients
+//! * [`kv`] — the kv service: LWW replicas on a ring, repair between servers
+//! * [`table`] — the replicated table
 
 pub mod config;
 pub mod error;
 pub mod fsdisk;
 pub mod keeper_node;
+pub mod kv;
 pub mod peer_auth;
 pub mod peer_check;
 pub mod raftlog;

@@ -15,14 +15,20 @@
 //! * [`wire`] — session messages as bytes
 //! * [`session`] — the diff and repair exchange, with its cost report
 //! * [`gc`] — tombstone GC, by time or gated on repair
+//! * [`ring`] — which servers hold which token ranges
+//! * [`kv`] — one kv server's replicas, journaled and replayable
+//! * [`wal`] — the kv server's log records as bytes
 
 pub mod entry;
 pub mod gc;
+pub mod kv;
 pub mod range;
 pub mod replica;
+pub mod ring;
 pub mod session;
 pub mod token;
 pub mod tree;
+pub mod wal;
 pub mod wire;
 
 pub use entry::Entry;

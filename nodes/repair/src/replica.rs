@@ -50,6 +50,24 @@ pub struct Replica {
     /// Per peer: start time of the last repair session with it that
     /// completed (everything written before then is on both sides).
     repaired_with: BTreeMap<PeerId, u64>,
+    /// What changed since the driver last took it, when it asked for a
+    /// journal (a server logs every change before it counts as durable).
+    journal: Option<Vec<Change>>,
+    /// A test-only defect: a repair writes what it receives over the local
+    /// version instead of merging it (never on unless a test or a fault
+    /// hook turns it on).
+    pub defect_repair_overwrites: bool,
+}
+
+/// One change to a replica, as its journal records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A version that was applied (it won LWW, or a defect wrote it).
+    Applied(Entry),
+    /// Tombstones older than this were purged.
+    Purged { before: u64 },
+    /// A repair session with `peer` that started at `started_ts` completed.
+    Repaired { peer: PeerId, started_ts: u64 },
 }
 
 /// What a merge did.
@@ -70,6 +88,24 @@ impl Replica {
             tree: MerkleTree::new(range, depth),
             gc_horizon: 0,
             repaired_with: BTreeMap::new(),
+            journal: None,
+            defect_repair_overwrites: false,
+        }
+    }
+
+    /// Starts recording every change for [`Replica::take_journal`].
+    pub fn keep_journal(&mut self) {
+        self.journal.get_or_insert_with(Vec::new);
+    }
+
+    /// The changes since the last call (empty without a journal).
+    pub fn take_journal(&mut self) -> Vec<Change> {
+        self.journal.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    fn journal(&mut self, c: Change) {
+        if let Some(j) = &mut self.journal {
+            j.push(c);
         }
     }
 
@@ -99,15 +135,46 @@ impl Replica {
 
     /// Merges a version of a key (a client write, or a repair stream).
     pub fn merge(&mut self, e: Entry) -> Merged {
+        self.write(e, false)
+    }
+
+    /// Merges a version a repair received — or, under the test-only
+    /// defect, writes it over whatever is here.
+    pub fn merge_repaired(&mut self, e: Entry) -> Merged {
+        let blindly = self.defect_repair_overwrites;
+        self.write(e, blindly)
+    }
+
+    /// Writes a version as a log replay does: the log holds the changes
+    /// in the order they were applied, so each is written over what is
+    /// here (a replay then rebuilds exactly the state that was logged).
+    pub fn restore(&mut self, e: Entry) -> Merged {
+        self.write(e, true)
+    }
+
+    /// Every peer with a completed session, and that session's start.
+    pub fn repaired_peers(&self) -> impl Iterator<Item = (PeerId, u64)> + '_ {
+        self.repaired_with.iter().map(|(p, t)| (*p, *t))
+    }
+
+    fn write(&mut self, e: Entry, blindly: bool) -> Merged {
         let t = token(&e.key);
         if !self.range.contains(t) {
             return Merged::OutOfRange;
         }
         let k = (t, e.key);
         if let Some(old) = self.entries.get(&k) {
-            if entry::lww_cmp(e.ts, e.value.as_deref(), old.ts, old.value.as_deref()) != Ordering::Greater {
+            let order = entry::lww_cmp(e.ts, e.value.as_deref(), old.ts, old.value.as_deref());
+            if order == Ordering::Equal || (order == Ordering::Less && !blindly) {
                 return Merged::Kept;
             }
+        }
+        if self.journal.is_some() {
+            self.journal(Change::Applied(Entry {
+                key: k.1.clone(),
+                ts: e.ts,
+                value: e.value.clone(),
+            }));
         }
         let digest = entry::digest(&k.1, e.ts, e.value.as_deref());
         let new = Version {
@@ -153,6 +220,7 @@ impl Replica {
             self.tree.update(k.0, Some(&v.digest), None);
         }
         self.gc_horizon = self.gc_horizon.max(before);
+        self.journal(Change::Purged { before });
         doomed.len()
     }
 
@@ -161,6 +229,7 @@ impl Replica {
     pub fn record_repair(&mut self, peer: PeerId, started_ts: u64) {
         let e = self.repaired_with.entry(peer).or_insert(0);
         *e = (*e).max(started_ts);
+        self.journal(Change::Repaired { peer, started_ts });
     }
 
     /// Start time of the last completed session with `peer` (0: never).

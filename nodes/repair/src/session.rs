@@ -293,7 +293,7 @@ fn entries_of(r: &Replica, range: TokenRange) -> Vec<Entry> {
 
 fn merge_all(r: &mut Replica, entries: Vec<Entry>) {
     for e in entries {
-        r.merge(e);
+        r.merge_repaired(e);
     }
 }
 
@@ -627,6 +627,12 @@ impl Responder {
             Ok(m) => Ok(m.encode().bytes),
             Err(e) => Err(e),
         }
+    }
+
+    /// The session ended: the initiator's `Done` was answered, so the
+    /// driver may forget this responder.
+    pub fn is_finished(&self) -> bool {
+        self.phase == RPhase::Finished
     }
 
     /// The error reply for a failed request.
