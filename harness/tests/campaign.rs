@@ -672,3 +672,49 @@ fn a_queue_campaign_ends_with_an_ok_drain_and_comes_out_valid() {
     );
     let _ = std::fs::remove_dir_all(&store);
 }
+
+#[test]
+fn a_table_defect_makes_an_insert_retry_campaign_invalid_with_the_finding_named() {
+    // every server skips the dedup check: retried blocks (the workload's
+    // dropped replies, and equal content sent twice) land twice
+    let store = fresh_path("defect");
+    let out = drift()
+        .args([
+            "test",
+            "--workload",
+            "insert-retry",
+            "--nemesis",
+            "drop-reply",
+            "--defect",
+            "skip-dedup",
+        ])
+        .args([
+            "--nemesis-interval",
+            "2",
+            "--time-limit",
+            "10",
+            "--nodes",
+            "3",
+            "--seed",
+            "4",
+        ])
+        .args(["--port", "23381", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = only_run(&store);
+    let dedup = checker_results(&run, "dedup").unwrap();
+    assert_eq!(dedup["verdict"], "invalid", "{dedup}");
+    let counts = &dedup["details"]["counts"];
+    let duplicates = counts["duplicate-in-window"].as_u64().unwrap_or(0) + counts["duplicate"].as_u64().unwrap_or(0);
+    assert!(duplicates > 0, "the findings name the duplicates: {counts}");
+    assert!(stdout.contains("duplicate"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&store);
+}

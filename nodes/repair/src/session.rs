@@ -535,6 +535,9 @@ impl Initiator {
                     let v_value = if v.tombstone { None } else { Some(&[][..]) };
                     let order = entry::lww_cmp(mine.ts, mine.value.as_deref().map(|_| &[][..]), v.ts, v_value);
                     match order {
+                        // the test-only defect: the peer's version is taken
+                        // and written over mine, newer or not
+                        Ordering::Greater if replica.defect_repair_overwrites => want.push(v.key.clone()),
                         Ordering::Greater => send.push(mine),
                         Ordering::Less => want.push(v.key.clone()),
                         // same ts and kind: values differ (or both are

@@ -401,3 +401,26 @@ fn malformed_and_out_of_order_messages_are_errors_not_panics() {
     let e = resp.on_request(&mut b, &wrong_range.encode().bytes).unwrap_err();
     assert!(e.to_string().contains("not this replica's"), "{e}");
 }
+
+/// The test-only defect the convergence checker must catch: a repair that
+/// writes the peer's version over its own instead of merging loses the
+/// newer write. Off, the same repair keeps it on both sides.
+#[test]
+fn the_overwrite_defect_puts_an_older_version_over_a_newer_one() {
+    for defect in [false, true] {
+        let (mut a, mut b) = (Replica::new(TokenRange::FULL, 8), Replica::new(TokenRange::FULL, 8));
+        for i in 0..20u64 {
+            let k = format!("k{i}");
+            a.merge(Entry::put(k.as_bytes(), 1, b"old"));
+            b.merge(Entry::put(k.as_bytes(), 1, b"old"));
+        }
+        a.merge(Entry::put(b"k7", 9, b"new")); // b missed it
+        a.defect_repair_overwrites = defect;
+        repair(&mut a, &mut b, cfg(3, true));
+        let want = if defect { (1, &b"old"[..]) } else { (9, &b"new"[..]) };
+        for r in [&a, &b] {
+            let e = r.get(b"k7").unwrap();
+            assert_eq!((e.ts, e.value.as_deref().unwrap()), want, "defect {defect}");
+        }
+    }
+}
