@@ -15,9 +15,11 @@
 //! * [`perf`] — latency quantiles and throughput per `f` and fault window
 //! * [`digest`] — the keeper's divergence detector, from nemesis events
 //! * [`dedup`] — insert deduplication of the replicated table
+//! * [`convergence`] — LWW kv replicas after heal and repair
 //! * [`registry`] — checkers by name, as the CLI names them
 
 pub mod checker;
+pub mod convergence;
 pub mod counter;
 pub mod dedup;
 pub mod digest;

@@ -25,11 +25,12 @@ pub enum CheckerKind {
     Perf,
     Digest,
     Dedup,
+    Convergence,
 }
 
 impl CheckerKind {
     /// Every checker, in the order help text lists them.
-    pub const ALL: [CheckerKind; 10] = [
+    pub const ALL: [CheckerKind; 11] = [
         CheckerKind::Linearizable,
         CheckerKind::UniqueIds,
         CheckerKind::Set,
@@ -40,6 +41,7 @@ impl CheckerKind {
         CheckerKind::Perf,
         CheckerKind::Digest,
         CheckerKind::Dedup,
+        CheckerKind::Convergence,
     ];
 
     pub fn name(self) -> &'static str {
@@ -54,6 +56,7 @@ impl CheckerKind {
             CheckerKind::Perf => "perf",
             CheckerKind::Digest => "digest",
             CheckerKind::Dedup => "dedup",
+            CheckerKind::Convergence => "convergence",
         }
     }
 
@@ -87,6 +90,7 @@ pub fn build(
         CheckerKind::Perf => Box::new(crate::perf::Perf),
         CheckerKind::Digest => Box::new(crate::digest::DigestChecker),
         CheckerKind::Dedup => Box::new(crate::dedup::Dedup),
+        CheckerKind::Convergence => Box::new(crate::convergence::Convergence),
     })
 }
 

@@ -169,10 +169,13 @@ pub trait LinkCut {
     fn heal_links(&self);
 }
 
-/// Where the replicated table answers (ClickHouse's HTTP interface).
+/// Where the replicated table (ClickHouse's HTTP interface) and the kv
+/// service answer.
 pub trait TableHttp {
     /// Node `i`'s table HTTP address; None where it holds no replica.
     fn table_http(&self, i: u64) -> Option<SocketAddr>;
+    /// Node `i`'s kv service address; None where it runs none.
+    fn kv_http(&self, i: u64) -> Option<SocketAddr>;
 }
 
 /// Everything a campaign drives.

@@ -27,6 +27,7 @@
 use crate::backend::Backend;
 use crate::claim::Claim;
 use crate::cli::TestArgs;
+use crate::deletes::{self, KvClient};
 use crate::fail::Failure;
 use crate::inserts::{self, InsertClient, Replicas};
 use crate::judge::{self, Bench, Judgement};
@@ -54,6 +55,9 @@ use std::time::{Duration, Instant, SystemTime};
 const PHASE_TIMEOUT: Duration = Duration::from_secs(45);
 /// The final reads get at most this long.
 const FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The kv final phase: three rounds of repair over every range, and a dump
+/// of every server.
+const KV_FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Failed attempts a final operation gets.
 const FINAL_TRIES: u32 = 5;
 /// The whole run may take the time limit plus this much before the
@@ -177,6 +181,8 @@ struct Env {
     spec: ClientSpec,
     /// The insert-retry workload's client (its table's replicas).
     inserts: Option<Arc<InsertClient>>,
+    /// The delete workload's client (the kv servers).
+    kv: Option<Arc<KvClient>>,
 }
 
 /// Phase 2: servers up on an address block of this run's own, a leader,
@@ -199,6 +205,11 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     } else {
         Partitioner::Unused
     };
+    if plan.kv.is_some() && partitioner.needs_proxies() {
+        return Err(Failure::new(
+            "partitions of the delete workload need iptables (run as root): the per-link proxies carry Raft traffic only",
+        ));
+    }
     let table = match &plan.table {
         Some(t) => Some(crate::cluster::local_table(
             drift_workloads::table::TABLE_DECLARATION,
@@ -206,6 +217,13 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
             plan.port + crate::plan::TABLE_HTTP_PORT_OFFSET,
             plan.port + crate::plan::TABLE_INTERSERVER_PORT_OFFSET,
             &t.settings(),
+        )?),
+        None => None,
+    };
+    let kv = match &plan.kv {
+        Some(k) => Some(crate::cluster::LocalKv::new(
+            plan.port + crate::plan::KV_PORT_OFFSET,
+            &k.settings(),
         )?),
         None => None,
     };
@@ -225,9 +243,14 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         zookeeper: plan.target == Target::Zookeeper,
         proxies: partitioner.needs_proxies(),
         table: table.as_ref(),
-        kv: None,
+        kv: kv.as_ref(),
         extra,
-        defect: plan.table.as_ref().and_then(|t| t.defect).map(|d| d.name()),
+        defect: plan
+            .table
+            .as_ref()
+            .and_then(|t| t.defect)
+            .or(plan.kv.as_ref().and_then(|k| k.defect))
+            .map(|d| d.name()),
     };
     let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
     info.hosts = cluster
@@ -267,6 +290,27 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         }
         None => None,
     };
+    let kv = match &plan.kv {
+        Some(k) => {
+            let servers: Vec<(u64, String)> = cluster
+                .ids()
+                .into_iter()
+                .filter_map(|i| cluster.kv_http(i).map(|a| (i, format!("http://{a}"))))
+                .collect();
+            wait_kv(cluster.as_mut())?;
+            if let Some(d) = k.defect {
+                out!(
+                    "  DEFECT {} armed on every node: the convergence checker must find it",
+                    d.name()
+                );
+            }
+            Some(Arc::new(KvClient {
+                servers,
+                op_timeout: Duration::from_millis(plan.op_timeout_ms),
+            }))
+        }
+        None => None,
+    };
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -282,7 +326,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         // the client to sync first
         sync_reads: plan.target == Target::Zookeeper && plan.quorum_reads,
     };
-    if inserts.is_none() {
+    if inserts.is_none() && kv.is_none() {
         rt.block_on(setup_root(&spec)).map_err(Failure::new)?;
     }
     Ok(Env {
@@ -292,7 +336,34 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         rt,
         spec,
         inserts,
+        kv,
     })
+}
+
+/// Waits until every kv server answers.
+fn wait_kv(cluster: &mut dyn Backend) -> Result<(), Failure> {
+    let deadline = Instant::now() + PHASE_TIMEOUT;
+    let addrs: Vec<std::net::SocketAddr> = cluster.ids().into_iter().filter_map(|i| cluster.kv_http(i)).collect();
+    while Instant::now() < deadline {
+        if addrs
+            .iter()
+            .all(|a| crate::cluster::http_get(*a, "/ping").is_some_and(|(code, _)| code == 200))
+        {
+            return Ok(());
+        }
+        if let Some(e) = cluster.exits().first() {
+            return Err(Failure::new(format!(
+                "node {} exited while its kv service started ({}); see its log under the run dir",
+                e.node,
+                e.how()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(Failure::new(format!(
+        "the kv servers did not all answer within {}s (logs under the run dir)",
+        PHASE_TIMEOUT.as_secs()
+    )))
 }
 
 /// Waits until every table replica is registered and writable.
@@ -514,6 +585,12 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
             inserts::window_event(t.dedup_window, t.dedup_window_seconds, epsilon_ms, &client.replicas),
         );
     }
+    if let Some(k) = &plan.kv {
+        recorder.event(
+            deletes::CONFIG_EVENT,
+            deletes::config_event(k.rf, k.w, k.r, k.gc.name(), k.gc_grace_ms, k.repair_interval_ms),
+        );
+    }
     let pace = Pace {
         stride: plan.concurrency,
         seed: c.seed,
@@ -521,9 +598,16 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         every: Duration::from_secs_f64(plan.concurrency as f64 / plan.rate),
     };
     let workers: Vec<_> = (0..plan.concurrency)
-        .map(|w| match &env.inserts {
-            Some(client) => env.rt.spawn(inserts::worker(w, pace, recorder.clone(), client.clone())),
-            None => env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone())),
+        .map(|w| match (&env.inserts, &env.kv) {
+            (Some(client), _) => env.rt.spawn(inserts::worker(w, pace, recorder.clone(), client.clone())),
+            (None, Some(client)) => env.rt.spawn(deletes::worker(
+                w,
+                pace,
+                recorder.clone(),
+                client.clone(),
+                plan.workload(),
+            )),
+            (None, None) => env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone())),
         })
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
@@ -568,7 +652,13 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
 /// converged (or the event says they did not).
 fn heal(env: &Env, main: &Main) {
     out!("\n  healing: every fault stopped, dead servers restarted");
-    let note = nemesis::heal_all(&env.cluster, &main.recorder, &env.partitioner, env.inserts.is_some());
+    let note = nemesis::heal_all(
+        &env.cluster,
+        &main.recorder,
+        &env.partitioner,
+        env.inserts.is_some(),
+        env.kv.is_some(),
+    );
     let converged = wait_converged(&env.cluster, main.watchdog);
     main.recorder
         .event("healed", json!({"converged": converged.is_ok(), "note": note}));
@@ -596,6 +686,22 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             TABLE_FINAL_PHASE_TIMEOUT,
             inserts::final_reads(r, client, first, per_read),
         );
+    }
+    if let Some(client) = &env.kv {
+        // nothing moves the replicas but the final repairs: scheduled
+        // repairs and GC passes paused on every server
+        if let Ok(c) = env.cluster.lock() {
+            for i in c.ids() {
+                for cmd in ["kv repair-off", "kv gc-off"] {
+                    if let Err(e) = c.admin(i, cmd) {
+                        main.recorder
+                            .event("final-op-failed", json!({"f": cmd, "node": i, "why": e.to_string()}));
+                    }
+                }
+            }
+        }
+        let (r, client) = (main.recorder.clone(), client.clone());
+        bounded_final(env, main, KV_FINAL_PHASE_TIMEOUT, deletes::final_phase(r, client));
     }
     if !workload.final_ops().is_empty() {
         let final_spec = ClientSpec {
@@ -764,6 +870,21 @@ fn observe(node: u64, line: &str, r: &Recorder) {
         Some("panic") => r.event("node-panic", json!({"node": node, "what": v["what"]})),
         Some("snapshot_installed") => r.event("snapshot-installed", json!({"node": node, "index": v["index"]})),
         Some("changelog_torn_tail") => r.event("torn-tail-repaired", json!({"node": node, "file": v["file"]})),
+        // the final phase records the repairs it asks for itself
+        Some("kv_repair") if v["trigger"] == "schedule" => {
+            let mut e = v.clone();
+            if let Some(o) = e.as_object_mut() {
+                for k in ["ts_ms", "service", "event", "trigger"] {
+                    o.remove(k);
+                }
+            }
+            r.event(drift_checkers::convergence::REPAIR_F, e);
+        }
+        Some("kv_gc") => r.event(
+            drift_checkers::convergence::GC_F,
+            json!({"node": node, "grace_ms": v["grace_ms"], "horizon_ts": v["horizon_ts"], "purged": v["purged"],
+                "mode": v["mode"], "forced": v["forced"]}),
+        ),
         _ => {}
     }
 }
@@ -827,6 +948,7 @@ fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problem
             "perf" => perf_line(results),
             "linearizable" => format!("{} keys, {} invalid", ch.details["keys"], ch.details["keys_invalid"]),
             "dedup" => dedup_line(&ch.details),
+            "convergence" => convergence_line(&ch.details),
             _ => String::new(),
         };
         out!("  checker {:<13} {:<8} {extra}", ch.checker, ch.verdict.as_str());
@@ -854,6 +976,29 @@ fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problem
     if results.verdict != Verdict::Valid {
         out!("reproduce: drift replay {}   (seed {})", run.path.display(), c.seed);
     }
+}
+
+/// The convergence checker's headline: what it judged and found.
+fn convergence_line(d: &Value) -> String {
+    let counts = d["counts"]
+        .as_object()
+        .map(|c| c.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
+        .unwrap_or_default();
+    format!(
+        "{} keys, {} writes, {} reads{}, {} ranges read, {} repair sessions, {} GC passes{}",
+        d["keys"],
+        d["writes"],
+        d["reads"],
+        if d["reads_judged"] == true { " (judged)" } else { "" },
+        d["ranges_read"],
+        d["repair_sessions"],
+        d["gc_passes"],
+        if counts.is_empty() {
+            String::new()
+        } else {
+            format!("; {counts}")
+        }
+    )
 }
 
 /// The dedup checker's headline: what the clients did and what the

@@ -280,9 +280,28 @@ pub struct TestArgs {
     /// insert-retry: start every node with a test-only table defect (its
     /// fault hooks on), to prove the dedup checker finds it: skip-dedup
     /// and no-block-id duplicate retried blocks, lose-part acknowledges
-    /// blocks whose rows it drops
+    /// blocks whose rows it drops. delete: repair-overwrites makes repair
+    /// write the peer's version over the local one instead of merging
     #[arg(long, value_enum)]
     pub defect: Option<Defect>,
+    /// delete: how tombstones are collected: time (older than the grace;
+    /// a replica not repaired within it may resurrect a key) or repair
+    /// (only once every replica of the range was repaired) [default: time]
+    #[arg(long = "kv-gc", value_enum)]
+    pub kv_gc: Option<plan::KvGc>,
+    /// delete: the tombstones' grace period, ms [default: 10000]
+    #[arg(long = "gc-grace-ms", value_parser = clap::value_parser!(u64).range(0..=plan::TIMEOUT_MAX_MS))]
+    pub gc_grace_ms: Option<u64>,
+    /// delete: how often each server repairs the ranges it is the primary
+    /// of, ms; 0: only the final repair [default: 2000]
+    #[arg(long = "repair-interval-ms", value_parser = clap::value_parser!(u64).range(0..=plan::TIMEOUT_MAX_MS))]
+    pub repair_interval_ms: Option<u64>,
+    /// delete: acknowledgements a write waits for [default: a majority of RF = min(3, nodes)]
+    #[arg(long = "kv-w", value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
+    pub kv_w: Option<u64>,
+    /// delete: replicas a read waits for [default: a majority of RF]
+    #[arg(long = "kv-r", value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
+    pub kv_r: Option<u64>,
     /// Root of the result store.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,

@@ -87,13 +87,17 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     }
     // the tables run beside the keeper, on their own runtime, until it stops
     let tables = drift_node::table::start(&config, args.id).map_err(failed)?;
-    arm_defect(tables.as_ref().map(|t| &*t.node), fault_token.is_some())?;
+    // the kv service too runs beside the keeper, on a runtime of its own
+    let kv = drift_node::kv::start(&config, args.id).map_err(failed)?;
+    arm_defect(
+        tables.as_ref().map(|t| &*t.node),
+        kv.as_ref().map(|k| &*k.node),
+        fault_token.is_some(),
+    )?;
     let table_admin = tables.as_ref().map(|t| {
         let node = t.node.clone();
         std::sync::Arc::new(move |line: &str| node.admin(line)) as drift_node::keeper_node::TableAdmin
     });
-    // the kv service too runs beside the keeper, on a runtime of its own
-    let kv = drift_node::kv::start(&config, args.id).map_err(failed)?;
     let kv_admin = kv.as_ref().map(|k| {
         let node = k.node.clone();
         std::sync::Arc::new(move |line: &str| node.admin(line)) as drift_node::keeper_node::TableAdmin
@@ -115,10 +119,14 @@ pub fn node(args: NodeArgs) -> Result<i32, Failure> {
     Ok(0)
 }
 
-/// Arms the test-only table defect named by the environment
+/// Arms the test-only table or kv defect named by the environment
 /// ([`drift_node::table::hooks::DEFECT_ENV`]), only on a node whose fault
 /// hooks are on: a defect is never on by default, nor without the token.
-fn arm_defect(tables: Option<&drift_node::table::TableNode>, hooks_on: bool) -> Result<(), Failure> {
+fn arm_defect(
+    tables: Option<&drift_node::table::TableNode>,
+    kv: Option<&drift_node::kv::KvNode>,
+    hooks_on: bool,
+) -> Result<(), Failure> {
     let env = drift_node::table::hooks::DEFECT_ENV;
     let Some(defect) = std::env::var_os(env) else {
         return Ok(());
@@ -128,6 +136,17 @@ fn arm_defect(tables: Option<&drift_node::table::TableNode>, hooks_on: bool) -> 
         return Err(Failure::new(format!(
             "{env}={defect}: a defect is armed only on a node with fault hooks (--admin and a token)"
         )));
+    }
+    if defect == drift_node::kv::DEFECT_REPAIR_OVERWRITES {
+        let Some(k) = kv else {
+            return Err(Failure::new(format!("{env}={defect}: this node runs no kv service")));
+        };
+        let answer = k.admin("defect-overwrite on");
+        return if answer == "ok" {
+            Ok(())
+        } else {
+            Err(Failure::new(format!("{env}={defect}: {answer}")))
+        };
     }
     let Some(t) = tables else {
         return Err(Failure::new(format!("{env}={defect}: this node holds no table")));

@@ -32,6 +32,8 @@ pub struct LocalNode {
     pub admin: SocketAddr,
     /// The table's HTTP interface, where the node holds a replica.
     pub http: Option<SocketAddr>,
+    /// The kv service's HTTP interface, where the node runs it.
+    pub kv: Option<SocketAddr>,
     pub dir: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
@@ -163,6 +165,7 @@ impl LocalCluster {
                 peer: SocketAddr::new(block.ip(i), port + 1),
                 admin: SocketAddr::new(block.ip(i), port + 2),
                 http: config.peer(i).and_then(|p| p.http),
+                kv: config.peer(i).and_then(|p| p.kv),
                 dir: config.node_dir(i),
                 log: base.join(format!("n{i}.log")),
                 child: None,
@@ -523,6 +526,10 @@ impl LinkCut for LocalCluster {
 impl TableHttp for LocalCluster {
     fn table_http(&self, i: u64) -> Option<SocketAddr> {
         self.nodes[(i - 1) as usize].http
+    }
+
+    fn kv_http(&self, i: u64) -> Option<SocketAddr> {
+        self.nodes[(i - 1) as usize].kv
     }
 }
 

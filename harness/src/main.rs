@@ -22,6 +22,7 @@ mod cli;
 mod cluster;
 mod compare;
 mod convert;
+mod deletes;
 mod fail;
 mod inserts;
 mod judge;

@@ -24,6 +24,11 @@
 //!   get no HTTP answer), `stop-fetches` (a replica fetches nothing),
 //!   `keeper-cut` (a replica loses its coordinator session and makes no
 //!   new one: read-only, its ephemerals expire).
+//! * For the kv service (the delete workload), through its hooks:
+//!   `gc-tombstones` (chosen servers purge tombstones by time with a short
+//!   grace, shorter than a repair takes, until the stop) and `skip-repair`
+//!   (chosen servers start no scheduled repair until the stop). `clock`
+//!   skews the kv coordinators' timestamps too.
 //!
 //! The schedule is derived from the run's seed and stored as applied, so a
 //! replay applies the same faults at the same times. A stored schedule is
@@ -56,6 +61,8 @@ pub enum FaultKind {
     KeeperCut,
     KeeperRestart,
     Wipe,
+    GcTombstones,
+    SkipRepair,
 }
 
 impl FaultKind {
@@ -72,7 +79,15 @@ impl FaultKind {
             FaultKind::KeeperCut => "keeper-cut",
             FaultKind::KeeperRestart => "keeper-restart",
             FaultKind::Wipe => "wipe",
+            FaultKind::GcTombstones => "gc-tombstones",
+            FaultKind::SkipRepair => "skip-repair",
         }
+    }
+
+    /// Whether it acts through the kv service's hooks (so needs a
+    /// campaign with the kv service).
+    pub fn needs_kv(self) -> bool {
+        matches!(self, FaultKind::GcTombstones | FaultKind::SkipRepair)
     }
 
     /// Whether it acts through the replicated table's hooks (so needs a
@@ -84,7 +99,7 @@ impl FaultKind {
         )
     }
 
-    const ALL: [FaultKind; 11] = [
+    const ALL: [FaultKind; 13] = [
         FaultKind::Partition,
         FaultKind::Kill,
         FaultKind::Pause,
@@ -96,6 +111,8 @@ impl FaultKind {
         FaultKind::KeeperCut,
         FaultKind::KeeperRestart,
         FaultKind::Wipe,
+        FaultKind::GcTombstones,
+        FaultKind::SkipRepair,
     ];
 
     fn parse(name: &str) -> Option<FaultKind> {
@@ -158,6 +175,10 @@ impl CorruptMode {
     }
 }
 
+/// Most grace a `gc-tombstones` fault gives tombstones: it is meant to be
+/// shorter than a repair takes.
+pub const GC_FAULT_GRACE_MS_MAX: u64 = 60_000;
+
 /// Most a `clock` fault may offset a server's clock by: a day.
 pub const CLOCK_OFFSET_MS_MAX: i64 = 86_400_000;
 
@@ -185,6 +206,10 @@ pub enum Fault {
     KeeperCut,
     KeeperRestart,
     Wipe,
+    GcTombstones {
+        grace_ms: u64,
+    },
+    SkipRepair,
 }
 
 impl Fault {
@@ -201,6 +226,8 @@ impl Fault {
             Fault::KeeperCut => FaultKind::KeeperCut,
             Fault::KeeperRestart => FaultKind::KeeperRestart,
             Fault::Wipe => FaultKind::Wipe,
+            Fault::GcTombstones { .. } => FaultKind::GcTombstones,
+            Fault::SkipRepair => FaultKind::SkipRepair,
         }
     }
 }
@@ -286,6 +313,16 @@ impl TryFrom<RawStep> for Step {
             FaultKind::KeeperCut => Fault::KeeperCut,
             FaultKind::KeeperRestart => Fault::KeeperRestart,
             FaultKind::Wipe => Fault::Wipe,
+            FaultKind::GcTombstones => match r.variant.parse::<u64>() {
+                Ok(grace_ms) if grace_ms <= GC_FAULT_GRACE_MS_MAX => Fault::GcTombstones { grace_ms },
+                _ => {
+                    return Err(format!(
+                        "gc-tombstones variant `{}` is not a grace in ms within 0..={GC_FAULT_GRACE_MS_MAX}",
+                        r.variant
+                    ))
+                }
+            },
+            FaultKind::SkipRepair => Fault::SkipRepair,
         };
         Ok(Step {
             start_ms: r.start_ms,
@@ -304,7 +341,9 @@ impl From<Step> for RawStep {
             Fault::Partition { shape, links } => (shape.name().to_string(), links),
             Fault::Corrupt { mode, pick } => (format!("{}:{pick}", mode.name()), vec![]),
             Fault::Clock { offset_ms } => (offset_ms.to_string(), vec![]),
-            Fault::Kill
+            Fault::GcTombstones { grace_ms } => (grace_ms.to_string(), vec![]),
+            Fault::SkipRepair
+            | Fault::Kill
             | Fault::Pause
             | Fault::Diverge
             | Fault::DropReply
@@ -356,9 +395,12 @@ pub fn check_schedule(steps: &[Step], nodes: u64, limit_ms: u64) -> Result<(), S
                 }
                 None
             }
-            Fault::Kill | Fault::Pause | Fault::DropReply | Fault::KeeperRestart => {
-                (s.nodes.is_empty()).then_some("at least one node")
-            }
+            Fault::Kill
+            | Fault::Pause
+            | Fault::DropReply
+            | Fault::KeeperRestart
+            | Fault::GcTombstones { .. }
+            | Fault::SkipRepair => (s.nodes.is_empty()).then_some("at least one node"),
             Fault::Corrupt { .. }
             | Fault::Diverge
             | Fault::Clock { .. }
@@ -411,6 +453,11 @@ pub fn schedule(kinds: &[FaultKind], nodes: u64, interval_ms: u64, limit_ms: u64
             // every server, one after the other, in the shuffled order
             FaultKind::KeeperRestart => (Fault::KeeperRestart, ids.clone()),
             FaultKind::Wipe => (Fault::Wipe, ids[..1].to_vec()),
+            FaultKind::GcTombstones => {
+                let grace_ms = 50 + rng.below(451);
+                (Fault::GcTombstones { grace_ms }, ids[..minority].to_vec())
+            }
+            FaultKind::SkipRepair => (Fault::SkipRepair, ids[..minority].to_vec()),
         };
         out.push(Step {
             start_ms: t,
@@ -552,19 +599,29 @@ impl Partitioner {
     }
 
     /// Cuts `links`; returns what it did. A link a→b is every packet
-    /// from a's peer address to b's that belongs to a Raft connection —
-    /// to b's Raft port, or from a's — so the rules touch this run's
-    /// peer traffic and nothing else on the machine.
+    /// from a's peer address to b's that belongs to a Raft or kv
+    /// connection — to b's Raft or kv port, or from a's — so the rules
+    /// touch this run's peer traffic and nothing else on the machine.
     pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)]) -> String {
         match self {
             Partitioner::Iptables { chain, .. } => {
                 let mut n = 0;
+                let ports = |i: u64| {
+                    let mut p = vec![cluster.peer_addr(i).port()];
+                    p.extend(cluster.kv_http(i).map(|a| a.port()));
+                    p
+                };
                 for (a, b) in links {
                     let (pa, pb) = (cluster.peer_addr(*a), cluster.peer_addr(*b));
                     let (sa, sb) = (pa.ip().to_string(), pb.ip().to_string());
-                    let to_b = ["--dport", &pb.port().to_string()].map(str::to_string);
-                    let from_a = ["--sport", &pa.port().to_string()].map(str::to_string);
-                    let ok = [to_b, from_a].iter().all(|port| {
+                    let mut rules: Vec<[String; 2]> = Vec::new();
+                    for port in ports(*b) {
+                        rules.push(["--dport".into(), port.to_string()]);
+                    }
+                    for port in ports(*a) {
+                        rules.push(["--sport".into(), port.to_string()]);
+                    }
+                    let ok = rules.iter().all(|port| {
                         ipt(&[
                             "-A", chain, "-s", &sa, "-d", &sb, "-p", "tcp", &port[0], &port[1], "-j", "DROP",
                         ])
@@ -624,17 +681,24 @@ fn ipt(args: &[&str]) -> bool {
 /// before the next one is restarted anyway.
 const ROLLING_RESTART_WAIT: Duration = Duration::from_secs(15);
 
-/// The table hook command of a table fault's start or stop.
-fn table_hook(fault: &Fault, start: bool) -> Option<&'static str> {
-    Some(match (fault, start) {
-        (Fault::DropReply, true) => "table drop-replies-on",
-        (Fault::DropReply, false) => "table drop-replies-off",
-        (Fault::StopFetches, true) => "table stop-fetches",
-        (Fault::StopFetches, false) => "table resume-fetches",
-        (Fault::KeeperCut, true) => "table keeper-cut",
-        (Fault::KeeperCut, false) => "table keeper-heal",
-        _ => return None,
-    })
+/// The hook command of a table or kv fault's start or stop.
+fn table_hook(fault: &Fault, start: bool) -> Option<String> {
+    Some(
+        match (fault, start) {
+            (Fault::DropReply, true) => "table drop-replies-on",
+            (Fault::DropReply, false) => "table drop-replies-off",
+            (Fault::StopFetches, true) => "table stop-fetches",
+            (Fault::StopFetches, false) => "table resume-fetches",
+            (Fault::KeeperCut, true) => "table keeper-cut",
+            (Fault::KeeperCut, false) => "table keeper-heal",
+            (Fault::GcTombstones { grace_ms }, true) => return Some(format!("kv gc-grace {grace_ms}")),
+            (Fault::GcTombstones { .. }, false) => "kv gc-grace off",
+            (Fault::SkipRepair, true) => "kv repair-off",
+            (Fault::SkipRepair, false) => "kv repair-on",
+            _ => return None,
+        }
+        .to_string(),
+    )
 }
 
 /// Sends `cmd` to each of `nodes`' hooks; what each answered.
@@ -698,7 +762,7 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
         return "cluster lock poisoned".into();
     };
     if let Some(cmd) = table_hook(&step.fault, true) {
-        return hooks_on(c.as_ref(), &step.nodes, cmd);
+        return hooks_on(c.as_ref(), &step.nodes, &cmd);
     }
     match &step.fault {
         Fault::Partition { links, .. } => p.cut(c.as_ref(), links),
@@ -749,7 +813,12 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
         Fault::Clock { offset_ms } => c
             .admin(step.nodes[0], &format!("clock {offset_ms}"))
             .unwrap_or_else(|e| e.to_string()),
-        Fault::KeeperRestart | Fault::DropReply | Fault::StopFetches | Fault::KeeperCut => {
+        Fault::KeeperRestart
+        | Fault::DropReply
+        | Fault::StopFetches
+        | Fault::KeeperCut
+        | Fault::GcTombstones { .. }
+        | Fault::SkipRepair => {
             unreachable!("handled above")
         }
     }
@@ -761,14 +830,16 @@ pub fn stop(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> 
         return "cluster lock poisoned".into();
     };
     if let Some(cmd) = table_hook(&step.fault, false) {
-        return hooks_on(c.as_ref(), &step.nodes, cmd);
+        return hooks_on(c.as_ref(), &step.nodes, &cmd);
     }
     match &step.fault {
         Fault::Partition { .. } => {
             p.heal(c.as_ref());
             "healed".into()
         }
-        Fault::DropReply | Fault::StopFetches | Fault::KeeperCut => unreachable!("handled above"),
+        Fault::DropReply | Fault::StopFetches | Fault::KeeperCut | Fault::GcTombstones { .. } | Fault::SkipRepair => {
+            unreachable!("handled above")
+        }
         Fault::Kill | Fault::Corrupt { .. } | Fault::Diverge | Fault::Wipe | Fault::KeeperRestart => {
             let mut out = Vec::new();
             for i in c.ids() {
@@ -851,9 +922,9 @@ pub fn record_exits(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> Vec<crat
 
 /// Stops every fault and brings every server back; one that will not
 /// start (a corruption it refuses) is wiped and rejoins from its peers.
-/// With `table`, every replica's fault hooks are turned off too. What
-/// went wrong, if anything.
-pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner, table: bool) -> String {
+/// With `table`, every replica's fault hooks are turned off too, and with
+/// `kv` the kv service's. What went wrong, if anything.
+pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner, table: bool, kv: bool) -> String {
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
@@ -863,12 +934,17 @@ pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner
         c.resume(i);
         if c.is_up(i) {
             let _ = c.admin(i, "clock 0");
+            let mut faults = Vec::new();
             if table {
-                for f in [Fault::DropReply, Fault::StopFetches, Fault::KeeperCut] {
-                    let cmd = table_hook(&f, false).expect("a table fault");
-                    if let Err(e) = c.admin(i, cmd) {
-                        notes.push(format!("node {i}: {cmd}: {e}"));
-                    }
+                faults.extend([Fault::DropReply, Fault::StopFetches, Fault::KeeperCut]);
+            }
+            if kv {
+                faults.extend([Fault::GcTombstones { grace_ms: 0 }, Fault::SkipRepair]);
+            }
+            for f in faults {
+                let cmd = table_hook(&f, false).expect("a hooked fault");
+                if let Err(e) = c.admin(i, &cmd) {
+                    notes.push(format!("node {i}: {cmd}: {e}"));
                 }
             }
         } else if let Err(e) = c.start(i) {

@@ -45,6 +45,8 @@ pub const INSERT_ATTEMPTS_MAX: u32 = 100;
 /// 8123 and 9009 would collide between runs on one address block).
 pub const TABLE_HTTP_PORT_OFFSET: u16 = 4;
 pub const TABLE_INTERSERVER_PORT_OFFSET: u16 = 5;
+/// The kv service's HTTP port is P+6.
+pub const KV_PORT_OFFSET: u16 = 6;
 
 /// The system under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -96,6 +98,9 @@ pub enum Defect {
     /// A block's id is recorded, its rows are not, and the client is told
     /// success: acknowledged rows are lost and their retries swallowed.
     LosePart,
+    /// (delete) A repair writes the peer's version over its own instead of
+    /// merging: a newer write is lost to an older one.
+    RepairOverwrites,
 }
 
 impl Defect {
@@ -105,7 +110,80 @@ impl Defect {
             Defect::SkipDedup => "skip-dedup",
             Defect::NoBlockId => "no-block-id",
             Defect::LosePart => "lose-part",
+            Defect::RepairOverwrites => "repair-overwrites",
         }
+    }
+
+    /// Whether it breaks the kv service (else the table).
+    pub fn is_kv(self) -> bool {
+        self == Defect::RepairOverwrites
+    }
+}
+
+/// How the kv service collects tombstones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum KvGc {
+    /// Older than the grace period.
+    Time,
+    /// Older than the grace period and than the last repair of the range
+    /// with every other replica.
+    Repair,
+}
+
+impl KvGc {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvGc::Time => "time",
+            KvGc::Repair => "repair",
+        }
+    }
+}
+
+/// The delete workload's kv service, as `run.json` stores it under
+/// `config.kv`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvPlan {
+    pub rf: u64,
+    pub w: u64,
+    pub r: u64,
+    pub gc: KvGc,
+    pub gc_grace_ms: u64,
+    pub repair_interval_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defect: Option<Defect>,
+}
+
+impl KvPlan {
+    pub const DEFAULT_GC_GRACE_MS: u64 = 10_000;
+    pub const DEFAULT_REPAIR_INTERVAL_MS: u64 = 2_000;
+
+    fn from_args(args: &TestArgs) -> KvPlan {
+        let rf = args.nodes.min(3);
+        KvPlan {
+            rf,
+            w: args.kv_w.unwrap_or(rf / 2 + 1),
+            r: args.kv_r.unwrap_or(rf / 2 + 1),
+            gc: args.kv_gc.unwrap_or(KvGc::Time),
+            gc_grace_ms: args.gc_grace_ms.unwrap_or(Self::DEFAULT_GC_GRACE_MS),
+            repair_interval_ms: args.repair_interval_ms.unwrap_or(Self::DEFAULT_REPAIR_INTERVAL_MS),
+            defect: args.defect,
+        }
+    }
+
+    /// The `[kv]` lines of the campaign's cluster file.
+    pub fn settings(&self) -> Vec<String> {
+        vec![
+            format!("rf = {}", self.rf),
+            format!("w = {}", self.w),
+            format!("r = {}", self.r),
+            format!("gc = {:?}", self.gc.name()),
+            format!("gc_grace_ms = {}", self.gc_grace_ms),
+            "gc_interval_ms = 500".to_string(),
+            format!("repair_interval_ms = {}", self.repair_interval_ms),
+            "tree_depth = 8".to_string(),
+        ]
     }
 }
 
@@ -202,6 +280,9 @@ pub struct Plan {
     /// the znode workloads).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<TablePlan>,
+    /// The kv service, for the delete workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<KvPlan>,
 }
 
 /// A plan with its seed and fault schedule: all a run needs to be run
@@ -240,23 +321,42 @@ impl Plan {
             checkers: Vec::new(),
             block: args.block,
             table: None,
+            kv: None,
         };
-        if plan.workload().is_table() {
-            plan.table = Some(TablePlan::from_args(args));
-        } else {
-            let given = [
-                ("--dedup-window", args.dedup_window.is_some()),
-                ("--dedup-window-seconds", args.dedup_window_seconds.is_some()),
-                ("--cleanup-period-ms", args.cleanup_period_ms.is_some()),
-                ("--insert-attempts", args.insert_attempts.is_some()),
-                ("--defect", args.defect.is_some()),
-            ];
-            if let Some((name, _)) = given.iter().find(|(_, g)| *g) {
+        let table_options = [
+            ("--dedup-window", args.dedup_window.is_some()),
+            ("--dedup-window-seconds", args.dedup_window_seconds.is_some()),
+            ("--cleanup-period-ms", args.cleanup_period_ms.is_some()),
+            ("--insert-attempts", args.insert_attempts.is_some()),
+            ("--defect", args.defect.is_some_and(|d| !d.is_kv())),
+        ];
+        let kv_options = [
+            ("--kv-gc", args.kv_gc.is_some()),
+            ("--gc-grace-ms", args.gc_grace_ms.is_some()),
+            ("--repair-interval-ms", args.repair_interval_ms.is_some()),
+            ("--kv-w", args.kv_w.is_some()),
+            ("--kv-r", args.kv_r.is_some()),
+            ("--defect", args.defect.is_some_and(|d| d.is_kv())),
+        ];
+        for (options, owner, mine) in [
+            (&table_options[..], "insert-retry", plan.workload().is_table()),
+            (&kv_options[..], "delete", plan.workload().is_kv()),
+        ] {
+            if let Some((name, _)) = options.iter().find(|(_, g)| *g).filter(|_| !mine) {
                 return Err(Failure::new(format!(
-                    "{name} is an option of --workload insert-retry, not of {}",
+                    "{name}{} is an option of --workload {owner}, not of {}",
+                    args.defect
+                        .filter(|_| *name == "--defect")
+                        .map_or(String::new(), |d| format!(" {}", d.name())),
                     plan.workload().name()
                 )));
             }
+        }
+        if plan.workload().is_table() {
+            plan.table = Some(TablePlan::from_args(args));
+        }
+        if plan.workload().is_kv() {
+            plan.kv = Some(KvPlan::from_args(args));
         }
         plan.checkers = plan.checkers();
         plan.check().map_err(Failure::new)?;
@@ -334,6 +434,45 @@ impl Plan {
                 ))
             }
             (None, false) => {}
+        }
+        match (&self.kv, self.workload().is_kv()) {
+            (Some(k), true) => {
+                within("kv.rf", k.rf, 1, self.nodes)?;
+                within("kv.w", k.w, 1, k.rf)?;
+                within("kv.r", k.r, 1, k.rf)?;
+                within("kv.gc_grace_ms", k.gc_grace_ms, 0, TIMEOUT_MAX_MS)?;
+                within("kv.repair_interval_ms", k.repair_interval_ms, 0, TIMEOUT_MAX_MS)?;
+                if let Some(d) = k.defect.filter(|d| !d.is_kv()) {
+                    return Err(format!("kv.defect: {} is a table defect", d.name()));
+                }
+            }
+            (None, true) => {
+                return Err(format!(
+                    "kv: missing (the {} workload needs it)",
+                    self.workload().name()
+                ))
+            }
+            (Some(_), false) => {
+                return Err(format!(
+                    "kv: only the delete workload has one, not {}",
+                    self.workload().name()
+                ))
+            }
+            (None, false) => {}
+        }
+        if let Some(d) = self.table.as_ref().and_then(|t| t.defect).filter(|d| d.is_kv()) {
+            return Err(format!("table.defect: {} is a kv defect", d.name()));
+        }
+        if !self.workload().is_kv() {
+            if let Some(k) = self.nemeses.iter().find(|k| k.needs_kv()) {
+                return Err(format!(
+                    "nemesis {} acts on the kv service: it needs --workload delete",
+                    k.name()
+                ));
+            }
+        }
+        if self.target == Target::Zookeeper && self.workload().is_kv() {
+            return Err("workload delete runs on the drift target only (the kv service is drift's)".into());
         }
         if !self.workload().is_table() {
             if let Some(k) = self.nemeses.iter().find(|k| k.needs_table()) {
@@ -461,6 +600,7 @@ mod tests {
             checkers: vec![],
             block: None,
             table: None,
+            kv: None,
         }
     }
 

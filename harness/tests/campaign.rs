@@ -265,7 +265,7 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
         ),
         (
             &["--workload", "bogus"],
-            "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry]",
+            "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry, delete]",
         ),
         (
             &["--nemesis", "meteor"],
@@ -330,10 +330,11 @@ fn test_help_lists_every_allowed_value_of_every_enumerated_option() {
     let out = drift().args(["test", "-h"]).output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout);
     for values in [
-        "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry]",
+        "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry, delete]",
         "[possible values: drift, zookeeper]",
-        "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe]",
-        "[possible values: skip-dedup, no-block-id, lose-part]",
+        "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe, gc-tombstones, skip-repair]",
+        "[possible values: skip-dedup, no-block-id, lose-part, repair-overwrites]",
+        "[possible values: time, repair]",
         "[possible values: auto, iptables, proxies]",
         "[possible values: off, incremental, full]",
     ] {
@@ -344,7 +345,7 @@ fn test_help_lists_every_allowed_value_of_every_enumerated_option() {
     assert!(help.contains("[possible values: cas-register, kv]"), "{help}");
     assert!(
         help.contains(
-            "[possible values: linearizable, unique-ids, set, counter, total-queue, ephemeral, stats, perf, digest, dedup]"
+            "[possible values: linearizable, unique-ids, set, counter, total-queue, ephemeral, stats, perf, digest, dedup, convergence]"
         ),
         "{help}"
     );
@@ -716,5 +717,90 @@ fn a_table_defect_makes_an_insert_retry_campaign_invalid_with_the_finding_named(
     let duplicates = counts["duplicate-in-window"].as_u64().unwrap_or(0) + counts["duplicate"].as_u64().unwrap_or(0);
     assert!(duplicates > 0, "the findings name the duplicates: {counts}");
     assert!(stdout.contains("duplicate"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn a_delete_campaign_under_kills_and_partitions_is_valid_and_its_second_final_repair_finds_nothing() {
+    let (stdout, run, store) = valid_campaign(
+        "delete",
+        "--workload delete --nemesis kill,partition,clock --nemesis-interval 4 --time-limit 14 --nodes 3 --port 23681",
+    );
+    let conv = checker_results(&run, "convergence").unwrap();
+    assert_eq!(conv["verdict"], "valid", "{conv}");
+    let d = &conv["details"];
+    assert_eq!(d["ranges_read"], 3, "every range read on its replicas: {d}");
+    assert!(
+        d["writes"].as_u64().unwrap() > 100 && d["keys"].as_u64().unwrap() > 10,
+        "{d}"
+    );
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    let events = |f: &str| -> Vec<serde_json::Value> {
+        history
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["f"] == f)
+            .collect()
+    };
+    assert_eq!(events("kv-replica").len(), 3, "one content read per server");
+    let second: Vec<_> = events("kv-repair")
+        .into_iter()
+        .filter(|v| v["value"]["pass"] == 2)
+        .collect();
+    assert_eq!(second.len(), 6, "3 ranges x 2 peers");
+    assert!(
+        second
+            .iter()
+            .all(|v| v["value"]["entries_to_peer"] == 0 && v["value"]["entries_from_peer"] == 0),
+        "{second:?}"
+    );
+    assert!(stdout.contains("checker convergence"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn the_repair_overwrites_defect_makes_a_delete_campaign_invalid_naming_what_it_broke() {
+    // repair takes the peer's version over a newer one of its own: a
+    // delete a killed server missed comes back, and the replicas disagree
+    let store = fresh_path("kv-defect");
+    let out = drift()
+        .args([
+            "test",
+            "--workload",
+            "delete",
+            "--nemesis",
+            "kill",
+            "--defect",
+            "repair-overwrites",
+        ])
+        .args([
+            "--nemesis-interval",
+            "6",
+            "--time-limit",
+            "20",
+            "--nodes",
+            "3",
+            "--seed",
+            "1",
+        ])
+        .args(["--port", "23781", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = only_run(&store);
+    let conv = checker_results(&run, "convergence").unwrap();
+    let counts = &conv["details"]["counts"];
+    let broken: u64 = ["diverged", "resurrected", "lost-update", "repair-not-idempotent"]
+        .iter()
+        .map(|k| counts[*k].as_u64().unwrap_or(0))
+        .sum();
+    assert!(broken > 0, "the findings name what the defect broke: {counts}");
     let _ = std::fs::remove_dir_all(&store);
 }

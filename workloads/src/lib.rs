@@ -5,7 +5,9 @@
 //! * [`workload`] — operation mixes and the checkers that judge them
 //! * [`zkclient`] — the operations through a real ZooKeeper client
 //! * [`table`] — the insert-retry workload over the table's HTTP interface
+//! * [`kv`] — the delete workload over the kv service's HTTP interface
 
+pub mod kv;
 pub mod rng;
 pub mod table;
 pub mod workload;

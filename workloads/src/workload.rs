@@ -15,6 +15,10 @@
 //!   on indeterminate outcomes (see [`crate::table`]; its operations go
 //!   over HTTP, not through [`Workload::next`]); the final phase syncs and
 //!   reads every replica.
+//! * `delete` — puts, overwrites and deletes on a few keys of the kv
+//!   service, and reads at its R, through any server (over HTTP, see
+//!   [`crate::kv`]); the final phase heals, repairs every range, reads
+//!   every replica's content and Merkle roots, and repairs once more.
 
 use crate::rng::Rng;
 use drift_checkers::linear::model::ModelKind;
@@ -34,6 +38,7 @@ pub enum Workload {
     TotalQueue,
     Ephemeral,
     InsertRetry,
+    Delete { keys: u32 },
 }
 
 /// One operation to invoke.
@@ -68,6 +73,7 @@ pub enum WorkloadKind {
     TotalQueue,
     Ephemeral,
     InsertRetry,
+    Delete,
 }
 
 impl Workload {
@@ -81,6 +87,7 @@ impl Workload {
             WorkloadKind::TotalQueue => Workload::TotalQueue,
             WorkloadKind::Ephemeral => Workload::Ephemeral,
             WorkloadKind::InsertRetry => Workload::InsertRetry,
+            WorkloadKind::Delete => Workload::Delete { keys: keys.max(1) },
         }
     }
 
@@ -88,6 +95,11 @@ impl Workload {
     /// than the keeper's znodes.
     pub fn is_table(&self) -> bool {
         *self == Workload::InsertRetry
+    }
+
+    /// Whether it runs against the kv service (over HTTP).
+    pub fn is_kv(&self) -> bool {
+        matches!(self, Workload::Delete { .. })
     }
 
     pub fn kind(&self) -> WorkloadKind {
@@ -98,6 +110,7 @@ impl Workload {
             Workload::TotalQueue => WorkloadKind::TotalQueue,
             Workload::Ephemeral => WorkloadKind::Ephemeral,
             Workload::InsertRetry => WorkloadKind::InsertRetry,
+            Workload::Delete { .. } => WorkloadKind::Delete,
         }
     }
 
@@ -109,6 +122,7 @@ impl Workload {
             Workload::TotalQueue => "total-queue",
             Workload::Ephemeral => "ephemeral",
             Workload::InsertRetry => "insert-retry",
+            Workload::Delete { .. } => "delete",
         }
     }
 
@@ -122,6 +136,7 @@ impl Workload {
             Workload::TotalQueue => "/drift/queue",
             Workload::Ephemeral => "/drift/ephemeral",
             Workload::InsertRetry => "/drift/inserts",
+            Workload::Delete { .. } => "/drift/kv",
         }
     }
 
@@ -134,6 +149,7 @@ impl Workload {
             Workload::TotalQueue => CheckerKind::TotalQueue,
             Workload::Ephemeral => CheckerKind::Ephemeral,
             Workload::InsertRetry => CheckerKind::Dedup,
+            Workload::Delete { .. } => CheckerKind::Convergence,
         };
         vec![main, CheckerKind::Stats, CheckerKind::Perf]
     }
@@ -149,6 +165,7 @@ impl Workload {
     pub fn next(&self, rng: &mut Rng, worker: u64, unique: &mut u64) -> OpSpec {
         match *self {
             Workload::InsertRetry => unreachable!("insert-retry workers draw from table::InsertGen"),
+            Workload::Delete { keys } => crate::kv::next(rng, keys, worker, unique),
             Workload::Register { keys } => {
                 let key = Some(format!("{}", rng.below(keys as u64)));
                 match rng.weighted(&[2, 1, 1]) {
@@ -252,7 +269,7 @@ impl Workload {
     /// table's final reads are [`crate::table::sync_and_read`], per replica).
     pub fn final_ops(&self) -> Vec<OpSpec> {
         match *self {
-            Workload::InsertRetry => vec![],
+            Workload::InsertRetry | Workload::Delete { .. } => vec![],
             Workload::Register { keys } => (0..keys)
                 .map(|k| OpSpec {
                     f: "read",

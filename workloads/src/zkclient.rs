@@ -157,8 +157,10 @@ impl ZkClient {
             Workload::Counter => self.counter(op).await,
             Workload::TotalQueue => self.queue(op).await,
             Workload::Ephemeral => self.ephemeral(op).await,
-            // not a znode workload: its client is crate::table
-            Workload::InsertRetry => Outcome::Fail(format!("{} is not a znode operation", op.f)),
+            // not znode workloads: their clients are crate::table and crate::kv
+            Workload::InsertRetry | Workload::Delete { .. } => {
+                Outcome::Fail(format!("{} is not a znode operation", op.f))
+            }
         }
     }
 

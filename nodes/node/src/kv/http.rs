@@ -306,7 +306,7 @@ async fn repair(node: &Arc<KvNode>, p: &BTreeMap<String, String>) -> Result<Resp
         return Err(error(400, "?rounds= must be in 1..=10"));
     }
     let peers = peer.map(|x| vec![x]);
-    let reports = node.repair_now(range, peers.as_deref(), rounds).await;
+    let reports = node.repair_now(range, peers.as_deref(), rounds, false).await;
     Ok(json(200, serde_json::json!({"server": node.id, "sessions": reports})))
 }
 

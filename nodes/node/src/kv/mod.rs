@@ -42,6 +42,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The kv defect a node with fault hooks arms at start when the table's
+/// defect variable names it (`drift_node::table::hooks::DEFECT_ENV`), so it
+/// outlives the node's restarts within a campaign.
+pub const DEFECT_REPAIR_OVERWRITES: &str = "repair-overwrites";
+
 /// Longest key: keys travel in URL paths.
 pub const KEY_BYTES_MAX: usize = 1024;
 /// Largest value a write carries.
@@ -140,6 +145,10 @@ pub struct KvNode {
     clock_offset_ms: AtomicI64,
     last_ts: AtomicU64,
     repair_paused: AtomicBool,
+    gc_paused: AtomicBool,
+    /// The `gc-tombstones` fault: periodic passes purge by time with this
+    /// grace (ms) instead of the cluster file's policy; `u64::MAX`: off.
+    gc_grace_override_ms: AtomicU64,
     next_session: AtomicU64,
     sessions: Mutex<BTreeMap<(u64, u64), Session>>,
     http: reqwest::Client,
@@ -373,16 +382,15 @@ impl KvNode {
 
     /// Runs one repair session of range `j` with `peer`, this server
     /// initiating.
-    pub async fn repair_with(self: &Arc<Self>, j: usize, peer: u64) -> SessionReport {
+    pub async fn repair_with(self: &Arc<Self>, j: usize, peer: u64, scheduled: bool) -> SessionReport {
         let session = self.next_session.fetch_add(1, Ordering::Relaxed);
         let started_ts = self.now_ts();
         let t0 = Instant::now();
         let result = self.run_session(j, peer, session, started_ts).await;
         let report = SessionReport::new(j, peer, started_ts, self.now_ts(), t0.elapsed(), result);
-        self.log(
-            "kv_repair",
-            serde_json::to_value(&report).unwrap_or(serde_json::Value::Null),
-        );
+        let mut line = serde_json::to_value(&report).unwrap_or(serde_json::Value::Null);
+        line["trigger"] = if scheduled { "schedule" } else { "request" }.into();
+        self.log("kv_repair", line);
         report
     }
 
@@ -504,6 +512,7 @@ impl KvNode {
         only: Option<usize>,
         peers: Option<&[u64]>,
         rounds: usize,
+        scheduled: bool,
     ) -> Vec<SessionReport> {
         let ranges: Vec<usize> = match only {
             Some(j) => vec![j],
@@ -516,7 +525,7 @@ impl KvNode {
                     if p == self.id || peers.is_some_and(|ps| !ps.contains(&p)) {
                         continue;
                     }
-                    out.push(self.repair_with(j, p).await);
+                    out.push(self.repair_with(j, p, scheduled).await);
                 }
             }
         }
@@ -572,8 +581,10 @@ impl KvNode {
         serde_json::json!({"server": self.id, "ranges": ranges})
     }
 
-    /// A fault hook: `clock <ms>`, `gc <grace_ms>`, `repair-off`,
-    /// `repair-on`, `defect-overwrite on|off`.
+    /// A fault hook: `clock <ms>`; `gc <grace_ms>` (one pass by time with
+    /// that grace); `gc-grace <ms>|off` (every pass so until `off`, and a
+    /// pass now); `gc-off`, `gc-on` (pause the passes); `repair-off`,
+    /// `repair-on` (pause the scheduled repairs); `defect-overwrite on|off`.
     pub fn admin(&self, line: &str) -> String {
         let mut w = line.split_whitespace();
         match (w.next(), w.next()) {
@@ -591,6 +602,24 @@ impl KvNode {
                 },
                 Err(_) => "error gc needs a grace in ms".into(),
             },
+            (Some("gc-grace"), Some("off")) => {
+                self.gc_grace_override_ms.store(u64::MAX, Ordering::Relaxed);
+                "ok".into()
+            }
+            (Some("gc-grace"), Some(ms)) => match ms.parse::<u64>() {
+                Ok(g) if g != u64::MAX => {
+                    self.gc_grace_override_ms.store(g, Ordering::Relaxed);
+                    match self.collect_garbage(Some(g)) {
+                        Ok((n, h)) => format!("ok purged {n} horizon {h}"),
+                        Err(e) => format!("error {e}"),
+                    }
+                }
+                _ => "error gc-grace needs a grace in ms, or off".into(),
+            },
+            (Some(pause @ ("gc-off" | "gc-on")), None) => {
+                self.gc_paused.store(pause == "gc-off", Ordering::Relaxed);
+                "ok".into()
+            }
             (Some("repair-off"), None) => {
                 self.repair_paused.store(true, Ordering::Relaxed);
                 self.log("kv_repair_paused", serde_json::json!({"paused": true}));
@@ -606,7 +635,7 @@ impl KvNode {
                 self.log("kv_defect", serde_json::json!({"repair_overwrites": on == "on"}));
                 "ok".into()
             }
-            _ => "error kv hooks: clock <ms> | gc <grace_ms> | repair-off | repair-on | defect-overwrite on|off".into(),
+            _ => "error kv hooks: clock <ms> | gc <grace_ms> | gc-grace <ms>|off | gc-off | gc-on | repair-off | repair-on | defect-overwrite on|off".into(),
         }
     }
 
@@ -618,7 +647,7 @@ impl KvNode {
         loop {
             tokio::time::sleep(every).await;
             if !self.repair_paused.load(Ordering::Relaxed) {
-                self.repair_now(None, None, 1).await;
+                self.repair_now(None, None, 1, true).await;
             }
         }
     }
@@ -627,8 +656,13 @@ impl KvNode {
         let every = Duration::from_millis(self.cfg.gc_interval_ms);
         loop {
             tokio::time::sleep(every).await;
+            if self.gc_paused.load(Ordering::Relaxed) {
+                continue;
+            }
+            let grace = self.gc_grace_override_ms.load(Ordering::Relaxed);
             let me = self.clone();
-            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || me.collect_garbage(None)).await {
+            let forced = (grace != u64::MAX).then_some(grace);
+            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || me.collect_garbage(forced)).await {
                 self.log("kv_gc_failed", serde_json::json!({"level": "ERROR", "error": e}));
             }
         }
@@ -695,9 +729,14 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         clock_offset_ms: AtomicI64::new(0),
         last_ts: AtomicU64::new(0),
         repair_paused: AtomicBool::new(false),
+        gc_paused: AtomicBool::new(false),
+        gc_grace_override_ms: AtomicU64::new(u64::MAX),
         next_session: AtomicU64::new(0),
         sessions: Mutex::new(BTreeMap::new()),
+        // from this server's own address, as its Raft links are: a
+        // partition names server addresses
         http: reqwest::Client::builder()
+            .local_address(addr.ip())
             .timeout(Duration::from_millis(decl.request_timeout_ms.max(1_000) * 5))
             .build()
             .expect("an HTTP client without TLS builds"),
