@@ -35,7 +35,7 @@ pub fn next(rng: &mut Rng, keys: u32, worker: u64, unique: &mut u64) -> OpSpec {
     match rng.weighted(&[2, 1, 2]) {
         0 => {
             *unique += 1;
-            let key = if *unique % COLD_EVERY == 0 {
+            let key = if (*unique).is_multiple_of(COLD_EVERY) {
                 format!("c{worker}-{unique}")
             } else {
                 hot(rng)
