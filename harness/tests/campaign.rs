@@ -269,7 +269,27 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
         ),
         (
             &["--nemesis", "meteor"],
-            "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe]",
+            "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe, gc-tombstones, skip-repair]",
+        ),
+        (
+            &["--nemesis", "gc-tombstones"],
+            "nemesis gc-tombstones acts on the kv service: it needs --workload delete",
+        ),
+        (
+            &["--gc-grace-ms", "5"],
+            "--gc-grace-ms is an option of --workload delete, not of register",
+        ),
+        (
+            &["--workload", "insert-retry", "--defect", "repair-overwrites"],
+            "--defect repair-overwrites is an option of --workload delete, not of insert-retry",
+        ),
+        (
+            &["--workload", "delete", "--defect", "skip-dedup"],
+            "--defect skip-dedup is an option of --workload insert-retry, not of delete",
+        ),
+        (
+            &["--workload", "delete", "--kv-w", "4"],
+            "kv.w = 4 is outside 1..=3",
         ),
         (
             &["--nemesis", "drop-reply"],
