@@ -1,7 +1,8 @@
 //! `drift bench repair`: what a repair session costs, for the reference
 //! scenario (50,000 keys, 33 divergent; depths 4, 12, 16) and a large one
 //! (10,000,000 keys, 1,000 divergent; depths 12, 20), with whole-range
-//! streaming and with the row-level round, beside a naive per-key
+//! streaming, with the row-level round and by set reconciliation (an
+//! invertible Bloom lookup table sized from a sketch), beside a naive per-key
 //! comparison (one 32-byte digest per key).
 
 use crate::cli::BenchRepairArgs;
@@ -59,8 +60,9 @@ pub fn repair(args: BenchRepairArgs) -> Result<i32, Failure> {
             let mut b = a.clone();
             let mut a = a;
             diverge(&mut a, &mut b, sc.keys, sc.divergent);
-            for row_level in [true, false] {
-                let (mut x, mut y) = if row_level {
+            for mode in ["set", "row-level", "ranges"] {
+                let row_level = mode != "ranges";
+                let (mut x, mut y) = if mode != "ranges" {
                     (a.clone(), b.clone())
                 } else {
                     (
@@ -73,6 +75,7 @@ pub fn repair(args: BenchRepairArgs) -> Result<i32, Failure> {
                     row_level,
                     started_ts: 10,
                     hash_bytes: HASH_BYTES_DEFAULT,
+                    set_reconciliation: mode == "set",
                 };
                 let t = Instant::now();
                 let r = run(&mut x, 1, &mut y, 2, cfg).map_err(|e| Failure::new(e.to_string()))?;
@@ -86,9 +89,9 @@ pub fn repair(args: BenchRepairArgs) -> Result<i32, Failure> {
                 let label = format!("{} keys, {} divergent", human(sc.keys), sc.divergent);
                 let tree_mib = x.tree().memory_bytes() as f64 / (1 << 20) as f64;
                 if !args.json {
-                    print_row(&label, depth, row_level, &r, tree_mib, ms);
+                    print_row(&label, depth, mode, &r, tree_mib, ms);
                 }
-                rows.push(row_json(sc, depth, row_level, &r, tree_mib, ms));
+                rows.push(row_json(sc, depth, mode, &r, tree_mib, ms));
             }
         }
         if !args.json {
@@ -151,12 +154,12 @@ fn human(n: u64) -> String {
     }
 }
 
-fn print_row(label: &str, depth: u32, row_level: bool, r: &Report, tree_mib: f64, ms: f64) {
+fn print_row(label: &str, depth: u32, mode: &str, r: &Report, tree_mib: f64, ms: f64) {
     out!(
         "{:<24} {:>5} {:<9} {:>9} {:>7} {:>6} {:>11} {:>11} {:>9} {:>10} {:>9.1} {:>8.0}",
         label,
         depth,
-        if row_level { "row-level" } else { "ranges" },
+        mode_name(mode, r),
         r.hashes_compared,
         r.hashes_sent,
         r.rounds,
@@ -169,10 +172,20 @@ fn print_row(label: &str, depth: u32, row_level: bool, r: &Report, tree_mib: f64
     );
 }
 
-fn row_json(sc: &Scenario, depth: u32, row_level: bool, r: &Report, tree_mib: f64, ms: f64) -> serde_json::Value {
+/// The mode a session ran in: set reconciliation says when it fell back
+/// to the walk.
+fn mode_name(mode: &str, r: &Report) -> String {
+    match mode {
+        "set" if r.set_fallback => "set→walk".to_string(),
+        "set" if r.set_cells == 0 => "set:walk".to_string(),
+        m => m.to_string(),
+    }
+}
+
+fn row_json(sc: &Scenario, depth: u32, mode: &str, r: &Report, tree_mib: f64, ms: f64) -> serde_json::Value {
     json!({
         "keys": sc.keys, "divergent": sc.divergent, "depth": depth,
-        "mode": if row_level { "row-level" } else { "ranges" },
+        "mode": mode_name(mode, r), "set_cells": r.set_cells,
         "hashes_compared": r.hashes_compared, "hashes_sent": r.hashes_sent,
         "virtual_compared": r.virtual_compared, "fingerprints_sent": r.fingerprints_sent,
         "versions_sent": r.versions_sent, "rounds": r.rounds,

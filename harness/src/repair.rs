@@ -91,7 +91,8 @@ fn line(id: u64, s: &serde_json::Value) -> String {
         return format!("{head} FAILED {e}");
     }
     format!(
-        "{head} {} rounds, {} B to / {} B from the peer ({} B reconciliation), entries {} to / {} from, {} differing ranges, {:.1} ms",
+        "{head} {}, {} rounds, {} B to / {} B from the peer ({} B reconciliation), entries {} to / {} from, {} differing ranges, {:.1} ms",
+        s["path"].as_str().unwrap_or("?"),
         n("rounds"),
         n("bytes_to_peer"),
         n("bytes_from_peer"),

@@ -94,6 +94,7 @@ fn sessions(c: &mut Criterion) {
             row_level,
             started_ts: 0,
             hash_bytes: HASH_BYTES_DEFAULT,
+            set_reconciliation: false,
         };
         g.bench_function(
             if row_level {

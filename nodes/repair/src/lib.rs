@@ -15,12 +15,14 @@
 //! * [`wire`] — session messages as bytes
 //! * [`session`] — the diff and repair exchange, with its cost report
 //! * [`gc`] — tombstone GC, by time or gated on repair
+//! * [`iblt`] — invertible Bloom lookup tables, the set-reconciliation path
 //! * [`ring`] — which servers hold which token ranges
 //! * [`kv`] — one kv server's replicas, journaled and replayable
 //! * [`wal`] — the kv server's log records as bytes
 
 pub mod entry;
 pub mod gc;
+pub mod iblt;
 pub mod kv;
 pub mod range;
 pub mod replica;

@@ -24,6 +24,27 @@
 //!    Only winners travel, and only to the side that lost (a tie on ts
 //!    between two values needs the values, so both travel).
 //!
+//! Set reconciliation (`set_reconciliation`), for small differences
+//! among many entries, takes three round trips whatever the tree:
+//!
+//! 1. SetHello: the initiator's sketch of the range — per bucket at a
+//!    level of about a thousand entries a bucket, one byte of the XOR of
+//!    its entries' 64-bit fingerprints. The responder counts the buckets
+//!    that differ, estimates the keys that differ (balls into bins:
+//!    k = −B·ln(1 − m/B)) and answers SetAck: an invertible Bloom lookup
+//!    table of its entries' 32-bit fingerprints with 1.4 cells per
+//!    possible differing fingerprint (two per key) — or, when no bucket
+//!    differs or most do, HelloAck, and the session is the Merkle walk.
+//! 2. The initiator subtracts its own table and peels it: the
+//!    fingerprints only it holds and those only the responder holds.
+//!    SetStream carries its entries of the first kind and the low 24 bits
+//!    of the second; the responder merges and answers Entries with its
+//!    entries whose fingerprints were asked for. Both versions of a key
+//!    that differs travel (the loser is merged away), so no version list
+//!    is needed. A table that does not peel sends the walk's first level
+//!    instead, and the session goes on as a walk.
+//! 3. Done and DoneAck, as below.
+//!
 //! Every received entry is merged, never written blindly, so a write that
 //! races the stream survives, and an interrupted session leaves both sides
 //! valid (a rerun converges).
@@ -38,6 +59,7 @@
 //! one in 10^4 at a million comparisons.
 
 use crate::entry::{self, Entry};
+use crate::iblt::{self, Iblt};
 use crate::range::{TokenRange, DEPTH_MAX};
 use crate::replica::{PeerId, Replica};
 use crate::tree::Hash;
@@ -73,7 +95,17 @@ pub struct SessionConfig {
     pub started_ts: u64,
     /// Bytes of each node hash on the wire (1..=8); see the module header.
     pub hash_bytes: u8,
+    /// Try set reconciliation first (see "Set reconciliation" in the
+    /// module header); the responder falls back to the Merkle walk when
+    /// the difference looks large, or finds none.
+    pub set_reconciliation: bool,
 }
+
+/// Deepest sketch a responder takes: 2^20 bytes.
+const SKETCH_LEVEL_MAX: u32 = 20;
+/// A sketch this full of differing buckets says little about how many
+/// keys differ: the walk decides then.
+const SKETCH_SATURATED: f64 = 0.8;
 
 /// The default node hash width: 48 bits.
 pub const HASH_BYTES_DEFAULT: u8 = 6;
@@ -113,6 +145,11 @@ pub struct Report {
     pub entries_b_to_a: u64,
     /// Mismatched token ranges, adjacent ones coalesced.
     pub ranges: Vec<(u64, u64)>,
+    /// Cells of the responder's lookup table (0: set reconciliation was
+    /// not tried or the responder chose the Merkle walk).
+    pub set_cells: u64,
+    /// The table did not decode and the session went on with the walk.
+    pub set_fallback: bool,
     pub trace: Vec<LevelTrace>,
 }
 
@@ -132,6 +169,38 @@ pub fn fingerprint(seed: u64, digest: &entry::Digest) -> u64 {
     let mut h = SipHasher13::new_with_keys(seed, seed.rotate_left(32) ^ 0x9e37_79b9_7f4a_7c15);
     h.write(digest);
     h.finish()
+}
+
+/// An entry's 32-bit fingerprint for set reconciliation.
+fn fp32(seed: u64, digest: &entry::Digest) -> u32 {
+    fingerprint(seed, digest) as u32
+}
+
+/// Buckets of a set-reconciliation sketch: about a thousand entries each,
+/// between 2^3 and 2^13 of them.
+fn sketch_level(entries: usize) -> u32 {
+    let bits = usize::BITS - entries.leading_zeros();
+    bits.saturating_sub(10).clamp(3, 13)
+}
+
+/// One byte per bucket at `level`: the top byte of the XOR of the
+/// bucket's entry fingerprints.
+fn sketch(replica: &Replica, seed: u64, level: u32) -> Vec<u8> {
+    let range = replica.range();
+    let mut out = vec![0u8; 1 << level];
+    for (t, _, v) in replica.entries_in(range) {
+        out[range.bucket_of(t, level) as usize] ^= (fingerprint(seed, &v.digest) >> 56) as u8;
+    }
+    out
+}
+
+/// `replica`'s lookup table of `cells` cells over its range.
+fn table(replica: &Replica, seed: u64, cells: usize) -> Iblt {
+    let mut t = Iblt::new(seed, cells);
+    for (_, _, v) in replica.entries_in(replica.range()) {
+        t.insert(fp32(seed, &v.digest));
+    }
+    t
 }
 
 fn class(count: u64) -> u8 {
@@ -335,14 +404,29 @@ impl Initiator {
     /// Opens a session with `peer`; returns the first message.
     pub fn start(replica: &Replica, peer: PeerId, cfg: SessionConfig) -> (Initiator, Vec<u8>) {
         let r = replica.range();
-        let hello = Msg::Hello {
-            seed: cfg.seed,
-            lo: r.lo,
-            hi: r.hi,
-            depth: replica.tree().depth(),
-            gc_before: replica.gc_horizon(),
-            row_level: cfg.row_level,
-            hash_bytes: cfg.hash_bytes,
+        let hello = if cfg.set_reconciliation {
+            let level = sketch_level(replica.len());
+            Msg::SetHello {
+                seed: cfg.seed,
+                lo: r.lo,
+                hi: r.hi,
+                depth: replica.tree().depth(),
+                gc_before: replica.gc_horizon(),
+                row_level: cfg.row_level,
+                hash_bytes: cfg.hash_bytes,
+                level,
+                sketch: sketch(replica, cfg.seed, level),
+            }
+        } else {
+            Msg::Hello {
+                seed: cfg.seed,
+                lo: r.lo,
+                hi: r.hi,
+                depth: replica.tree().depth(),
+                gc_before: replica.gc_horizon(),
+                row_level: cfg.row_level,
+                hash_bytes: cfg.hash_bytes,
+            }
         };
         let mut a = Initiator {
             cfg,
@@ -392,6 +476,20 @@ impl Initiator {
                 self.phase = APhase::Level;
                 Ok(Step::Send(self.level_msg(replica)))
             }
+            (
+                APhase::Hello,
+                Msg::SetAck {
+                    depth,
+                    gc_before,
+                    cells,
+                },
+            ) => {
+                self.walk.depth = self.walk.depth.min(depth);
+                self.report.depth = self.walk.depth;
+                self.report.gc_before = gc_before;
+                replica.purge_tombstones_before(gc_before);
+                self.reconcile(replica, &cells)
+            }
             (APhase::Level, Msg::LevelAck { mismatch, classes }) => {
                 let n = self.walk.frontier.len();
                 let mismatched = mismatch.iter().filter(|&&m| m).count();
@@ -440,6 +538,34 @@ impl Initiator {
             (APhase::Closing, Msg::DoneAck) => Ok(self.finish(replica)),
             (phase, m) => Err(SessionError::Protocol(format!("unexpected {m:?} in phase {phase:?}"))),
         }
+    }
+
+    /// Decodes the responder's table against this side's: streams the
+    /// entries only this side holds and asks for those only the responder
+    /// holds; a table that does not decode leaves it to the Merkle walk.
+    fn reconcile(&mut self, replica: &mut Replica, cells: &[u8]) -> Result<Step, SessionError> {
+        let seed = self.cfg.seed;
+        let theirs = Iblt::from_bytes(seed, cells)
+            .ok_or_else(|| SessionError::Protocol(format!("{} bytes are not a lookup table", cells.len())))?;
+        self.report.set_cells = theirs.len() as u64;
+        let mut mine = table(replica, seed, theirs.len());
+        mine.subtract(&theirs).map_err(SessionError::Protocol)?;
+        let Some((only_mine, only_theirs)) = mine.decode() else {
+            self.report.set_fallback = true;
+            self.phase = APhase::Level;
+            return Ok(Step::Send(self.level_msg(replica)));
+        };
+        let only_mine: BTreeSet<u32> = only_mine.into_iter().collect();
+        let entries: Vec<Entry> = replica
+            .entries_in(replica.range())
+            .filter(|(_, _, v)| only_mine.contains(&fp32(seed, &v.digest)))
+            .map(|(_, k, v)| v.to_entry(k))
+            .collect();
+        let mask = (1u32 << crate::wire::WANT_BITS) - 1;
+        let want: Vec<u32> = only_theirs.iter().map(|f| f & mask).collect();
+        self.report.entries_a_to_b += entries.len() as u64;
+        self.phase = APhase::Stream;
+        Ok(Step::Send(self.send(&Msg::SetStream { entries, want })))
     }
 
     fn level_msg(&mut self, replica: &Replica) -> Vec<u8> {
@@ -590,6 +716,9 @@ impl Initiator {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RPhase {
     Hello,
+    /// Sent its lookup table: a set stream comes next, or the walk's
+    /// first level if the table did not decode.
+    Set,
     Level,
     Fingerprints,
     Stream,
@@ -657,25 +786,87 @@ impl Responder {
                     hash_bytes,
                 },
             ) => {
-                if !(1..=8).contains(&hash_bytes) {
-                    return Err(SessionError::Protocol(format!("hash width {hash_bytes} out of 1..=8")));
-                }
-                let r = replica.range();
-                if (lo, hi) != (r.lo, r.hi) {
-                    return Err(SessionError::Protocol(format!(
-                        "range [{lo}, {hi}) is not this replica's [{}, {})",
-                        r.lo, r.hi
-                    )));
-                }
-                let gc = gc_before.max(replica.gc_horizon());
-                replica.purge_tombstones_before(gc);
-                let mine = replica.tree().depth();
-                self.walk = Some(Walk::new(seed, r, depth.min(mine), row_level, hash_bytes));
-                self.phase = RPhase::Level;
+                let (mine, gc) = self.open(replica, seed, (lo, hi), depth, gc_before, row_level, hash_bytes)?;
                 Ok(Msg::HelloAck {
                     depth: mine,
                     gc_before: gc,
                 })
+            }
+            (
+                RPhase::Hello,
+                Msg::SetHello {
+                    seed,
+                    lo,
+                    hi,
+                    depth,
+                    gc_before,
+                    row_level,
+                    hash_bytes,
+                    level,
+                    sketch: theirs,
+                },
+            ) => {
+                let (mine, gc) = self.open(replica, seed, (lo, hi), depth, gc_before, row_level, hash_bytes)?;
+                if level > SKETCH_LEVEL_MAX || theirs.len() != 1usize << level {
+                    return Err(SessionError::Protocol(format!(
+                        "a sketch of {} bytes at level {level}",
+                        theirs.len()
+                    )));
+                }
+                let buckets = theirs.len() as f64;
+                let ours = sketch(replica, seed, level);
+                let differing = ours.iter().zip(&theirs).filter(|(a, b)| a != b).count() as f64;
+                // nothing differs (or too much): the walk is cheaper
+                if differing == 0.0 || differing >= SKETCH_SATURATED * buckets {
+                    return Ok(Msg::HelloAck {
+                        depth: mine,
+                        gc_before: gc,
+                    });
+                }
+                // differing keys from differing buckets (balls into bins);
+                // a key differs by up to two fingerprints
+                let keys = -buckets * (1.0 - differing / buckets).ln();
+                let cells = iblt::cells_for(2.0 * keys);
+                if cells > iblt::CELLS_MAX {
+                    return Ok(Msg::HelloAck {
+                        depth: mine,
+                        gc_before: gc,
+                    });
+                }
+                let mut bytes = Vec::new();
+                table(replica, seed, cells).encode(&mut bytes);
+                self.phase = RPhase::Set;
+                Ok(Msg::SetAck {
+                    depth: mine,
+                    gc_before: gc,
+                    cells: bytes,
+                })
+            }
+            (RPhase::Set, Msg::SetStream { entries, want }) => {
+                let seed = self.walk.as_ref().expect("walk exists").seed;
+                let mask = (1u32 << crate::wire::WANT_BITS) - 1;
+                let want: BTreeSet<u32> = want.into_iter().collect();
+                let back: Vec<Entry> = replica
+                    .entries_in(replica.range())
+                    .filter(|(_, _, v)| want.contains(&(fp32(seed, &v.digest) & mask)))
+                    .map(|(_, k, v)| v.to_entry(k))
+                    .collect();
+                merge_all(replica, entries);
+                self.phase = RPhase::Done;
+                Ok(Msg::Entries { entries: back })
+            }
+            // the table did not decode: the walk, from its first level
+            (
+                RPhase::Set,
+                Msg::Level {
+                    level: 0,
+                    hashes,
+                    classes,
+                    ..
+                },
+            ) => {
+                self.phase = RPhase::Level;
+                self.level(replica, hashes, classes)
             }
             (
                 RPhase::Level,
@@ -715,6 +906,37 @@ impl Responder {
                 msg_name(&m)
             ))),
         }
+    }
+
+    /// Checks a hello, agrees the GC horizon and starts the walk; returns
+    /// this side's tree depth and the horizon.
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &mut self,
+        replica: &mut Replica,
+        seed: u64,
+        (lo, hi): (u64, u64),
+        depth: u32,
+        gc_before: u64,
+        row_level: bool,
+        hash_bytes: u8,
+    ) -> Result<(u32, u64), SessionError> {
+        if !(1..=8).contains(&hash_bytes) {
+            return Err(SessionError::Protocol(format!("hash width {hash_bytes} out of 1..=8")));
+        }
+        let r = replica.range();
+        if (lo, hi) != (r.lo, r.hi) {
+            return Err(SessionError::Protocol(format!(
+                "range [{lo}, {hi}) is not this replica's [{}, {})",
+                r.lo, r.hi
+            )));
+        }
+        let gc = gc_before.max(replica.gc_horizon());
+        replica.purge_tombstones_before(gc);
+        let mine = replica.tree().depth();
+        self.walk = Some(Walk::new(seed, r, depth.min(mine), row_level, hash_bytes));
+        self.phase = RPhase::Level;
+        Ok((mine, gc))
     }
 
     fn level(&mut self, replica: &mut Replica, hashes: Vec<u64>, a_classes: Vec<u8>) -> Result<Msg, SessionError> {
@@ -840,6 +1062,9 @@ fn msg_name(m: &Msg) -> &'static str {
     match m {
         Msg::Hello { .. } => "hello",
         Msg::HelloAck { .. } => "hello ack",
+        Msg::SetHello { .. } => "set hello",
+        Msg::SetAck { .. } => "set ack",
+        Msg::SetStream { .. } => "set stream",
         Msg::Level { .. } => "level",
         Msg::LevelAck { .. } => "level ack",
         Msg::Fingerprints { .. } => "fingerprints",

@@ -46,6 +46,36 @@ pub enum Msg {
         depth: u32,
         gc_before: u64,
     },
+    /// Initiator → responder: open a session by set reconciliation, with a
+    /// sketch of the range (per bucket at `level`, one byte of the XOR of
+    /// its entries' fingerprints) for the responder to estimate the
+    /// difference from. The Merkle walk's fields come along, for when the
+    /// responder prefers it (it then answers [`Msg::HelloAck`]).
+    SetHello {
+        seed: u64,
+        lo: u64,
+        hi: u64,
+        depth: u32,
+        gc_before: u64,
+        row_level: bool,
+        hash_bytes: u8,
+        level: u32,
+        sketch: Vec<u8>,
+    },
+    /// Responder: its invertible Bloom lookup table of the range's entry
+    /// fingerprints, sized from the sketch ([`crate::iblt`]).
+    SetAck {
+        depth: u32,
+        gc_before: u64,
+        cells: Vec<u8>,
+    },
+    /// Initiator: the entries only it holds, and the fingerprints (low 24
+    /// bits) of those only the responder holds. The responder answers
+    /// [`Msg::Entries`].
+    SetStream {
+        entries: Vec<Entry>,
+        want: Vec<u32>,
+    },
     /// Initiator's truncated node hashes (`hash_bytes` each) for one
     /// level, and its 2-bit size classes (0 empty, 1 one entry, 2 more)
     /// per node.
@@ -104,6 +134,13 @@ const T_ENTRIES: u8 = 8;
 const T_ERROR: u8 = 9;
 const T_DONE: u8 = 10;
 const T_DONE_ACK: u8 = 11;
+const T_SET_HELLO: u8 = 12;
+const T_SET_ACK: u8 = 13;
+const T_SET_STREAM: u8 = 14;
+/// Bits of a wanted fingerprint on the wire: enough that a false match
+/// among a range's entries is rare, and a false match only streams one
+/// entry more.
+pub const WANT_BITS: u32 = 24;
 
 struct W {
     buf: Vec<u8>,
@@ -318,6 +355,46 @@ impl Msg {
                 w.var(*depth as u64);
                 w.var(*gc_before);
             }
+            Msg::SetHello {
+                seed,
+                lo,
+                hi,
+                depth,
+                gc_before,
+                row_level,
+                hash_bytes,
+                level,
+                sketch,
+            } => {
+                w.buf.push(T_SET_HELLO);
+                w.u64(*seed);
+                w.var(*lo);
+                w.var(*hi);
+                w.var(*depth as u64);
+                w.var(*gc_before);
+                w.buf.push(*row_level as u8);
+                w.buf.push(*hash_bytes);
+                w.var(*level as u64);
+                w.bytes(sketch);
+            }
+            Msg::SetAck {
+                depth,
+                gc_before,
+                cells,
+            } => {
+                w.buf.push(T_SET_ACK);
+                w.var(*depth as u64);
+                w.var(*gc_before);
+                w.bytes(cells);
+            }
+            Msg::SetStream { entries, want } => {
+                w.buf.push(T_SET_STREAM);
+                w.entries(entries);
+                w.var(want.len() as u64);
+                for f in want {
+                    w.buf.extend_from_slice(&f.to_le_bytes()[..(WANT_BITS / 8) as usize]);
+                }
+            }
             Msg::Level {
                 level,
                 hash_bytes,
@@ -408,6 +485,35 @@ impl Msg {
                 depth: r.var()?.min(u32::MAX as u64) as u32,
                 gc_before: r.var()?,
             },
+            T_SET_HELLO => Msg::SetHello {
+                seed: r.u64()?,
+                lo: r.var()?,
+                hi: r.var()?,
+                depth: r.var()?.min(u32::MAX as u64) as u32,
+                gc_before: r.var()?,
+                row_level: r.u8()? != 0,
+                hash_bytes: r.u8()?,
+                level: r.var()?.min(u32::MAX as u64) as u32,
+                sketch: r.bytes()?.to_vec(),
+            },
+            T_SET_ACK => Msg::SetAck {
+                depth: r.var()?.min(u32::MAX as u64) as u32,
+                gc_before: r.var()?,
+                cells: r.bytes()?.to_vec(),
+            },
+            T_SET_STREAM => {
+                let entries = r.entries()?;
+                let w = (WANT_BITS / 8) as usize;
+                let n = r.count(w)?;
+                let mut want = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let mut b = [0u8; 4];
+                    b[..w].copy_from_slice(&r.b[r.at..r.at + w]);
+                    r.at += w;
+                    want.push(u32::from_le_bytes(b));
+                }
+                Msg::SetStream { entries, want }
+            }
             T_LEVEL => {
                 let level = r.var()?.min(u32::MAX as u64) as u32;
                 let hash_bytes = r.u8()?;

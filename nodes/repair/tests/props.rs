@@ -93,15 +93,19 @@ proptest! {
 
     #[test]
     fn repair_makes_both_the_lww_merge_and_a_second_repair_is_idle(
-        xs in versions(), ys in versions(), row_level in any::<bool>(), seed in any::<u64>(), depth in 0..9u32
+        xs in versions(), ys in versions(), row_level in any::<bool>(), seed in any::<u64>(), depth in 0..9u32,
+        set in any::<bool>()
     ) {
         let (mut a, mut b) = (replica_of(&xs, depth), replica_of(&ys, depth));
-        repair(&mut a, &mut b, cfg(seed, row_level));
+        let mut c = cfg(seed, row_level);
+        c.set_reconciliation = set;
+        repair(&mut a, &mut b, c);
         let want = reference(&[&xs, &ys]);
         prop_assert_eq!(contents(&a), want.clone());
         prop_assert_eq!(contents(&b), want);
-        let again = repair(&mut a, &mut b, cfg(seed ^ 1, row_level));
-        prop_assert_eq!((again.hashes_compared, again.entries_streamed()), (1, 0));
+        c.seed ^= 1;
+        let again = repair(&mut a, &mut b, c);
+        prop_assert_eq!((again.hashes_compared, again.entries_streamed(), again.set_cells), (1, 0, 0));
     }
 
     #[test]

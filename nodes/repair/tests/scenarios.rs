@@ -424,3 +424,32 @@ fn the_overwrite_defect_puts_an_older_version_over_a_newer_one() {
         }
     }
 }
+
+/// Set reconciliation (an invertible Bloom lookup table sized from a
+/// sketch) on the reference scenario: the three round trips of a hello,
+/// a stream and a done, and under 1 KiB of reconciliation.
+#[test]
+fn set_reconciliation_repairs_the_reference_scenario_in_3_round_trips_within_1_kib() {
+    for depth in [4u32, 12, 16] {
+        let (mut a, mut b) = reference_scenario(50_000, 33, depth, 42);
+        let (a0, b0) = (a.clone(), b.clone());
+        let mut c = cfg(1, true);
+        c.set_reconciliation = true;
+        let r = repair(&mut a, &mut b, c);
+        assert!(!r.set_fallback && r.set_cells > 0, "depth {depth}: {r:?}");
+        assert_eq!(r.rounds, 3, "depth {depth}");
+        assert!(
+            r.reconciliation_bytes() <= 1024,
+            "depth {depth}: {} bytes",
+            r.reconciliation_bytes()
+        );
+        assert_eq!(contents(&a), contents(&b));
+        let (mut x, mut y) = (a0, b0);
+        repair(&mut x, &mut y, cfg(2, true));
+        assert_eq!(contents(&x), contents(&a), "the same state as the walk's");
+        // nothing left: the responder finds no differing bucket and the
+        // walk's root says so
+        let again = repair(&mut a, &mut b, c);
+        assert_eq!((again.set_cells, again.entries_streamed()), (0, 0));
+    }
+}

@@ -4,7 +4,7 @@
 //!
 //! Unless a scenario says otherwise, [`converges`] runs it in both
 //! directions (either replica initiates), at several tree depths, with and
-//! without the row-level round, and asserts: both replicas equal
+//! without the row-level round and by set reconciliation, and asserts: both replicas equal
 //! afterwards, a second repair streams nothing, and the result equals a
 //! reference LWW merge of the inputs (tombstones below the session's
 //! GC horizon dropped).
@@ -47,12 +47,14 @@ fn reference(a: &Replica, b: &Replica) -> Vec<Entry> {
 fn converges(a: &Replica, b: &Replica) -> Vec<Entry> {
     let want = reference(a, b);
     for depth in DEPTHS {
-        for row_level in [false, true] {
+        for (row_level, set) in [(false, false), (true, false), (true, true)] {
             for a_starts in [true, false] {
                 let (mut x, mut y) = (a.with_depth(depth), b.with_depth(depth));
                 let (i, r) = if a_starts { (&mut x, &mut y) } else { (&mut y, &mut x) };
-                repair(i, r, cfg(depth as u64 * 7 + row_level as u64, row_level));
-                let what = format!("depth {depth}, row level {row_level}, a starts {a_starts}");
+                let mut c = cfg(depth as u64 * 7 + row_level as u64, row_level);
+                c.set_reconciliation = set;
+                repair(i, r, c);
+                let what = format!("depth {depth}, row level {row_level}, set {set}, a starts {a_starts}");
                 assert_eq!(contents(&x), contents(&y), "{what}: equal");
                 assert_eq!(contents(&x), want, "{what}: the LWW merge");
                 assert_eq!(x.tree().root(), y.tree().root(), "{what}: one root");

@@ -75,6 +75,10 @@ pub struct SessionReport {
     pub entries_from_peer: u64,
     pub hashes_compared: u64,
     pub ranges_differing: usize,
+    /// How the difference was found: `set` (a lookup table), `walk` (the
+    /// Merkle walk, the responder's choice) or `set-then-walk` (the table
+    /// did not decode).
+    pub path: &'static str,
     pub error: Option<String>,
 }
 
@@ -105,6 +109,11 @@ impl SessionReport {
             entries_from_peer: r.entries_b_to_a,
             hashes_compared: r.hashes_compared,
             ranges_differing: r.ranges.len(),
+            path: match (r.set_cells, r.set_fallback) {
+                (0, _) => "walk",
+                (_, false) => "set",
+                (_, true) => "set-then-walk",
+            },
             error,
         }
     }
@@ -406,6 +415,7 @@ impl KvNode {
             row_level: true,
             started_ts,
             hash_bytes: HASH_BYTES_DEFAULT,
+            set_reconciliation: true,
         };
         let (mut init, mut msg) = {
             let d = self.lock();

@@ -10,6 +10,7 @@ pub fn cfg(seed: u64, row_level: bool) -> SessionConfig {
         row_level,
         started_ts: 1_000,
         hash_bytes: HASH_BYTES_DEFAULT,
+        set_reconciliation: false,
     }
 }
 
