@@ -62,7 +62,7 @@ use crate::entry::{self, Entry};
 use crate::iblt::{self, Iblt};
 use crate::range::{TokenRange, DEPTH_MAX};
 use crate::replica::{PeerId, Replica};
-use crate::tree::Hash;
+use crate::tree::{Hash, MerkleTree};
 use crate::wire::{Msg, VersionRef, WireError};
 
 /// Why a repair session stopped: bytes that are not a message, a peer's
@@ -185,8 +185,7 @@ fn sketch_level(entries: usize) -> u32 {
 
 /// One byte per bucket at `level`: the top byte of the XOR of the
 /// bucket's entry fingerprints.
-fn sketch(replica: &Replica, seed: u64, level: u32) -> Vec<u8> {
-    let range = replica.range();
+fn sketch(replica: &Replica, range: TokenRange, seed: u64, level: u32) -> Vec<u8> {
     let mut out = vec![0u8; 1 << level];
     for (t, _, v) in replica.entries_in(range) {
         out[range.bucket_of(t, level) as usize] ^= (fingerprint(seed, &v.digest) >> 56) as u8;
@@ -194,10 +193,10 @@ fn sketch(replica: &Replica, seed: u64, level: u32) -> Vec<u8> {
     out
 }
 
-/// `replica`'s lookup table of `cells` cells over its range.
-fn table(replica: &Replica, seed: u64, cells: usize) -> Iblt {
+/// `replica`'s lookup table of `cells` cells over `range`.
+fn table(replica: &Replica, range: TokenRange, seed: u64, cells: usize) -> Iblt {
     let mut t = Iblt::new(seed, cells);
-    for (_, _, v) in replica.entries_in(replica.range()) {
+    for (_, _, v) in replica.entries_in(range) {
         t.insert(fp32(seed, &v.digest));
     }
     t
@@ -234,6 +233,9 @@ struct Walk {
     level: u32,
     frontier: Vec<u64>,
     finals: Vec<Final>,
+    /// A tree over the session's range when it is not the replica's own
+    /// (two replicas whose ranges overlap repair the intersection).
+    view: Option<MerkleTree>,
 }
 
 impl Walk {
@@ -248,7 +250,20 @@ impl Walk {
             level: 0,
             frontier: vec![0],
             finals: Vec::new(),
+            view: None,
         }
+    }
+
+    /// The walk over `range` of `replica`: its own tree when `range` is
+    /// its range, else a tree built over the entries in `range` (which it
+    /// must contain) at `depth`.
+    fn over(replica: &Replica, range: TokenRange, seed: u64, depth: u32, row_level: bool, hash_bytes: u8) -> Walk {
+        let mut w = Walk::new(seed, range, depth, row_level, hash_bytes);
+        if range != replica.range() {
+            let digests = replica.entries_in(range).map(|(t, _, v)| (t, &v.digest));
+            w.view = Some(MerkleTree::build(range, depth, digests));
+        }
+        w
     }
 
     /// Whether a pair at `level` is sent as one hash (the sibling is the
@@ -260,7 +275,8 @@ impl Walk {
     /// One side's hash and size class of node `i` at `level`.
     fn node(&self, r: &Replica, level: u32, i: u64) -> (u64, u8) {
         if level <= self.depth {
-            let (h, count): (Hash, u64) = r.tree().node(level, i);
+            let tree = self.view.as_ref().unwrap_or(r.tree());
+            let (h, count): (Hash, u64) = tree.node(level, i);
             (h[(self.seed % 4) as usize] & self.mask, class(count))
         } else {
             let mut x = 0u64;
@@ -401,11 +417,23 @@ pub enum Step {
 }
 
 impl Initiator {
-    /// Opens a session with `peer`; returns the first message.
+    /// Opens a session with `peer` over the replica's range; returns the
+    /// first message.
     pub fn start(replica: &Replica, peer: PeerId, cfg: SessionConfig) -> (Initiator, Vec<u8>) {
-        let r = replica.range();
+        Initiator::start_range(replica, replica.range(), peer, cfg)
+    }
+
+    /// Opens a session over `r`, a part of the replica's range (the
+    /// intersection with a peer whose range differs): only entries in it
+    /// are compared and streamed. Panics if the replica does not hold `r`.
+    pub fn start_range(replica: &Replica, r: TokenRange, peer: PeerId, cfg: SessionConfig) -> (Initiator, Vec<u8>) {
+        let own = replica.range();
+        assert!(
+            own.lo <= r.lo && r.hi <= own.hi,
+            "a session over a range the replica does not hold"
+        );
         let hello = if cfg.set_reconciliation {
-            let level = sketch_level(replica.len());
+            let level = sketch_level(replica.entries_in(r).count());
             Msg::SetHello {
                 seed: cfg.seed,
                 lo: r.lo,
@@ -415,7 +443,7 @@ impl Initiator {
                 row_level: cfg.row_level,
                 hash_bytes: cfg.hash_bytes,
                 level,
-                sketch: sketch(replica, cfg.seed, level),
+                sketch: sketch(replica, r, cfg.seed, level),
             }
         } else {
             Msg::Hello {
@@ -431,7 +459,14 @@ impl Initiator {
         let mut a = Initiator {
             cfg,
             peer,
-            walk: Walk::new(cfg.seed, r, replica.tree().depth(), cfg.row_level, cfg.hash_bytes),
+            walk: Walk::over(
+                replica,
+                r,
+                cfg.seed,
+                replica.tree().depth(),
+                cfg.row_level,
+                cfg.hash_bytes,
+            ),
             phase: APhase::Hello,
             sent_classes: Vec::new(),
             sent_keys: Vec::new(),
@@ -548,7 +583,8 @@ impl Initiator {
         let theirs = Iblt::from_bytes(seed, cells)
             .ok_or_else(|| SessionError::Protocol(format!("{} bytes are not a lookup table", cells.len())))?;
         self.report.set_cells = theirs.len() as u64;
-        let mut mine = table(replica, seed, theirs.len());
+        let range = self.walk.range;
+        let mut mine = table(replica, range, seed, theirs.len());
         mine.subtract(&theirs).map_err(SessionError::Protocol)?;
         let Some((only_mine, only_theirs)) = mine.decode() else {
             self.report.set_fallback = true;
@@ -557,7 +593,7 @@ impl Initiator {
         };
         let only_mine: BTreeSet<u32> = only_mine.into_iter().collect();
         let entries: Vec<Entry> = replica
-            .entries_in(replica.range())
+            .entries_in(range)
             .filter(|(_, _, v)| only_mine.contains(&fp32(seed, &v.digest)))
             .map(|(_, k, v)| v.to_entry(k))
             .collect();
@@ -814,7 +850,8 @@ impl Responder {
                     )));
                 }
                 let buckets = theirs.len() as f64;
-                let ours = sketch(replica, seed, level);
+                let range = self.walk.as_ref().expect("walk exists").range;
+                let ours = sketch(replica, range, seed, level);
                 let differing = ours.iter().zip(&theirs).filter(|(a, b)| a != b).count() as f64;
                 // nothing differs (or too much): the walk is cheaper
                 if differing == 0.0 || differing >= SKETCH_SATURATED * buckets {
@@ -834,7 +871,7 @@ impl Responder {
                     });
                 }
                 let mut bytes = Vec::new();
-                table(replica, seed, cells).encode(&mut bytes);
+                table(replica, range, seed, cells).encode(&mut bytes);
                 self.phase = RPhase::Set;
                 Ok(Msg::SetAck {
                     depth: mine,
@@ -843,11 +880,14 @@ impl Responder {
                 })
             }
             (RPhase::Set, Msg::SetStream { entries, want }) => {
-                let seed = self.walk.as_ref().expect("walk exists").seed;
+                let (seed, range) = {
+                    let w = self.walk.as_ref().expect("walk exists");
+                    (w.seed, w.range)
+                };
                 let mask = (1u32 << crate::wire::WANT_BITS) - 1;
                 let want: BTreeSet<u32> = want.into_iter().collect();
                 let back: Vec<Entry> = replica
-                    .entries_in(replica.range())
+                    .entries_in(range)
                     .filter(|(_, _, v)| want.contains(&(fp32(seed, &v.digest) & mask)))
                     .map(|(_, k, v)| v.to_entry(k))
                     .collect();
@@ -924,17 +964,20 @@ impl Responder {
         if !(1..=8).contains(&hash_bytes) {
             return Err(SessionError::Protocol(format!("hash width {hash_bytes} out of 1..=8")));
         }
-        let r = replica.range();
-        if (lo, hi) != (r.lo, r.hi) {
-            return Err(SessionError::Protocol(format!(
-                "range [{lo}, {hi}) is not this replica's [{}, {})",
-                r.lo, r.hi
-            )));
-        }
+        let own = replica.range();
+        let r = match TokenRange::new(lo, hi) {
+            Some(r) if own.lo <= r.lo && r.hi <= own.hi => r,
+            _ => {
+                return Err(SessionError::Protocol(format!(
+                    "range [{lo}, {hi}) is not within this replica's [{}, {})",
+                    own.lo, own.hi
+                )))
+            }
+        };
         let gc = gc_before.max(replica.gc_horizon());
         replica.purge_tombstones_before(gc);
         let mine = replica.tree().depth();
-        self.walk = Some(Walk::new(seed, r, depth.min(mine), row_level, hash_bytes));
+        self.walk = Some(Walk::over(replica, r, seed, depth.min(mine), row_level, hash_bytes));
         self.phase = RPhase::Level;
         Ok((mine, gc))
     }

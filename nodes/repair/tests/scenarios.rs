@@ -389,17 +389,18 @@ fn malformed_and_out_of_order_messages_are_errors_not_panics() {
     .encode()
     .bytes;
     assert!(resp.on_request(&mut b, &level_first).is_err());
+    // a range the replica does not hold (here: past the ring's end)
     let wrong_range = Msg::Hello {
         seed: 1,
         lo: 5,
-        hi: 9,
+        hi: 1 << 33,
         depth: 4,
         gc_before: 0,
         row_level: true,
         hash_bytes: 6,
     };
     let e = resp.on_request(&mut b, &wrong_range.encode().bytes).unwrap_err();
-    assert!(e.to_string().contains("not this replica's"), "{e}");
+    assert!(e.to_string().contains("not within this replica's"), "{e}");
 }
 
 /// The test-only defect the convergence checker must catch: a repair that

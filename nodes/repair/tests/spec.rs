@@ -355,6 +355,69 @@ fn w5_random_puts_overwrites_and_deletes_keep_the_incremental_tree_equal_to_a_re
 // ------------------------------------------------------------------ T
 
 #[test]
+fn t1_replicas_owning_overlapping_ranges_repair_only_the_intersection() {
+    let q = 1u64 << 30;
+    let (ra, rb) = (TokenRange::new(0, 2 * q).unwrap(), TokenRange::new(q, 3 * q).unwrap());
+    let inter = TokenRange::new(q, 2 * q).unwrap();
+    for (row_level, set) in [(false, false), (true, false), (true, true)] {
+        let (mut a, mut b) = (Replica::new(ra, 10), Replica::new(rb, 10));
+        let mut differing = 0;
+        for i in 0..4_000u32 {
+            let t = (i as u64 * 805_306) % (3 * q);
+            let key = key_with_token(i, t as u32);
+            let e = Entry::put(&key, 1, b"v");
+            let (in_a, in_b) = (ra.contains(t as u32), rb.contains(t as u32));
+            if in_a {
+                a.merge(e.clone());
+            }
+            if in_b {
+                b.merge(e);
+            }
+            // a few newer writes on one side, inside and outside the intersection
+            if i % 97 == 0 {
+                let newer = Entry::put(&key, 2, b"newer");
+                if in_a && i % 2 == 0 {
+                    a.merge(newer);
+                    differing += (in_a && in_b) as u64;
+                } else if in_b {
+                    b.merge(newer);
+                    differing += (in_a && in_b) as u64;
+                }
+            }
+        }
+        let outside = |r: &Replica| -> Vec<Entry> {
+            r.entries()
+                .filter(|e| !inter.contains(drift_repair::token::token(&e.key)))
+                .collect()
+        };
+        let (a_out, b_out) = (outside(&a), outside(&b));
+        let mut c = cfg(90, row_level);
+        c.set_reconciliation = set;
+        let (mut init, mut msg) = Initiator::start_range(&a, inter, 2, c);
+        let mut resp = Responder::new(1, 1_000);
+        let report = loop {
+            let reply = resp.on_request(&mut b, &msg).unwrap();
+            match init.on_reply(&mut a, &reply).unwrap() {
+                Step::Send(next) => msg = next,
+                Step::Done(r) => break r,
+            }
+        };
+        let what = format!("row level {row_level}, set {set}");
+        let inside = |r: &Replica| -> Vec<Entry> { r.entries_in(inter).map(|(_, k, v)| v.to_entry(k)).collect() };
+        assert_eq!(inside(&a), inside(&b), "{what}: the intersection converged");
+        assert_eq!(
+            (outside(&a), outside(&b)),
+            (a_out, b_out),
+            "{what}: nothing outside it moved"
+        );
+        assert!(differing > 0);
+        if row_level && !set {
+            assert_eq!(report.entries_streamed(), differing, "{what}: only the winners");
+        }
+    }
+}
+
+#[test]
 fn t2_trees_of_different_depths_on_equal_data_find_no_difference() {
     let (a, _) = reference_scenario(5_000, 0, 6, 7);
     let b = a.with_depth(13);
