@@ -9,10 +9,12 @@
 //! * [`report`] — `report.html`: the run's verdicts, latency and throughput
 //!   plots with fault windows shaded, perf per window
 //! * [`dedup_report`] — the report's dedup findings and insert timeline
+//! * [`kv_report`] — the report's convergence findings, differing keys and repair timeline
 //! * [`time`] — UTC timestamps without a date library
 
 pub mod dedup_report;
 pub mod files;
+pub mod kv_report;
 pub mod picture;
 pub mod report;
 pub mod store;

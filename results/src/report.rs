@@ -42,7 +42,7 @@ pub fn op_colour(f: &str) -> &'static str {
         "read" | "get" => "#1f77b4",
         "write" | "put" | "add" | "enqueue" | "generate" => "#9467bd",
         "cas" | "append" | "dequeue" => "#2ca02c",
-        "drain" | "close" | "expire" => "#8c564b",
+        "drain" | "close" | "expire" | "delete" => "#8c564b",
         "create" => "#e377c2",
         "children" => "#17becf",
         _ => {
@@ -522,6 +522,7 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
     }
     let nodes_events = node_events(h, t0, &at, &xa);
     let dedup = crate::dedup_report::section(h, results, &at, t0, t1, xa.unit);
+    let kv = crate::kv_report::section(h, results, &at, t0, t1, xa.unit);
     format!(
         r#"<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>drift: {title}</title>
@@ -542,6 +543,7 @@ td.why, table.config td {{ text-align: left; white-space: pre-wrap; max-width: 9
 <p>{ops} history lines, {operations} operations</p>
 <table><tr><th>checker</th><th>verdict</th><th class="why">why</th></tr>{checkers}</table>
 {dedup}
+{kv}
 <h2>Latency</h2>
 {legend}
 {latency_svg}
@@ -710,7 +712,7 @@ fn node_events(h: &History, t0: i64, at: &dyn Fn(usize) -> i64, xa: &XAxis<'_>) 
     let mut rows = String::new();
     for &i in &h.nemesis {
         let op = &h.ops[i];
-        if fault_edge(&op.f).is_some() {
+        if fault_edge(&op.f).is_some() || crate::kv_report::EVENTS.contains(&op.f.as_str()) {
             continue;
         }
         let value = plain(&op.value);
@@ -879,6 +881,15 @@ mod tests {
         // name outside the usual ones still gets one of the palette's
         assert_eq!(op_colour("read"), "#1f77b4");
         assert!(PALETTE.contains(&op_colour("insert")));
+        // each workload's operations tell apart
+        for fs in [
+            ["get", "put", "delete"],
+            ["read", "write", "cas"],
+            ["enqueue", "dequeue", "drain"],
+        ] {
+            let cs: std::collections::BTreeSet<&str> = fs.iter().map(|f| op_colour(f)).collect();
+            assert_eq!(cs.len(), 3, "{fs:?}");
+        }
         for f in ["read", "write"] {
             let swatch = format!(r#"<i class="sw" style="background:{}"></i>{f}"#, op_colour(f));
             assert_eq!(page.matches(&swatch).count(), 2, "{f}: a legend above each plot");
