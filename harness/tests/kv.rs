@@ -239,3 +239,64 @@ fn with_the_overwrite_defect_a_repair_loses_the_newer_write() {
     // a bad hook says what the hooks are
     assert!(c.admin(1, "kv bogus").contains("defect-overwrite"));
 }
+
+#[test]
+fn t5_a_replica_down_longer_than_the_grace_is_rebuilt_not_repaired() {
+    // a delete server 2 missed, its tombstone then purged on the others:
+    // repairing server 2's old copy would bring the value back
+    let run = |absent_long: bool| {
+        let tag = if absent_long { "kv-t5-long" } else { "kv-t5-short" };
+        let port = if absent_long { 24581 } else { 24681 };
+        let c = Cluster::up_raw(
+            tag,
+            port,
+            &[
+                "--no-table",
+                "--fault-hooks",
+                "--kv-setting",
+                "repair_interval_ms = 0",
+                "--kv-setting",
+                "gc_grace_ms = 60000",
+            ],
+        );
+        put(&c, 1, "k", "v");
+        c.stop(2);
+        let (code, _) = http(kv(&c, 1), "DELETE", "/kv/k", "");
+        assert_eq!(code, 200);
+        for i in [1, 3] {
+            assert!(
+                c.admin(i, "kv gc 0").starts_with("ok purged 1"),
+                "server {i} purges the tombstone"
+            );
+        }
+        let log = c.config().node_dir(2).join("kv").join("log");
+        if absent_long {
+            // server 2 was last up two minutes ago: past the 60 s grace
+            let then = std::time::SystemTime::now() - Duration::from_secs(120);
+            std::fs::File::options()
+                .append(true)
+                .open(&log)
+                .unwrap()
+                .set_modified(then)
+                .unwrap();
+        }
+        c.start(2);
+        wait_for(Duration::from_secs(20), || {
+            TcpStream::connect_timeout(&kv(&c, 2), Duration::from_millis(200)).ok()
+        })
+        .expect("server 2 serves again");
+        repair(&c, 2);
+        let held: Vec<bool> = (1..=3)
+            .map(|i| http(kv(&c, i), "GET", "/internal/get/k", "").1["found"] == true)
+            .collect();
+        (held, c.log(2).contains("\"kv_rebuild\""))
+    };
+    let (held, rebuilt) = run(true);
+    assert!(rebuilt, "server 2 set its stale data aside");
+    assert_eq!(held, vec![false; 3], "the key stays deleted everywhere");
+    // back within the grace, it keeps its data and repair resurrects the
+    // key: the cost time-based GC documents, which the rebuild avoids
+    let (held, rebuilt) = run(false);
+    assert!(!rebuilt);
+    assert_eq!(held, vec![true; 3], "resurrected");
+}

@@ -56,6 +56,24 @@ fn log_path(dir: &Path) -> PathBuf {
     dir.join("log")
 }
 
+/// How long ago the server whose data lives in `dir` was last known up:
+/// the log's modification time, which every append and every GC pass's
+/// heartbeat ([`Durable::heartbeat`]) moves. `None` without a log.
+pub fn absent_for(dir: &Path, now: std::time::SystemTime) -> Option<std::time::Duration> {
+    let modified = std::fs::metadata(log_path(dir)).ok()?.modified().ok()?;
+    Some(now.duration_since(modified).unwrap_or_default())
+}
+
+/// Sets a log that outlived its usefulness aside (`log.stale-<secs>`):
+/// the server then starts empty and repair rebuilds it from its peers.
+/// Returns where the log went.
+pub fn set_aside(dir: &Path, now_secs: u64) -> std::io::Result<PathBuf> {
+    let to = dir.join(format!("log.stale-{now_secs}"));
+    std::fs::rename(log_path(dir), &to)?;
+    sync_dir(dir)?;
+    Ok(to)
+}
+
 impl Durable {
     /// Opens (or creates) the log under `dir` and replays it into `store`.
     pub fn open(dir: &Path, mut store: KvStore, fsync: bool) -> std::io::Result<(Durable, Opened)> {
@@ -107,6 +125,12 @@ impl Durable {
             self.compact()?;
         }
         Ok(self.position())
+    }
+
+    /// Marks the server as up now (the log's modification time), for
+    /// [`absent_for`] after a restart.
+    pub fn heartbeat(&self) -> std::io::Result<()> {
+        self.file.set_modified(std::time::SystemTime::now())
     }
 
     pub fn position(&self) -> Position {

@@ -666,6 +666,13 @@ impl KvNode {
         let every = Duration::from_millis(self.cfg.gc_interval_ms);
         loop {
             tokio::time::sleep(every).await;
+            // alive: a restart within the grace keeps its data
+            if let Err(e) = self.lock().heartbeat() {
+                self.log(
+                    "kv_heartbeat_failed",
+                    serde_json::json!({"level": "ERROR", "error": e.to_string()}),
+                );
+            }
             if self.gc_paused.load(Ordering::Relaxed) {
                 continue;
             }
@@ -699,6 +706,22 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
     let ring = Ring::new(peers.keys().copied().collect(), decl.rf)
         .map_err(|e| NodeError::Config(crate::error::ConfigError::Invalid(format!("[kv]: {e}"))))?;
     let dir = cfg.node_dir(id).join("kv");
+    // down longer than the grace: its tombstones may have been purged
+    // everywhere else, so a repair would bring back what they deleted.
+    // Such a replica is rebuilt from its peers, not repaired (with
+    // repair-gated GC nothing is purged that it has not seen).
+    let now = SystemTime::now();
+    let mut rebuilt = None;
+    if decl.gc != "repair" {
+        if let Some(absent) = durable::absent_for(&dir, now).filter(|a| a.as_millis() > decl.gc_grace_ms as u128) {
+            let secs = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+            let to = durable::set_aside(&dir, secs).map_err(|source| NodeError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            rebuilt = Some((absent, to));
+        }
+    }
     let store = KvStore::new(id, ring.clone(), decl.tree_depth);
     let (durable, opened) = Durable::open(&dir, store, true).map_err(|source| NodeError::Io {
         path: dir.clone(),
@@ -765,6 +788,13 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         }));
         rt.spawn(node.clone().repair_loop());
         rt.spawn(node.clone().gc_loop());
+    }
+    if let Some((absent, to)) = &rebuilt {
+        node.log(
+            "kv_rebuild",
+            serde_json::json!({"level": "WARN", "absent_ms": absent.as_millis() as u64, "gc_grace_ms": node.cfg.gc_grace_ms,
+                "old_log": to.display().to_string()}),
+        );
     }
     if let Some(why) = &opened.torn {
         node.log(
