@@ -537,3 +537,29 @@ fn a_node_restarted_through_drift_cluster_is_seen_by_status_and_stopped_by_down(
         assert!(!c.alive_pid(pid), "pid {pid} still runs after down");
     }
 }
+
+// ------------------------------------------------------------ lost state
+
+#[test]
+fn a_wiped_server_of_an_idle_cluster_catches_up_before_it_may_vote_again() {
+    // the leader remembers the entries as replicated on the server and
+    // would send them only with a next entry, which an idle cluster never
+    // writes; meanwhile a vote from the empty log could elect a leader
+    // without them
+    let c = Cluster::up("wiped-idle", 21370, &[]);
+    let first = c.wait_leader(Duration::from_secs(10));
+    // a new term's entry on every server: the old leader steps down
+    c.stop(first);
+    let leader = wait_for(Duration::from_secs(20), || c.leader().filter(|&l| l != first)).expect("a new leader");
+    c.start(first);
+    let before = wait_for(Duration::from_secs(20), || all_alive_and_equal(&c)).expect("the servers agree");
+    let x = (1..=3).find(|&i| i != leader).unwrap();
+    c.stop(x);
+    std::fs::remove_dir_all(c.config().node_dir(x)).unwrap();
+    c.start(x);
+    let after = wait_for(Duration::from_secs(30), || all_alive_and_equal(&c))
+        .unwrap_or_else(|| panic!("server {x} never caught up:\n{}", c.log(x)));
+    assert_eq!(after, before, "the same applied index and digest as before the wipe");
+    let log = c.log(x);
+    assert!(log.contains("\"behind\"") && log.contains("\"caught_up\""), "{log}");
+}

@@ -251,6 +251,14 @@ struct Node {
     /// Set while a node that lost its Raft state waits to hear from a
     /// leader (see `step`).
     quiet: bool,
+    /// A commit index a leader announced that this node's log does not
+    /// reach (its data dir was dropped after it had acknowledged those
+    /// entries): until its log does, it neither votes nor campaigns, and
+    /// it asks the leader for a snapshot (see `step`). 0: not behind.
+    behind: u64,
+    /// The tick of the last snapshot request, so they go out one per
+    /// election timeout.
+    behind_asked_tick: u64,
     /// The snapshot being written in the background, if any.
     snapshot_job: Option<SnapshotJob>,
     /// Peers whose Raft traffic this node drops (the `isolate` fault hook:
@@ -446,6 +454,8 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         // first start lost its state: it may have voted in a term it no
         // longer knows, so it stays quiet until a leader speaks
         quiet: fresh && !opts.bootstrap,
+        behind: 0,
+        behind_asked_tick: 0,
         cfg,
         raw,
         ks,
@@ -994,6 +1004,11 @@ impl Node {
     /// in this term before it lost its state).
     fn step(&mut self, mut msg: Message) {
         use raft::prelude::MessageType::*;
+        if self.behind > 0 && matches!(msg.msg_type, MsgRequestVote | MsgRequestPreVote) {
+            // a vote from a log missing committed entries could elect a
+            // leader without them
+            return;
+        }
         if self.quiet {
             match msg.msg_type {
                 MsgAppend | MsgHeartbeat | MsgSnapshot => {
@@ -1010,9 +1025,55 @@ impl Node {
         }
         if msg.msg_type == MsgHeartbeat {
             let last = self.raw.raft.raft_log.last_index();
+            if msg.commit > last {
+                self.fall_behind(msg.from, msg.term, msg.commit, last);
+            }
             msg.commit = msg.commit.min(last);
         }
         let _ = self.raw.step(msg);
+        if self.behind > 0 && self.raw.raft.raft_log.last_index() >= self.behind {
+            log(
+                self.id,
+                "caught_up",
+                serde_json::json!({"index": self.raw.raft.raft_log.last_index()}),
+            );
+            self.behind = 0;
+        }
+    }
+
+    /// A leader's heartbeat names a commit past this node's log: its data
+    /// dir was dropped after it acknowledged those entries, and the
+    /// leader, which remembers them as replicated here, would send them
+    /// only with its next entry — never, in an idle cluster. So the node
+    /// asks for a snapshot as raft-rs's own snapshot request does: a
+    /// rejected append at the leader's view of its match, carrying the
+    /// index the snapshot must reach. Until its log reaches that commit it
+    /// neither votes nor campaigns.
+    fn fall_behind(&mut self, leader: u64, term: u64, commit: u64, last: u64) {
+        if self.behind == 0 {
+            log(
+                self.id,
+                "behind",
+                serde_json::json!({"leader": leader, "commit": commit, "last_index": last}),
+            );
+        }
+        self.behind = self.behind.max(commit);
+        let every = self.cfg.election_ticks as u64;
+        if self.behind_asked_tick != 0 && self.ticks < self.behind_asked_tick + every {
+            return;
+        }
+        self.behind_asked_tick = self.ticks.max(1);
+        let mut m = Message::default();
+        m.set_msg_type(raft::prelude::MessageType::MsgAppendResponse);
+        m.to = leader;
+        m.from = self.id;
+        m.term = term;
+        m.index = commit;
+        m.reject = true;
+        m.reject_hint = last;
+        m.log_term = self.raw.raft.raft_log.term(last).unwrap_or(0);
+        m.request_snapshot = commit;
+        self.send_messages(vec![m]);
     }
 
     fn send_messages(&mut self, msgs: Vec<Message>) {
@@ -1518,8 +1579,9 @@ impl Node {
             log(self.id, "parent_gone", serde_json::json!({}));
             std::process::exit(0);
         }
-        // a quiet node neither campaigns nor votes until a leader speaks
-        if !self.quiet {
+        // a quiet node neither campaigns nor votes until a leader speaks,
+        // nor one whose log misses committed entries until it has them
+        if !self.quiet && self.behind == 0 {
             self.raw.tick();
         }
         let now = now_ms(self.started);

@@ -35,8 +35,11 @@ pub fn check<S: Storage>(raw: &RawNode<S>, m: &Message, from: u64, voters: &[u64
     if m.to != r.id || m.from == r.id || !voters.contains(&m.from) {
         return Err(format!("message {} -> {} is not a link of node {}", m.from, m.to, r.id));
     }
-    if m.request_snapshot != 0 {
-        return Err("request_snapshot is set (this cluster never asks for one)".into());
+    // a server whose log lost acknowledged entries asks for a snapshot
+    // with a rejected append (see `keeper_node`'s `fall_behind`); nothing
+    // else carries the request
+    if m.request_snapshot != 0 && !(m.msg_type == MsgAppendResponse && m.reject) {
+        return Err("request_snapshot is set outside a rejected append".into());
     }
     match m.msg_type {
         // writes reach the leader as forwarded requests, never as raft
@@ -72,10 +75,10 @@ pub fn check<S: Storage>(raw: &RawNode<S>, m: &Message, from: u64, voters: &[u64
         MsgSnapshot => check_snapshot(raw, m, voters),
         MsgAppendResponse => {
             let last = r.raft_log.last_index();
-            if m.index > last || m.reject_hint > last {
+            if m.index > last || m.reject_hint > last || m.request_snapshot > last {
                 return Err(format!(
-                    "append response for index {} (hint {}) past the last index {last}",
-                    m.index, m.reject_hint
+                    "append response for index {} (hint {}, snapshot asked from {}) past the last index {last}",
+                    m.index, m.reject_hint, m.request_snapshot
                 ));
             }
             Ok(())
@@ -314,6 +317,31 @@ mod tests {
             n,
             msg(MessageType::MsgAppendResponse, 2, 1, term, |m| m.index = u64::MAX),
         );
+    }
+
+    #[test]
+    fn a_snapshot_request_rides_only_a_rejected_append_within_the_log() {
+        let n = leader();
+        let term = n.raft.term;
+        let last = n.raft.raft_log.last_index();
+        let ask = |kind, reject, at| {
+            msg(kind, 2, 1, term, |m| {
+                m.index = last;
+                m.reject = reject;
+                m.request_snapshot = at;
+            })
+        };
+        check(&n, &ask(MessageType::MsgAppendResponse, true, last), 2, &VOTERS).unwrap();
+        for bad in [
+            ask(MessageType::MsgAppendResponse, false, last),
+            ask(MessageType::MsgHeartbeatResponse, true, last),
+            ask(MessageType::MsgAppendResponse, true, last + 1),
+        ] {
+            assert!(check(&n, &bad, 2, &VOTERS).is_err(), "{bad:?}");
+        }
+        // and a leader given one answers with a snapshot, not a panic
+        let mut n = n;
+        n.step(ask(MessageType::MsgAppendResponse, true, last)).unwrap();
     }
 
     #[test]
