@@ -31,7 +31,9 @@
 //! 5. **stale-read** (only with R + W > RF and no `wipe` fault): a read
 //!    invoked after an `ok` write completed returns that version or a
 //!    newer one; reads of keys with an indeterminate write in between, or
-//!    an expected resurrection, are not judged.
+//!    an expected resurrection, are not judged, and an older value read
+//!    after a delete once a time-based GC pass could purge its tombstone
+//!    is **resurrected-expected**, not stale.
 //! 6. Valid iff none of diverged, phantom, lost-update, resurrected,
 //!    repair-not-idempotent, stale-read; skew-lost-update and
 //!    resurrected-expected are reported and stay valid. Unknown when the
@@ -139,6 +141,8 @@ struct Session {
 
 #[derive(Debug, Clone)]
 struct Gc {
+    /// When the harness recorded it (history time).
+    at_ns: i64,
     horizon_ts: u64,
     /// The pass's own clock: horizon + grace.
     at_ts: u64,
@@ -233,6 +237,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     .ok_or_else(|| bad(h, i, "a kv-gc without horizon_ts"))?;
                 let grace = v["grace_ms"].as_u64().unwrap_or(0).saturating_mul(1000);
                 m.gcs.push(Gc {
+                    at_ns: op.time,
                     horizon_ts,
                     at_ts: horizon_ts.saturating_add(grace),
                     time_based: v["mode"].as_str() != Some("repair") || v["forced"] == Value::Bool(true),
@@ -641,7 +646,29 @@ impl Checker for Convergence {
                     let fresh = rd.got.as_ref().is_some_and(|g| g.lww_cmp(&want) != Ordering::Less);
                     // a purged tombstone reads as nothing: as new as the delete
                     let purged = rd.got.is_none() && want.value.is_none();
-                    if !fresh && !purged {
+                    // an older value back after a time-based GC pass could
+                    // purge the delete's tombstone: the replica that missed
+                    // the delete answered, as time-based GC allows
+                    let gc_outran = want.value.is_none()
+                        && m.gcs
+                            .iter()
+                            .any(|g| g.time_based && g.horizon_ts > want.ts && g.at_ns < rd.complete);
+                    if !fresh && !purged && gc_outran {
+                        add(
+                            "resurrected-expected",
+                            finding(
+                                "resurrected-expected",
+                                Some(key),
+                                None,
+                                vec![w.at, rd.at],
+                                format!(
+                                    "key {key}: a read after the delete ({}) returned {}, after a time-based GC pass could purge the tombstone",
+                                    want.describe(),
+                                    rd.got.as_ref().map_or("nothing".to_string(), Version::describe)
+                                ),
+                            ),
+                        );
+                    } else if !fresh && !purged {
                         add(
                             "stale-read",
                             finding(

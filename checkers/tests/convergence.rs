@@ -332,6 +332,30 @@ fn rule_5_a_quorum_read_after_an_acknowledged_write_sees_it_or_newer() {
 }
 
 #[test]
+fn rule_5_an_old_value_read_after_a_delete_is_expected_only_once_gc_could_purge_the_tombstone() {
+    let gone: &[Held] = &[("k", 8, None)];
+    let config = json!({"rf": 3, "w": 2, "r": 2, "gc": "time"});
+    let build = |gc_before_read: bool| {
+        let mut h = H::default();
+        h.event(-1, "kv-config", config.clone())
+            .put("k", "v", 5, 0, 10, "ok")
+            .delete("k", 8, 20, 30, "ok");
+        if gc_before_read {
+            h.event(
+                35,
+                "kv-gc",
+                json!({"node": 1, "grace_ms": 0, "horizon_ts": 9, "purged": 1, "mode": "time"}),
+            );
+        }
+        h.get("k", Some((5, Some("v"))), 40, 50).finals(gone, gone, 0).check()
+    };
+    let (v, d) = build(true);
+    assert_eq!((v, count(&d, "resurrected-expected")), (Verdict::Valid, 1), "{d}");
+    let (v, d) = build(false);
+    assert_eq!((v, count(&d, "stale-read")), (Verdict::Invalid, 1), "{d}");
+}
+
+#[test]
 fn rule_6_without_final_reads_or_the_second_repair_the_verdict_is_unknown() {
     let (v, d) = H::new("time").put("k", "v", 5, 0, 10, "ok").check();
     assert_eq!(v, Verdict::Unknown, "{d}");
