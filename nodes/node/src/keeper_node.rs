@@ -1083,12 +1083,25 @@ impl Node {
                 continue;
             }
             if let Ok(bytes) = m.write_to_bytes() {
-                let frame = if m.msg_type == raft::prelude::MessageType::MsgSnapshot {
+                let snapshot = m.msg_type == raft::prelude::MessageType::MsgSnapshot;
+                let frame = if snapshot {
                     PeerMsg::Snapshot(bytes)
                 } else {
                     PeerMsg::Raft(bytes)
                 };
                 self.links.send(to, &frame);
+                // a snapshot a peer asked for (see `fall_behind`) stays
+                // asked for until reported sent: raft-rs would send it
+                // again after every answer and never the entries after it
+                let requested = self
+                    .raw
+                    .raft
+                    .prs()
+                    .get(to)
+                    .is_some_and(|pr| pr.pending_request_snapshot != raft::INVALID_INDEX);
+                if snapshot && requested {
+                    self.raw.report_snapshot(to, raft::SnapshotStatus::Finish);
+                }
             }
         }
     }
