@@ -200,10 +200,13 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;
     let partitions = plan.nemeses.contains(&nemesis::FaultKind::Partition);
     // removes its iptables chain when dropped, on every way out of here
-    let partitioner = if partitions {
-        Partitioner::choose(&format!("{:x}", c.seed & 0xffff_ffff), plan.partitioner).map_err(Failure::new)?
-    } else {
+    let docker = plan.backend == crate::plan::BackendKind::Docker;
+    let partitioner = if !partitions {
         Partitioner::Unused
+    } else if docker {
+        Partitioner::Backend
+    } else {
+        Partitioner::choose(&format!("{:x}", c.seed & 0xffff_ffff), plan.partitioner).map_err(Failure::new)?
     };
     if plan.kv.is_some() && partitioner.needs_proxies() {
         return Err(Failure::new(
@@ -252,14 +255,25 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
             .or(plan.kv.as_ref().and_then(|k| k.defect))
             .map(|d| d.name()),
     };
-    let mut cluster: Box<dyn Backend> = Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?);
+    let mut cluster: Box<dyn Backend> = if docker {
+        Box::new(
+            crate::docker::DockerCluster::new(&run.path, spec, Box::new(crate::container::Cli::docker()))
+                .map_err(Failure::new)?,
+        )
+    } else {
+        Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?)
+    };
     info.hosts = cluster
         .ids()
         .into_iter()
         .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string(), "peer": cluster.peer_addr(i).to_string()}))
         .collect();
     write_run_json(run, info)?;
-    out!("  servers on {}, addresses {}", cluster.name(), claim.block);
+    if docker {
+        out!("  servers on {} (backend {})", cluster.name(), plan.backend.name());
+    } else {
+        out!("  servers on {}, addresses {}", cluster.name(), claim.block);
+    }
     if partitions {
         out!("  partitions via {}", partitioner.name());
     }

@@ -130,6 +130,8 @@ pub enum Command {
     Cluster(ClusterArgs),
     /// Run kv repair sessions now on a running cluster and print their reports.
     Repair(RepairArgs),
+    /// Build the Docker image of this (statically linked) drift, for `--backend docker`.
+    BuildImage,
 }
 
 #[derive(Args, Debug)]
@@ -234,6 +236,11 @@ pub struct TestArgs {
     /// proxies), iptables, or proxies.
     #[arg(long, value_enum, default_value_t = PartitionerMode::Auto)]
     pub partitioner: PartitionerMode,
+    /// Where the servers run: local processes, or Docker containers on a
+    /// network of the run's own (partitions then cut inside each
+    /// container; drift must be statically linked: see `drift build-image`).
+    #[arg(long, value_enum, default_value_t = plan::BackendKind::Local)]
+    pub backend: plan::BackendKind,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,

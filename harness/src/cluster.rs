@@ -324,7 +324,7 @@ pub const DEFAULT_TABLE: &str = "name = \"events\"\ncolumns = \"id UInt64, key S
 #[allow(clippy::too_many_arguments)]
 pub fn local_config(
     nodes: u64,
-    block: Block,
+    ip: &dyn Fn(u64) -> std::net::IpAddr,
     data_dir: &Path,
     port: u16,
     quorum_reads: bool,
@@ -353,7 +353,7 @@ pub fn local_config(
     for i in 1..=nodes {
         t.push_str(&format!(
             "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
-            ip = block.ip(i),
+            ip = ip(i),
             raft = port + 1
         ));
         if let Some(tb) = table.filter(|tb| i <= tb.replicas) {
@@ -361,11 +361,11 @@ pub fn local_config(
                 "http = \"{ip}:{}\"\ninterserver = \"{ip}:{}\"\n",
                 tb.http_port,
                 tb.interserver_port,
-                ip = block.ip(i)
+                ip = ip(i)
             ));
         }
         if let Some(kv) = kv {
-            t.push_str(&format!("kv = \"{}:{}\"\n", block.ip(i), kv.port));
+            t.push_str(&format!("kv = \"{}:{}\"\n", ip(i), kv.port));
         }
     }
     if let Some(kv) = kv {
@@ -494,9 +494,10 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
     if zookeeper {
         set.push("keeper = false".into());
     }
+    let block = claim.block;
     let text = local_config(
         nodes,
-        claim.block,
+        &|i| block.ip(i),
         &dir.join("data"),
         port,
         quorum_reads,

@@ -154,7 +154,17 @@ impl LocalCluster {
         ];
         campaign.extend(extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(n, block, &base, port, quorum_reads, &secret, &campaign, table, kv);
+        let text = crate::cluster::local_config(
+            n,
+            &|i| block.ip(i),
+            &base,
+            port,
+            quorum_reads,
+            &secret,
+            &campaign,
+            table,
+            kv,
+        );
         let config_path = run_dir.join("cluster.toml");
         crate::cluster::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
@@ -410,47 +420,68 @@ impl Corrupt for LocalCluster {
                 what: "corrupt",
             });
         }
-        let where_ = if n.dir.join("data/version-2").is_dir() {
-            n.dir.join("data/version-2")
-        } else {
-            n.dir.clone()
-        };
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&where_)
-            .map_err(|e| BackendError::io(&where_, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
-                    ["changelog_", "snapshot_", "log.", "snapshot."]
-                        .iter()
-                        .any(|p| f.starts_with(p))
-                })
-            })
-            .collect();
-        files.sort();
-        let Some(target) = files.get((pick as usize) % files.len().max(1)).cloned() else {
-            return Ok("nothing to corrupt".into());
-        };
-        let mut bytes = std::fs::read(&target).map_err(|e| BackendError::io(&target, e))?;
-        if bytes.is_empty() {
-            return Ok(format!("{} is empty", target.display()));
-        }
-        // ZooKeeper preallocates its logs with zeros: damage the written part
-        let used = bytes.iter().rposition(|&b| b != 0).map_or(bytes.len(), |p| p + 1);
-        let what = match how {
-            Damage::Truncate => {
-                let keep = used * 3 / 4;
-                bytes.truncate(keep);
-                format!("truncated {} to {keep} bytes", target.display())
-            }
-            Damage::Flip => {
-                let at = (pick / files.len() as u64) as usize % used;
-                bytes[at] ^= 0x5a;
-                format!("flipped byte {at} of {}", target.display())
-            }
-        };
-        std::fs::write(&target, bytes).map_err(|e| BackendError::io(&target, e))?;
-        Ok(what)
+        damage_files(&n.dir, how, pick)
     }
+}
+
+/// Damages the newest changelog segment or snapshot under `dir` (a
+/// stopped server's data directory, or a ZooKeeper one's): truncates it,
+/// or flips one byte, the file and the byte chosen by `pick`. Returns
+/// what was done.
+pub fn damage_files(dir: &Path, how: Damage, pick: u64) -> Result<String, BackendError> {
+    let where_ = if dir.join("data/version-2").is_dir() {
+        dir.join("data/version-2")
+    } else {
+        dir.to_path_buf()
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&where_)
+        .map_err(|e| BackendError::io(&where_, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
+                ["changelog_", "snapshot_", "log.", "snapshot."]
+                    .iter()
+                    .any(|p| f.starts_with(p))
+            })
+        })
+        .collect();
+    files.sort();
+    let Some(target) = files.get((pick as usize) % files.len().max(1)).cloned() else {
+        return Ok("nothing to corrupt".into());
+    };
+    let mut bytes = std::fs::read(&target).map_err(|e| BackendError::io(&target, e))?;
+    if bytes.is_empty() {
+        return Ok(format!("{} is empty", target.display()));
+    }
+    // ZooKeeper preallocates its logs with zeros: damage the written part
+    let used = bytes.iter().rposition(|&b| b != 0).map_or(bytes.len(), |p| p + 1);
+    let what = match how {
+        Damage::Truncate => {
+            let keep = used * 3 / 4;
+            bytes.truncate(keep);
+            format!("truncated {} to {keep} bytes", target.display())
+        }
+        Damage::Flip => {
+            let at = (pick / files.len() as u64) as usize % used;
+            bytes[at] ^= 0x5a;
+            format!("flipped byte {at} of {}", target.display())
+        }
+    };
+    std::fs::write(&target, bytes).map_err(|e| BackendError::io(&target, e))?;
+    Ok(what)
+}
+
+/// Sends a fault-hook command to a server's admin endpoint; its answer.
+pub fn call_admin(i: u64, admin: SocketAddr, token: &str, cmd: &str) -> Result<String, BackendError> {
+    let hooks = |reason: String| BackendError::Hooks { node: i, reason };
+    let mut s =
+        TcpStream::connect_timeout(&admin, Duration::from_secs(1)).map_err(|e| hooks(format!("{admin}: {e}")))?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok();
+    s.write_all(format!("{token} {cmd}\n").as_bytes())
+        .map_err(|e| hooks(e.to_string()))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| hooks(e.to_string()))?;
+    Ok(out.trim().to_string())
 }
 
 impl LogFiles for LocalCluster {
@@ -498,16 +529,7 @@ impl FaultHooks for LocalCluster {
         if self.zookeeper {
             return Err(BackendError::Unsupported("ZooKeeper servers have no fault hooks"));
         }
-        let n = &self.nodes[(i - 1) as usize];
-        let hooks = |reason: String| BackendError::Hooks { node: i, reason };
-        let mut s = TcpStream::connect_timeout(&n.admin, Duration::from_secs(1))
-            .map_err(|e| hooks(format!("{}: {e}", n.admin)))?;
-        s.set_read_timeout(Some(Duration::from_secs(3))).ok();
-        s.write_all(format!("{} {cmd}\n", self.token).as_bytes())
-            .map_err(|e| hooks(e.to_string()))?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).map_err(|e| hooks(e.to_string()))?;
-        Ok(out.trim().to_string())
+        call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
     }
 }
 

@@ -21,9 +21,12 @@ mod claim;
 mod cli;
 mod cluster;
 mod compare;
+mod container;
 mod convert;
 mod deletes;
+mod docker;
 mod fail;
+mod image;
 mod inserts;
 mod judge;
 mod local;
@@ -63,6 +66,7 @@ fn main() {
         Command::Node(args) => cluster::node(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Repair(args) => repair::run(args),
+        Command::BuildImage => image::build_image(),
     };
     match outcome {
         Ok(code) => std::process::exit(code),

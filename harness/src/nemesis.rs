@@ -537,6 +537,9 @@ pub enum Partitioner {
     Iptables { chain: String, torn: AtomicBool },
     /// The backend's per-link proxies.
     Proxies,
+    /// The backend's own means, in the servers' own network namespaces
+    /// (containers).
+    Backend,
     /// The run has no partitions.
     Unused,
 }
@@ -594,6 +597,7 @@ impl Partitioner {
         match self {
             Partitioner::Iptables { .. } => "iptables",
             Partitioner::Proxies => "per-link proxies",
+            Partitioner::Backend => "iptables in each container's network namespace",
             Partitioner::Unused => "nothing (no partitions)",
         }
     }
@@ -636,6 +640,10 @@ impl Partitioner {
                 Some(n) => format!("proxies: {n} directed links cut"),
                 None => "no proxies on this backend: nothing cut".to_string(),
             },
+            Partitioner::Backend => match cluster.cut_links(links) {
+                Some(n) => format!("{n} directed links cut in the servers' namespaces"),
+                None => "this backend cannot cut links: nothing cut".to_string(),
+            },
             Partitioner::Unused => "no partitioner in this run: nothing cut".to_string(),
         }
     }
@@ -645,7 +653,7 @@ impl Partitioner {
             Partitioner::Iptables { chain, .. } => {
                 let _ = ipt(&["-F", chain]);
             }
-            Partitioner::Proxies => cluster.heal_links(),
+            Partitioner::Proxies | Partitioner::Backend => cluster.heal_links(),
             Partitioner::Unused => {}
         }
     }

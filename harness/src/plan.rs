@@ -48,6 +48,27 @@ pub const TABLE_INTERSERVER_PORT_OFFSET: u16 = 5;
 /// The kv service's HTTP port is P+6.
 pub const KV_PORT_OFFSET: u16 = 6;
 
+/// Where the servers run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// Processes on this machine, on loopback addresses.
+    #[default]
+    Local,
+    /// Docker containers on a bridge network of the run's own (the drift
+    /// executable must be statically linked).
+    Docker,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Local => "local",
+            BackendKind::Docker => "docker",
+        }
+    }
+}
+
 /// The system under test.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -235,6 +256,10 @@ impl TablePlan {
     }
 }
 
+fn is_local(b: &BackendKind) -> bool {
+    *b == BackendKind::Local
+}
+
 fn d_session_timeout_ms() -> u64 {
     4000
 }
@@ -268,6 +293,9 @@ pub struct Plan {
     pub session_timeout_ms: u64,
     #[serde(default)]
     pub partitioner: PartitionerMode,
+    /// Where the servers run (local processes unless said).
+    #[serde(default, skip_serializing_if = "is_local")]
+    pub backend: BackendKind,
     #[serde(default = "d_check_budget_s")]
     pub check_budget_s: u64,
     /// The checkers that judge it (derived: see [`Plan::checkers`]).
@@ -317,6 +345,7 @@ impl Plan {
             op_timeout_ms: args.op_timeout_ms,
             session_timeout_ms: args.session_timeout_ms,
             partitioner: args.partitioner,
+            backend: args.backend,
             check_budget_s: args.check_budget_s,
             checkers: Vec::new(),
             block: args.block,
@@ -471,6 +500,9 @@ impl Plan {
                 ));
             }
         }
+        if self.backend == BackendKind::Docker && self.target == Target::Zookeeper {
+            return Err("backend docker runs drift's servers only (not --target zookeeper)".into());
+        }
         if self.target == Target::Zookeeper && self.workload().is_kv() {
             return Err("workload delete runs on the drift target only (the kv service is drift's)".into());
         }
@@ -596,6 +628,7 @@ mod tests {
             op_timeout_ms: 2000,
             session_timeout_ms: 4000,
             partitioner: PartitionerMode::Auto,
+            backend: BackendKind::Local,
             check_budget_s: 120,
             checkers: vec![],
             block: None,
