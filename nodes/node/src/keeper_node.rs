@@ -259,6 +259,10 @@ struct Node {
     /// The tick of the last snapshot request, so they go out one per
     /// election timeout.
     behind_asked_tick: u64,
+    /// The tick `behind` was set at: past [`BEHIND_TIMEOUTS`] election
+    /// timeouts the node stops waiting (a heartbeat's commit is a peer's
+    /// word, and a peer that lies must not silence a server for good).
+    behind_since_tick: u64,
     /// The snapshot being written in the background, if any.
     snapshot_job: Option<SnapshotJob>,
     /// Peers whose Raft traffic this node drops (the `isolate` fault hook:
@@ -291,6 +295,10 @@ struct Node {
 fn now_ms(started: Instant) -> u64 {
     started.elapsed().as_millis() as u64
 }
+
+/// Election timeouts a server that is behind (see `fall_behind`) waits
+/// for the entries it misses before it takes part in elections again.
+const BEHIND_TIMEOUTS: u64 = 10;
 
 fn wall_ms() -> i64 {
     SystemTime::now()
@@ -456,6 +464,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         quiet: fresh && !opts.bootstrap,
         behind: 0,
         behind_asked_tick: 0,
+        behind_since_tick: 0,
         cfg,
         raw,
         ks,
@@ -1051,6 +1060,7 @@ impl Node {
     /// neither votes nor campaigns.
     fn fall_behind(&mut self, leader: u64, term: u64, commit: u64, last: u64) {
         if self.behind == 0 {
+            self.behind_since_tick = self.ticks;
             log(
                 self.id,
                 "behind",
@@ -1591,6 +1601,15 @@ impl Node {
         if self.parent.is_some_and(|p| p != std::os::unix::process::parent_id()) {
             log(self.id, "parent_gone", serde_json::json!({}));
             std::process::exit(0);
+        }
+        if self.behind > 0 && self.ticks - self.behind_since_tick > BEHIND_TIMEOUTS * self.cfg.election_ticks as u64 {
+            log(
+                self.id,
+                "behind_given_up",
+                serde_json::json!({"level": "WARN", "commit": self.behind,
+                    "last_index": self.raw.raft.raft_log.last_index()}),
+            );
+            self.behind = 0;
         }
         // a quiet node neither campaigns nor votes until a leader speaks,
         // nor one whose log misses committed entries until it has them
