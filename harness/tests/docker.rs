@@ -1,0 +1,158 @@
+//! `drift test --backend docker`: campaigns whose servers run in
+//! containers on a network of the run's own, faults applied from the host.
+//!
+//! The image holds a statically linked drift, which `ci/test` builds and
+//! names in `DRIFT_STATIC_EXE`. Without it (or without a Docker engine)
+//! these tests say so and pass only outside CI: under `DRIFT_REQUIRE_DEPS`
+//! they fail, as every test whose dependency is missing does.
+
+mod common;
+
+use common::fresh_path;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// One docker test at a time: each counts every container drift made.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// The static drift, or why the tests cannot run.
+fn static_drift() -> Option<PathBuf> {
+    let missing = |why: &str| {
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "the docker tests need {why} (ci/test provides it)"
+        );
+        eprintln!("NOT RUN: the docker tests need {why}");
+        None
+    };
+    let Some(p) = std::env::var_os("DRIFT_STATIC_EXE").map(PathBuf::from) else {
+        return missing("a static drift in DRIFT_STATIC_EXE");
+    };
+    if !p.exists() {
+        return missing(&format!("{} (DRIFT_STATIC_EXE)", p.display()));
+    }
+    let engine = Command::new("docker").args(["version"]).stdout(Stdio::null()).status();
+    if !engine.is_ok_and(|s| s.success()) {
+        return missing("a running Docker engine");
+    }
+    Some(p)
+}
+
+/// Names of the containers and networks drift runs left behind.
+fn leftovers() -> (Vec<String>, Vec<String>) {
+    let list = |args: &[&str]| -> Vec<String> {
+        let out = Command::new("docker").args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    (
+        list(&["ps", "-a", "--filter", "label=io.drift.owner", "--format", "{{.Names}}"]),
+        list(&[
+            "network",
+            "ls",
+            "--filter",
+            "label=io.drift.owner",
+            "--format",
+            "{{.Name}}",
+        ]),
+    )
+}
+
+#[test]
+fn a_campaign_in_containers_is_valid_and_leaves_no_container_or_network() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(drift) = static_drift() else { return };
+    let store = fresh_path("docker");
+    let out = Command::new(&drift)
+        .args(["test", "--backend", "docker", "--workload", "register"])
+        // seed 2's schedule: a kill, a partition, a pause
+        .args(["--nemesis", "partition,kill,pause", "--nemesis-interval", "4", "--seed", "2"])
+        .args(["--time-limit", "16", "--nodes", "3", "--rate", "40", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("docker containers"), "{stdout}");
+    // the partition really cut: some faults' windows saw failures
+    let history = std::fs::read_dir(store.join("register-drift"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("history.jsonl"))
+        .next()
+        .unwrap();
+    let text = std::fs::read_to_string(&history).unwrap();
+    assert!(
+        text.contains("directed links cut in the servers' namespaces"),
+        "partitions went through the containers"
+    );
+    // the servers' logs are in the run directory
+    let run = history.parent().unwrap();
+    let log = std::fs::read_to_string(run.join("nodes/n1.log")).unwrap();
+    assert!(log.contains("\"started\""), "{log}");
+    assert_eq!(leftovers(), (vec![], vec![]), "every container and network removed");
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+#[test]
+fn containers_of_a_killed_run_are_removed_by_the_next() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(drift) = static_drift() else { return };
+    let store = fresh_path("docker-killed");
+    let mut victim = Command::new(&drift)
+        .args([
+            "test",
+            "--backend",
+            "docker",
+            "--workload",
+            "register",
+            "--nemesis",
+            "none",
+        ])
+        .args(["--time-limit", "60", "--nodes", "3", "--store"])
+        .arg(&store)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait until its containers run, then kill it without a goodbye
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while leftovers().0.len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the victim's containers never ran"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    assert_eq!(leftovers().0.len(), 3, "a killed drift leaves its containers");
+    // the next run proves they are orphans (their drift is gone) and removes them
+    let out = Command::new(&drift).args(["build-image"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&drift)
+        .args([
+            "test",
+            "--backend",
+            "docker",
+            "--workload",
+            "register",
+            "--nemesis",
+            "none",
+        ])
+        .args(["--time-limit", "3", "--nodes", "3", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(leftovers(), (vec![], vec![]));
+    let _ = std::fs::remove_dir_all(&store);
+}
