@@ -69,7 +69,14 @@ fn a_campaign_in_containers_is_valid_and_leaves_no_container_or_network() {
     let out = Command::new(&drift)
         .args(["test", "--backend", "docker", "--workload", "register"])
         // seed 2's schedule: a kill, a partition, a pause
-        .args(["--nemesis", "partition,kill,pause", "--nemesis-interval", "4", "--seed", "2"])
+        .args([
+            "--nemesis",
+            "partition,kill,pause",
+            "--nemesis-interval",
+            "4",
+            "--seed",
+            "2",
+        ])
         .args(["--time-limit", "16", "--nodes", "3", "--rate", "40", "--store"])
         .arg(&store)
         .output()
