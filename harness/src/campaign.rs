@@ -201,9 +201,10 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     let partitions = plan.nemeses.contains(&nemesis::FaultKind::Partition);
     // removes its iptables chain when dropped, on every way out of here
     let docker = plan.backend == crate::plan::BackendKind::Docker;
+    let remote = plan.backend != crate::plan::BackendKind::Local;
     let partitioner = if !partitions {
         Partitioner::Unused
-    } else if docker {
+    } else if remote {
         Partitioner::Backend
     } else {
         Partitioner::choose(&format!("{:x}", c.seed & 0xffff_ffff), plan.partitioner).map_err(Failure::new)?
@@ -260,6 +261,9 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
             crate::docker::DockerCluster::new(&run.path, spec, Box::new(crate::container::Cli::docker()))
                 .map_err(Failure::new)?,
         )
+    } else if let Some(path) = plan.hosts.as_deref() {
+        let hosts = crate::hosts::Hosts::load(path).map_err(Failure::new)?;
+        Box::new(crate::sshcluster::SshCluster::new(&run.path, spec, &hosts).map_err(Failure::new)?)
     } else {
         Box::new(LocalCluster::new(&run.path, spec).map_err(Failure::new)?)
     };
@@ -269,7 +273,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string(), "peer": cluster.peer_addr(i).to_string()}))
         .collect();
     write_run_json(run, info)?;
-    if docker {
+    if remote {
         out!("  servers on {} (backend {})", cluster.name(), plan.backend.name());
     } else {
         out!("  servers on {}, addresses {}", cluster.name(), claim.block);

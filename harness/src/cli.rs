@@ -241,6 +241,9 @@ pub struct TestArgs {
     /// container; drift must be statically linked: see `drift build-image`).
     #[arg(long, value_enum, default_value_t = plan::BackendKind::Local)]
     pub backend: plan::BackendKind,
+    /// The hosts file of `--backend ssh` (see README, "On your own hosts").
+    #[arg(long)]
+    pub hosts: Option<PathBuf>,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,

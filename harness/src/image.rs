@@ -20,7 +20,7 @@ pub const REPOSITORY: &str = "drift-node";
 pub const EXE_IN_IMAGE: &str = "/drift";
 
 /// How to build a drift that can go into the image.
-pub const STATIC_HINT: &str = "RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu -p drift-harness (then run target/x86_64-unknown-linux-gnu/release/drift)";
+pub const STATIC_HINT: &str = "OPENSSL_STATIC=1 RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu -p drift-harness (then run target/x86_64-unknown-linux-gnu/release/drift)";
 
 /// Whether the ELF executable `bytes` asks for a dynamic loader (a
 /// `PT_INTERP` program header): such a binary cannot run in an image with

@@ -437,38 +437,49 @@ pub fn damage_files(dir: &Path, how: Damage, pick: u64) -> Result<String, Backen
     let mut files: Vec<PathBuf> = std::fs::read_dir(&where_)
         .map_err(|e| BackendError::io(&where_, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.file_name().and_then(|f| f.to_str()).is_some_and(|f| {
-                ["changelog_", "snapshot_", "log.", "snapshot."]
-                    .iter()
-                    .any(|p| f.starts_with(p))
-            })
-        })
+        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(damageable))
         .collect();
     files.sort();
     let Some(target) = files.get((pick as usize) % files.len().max(1)).cloned() else {
         return Ok("nothing to corrupt".into());
     };
     let mut bytes = std::fs::read(&target).map_err(|e| BackendError::io(&target, e))?;
-    if bytes.is_empty() {
+    let Some(what) = damage(&mut bytes, how, pick / files.len() as u64) else {
         return Ok(format!("{} is empty", target.display()));
+    };
+    std::fs::write(&target, bytes).map_err(|e| BackendError::io(&target, e))?;
+    Ok(format!("{what} of {}", target.display()))
+}
+
+/// Whether `name` is a file `corrupt` may damage: a changelog segment or
+/// snapshot (the keeper's, or ZooKeeper's).
+pub fn damageable(name: &str) -> bool {
+    ["changelog_", "snapshot_", "log.", "snapshot."]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// Damages a file's bytes in place: cuts off the last quarter of what is
+/// written, or flips the byte `pick` chooses; what it did (`None` for an
+/// empty file).
+pub fn damage(bytes: &mut Vec<u8>, how: Damage, pick: u64) -> Option<String> {
+    if bytes.is_empty() {
+        return None;
     }
     // ZooKeeper preallocates its logs with zeros: damage the written part
     let used = bytes.iter().rposition(|&b| b != 0).map_or(bytes.len(), |p| p + 1);
-    let what = match how {
+    Some(match how {
         Damage::Truncate => {
             let keep = used * 3 / 4;
             bytes.truncate(keep);
-            format!("truncated {} to {keep} bytes", target.display())
+            format!("truncated to {keep} bytes")
         }
         Damage::Flip => {
-            let at = (pick / files.len() as u64) as usize % used;
+            let at = pick as usize % used;
             bytes[at] ^= 0x5a;
-            format!("flipped byte {at} of {}", target.display())
+            format!("flipped byte {at}")
         }
-    };
-    std::fs::write(&target, bytes).map_err(|e| BackendError::io(&target, e))?;
-    Ok(what)
+    })
 }
 
 /// Sends a fault-hook command to a server's admin endpoint; its answer.

@@ -26,6 +26,7 @@ mod convert;
 mod deletes;
 mod docker;
 mod fail;
+mod hosts;
 mod image;
 mod inserts;
 mod judge;
@@ -36,6 +37,8 @@ mod proxy;
 mod recorder;
 mod repair;
 mod serve;
+mod ssh;
+mod sshcluster;
 
 use clap::Parser;
 use cli::{BenchWhat, Cli, Command};

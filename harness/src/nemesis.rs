@@ -597,7 +597,7 @@ impl Partitioner {
         match self {
             Partitioner::Iptables { .. } => "iptables",
             Partitioner::Proxies => "per-link proxies",
-            Partitioner::Backend => "iptables in each container's network namespace",
+            Partitioner::Backend => "iptables on each server's host or in its container",
             Partitioner::Unused => "nothing (no partitions)",
         }
     }
@@ -641,7 +641,7 @@ impl Partitioner {
                 None => "no proxies on this backend: nothing cut".to_string(),
             },
             Partitioner::Backend => match cluster.cut_links(links) {
-                Some(n) => format!("{n} directed links cut in the servers' namespaces"),
+                Some(n) => format!("{n} directed links cut at the servers"),
                 None => "this backend cannot cut links: nothing cut".to_string(),
             },
             Partitioner::Unused => "no partitioner in this run: nothing cut".to_string(),

@@ -58,6 +58,8 @@ pub enum BackendKind {
     /// Docker containers on a bridge network of the run's own (the drift
     /// executable must be statically linked).
     Docker,
+    /// Hosts reached over SSH, listed in a hosts file (`--hosts`).
+    Ssh,
 }
 
 impl BackendKind {
@@ -65,6 +67,7 @@ impl BackendKind {
         match self {
             BackendKind::Local => "local",
             BackendKind::Docker => "docker",
+            BackendKind::Ssh => "ssh",
         }
     }
 }
@@ -296,6 +299,9 @@ pub struct Plan {
     /// Where the servers run (local processes unless said).
     #[serde(default, skip_serializing_if = "is_local")]
     pub backend: BackendKind,
+    /// The hosts file of the ssh backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<std::path::PathBuf>,
     #[serde(default = "d_check_budget_s")]
     pub check_budget_s: u64,
     /// The checkers that judge it (derived: see [`Plan::checkers`]).
@@ -346,6 +352,7 @@ impl Plan {
             session_timeout_ms: args.session_timeout_ms,
             partitioner: args.partitioner,
             backend: args.backend,
+            hosts: args.hosts.clone(),
             check_budget_s: args.check_budget_s,
             checkers: Vec::new(),
             block: args.block,
@@ -500,8 +507,21 @@ impl Plan {
                 ));
             }
         }
-        if self.backend == BackendKind::Docker && self.target == Target::Zookeeper {
-            return Err("backend docker runs drift's servers only (not --target zookeeper)".into());
+        if self.backend != BackendKind::Local && self.target == Target::Zookeeper {
+            return Err(format!(
+                "backend {} runs drift's servers only (not --target zookeeper)",
+                self.backend.name()
+            ));
+        }
+        match (self.backend, &self.hosts) {
+            (BackendKind::Ssh, None) => return Err("hosts: backend ssh needs a hosts file (--hosts)".into()),
+            (BackendKind::Local | BackendKind::Docker, Some(_)) => {
+                return Err(format!(
+                    "hosts: a hosts file is for backend ssh, not {}",
+                    self.backend.name()
+                ))
+            }
+            _ => {}
         }
         if self.target == Target::Zookeeper && self.workload().is_kv() {
             return Err("workload delete runs on the drift target only (the kv service is drift's)".into());
@@ -629,6 +649,7 @@ mod tests {
             session_timeout_ms: 4000,
             partitioner: PartitionerMode::Auto,
             backend: BackendKind::Local,
+            hosts: None,
             check_budget_s: 120,
             checkers: vec![],
             block: None,

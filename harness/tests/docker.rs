@@ -98,7 +98,7 @@ fn a_campaign_in_containers_is_valid_and_leaves_no_container_or_network() {
         .unwrap();
     let text = std::fs::read_to_string(&history).unwrap();
     assert!(
-        text.contains("directed links cut in the servers' namespaces"),
+        text.contains("directed links cut at the servers"),
         "partitions went through the containers"
     );
     // the servers' logs are in the run directory
@@ -106,6 +106,10 @@ fn a_campaign_in_containers_is_valid_and_leaves_no_container_or_network() {
     let log = std::fs::read_to_string(run.join("nodes/n1.log")).unwrap();
     assert!(log.contains("\"started\""), "{log}");
     assert_eq!(leftovers(), (vec![], vec![]), "every container and network removed");
+    // a replay runs in containers again, with the stored schedule
+    let again = common::assert_replays_on_same_backend(&drift, run);
+    assert!(again.join("nodes/n1.log").exists());
+    assert_eq!(leftovers(), (vec![], vec![]), "the replay removed its containers too");
     let _ = std::fs::remove_dir_all(&store);
 }
 

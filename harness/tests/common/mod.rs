@@ -97,3 +97,31 @@ impl Drop for Reaped {
         let _ = self.0.wait();
     }
 }
+
+/// Replays the stored run `run` with the drift at `exe` and asserts the
+/// replay succeeded on the same backend with the stored nemesis schedule.
+/// The replay's run directory.
+pub fn assert_replays_on_same_backend(exe: &Path, run: &Path) -> PathBuf {
+    let json = |p: &Path| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p.join("run.json")).unwrap()).unwrap()
+    };
+    let before: Vec<PathBuf> = std::fs::read_dir(run.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    let (code, stdout, stderr) = self::run(Command::new(exe).arg("replay").arg(run));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let again = std::fs::read_dir(run.parent().unwrap())
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.is_dir() && !before.contains(p))
+        .expect("the replay stored a new run beside the first");
+    let (first, second) = (json(run), json(&again));
+    assert_eq!(second["config"]["backend"], first["config"]["backend"]);
+    assert_eq!(second["seed"], first["seed"]);
+    assert_eq!(
+        second["nemesis_schedule"], first["nemesis_schedule"],
+        "the replay applied the stored schedule"
+    );
+    again
+}
