@@ -1,8 +1,10 @@
 //! drift-keeper: the ZooKeeper-compatible coordination service under
 //! test, as a deterministic, sans-IO state machine (after ClickHouse
-//! Keeper). No clock, randomness, threads or files in here: time and zxid
-//! come from log entries, files go through the [`disk::Disk`] trait whose
-//! real implementation lives in `nodes/node`.
+//! Keeper). No clock, randomness, threads or files in here: time comes
+//! with each input ([`server::Env`]) and zxid from log entries, files go
+//! through the [`disk::Disk`] trait whose real implementation lives in
+//! `nodes/node`. raft-rs runs inside, with its randomized election timeout
+//! pinned to one value, so it draws nothing either.
 //!
 //! # Layout
 //! * [`path`], [`acl`], [`node`], [`error`] — ZooKeeper's data model
@@ -18,6 +20,10 @@
 //! * [`disk`] — the file seam, and an in-memory disk with faults
 //! * [`changelog`] — segmented, checksummed, compressed log files
 //! * [`snapshot`] — deterministic, versioned, compressed snapshots
+//! * [`raftlog`] — raft-rs `Storage` on the changelog and snapshots
+//! * [`peer`], [`peer_check`] — what servers send each other, and what a
+//!   peer's Raft message must satisfy before it is stepped
+//! * [`server`] — one server: Raft, the tree, clients, as inputs and effects
 
 pub mod acl;
 pub mod changelog;
@@ -30,9 +36,13 @@ pub mod jute;
 pub mod limit;
 pub mod node;
 pub mod path;
+pub mod peer;
+pub mod peer_check;
 mod plan;
 pub mod proto;
+pub mod raftlog;
 pub mod request;
+pub mod server;
 pub mod session;
 pub mod snapshot;
 pub mod state;

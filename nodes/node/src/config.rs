@@ -423,6 +423,40 @@ impl ClusterConfig {
         drift_keeper::DigestMode::parse(&self.digest).expect("validated")
     }
 
+    /// What the keeper server `id` needs of this file.
+    pub fn server_config(
+        &self,
+        id: u64,
+        bootstrap: bool,
+        fault_token: Option<String>,
+    ) -> drift_keeper::server::ServerConfig {
+        drift_keeper::server::ServerConfig {
+            id,
+            members: self
+                .peers
+                .iter()
+                .map(|p| drift_keeper::server::Member {
+                    id: p.id,
+                    raft: p.raft,
+                    client: p.client,
+                })
+                .collect(),
+            tick_ms: self.tick_ms,
+            election_ticks: self.election_ticks,
+            snapshot_distance: self.snapshot_distance,
+            reserved_log_items: self.reserved_log_items,
+            rotate_interval: self.rotate_interval,
+            quorum_reads: self.quorum_reads,
+            digest: self.digest_mode(),
+            session_timeout_min_ms: self.session_timeout_min_ms,
+            session_timeout_max_ms: self.session_timeout_max_ms,
+            seed: self.seed,
+            bootstrap,
+            fault_token,
+            snapshots: drift_keeper::snapshot::Config::default(),
+        }
+    }
+
     pub fn node_dir(&self, id: u64) -> PathBuf {
         self.data_dir.join(format!("node-{id}"))
     }

@@ -2,7 +2,6 @@
 //! kind: each names what it was about (file, address, snapshot) so the
 //! one line a failed server prints says where to look.
 
-use drift_keeper::changelog::ChangelogError;
 use drift_keeper::snapshot::SnapshotError;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -66,23 +65,5 @@ pub enum ConfigError {
     },
 }
 
-/// The Raft log's storage failed: the changelog, the hard state file, or
-/// the entries it holds.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("changelog: {0}")]
-    Changelog(#[from] ChangelogError),
-    #[error("{file}: {source}")]
-    Io {
-        file: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{0} is corrupt")]
-    Corrupt(&'static str),
-    /// An entry read back from the log does not parse.
-    #[error("log entry {index}: {reason}")]
-    Entry { index: u64, reason: String },
-    #[error("raft: {0}")]
-    Raft(#[from] raft::Error),
-}
+/// The Raft log's storage failed (defined with the log, in the keeper).
+pub use drift_keeper::raftlog::StoreError;

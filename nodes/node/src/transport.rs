@@ -17,6 +17,7 @@
 //! before its body is read, and a body's buffer grows with the bytes that
 //! arrive, not with what the header claims.
 
+pub use drift_keeper::peer::{frame_bytes_max, PeerMsg, FRAME_BYTES_MAX, SNAPSHOT_FRAME_BYTES_MAX};
 use socket2::{Domain, Socket, Type};
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -26,15 +27,6 @@ use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 
-/// Largest peer frame other than a snapshot: a Raft append holds up to
-/// `max_size_per_msg` (1 MiB) of entries, or one larger entry of at most
-/// [`drift_keeper::limit::WRITE_BYTES_MAX`] (about 2 MiB) with its
-/// envelope; a forwarded write is one such write.
-pub const FRAME_BYTES_MAX: usize = 8 << 20;
-/// Largest snapshot frame: a snapshot travels whole in one Raft message,
-/// and a compressed snapshot of a tree of millions of znodes is hundreds
-/// of MiB at most.
-pub const SNAPSHOT_FRAME_BYTES_MAX: usize = 512 << 20;
 /// Inbound peer connections at a time (each holds a thread); more are
 /// closed at once. A cluster has at most 14 other peers, each with one
 /// link and the odd reconnect.
@@ -68,118 +60,6 @@ pub fn coalesce(mut first: Vec<u8>, mut queued: impl FnMut() -> Option<Vec<u8>>)
         }
     }
     first
-}
-
-const TAG_RAFT: u8 = 1;
-const TAG_FORWARD: u8 = 2;
-const TAG_REFUSED: u8 = 3;
-const TAG_TOUCH: u8 = 4;
-const TAG_SNAPSHOT: u8 = 5;
-
-/// The most bytes a frame (tag and body) with `tag` may hold.
-pub fn frame_bytes_max(tag: u8) -> usize {
-    if tag == TAG_SNAPSHOT {
-        SNAPSHOT_FRAME_BYTES_MAX
-    } else {
-        FRAME_BYTES_MAX
-    }
-}
-
-/// What travels between nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PeerMsg {
-    /// A Raft message (protobuf bytes), other than a snapshot.
-    Raft(Vec<u8>),
-    /// A Raft `MsgSnapshot` (protobuf bytes): the one message allowed to be
-    /// larger than [`FRAME_BYTES_MAX`].
-    Snapshot(Vec<u8>),
-    /// A client write for the leader to propose: origin node, its request
-    /// id, the session, and the encoded request.
-    Forward {
-        origin: u64,
-        req: u64,
-        session: i64,
-        write: Vec<u8>,
-    },
-    /// The leader could not propose a forwarded request.
-    Refused { req: u64 },
-    /// Sessions alive on the sender since its last touch.
-    Touch { sessions: Vec<i64> },
-}
-
-impl PeerMsg {
-    pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; 4];
-        match self {
-            PeerMsg::Raft(m) => {
-                b.push(TAG_RAFT);
-                b.extend_from_slice(m);
-            }
-            PeerMsg::Snapshot(m) => {
-                b.push(TAG_SNAPSHOT);
-                b.extend_from_slice(m);
-            }
-            PeerMsg::Forward {
-                origin,
-                req,
-                session,
-                write,
-            } => {
-                b.push(TAG_FORWARD);
-                b.extend_from_slice(&origin.to_be_bytes());
-                b.extend_from_slice(&req.to_be_bytes());
-                b.extend_from_slice(&session.to_be_bytes());
-                b.extend_from_slice(write);
-            }
-            PeerMsg::Refused { req } => {
-                b.push(TAG_REFUSED);
-                b.extend_from_slice(&req.to_be_bytes());
-            }
-            PeerMsg::Touch { sessions } => {
-                b.push(TAG_TOUCH);
-                for s in sessions {
-                    b.extend_from_slice(&s.to_be_bytes());
-                }
-            }
-        }
-        let n = (b.len() - 4) as u32;
-        b[..4].copy_from_slice(&n.to_be_bytes());
-        b
-    }
-
-    pub fn decode(p: &[u8]) -> Result<PeerMsg, String> {
-        let (&tag, body) = p.split_first().ok_or("empty peer frame")?;
-        let word = |i: usize| -> Result<[u8; 8], String> {
-            body.get(i..i + 8)
-                .map(|s| s.try_into().expect("8 bytes"))
-                .ok_or_else(|| "peer frame too short".to_string())
-        };
-        Ok(match tag {
-            TAG_RAFT => PeerMsg::Raft(body.to_vec()),
-            TAG_SNAPSHOT => PeerMsg::Snapshot(body.to_vec()),
-            TAG_FORWARD => PeerMsg::Forward {
-                origin: u64::from_be_bytes(word(0)?),
-                req: u64::from_be_bytes(word(8)?),
-                session: i64::from_be_bytes(word(16)?),
-                write: body.get(24..).unwrap_or_default().to_vec(),
-            },
-            TAG_REFUSED => PeerMsg::Refused {
-                req: u64::from_be_bytes(word(0)?),
-            },
-            TAG_TOUCH => {
-                if body.len() % 8 != 0 {
-                    return Err("touch frame not a multiple of 8".into());
-                }
-                PeerMsg::Touch {
-                    sessions: body
-                        .chunks(8)
-                        .map(|c| i64::from_be_bytes(c.try_into().expect("8 bytes")))
-                        .collect(),
-                }
-            }
-            t => return Err(format!("unknown peer message tag {t}")),
-        })
-    }
 }
 
 /// Reads one peer frame (tag and body), held to its tag's bound
@@ -424,27 +304,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn peer_messages_round_trip() {
-        for m in [
-            PeerMsg::Raft(vec![1, 2, 3]),
-            PeerMsg::Snapshot(vec![4, 5]),
-            PeerMsg::Forward {
-                origin: 2,
-                req: 9,
-                session: -1,
-                write: vec![7; 5],
-            },
-            PeerMsg::Refused { req: 4 },
-            PeerMsg::Touch { sessions: vec![1, 5] },
-        ] {
-            let bytes = m.encode();
-            assert_eq!(PeerMsg::decode(&bytes[4..]).unwrap(), m);
-        }
-        assert!(PeerMsg::decode(&[9]).is_err());
-        assert!(PeerMsg::decode(&[2, 1]).is_err());
-    }
-
-    #[test]
     fn frames_are_held_to_their_tags_bound_before_the_body_is_read() {
         let frame = |len: u32, tag: u8| {
             let mut b = len.to_be_bytes().to_vec();
@@ -454,12 +313,13 @@ mod tests {
         // a Raft frame declaring more than FRAME_BYTES_MAX: refused on its
         // header, with no body sent at all
         let over = (FRAME_BYTES_MAX + 1) as u32;
-        let e = read_frame(&mut &frame(over, TAG_RAFT)[..]).unwrap_err();
+        let e = read_frame(&mut &frame(over, drift_keeper::peer::TAG_RAFT)[..]).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
         // the same length is within a snapshot's bound: it waits for bytes
-        let e = read_frame(&mut &frame(over, TAG_SNAPSHOT)[..]).unwrap_err();
+        let e = read_frame(&mut &frame(over, drift_keeper::peer::TAG_SNAPSHOT)[..]).unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
-        let e = read_frame(&mut &frame((SNAPSHOT_FRAME_BYTES_MAX + 1) as u32, TAG_SNAPSHOT)[..]).unwrap_err();
+        let e = read_frame(&mut &frame((SNAPSHOT_FRAME_BYTES_MAX + 1) as u32, drift_keeper::peer::TAG_SNAPSHOT)[..])
+            .unwrap_err();
         assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
         assert!(read_frame(&mut &[0u8, 0, 0, 0][..]).is_err());
         let m = PeerMsg::Touch { sessions: vec![3] };

@@ -15,20 +15,71 @@
 //! snapshot (`reserved_log_items`) stay readable so a follower slightly
 //! behind catches up by log rather than by snapshot.
 
-use crate::error::StoreError;
-use crate::fsdisk::FsDisk;
-use drift_keeper::changelog::{self, Changelog, LogRecord};
-use drift_keeper::disk::Disk;
+use crate::changelog::{self, Changelog, ChangelogError, LogRecord};
+use crate::disk::Disk;
 use protobuf::Message as _;
 use raft::prelude::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, StorageError};
 use std::cell::Cell;
 
+/// The Raft log's storage failed: the changelog, the hard state file, or
+/// the entries it holds.
+#[derive(Debug)]
+pub enum StoreError {
+    Changelog(ChangelogError),
+    Io {
+        file: &'static str,
+        source: std::io::Error,
+    },
+    Corrupt(&'static str),
+    /// An entry read back from the log does not parse.
+    Entry {
+        index: u64,
+        reason: String,
+    },
+    Raft(raft::Error),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::Changelog(e) => write!(f, "changelog: {e}"),
+            StoreError::Io { file, source } => write!(f, "{file}: {source}"),
+            StoreError::Corrupt(file) => write!(f, "{file} is corrupt"),
+            StoreError::Entry { index, reason } => write!(f, "log entry {index}: {reason}"),
+            StoreError::Raft(e) => write!(f, "raft: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Changelog(e) => Some(e),
+            StoreError::Io { source, .. } => Some(source),
+            StoreError::Raft(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ChangelogError> for StoreError {
+    fn from(e: ChangelogError) -> Self {
+        StoreError::Changelog(e)
+    }
+}
+
+impl From<raft::Error> for StoreError {
+    fn from(e: raft::Error) -> Self {
+        StoreError::Raft(e)
+    }
+}
+
 pub const HARD_STATE: &str = "raft_state";
 const HARD_STATE_TMP: &str = "raft_state.tmp";
 
-pub struct RaftLog {
-    pub disk: FsDisk,
+pub struct RaftLog<D: Disk> {
+    pub disk: D,
     changelog: Changelog,
     hard_state: HardState,
     conf_state: ConfState,
@@ -46,17 +97,17 @@ fn err(e: impl std::fmt::Display) -> raft::Error {
     raft::Error::Store(StorageError::Other(e.to_string().into()))
 }
 
-impl RaftLog {
+impl<D: Disk> RaftLog<D> {
     /// Opens the log in `disk` for a cluster of `voters`, after the newest
     /// snapshot (index, term, bytes) if there is one. Also says whether the
     /// node has no Raft state at all (a new node, or one whose data was
     /// dropped): then it may have voted in a term it no longer knows.
     pub fn open(
-        mut disk: FsDisk,
+        mut disk: D,
         voters: Vec<u64>,
         cfg: changelog::Config,
         snapshot: Option<(u64, u64, Vec<u8>)>,
-    ) -> Result<(RaftLog, changelog::LoadReport, bool), StoreError> {
+    ) -> Result<(RaftLog<D>, changelog::LoadReport, bool), StoreError> {
         let (mut log, report) = Changelog::open(&mut disk, cfg)?;
         let (hard_state, fresh) = match disk.read(HARD_STATE) {
             Ok(bytes) => (decode_hard_state(&bytes).ok_or(StoreError::Corrupt(HARD_STATE))?, false),
@@ -208,7 +259,7 @@ fn decode_hard_state(b: &[u8]) -> Option<HardState> {
     })
 }
 
-impl raft::Storage for RaftLog {
+impl<D: Disk> raft::Storage for RaftLog<D> {
     fn initial_state(&self) -> raft::Result<RaftState> {
         Ok(RaftState {
             hard_state: self.hard_state.clone(),
@@ -296,6 +347,7 @@ impl raft::Storage for RaftLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::disk::MemDisk;
     use raft::Storage;
 
     fn entry(index: u64, term: u64) -> Entry {
@@ -314,12 +366,10 @@ mod tests {
         zstd_level: 1,
     };
 
-    /// A new log in a scratch directory holding entries 1..=10 of term 1
+    /// A new log on an in-memory disk holding entries 1..=10 of term 1
     /// and the hard state (term, vote, commit).
-    fn ten_entries(tag: &str, hs: (u64, u64, u64)) -> (std::path::PathBuf, RaftLog) {
-        let dir = std::env::temp_dir().join(format!("drift-raftlog-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let (mut log, _, fresh) = RaftLog::open(FsDisk::open(&dir).unwrap(), vec![1, 2, 3], CFG, None).unwrap();
+    fn ten_entries(hs: (u64, u64, u64)) -> RaftLog<MemDisk> {
+        let (mut log, _, fresh) = RaftLog::open(MemDisk::new(), vec![1, 2, 3], CFG, None).unwrap();
         assert!(fresh, "no raft state yet");
         log.append(&(1..=10).map(|i| entry(i, 1)).collect::<Vec<_>>()).unwrap();
         let (term, vote, commit) = hs;
@@ -330,12 +380,12 @@ mod tests {
             ..HardState::default()
         })
         .unwrap();
-        (dir, log)
+        log
     }
 
     #[test]
     fn entries_hard_state_and_snapshot_window_survive_a_reopen() {
-        let (dir, mut log) = ten_entries("reopen", (2, 3, 9));
+        let mut log = ten_entries((2, 3, 9));
         let cfg = CFG;
         assert_eq!(
             log.entries(3, 5, None, GetEntriesContext::empty(false)).unwrap(),
@@ -350,14 +400,9 @@ mod tests {
             "the segment below the reserved items went"
         );
         assert_eq!(log.term(8).unwrap(), 1);
-        drop(log);
-        let (log, _, fresh) = RaftLog::open(
-            FsDisk::open(&dir).unwrap(),
-            vec![1, 2, 3],
-            cfg,
-            Some((8, 1, b"snap".to_vec())),
-        )
-        .unwrap();
+        let mut disk = log.disk;
+        disk.crash();
+        let (log, _, fresh) = RaftLog::open(disk, vec![1, 2, 3], cfg, Some((8, 1, b"snap".to_vec()))).unwrap();
         assert!(!fresh);
         // commit 10 was never made durable on its own; the snapshot made 9
         assert_eq!(log.hard_state().commit, 9);
@@ -369,24 +414,17 @@ mod tests {
         assert_eq!(log.snapshot(8, 2).unwrap().get_metadata().index, 8);
         assert!(log.snapshot(9, 2).is_err());
         assert_eq!(log.snapshot_wanted(), 9);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn a_snapshot_newer_than_the_persisted_commit_index_raises_it() {
-        let (dir, log) = ten_entries("commit", (1, 1, 3));
+        let log = ten_entries((1, 1, 3));
         let cfg = CFG;
-        drop(log);
+        let mut disk = log.disk;
+        disk.crash();
         // the snapshot at 8 reached the disk, its commit index did not
-        let (log, _, _) = RaftLog::open(
-            FsDisk::open(&dir).unwrap(),
-            vec![1],
-            cfg,
-            Some((8, 1, b"snap".to_vec())),
-        )
-        .unwrap();
+        let (log, _, _) = RaftLog::open(disk, vec![1], cfg, Some((8, 1, b"snap".to_vec()))).unwrap();
         assert_eq!(log.hard_state().commit, 8);
         assert_eq!(log.initial_state().unwrap().hard_state.commit, 8);
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

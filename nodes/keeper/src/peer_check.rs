@@ -8,13 +8,13 @@
 //! raft-rs 0.7 asserts on, read off its `raft.rs` and `raft_log.rs`, and
 //! the message types this node's use of Raft never sends.
 //!
-//! Fault model: peers are authenticated ([`crate::peer_auth`]) and the
+//! Fault model: peers are authenticated (the driver's handshake) and the
 //! message's `from` is the authenticated peer. What this does not catch:
 //! a peer that holds the cluster secret and lies within the protocol (a
 //! higher term, a forged commit index) can still disturb or mislead Raft —
 //! Raft does not tolerate Byzantine peers, and neither does this check.
 
-use drift_keeper::changelog::ENTRY_DATA_BYTES_MAX;
+use crate::changelog::ENTRY_DATA_BYTES_MAX;
 use raft::prelude::{EntryType, Message, MessageType};
 use raft::{RawNode, StateRole, Storage};
 
@@ -36,7 +36,7 @@ pub fn check<S: Storage>(raw: &RawNode<S>, m: &Message, from: u64, voters: &[u64
         return Err(format!("message {} -> {} is not a link of node {}", m.from, m.to, r.id));
     }
     // a server whose log lost acknowledged entries asks for a snapshot
-    // with a rejected append (see `keeper_node`'s `fall_behind`); nothing
+    // with a rejected append (see the server's `fall_behind`); nothing
     // else carries the request
     if m.request_snapshot != 0 && !(m.msg_type == MsgAppendResponse && m.reject) {
         return Err("request_snapshot is set outside a rejected append".into());

@@ -1,0 +1,390 @@
+//! The server's client side: the ZooKeeper handshake, requests, reads
+//! (parked until servable), watches.
+
+use super::{ConnState, KeeperServer, ParkedRead, PendingKind, CONFIG_NODE};
+use crate::disk::Disk;
+use crate::proto::{self, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_PING, XID_SET_WATCHES};
+use crate::watch::{EventType, WatchEvent, WatchKind};
+use crate::{Read, Response, Write, ZkError};
+
+impl<D: Disk> KeeperServer<D> {
+    pub(super) fn send_raw(&mut self, conn: u64, frame: Vec<u8>) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        self.sent += 1;
+        c.sent += 1;
+        self.emit(super::Effect::Client { conn, frame });
+    }
+
+    /// Ends a connection: its reader stops at once; what is queued for it
+    /// is sent, then it closes.
+    pub(super) fn drop_conn(&mut self, conn: u64) {
+        if self.conns.remove(&conn).is_some() {
+            self.emit(super::Effect::Close { conn });
+        }
+    }
+
+    pub(super) fn on_frame(&mut self, conn: u64, payload: &[u8]) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.received += 1;
+        match c.state {
+            ConnState::Handshake => match ConnectRequest::decode(payload) {
+                Ok(req) => self.on_connect(conn, req),
+                Err(_) => self.drop_conn(conn),
+            },
+            ConnState::Session(session) => match Request::decode(payload) {
+                Ok(req) => {
+                    self.alive.insert(session);
+                    self.on_request(conn, session, req)
+                }
+                Err(e) => {
+                    self.log(
+                        "bad_client_frame",
+                        serde_json::json!({"conn": conn, "error": e.to_string()}),
+                    );
+                    self.drop_conn(conn)
+                }
+            },
+        }
+    }
+
+    fn on_connect(&mut self, conn: u64, req: ConnectRequest) {
+        if req.last_zxid_seen > self.last_zxid() {
+            // this server is behind what the client saw: try another
+            self.drop_conn(conn);
+            return;
+        }
+        let timeout = (req.timeout_ms.max(0) as u64)
+            .clamp(self.cfg.session_timeout_min_ms, self.cfg.session_timeout_max_ms) as i32;
+        if req.session_id == 0 {
+            self.submit(
+                0,
+                Write::CreateSession { timeout_ms: timeout },
+                conn,
+                PendingKind::Connect,
+            );
+            return;
+        }
+        let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
+        match known {
+            Some(t) if req.passwd == self.passwd(req.session_id) => {
+                let resp = ConnectResponse::accepted(t, req.session_id, self.passwd(req.session_id));
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.state = ConnState::Session(req.session_id);
+                    c.last_zxid = req.last_zxid_seen;
+                }
+                self.alive.insert(req.session_id);
+                // the session is held here now: the leader hears it before
+                // this server forwards a write under it
+                self.announced().remove(&req.session_id);
+                if self.is_leader() {
+                    let me = self.id;
+                    self.holders().entry(req.session_id).or_default().insert(me);
+                }
+                self.send_raw(conn, resp.encode());
+            }
+            // a follower may not have applied the session yet: only the
+            // leader says a session is gone; here the client tries another
+            None if !self.is_leader() => self.drop_conn(conn),
+            _ => {
+                self.send_raw(conn, ConnectResponse::expired().encode());
+                self.drop_conn(conn);
+            }
+        }
+    }
+
+    fn on_request(&mut self, conn: u64, session: i64, req: Request) {
+        let zxid = self.last_zxid();
+        match req.body {
+            ClientRequest::Ping => self.send_raw(conn, proto::encode_error(XID_PING, zxid, ZkError::Ok)),
+            ClientRequest::Write(Write::CloseSession) => {
+                self.submit(session, Write::CloseSession, conn, PendingKind::Close { xid: req.xid })
+            }
+            ClientRequest::Write(w) => {
+                // an auth is answered under the xid it came with, as
+                // ZooKeeper does: kazoo sends -4, other clients their own
+                // counter (and match the answer by it)
+                let xid = req.xid;
+                if let Err(over) = crate::limit::check(&w) {
+                    // as ZooKeeper answers a field over jute.maxbuffer
+                    self.log(
+                        "request_refused",
+                        serde_json::json!({"session": session, "request": w.name(), "why": over.to_string()}),
+                    );
+                    self.send_raw(conn, proto::encode_error(xid, zxid, ZkError::MarshallingError));
+                    return;
+                }
+                self.submit(
+                    session,
+                    w,
+                    conn,
+                    PendingKind::Write {
+                        xid,
+                        opcode: req.opcode,
+                        multi: req.multi_opcodes,
+                    },
+                )
+            }
+            body @ (ClientRequest::Read(_) | ClientRequest::MultiRead(_) | ClientRequest::GetEphemerals { .. }) => {
+                let last = self.conns.get(&conn).map_or(0, |c| c.last_zxid);
+                let mut read = ParkedRead {
+                    conn,
+                    xid: req.xid,
+                    opcode: req.opcode,
+                    body,
+                    until_zxid: last,
+                    until_index: 0,
+                    since_us: self.env.now_us,
+                };
+                if self.cfg.quorum_reads && !self.bugs.local_read_in_quorum_round {
+                    let ctx = self.next_req;
+                    self.next_req += 1;
+                    self.raw.read_index(ctx.to_be_bytes().to_vec());
+                    read.until_index = u64::MAX;
+                    self.read_index_wait.insert(ctx, read);
+                } else if last <= zxid {
+                    self.serve(session, read);
+                } else {
+                    self.parked.push(read);
+                }
+            }
+            ClientRequest::SetWatches {
+                relative_zxid,
+                data,
+                exist,
+                child,
+                persistent,
+                persistent_recursive,
+            } => {
+                self.set_watches(session, relative_zxid, data, exist, child);
+                // persistent watches come back as they were: they fire for
+                // what happens from now on
+                for (paths, kind) in [
+                    (persistent, WatchKind::Persistent),
+                    (persistent_recursive, WatchKind::PersistentRecursive),
+                ] {
+                    for p in paths {
+                        self.watches.register(session, &p, kind);
+                    }
+                }
+                self.send_raw(conn, proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok));
+            }
+            ClientRequest::AddWatch { path, recursive } => {
+                let err = if crate::path::validate(&path).is_err() {
+                    ZkError::BadArguments
+                } else {
+                    let kind = if recursive {
+                        WatchKind::PersistentRecursive
+                    } else {
+                        WatchKind::Persistent
+                    };
+                    if self.watches.register(session, &path, kind) {
+                        ZkError::Ok
+                    } else {
+                        ZkError::BadArguments
+                    }
+                };
+                self.send_raw(conn, proto::encode_error_response(req.xid, zxid, err));
+            }
+            ClientRequest::WhoAmI => {
+                let users = self.who_am_i(conn, session);
+                self.send_raw(conn, proto::encode_who_am_i(req.xid, zxid, &users));
+            }
+            ClientRequest::Unsupported => {
+                self.send_raw(conn, proto::encode_error(req.xid, zxid, ZkError::Unimplemented))
+            }
+        }
+    }
+
+    /// Who `session` on `conn` is, as whoAmI answers: the client's address
+    /// (ZooKeeper's implicit `ip` identity), then each identity it added.
+    fn who_am_i(&self, conn: u64, session: i64) -> Vec<(String, String)> {
+        let mut users = Vec::new();
+        if let Some(ip) = self.conns.get(&conn).and_then(|c| c.peer).map(|a| a.ip()) {
+            users.push(("ip".to_string(), ip.to_string()));
+        }
+        for id in self.ks.state().session(session).map_or(&[][..], |s| &s.auth) {
+            // a digest id is `user:hash`; the user is what whoAmI names
+            let user = match id.scheme.as_str() {
+                "digest" => id.id.split(':').next().unwrap_or("").to_string(),
+                _ => id.id.clone(),
+            };
+            users.push((id.scheme.clone(), user));
+        }
+        users
+    }
+
+    /// `/zookeeper/config`, ZooKeeper's dynamic configuration node, read
+    /// as a client reads it: every server, its peer and client addresses.
+    /// It lives outside the replicated tree (it is what the cluster file
+    /// says, the same on every server), so it changes no digest.
+    fn config_node(&self) -> Vec<u8> {
+        let mut text = String::new();
+        for p in &self.cfg.members {
+            text.push_str(&format!(
+                "server.{}={}:{}:{}:participant;{}\n",
+                p.id,
+                p.raft.ip(),
+                p.raft.port(),
+                p.raft.port(),
+                p.client
+            ));
+        }
+        text.push_str("version=0");
+        text.into_bytes()
+    }
+
+    /// A read of the config node, or `/zookeeper`'s children (which list
+    /// it); `None` for any other read.
+    fn read_config(&self, session: i64, read: &Read) -> Option<Response> {
+        let config_stat = || crate::node::Stat {
+            data_length: self.config_node().len() as i32,
+            ..Default::default()
+        };
+        match read {
+            Read::GetData { path } if path == CONFIG_NODE => Some(Response::GetData {
+                data: self.config_node(),
+                stat: config_stat(),
+            }),
+            Read::Exists { path } if path == CONFIG_NODE => Some(Response::Exists { stat: config_stat() }),
+            Read::GetAcl { path } if path == CONFIG_NODE => Some(Response::GetAcl {
+                acl: crate::acl::Acl::open(),
+                stat: config_stat(),
+            }),
+            Read::GetChildren { path } if path == "/zookeeper" => match self.ks.read(session, read) {
+                Response::GetChildren { mut children, mut stat } => {
+                    children.push("config".to_string());
+                    children.sort();
+                    stat.num_children += 1;
+                    Some(Response::GetChildren { children, stat })
+                }
+                other => Some(other),
+            },
+            _ => None,
+        }
+    }
+
+    fn serve(&mut self, session: i64, r: ParkedRead) {
+        let zxid = self.last_zxid();
+        self.latency.record(r.since_us, self.env.now_us);
+        let frame = match &r.body {
+            ClientRequest::GetEphemerals { prefix } => {
+                let ephemerals: Vec<String> = self
+                    .ks
+                    .state()
+                    .ephemerals_of(session)
+                    .filter(|p| p.starts_with(prefix.as_str()))
+                    .map(str::to_string)
+                    .collect();
+                proto::encode_strings_reply(r.xid, zxid, &ephemerals)
+            }
+            ClientRequest::Read(wr) => {
+                let resp = self
+                    .read_config(session, &wr.read)
+                    .unwrap_or_else(|| self.ks.read(session, &wr.read));
+                if wr.watch {
+                    let (path, kind) = match &wr.read {
+                        Read::GetChildren { path } => (path, WatchKind::Child),
+                        Read::GetData { path } | Read::Exists { path } | Read::GetAcl { path } => {
+                            (path, WatchKind::Data)
+                        }
+                    };
+                    let register = match resp.error() {
+                        ZkError::Ok => true,
+                        ZkError::NoNode => matches!(wr.read, Read::Exists { .. }),
+                        _ => false,
+                    };
+                    if register {
+                        self.watches.register(session, path, kind);
+                    }
+                }
+                proto::encode_reply(r.xid, zxid, r.opcode, &resp)
+            }
+            ClientRequest::MultiRead(reads) => {
+                let answers: Vec<(Read, Response)> = reads
+                    .iter()
+                    .map(|x| {
+                        let resp = self.read_config(session, x).unwrap_or_else(|| self.ks.read(session, x));
+                        (x.clone(), resp)
+                    })
+                    .collect();
+                proto::encode_multi_read(r.xid, zxid, &answers)
+            }
+            _ => return,
+        };
+        self.send_raw(r.conn, frame);
+    }
+
+    pub(super) fn serve_parked(&mut self) {
+        let zxid = self.last_zxid();
+        let applied = self.applied_index;
+        let ready: Vec<ParkedRead> = {
+            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+                .into_iter()
+                .partition(|r| r.until_zxid <= zxid && r.until_index <= applied);
+            self.parked = later;
+            now
+        };
+        for r in ready {
+            let session = match self.conns.get(&r.conn).map(|c| c.state) {
+                Some(ConnState::Session(s)) => s,
+                _ => continue,
+            };
+            self.serve(session, r);
+        }
+    }
+
+    fn set_watches(&mut self, session: i64, rel: i64, data: Vec<String>, exist: Vec<String>, child: Vec<String>) {
+        let mut fire = Vec::new();
+        // a data or child watch fires at once if its node changed (or went)
+        // since the zxid the client last saw; else it is registered
+        type Changed = fn(&crate::node::Stat) -> i64;
+        let kinds: [(Vec<String>, Changed, EventType, WatchKind); 2] = [
+            (data, |s| s.mzxid, EventType::NodeDataChanged, WatchKind::Data),
+            (child, |s| s.pzxid, EventType::NodeChildrenChanged, WatchKind::Child),
+        ];
+        for (paths, changed, event, kind) in kinds {
+            for p in paths {
+                match self.ks.state().get(&p) {
+                    None => fire.push(WatchEvent {
+                        kind: EventType::NodeDeleted,
+                        path: p,
+                    }),
+                    Some(n) if changed(&n.stat) > rel => fire.push(WatchEvent { kind: event, path: p }),
+                    Some(_) => {
+                        self.watches.register(session, &p, kind);
+                    }
+                }
+            }
+        }
+        for p in exist {
+            if self.ks.state().get(&p).is_some() {
+                fire.push(WatchEvent {
+                    kind: EventType::NodeCreated,
+                    path: p,
+                });
+            } else {
+                self.watches.register(session, &p, WatchKind::Data);
+            }
+        }
+        let zxid = self.last_zxid();
+        for e in fire {
+            self.deliver(session, zxid, &e);
+        }
+    }
+
+    pub(super) fn deliver(&mut self, session: i64, zxid: i64, e: &WatchEvent) {
+        let conns: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.state == ConnState::Session(session))
+            .map(|(id, _)| *id)
+            .collect();
+        for c in conns {
+            self.send_raw(c, proto::encode_watch_event(zxid, e));
+        }
+    }
+}

@@ -1,0 +1,741 @@
+//! One keeper server as a sans-IO state machine: Raft (raft-rs) driving
+//! the keeper's tree, ZooKeeper clients, peers. It owns no socket, thread,
+//! clock or file: a driver hands it [`Input`]s with the time in an
+//! [`Env`], and carries out the [`Effect`]s it returns (send a frame to a
+//! peer or a client, close a connection, write a snapshot, log a line,
+//! stop). The real driver is `drift node` (`nodes/node`); the simulator
+//! steps several of these in one thread over a simulated network and
+//! disk. Its files go through the [`Disk`] it is opened on.
+//!
+//! The digest protocol (ClickHouse Keeper's; docs/ARCHITECTURE.md, "The
+//! keeper"): the leader preprocesses a write right before proposing it
+//! (one state machine, so in log order) and puts the tree digest after it
+//! into the entry; every replica compares its digest after preprocess and
+//! after commit; a mismatch is [`Effect::DigestMismatch`], after which the
+//! server does nothing more. Followers preprocess entries as they are
+//! persisted; a truncation by a new leader rolls the uncommitted overlay
+//! back; a snapshot from the leader replaces tree, overlay and digest
+//! together, its digest checked on load.
+//!
+//! Sessions: created and closed through the log; heartbeats reach the
+//! server a client is connected to, which reports live sessions to the
+//! leader; the leader alone decides expiry and proposes the close.
+//!
+//! What enters the log (see [`crate::limit`]): a client's write is checked
+//! against the log decoder's limits on the server it reached and answered
+//! `MarshallingError` when over one; the leader checks again before it
+//! proposes anything, and admits a forwarded write only from the
+//! authenticated peer that names itself as its origin and holds the
+//! session (the last server to report it alive). Raft messages from peers
+//! pass [`crate::peer_check`] before they are stepped, and a snapshot must
+//! decode before raft sees it. A committed entry that still cannot be
+//! applied (an older version's log, a bug) becomes the same no-op on every
+//! replica, logged, with an error to its client: only a digest mismatch
+//! stops a server.
+//!
+//! Reads are served from the local tree once it has applied the session's
+//! last seen zxid; with quorum reads, after a Raft read-index round.
+//!
+//! Batching: [`KeeperServer::step`] takes one input; [`KeeperServer::advance`]
+//! persists and sends what Raft has ready. A driver steps every input
+//! that is waiting, then advances once, so one fsync carries many writes.
+
+mod admin;
+mod clients;
+mod replication;
+
+use crate::changelog;
+use crate::disk::Disk;
+use crate::entry::DigestMismatch;
+use crate::peer::PeerMsg;
+use crate::proto::ClientRequest;
+use crate::raftlog::{RaftLog, StoreError};
+use crate::session::SessionTracker;
+use crate::snapshot::{self, SnapshotError, SnapshotMeta, Snapshots};
+use crate::state::State;
+use crate::watch::WatchManager;
+use crate::{DigestMode, Storage};
+use raft::RawNode;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
+
+pub use admin::AdminAnswer;
+
+/// Exit code of a server that found its tree diverged from the leader's.
+pub const DIGEST_ABORT_EXIT: i32 = 86;
+/// How long a request may wait for its commit before the client is told
+/// the connection was lost.
+const PENDING_TIMEOUT_US: u64 = 30_000_000;
+/// A read-index round unanswered this long was dropped by raft.
+const READ_INDEX_TIMEOUT_US: u64 = 3_000_000;
+/// ZooKeeper's dynamic configuration node.
+const CONFIG_NODE: &str = "/zookeeper/config";
+/// Most containers / TTL nodes reaped per scan.
+const REAP_PER_SCAN_MAX: usize = 64;
+/// What the `undecodable` fault hook proposes: an entry no replica can
+/// decode (format byte 0 is no format).
+const UNDECODABLE_ENTRY: &[u8] = b"\0undecodable entry (fault hook)";
+/// Election timeouts a server that is behind (see `fall_behind`) waits
+/// for the entries it misses before it takes part in elections again.
+const BEHIND_TIMEOUTS: u64 = 10;
+
+/// One server of the cluster as the others and the clients know it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub id: u64,
+    pub raft: SocketAddr,
+    pub client: SocketAddr,
+}
+
+/// What a server needs to know to run: the cluster file's keeper part.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub id: u64,
+    pub members: Vec<Member>,
+    pub tick_ms: u64,
+    pub election_ticks: usize,
+    pub snapshot_distance: u64,
+    pub reserved_log_items: u64,
+    pub rotate_interval: u64,
+    pub quorum_reads: bool,
+    pub digest: DigestMode,
+    pub session_timeout_min_ms: u64,
+    pub session_timeout_max_ms: u64,
+    /// Seeds the election jitter and the session passwords.
+    pub seed: u64,
+    /// The first start of a new cluster: a server without Raft state may
+    /// vote. Without it, no state means lost state (see `quiet`).
+    pub bootstrap: bool,
+    /// The fault hooks (diverge, clock, isolate, …) answer only this
+    /// token; without one, nothing can trigger them.
+    pub fault_token: Option<String>,
+    /// How snapshots are written and how many are kept.
+    pub snapshots: snapshot::Config,
+}
+
+impl ServerConfig {
+    fn digest_name(&self) -> &'static str {
+        match self.digest {
+            DigestMode::Off => "off",
+            DigestMode::Incremental => "incremental",
+            DigestMode::Full => "full",
+        }
+    }
+}
+
+/// The time, as the driver tells it with every input.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Env {
+    /// The server's monotonic clock, in microseconds from any origin.
+    pub now_us: u64,
+    /// The wall clock, in milliseconds since the Unix epoch: the time a
+    /// write carries into the log, and TTLs.
+    pub wall_ms: i64,
+}
+
+/// What happens to a server.
+#[derive(Debug)]
+pub enum Input {
+    /// One tick of `tick_ms` passed.
+    Tick,
+    /// A message from the authenticated peer `from`.
+    Peer { from: u64, msg: PeerMsg },
+    /// A client connected, from `peer` if known.
+    Accepted { conn: u64, peer: Option<SocketAddr> },
+    /// A whole frame (after its length) from a client.
+    Frame { conn: u64, payload: Vec<u8> },
+    /// A four-letter word instead of a client's first frame.
+    FourLetter { conn: u64, word: [u8; 4] },
+    /// A client's connection ended (or the driver gave it up).
+    Closed { conn: u64 },
+    /// The snapshot of [`Effect::WriteSnapshot`] is durable (its file's
+    /// bytes), or could not be written; with how long the driver saw the
+    /// tree's copy take (the step that asked for it) and the write.
+    SnapshotWritten {
+        index: u64,
+        term: u64,
+        result: Result<Vec<u8>, String>,
+        copy_ms: f64,
+        write_ms: f64,
+    },
+}
+
+/// What a server asks its driver to do, in order.
+#[derive(Debug)]
+pub enum Effect {
+    /// Send to a peer (dropped if it cannot be reached: Raft retransmits).
+    Peer { to: u64, msg: PeerMsg },
+    /// Send a frame (length included) to a client.
+    Client { conn: u64, frame: Vec<u8> },
+    /// End a client's connection: stop reading from it, send what was
+    /// queued for it, then close it.
+    Close { conn: u64 },
+    /// Write this snapshot to the server's disk (off the server's path,
+    /// it may take a while), then answer with [`Input::SnapshotWritten`].
+    WriteSnapshot(SnapshotJob),
+    /// One line for the server's log.
+    Log {
+        event: &'static str,
+        fields: serde_json::Value,
+    },
+    /// The server cannot go on (its storage failed): stop it. It does
+    /// nothing after this.
+    Fatal { reason: String },
+    /// This replica's tree differs from the one the log's digest
+    /// describes: stop it ([`DIGEST_ABORT_EXIT`]). It does nothing after
+    /// this.
+    DigestMismatch(DigestMismatch),
+}
+
+/// A snapshot to write: the tree at `meta.last_index`.
+#[derive(Debug)]
+pub struct SnapshotJob {
+    pub state: State,
+    pub meta: SnapshotMeta,
+    pub config: snapshot::Config,
+}
+
+impl SnapshotJob {
+    /// Encodes the snapshot and writes it to `disk` (synced, renamed into
+    /// place, older ones beyond the kept count removed): its file's bytes.
+    pub fn write(&self, disk: &mut dyn Disk) -> Result<Vec<u8>, String> {
+        let bytes = snapshot::encode(&self.state, &self.meta, self.config.compress, self.config.zstd_level);
+        let name = snapshot::file_name(self.meta.last_index, self.meta.last_term);
+        Snapshots::new(self.config)
+            .write_bytes(disk, &name, &bytes)
+            .map_err(|e| e.to_string())?;
+        Ok(bytes)
+    }
+}
+
+/// Why a server could not open its storage.
+#[derive(Debug)]
+pub enum OpenError {
+    UnknownId(u64),
+    Store(StoreError),
+    Snapshot(SnapshotError),
+    Raft(raft::Error),
+}
+
+impl std::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OpenError::UnknownId(id) => write!(f, "node id {id} is not in the cluster"),
+            OpenError::Store(e) => write!(f, "{e}"),
+            OpenError::Snapshot(e) => write!(f, "{e}"),
+            OpenError::Raft(e) => write!(f, "raft: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+impl From<StoreError> for OpenError {
+    fn from(e: StoreError) -> Self {
+        OpenError::Store(e)
+    }
+}
+impl From<SnapshotError> for OpenError {
+    fn from(e: SnapshotError) -> Self {
+        OpenError::Snapshot(e)
+    }
+}
+impl From<raft::Error> for OpenError {
+    fn from(e: raft::Error) -> Self {
+        OpenError::Raft(e)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ConnState {
+    Handshake,
+    Session(i64),
+}
+
+struct Conn {
+    state: ConnState,
+    last_zxid: i64,
+    /// The client's address (for `stat` and `whoami`).
+    peer: Option<SocketAddr>,
+    /// Frames received from it and sent to it.
+    received: u64,
+    sent: u64,
+}
+
+/// Request latencies since the server started: from a request's arrival
+/// to its reply (ZooKeeper's `Latency min/avg/max`).
+#[derive(Default)]
+struct Latency {
+    count: u64,
+    total_ms: f64,
+    min_ms: f64,
+    max_ms: f64,
+}
+
+impl Latency {
+    fn record(&mut self, since_us: u64, now_us: u64) {
+        let ms = now_us.saturating_sub(since_us) as f64 / 1e3;
+        self.min_ms = if self.count == 0 { ms } else { self.min_ms.min(ms) };
+        self.max_ms = self.max_ms.max(ms);
+        self.total_ms += ms;
+        self.count += 1;
+    }
+
+    fn line(&self) -> String {
+        let avg = if self.count == 0 {
+            0.0
+        } else {
+            self.total_ms / self.count as f64
+        };
+        format!("Latency min/avg/max: {:.0}/{avg:.4}/{:.0}", self.min_ms, self.max_ms)
+    }
+}
+
+enum PendingKind {
+    Write { xid: i32, opcode: i32, multi: Vec<i32> },
+    Connect,
+    Close { xid: i32 },
+}
+
+struct Pending {
+    conn: u64,
+    kind: PendingKind,
+    since_us: u64,
+    /// The leader that has the request: this server when it proposed it,
+    /// else the one it was forwarded to (0: none yet).
+    via: u64,
+}
+
+struct ParkedRead {
+    conn: u64,
+    xid: i32,
+    opcode: i32,
+    body: ClientRequest,
+    /// Serve once this zxid (or, for quorum reads, this raft index) is applied.
+    until_zxid: i64,
+    until_index: u64,
+    /// When it arrived (a read-index round that never answers times out).
+    since_us: u64,
+}
+
+/// An entry this server preprocessed and has not committed yet.
+#[derive(Clone, Copy)]
+struct Preprocessed {
+    index: u64,
+    term: u64,
+    /// The entry's zxid; for a skipped entry, the last zxid before it.
+    zxid: i64,
+    /// The digest the entry carries, checked again after commit.
+    carried: crate::Digest,
+    /// The entry cannot be applied (it does not decode, or its zxid is
+    /// not after the last one): every replica finds the same and commits
+    /// it as a no-op.
+    skipped: bool,
+}
+
+/// The snapshot being written by the driver.
+struct Writing {
+    index: u64,
+    term: u64,
+}
+
+/// Test-only switches that plant known bugs, so the simulator can show it
+/// finds them. Each is off unless a test turns it on.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlantedBugs {
+    /// Send the messages Raft allows only after its state is durable
+    /// before persisting it.
+    pub send_before_sync: bool,
+    /// Keep the preprocessed overlay when a new leader truncates the log.
+    pub skip_truncation_rollback: bool,
+    /// Answer a quorum read from the local tree at once.
+    pub local_read_in_quorum_round: bool,
+    /// Skip the digest check when applying an entry.
+    pub skip_digest_check: bool,
+}
+
+pub struct KeeperServer<D: Disk> {
+    id: u64,
+    cfg: ServerConfig,
+    raw: RawNode<RaftLog<D>>,
+    ks: Storage,
+    snaps: Snapshots,
+    conns: BTreeMap<u64, Conn>,
+    pending: BTreeMap<u64, Pending>,
+    next_req: u64,
+    /// Preprocessed, uncommitted entries, in log order.
+    preprocessed: VecDeque<Preprocessed>,
+    applied_index: u64,
+    parked: Vec<ParkedRead>,
+    /// Quorum reads waiting for their read-index round: ctx → read.
+    read_index_wait: BTreeMap<u64, ParkedRead>,
+    tracker: SessionTracker,
+    closing: BTreeSet<i64>,
+    alive: BTreeSet<i64>,
+    watches: WatchManager,
+    diverge_next: bool,
+    clock_offset_ms: i64,
+    ticks: u64,
+    received: u64,
+    sent: u64,
+    latency: Latency,
+    passwd_key: (u64, u64),
+    /// Set while a server that lost its Raft state waits to hear from a
+    /// leader (see `step_raft`).
+    quiet: bool,
+    /// A commit index a leader announced that this server's log does not
+    /// reach (its data dir was dropped after it had acknowledged those
+    /// entries): until its log does, it neither votes nor campaigns, and
+    /// it asks the leader for a snapshot (see `fall_behind`). 0: not behind.
+    behind: u64,
+    /// The tick of the last snapshot request, so they go out one per
+    /// election timeout.
+    behind_asked_tick: u64,
+    /// The tick `behind` was set at: past [`BEHIND_TIMEOUTS`] election
+    /// timeouts the server stops waiting (a heartbeat's commit is a peer's
+    /// word, and a peer that lies must not silence a server for good).
+    behind_since_tick: u64,
+    /// The snapshot the driver is writing, if any.
+    writing: Option<Writing>,
+    /// Peers whose Raft traffic this server drops (the `isolate` fault
+    /// hook: a partition of the Raft links, both ways when set on both
+    /// ends).
+    isolated: BTreeSet<u64>,
+    /// The cluster's server ids.
+    voters: Vec<u64>,
+    /// Leader: the servers that hold each session — those that reported
+    /// it alive this term, and the one it was created through; a forwarded
+    /// write is admitted only from one of them. A client moving between
+    /// servers is briefly held by both, so this is a set, not one owner.
+    /// Valid for the term it names: a new term starts it afresh (see
+    /// `holders()`).
+    ///
+    /// Trust: a server learns a holder from the holder's own `Touch`,
+    /// and only an authenticated peer can send one, so this stops writes
+    /// forwarded by a server that never claimed the session (a stale or
+    /// misrouted forward, a stranger). A peer holding the cluster secret
+    /// is a member and could claim any session; the secret is the
+    /// boundary (ARCHITECTURE.md, "The keeper: one entry, one digest").
+    holders: (u64, BTreeMap<i64, BTreeSet<u64>>),
+    /// Follower: sessions reported as held here to the leader and term it
+    /// names (reported again before the first write forwarded to another).
+    announced: ((u64, u64), BTreeSet<i64>),
+    /// A snapshot from the leader, decoded and checked before raft was
+    /// stepped with it: (index, term, tree, its metadata).
+    incoming_snapshot: Option<(u64, u64, State, SnapshotMeta)>,
+    /// The time of the input being handled.
+    env: Env,
+    /// Effects of the input being handled.
+    out: Vec<Effect>,
+    /// Why the server stopped (storage failed, digest mismatch): it takes
+    /// no more input.
+    halted: bool,
+    bugs: PlantedBugs,
+}
+
+impl<D: Disk> KeeperServer<D> {
+    /// Opens the server on `disk`: the newest snapshot, the log after it,
+    /// the entries past the snapshot preprocessed again. Effects: the log
+    /// lines of the start (a torn changelog tail, "started").
+    pub fn open(cfg: ServerConfig, mut disk: D, env: Env) -> Result<(KeeperServer<D>, Vec<Effect>), OpenError> {
+        let me = cfg
+            .members
+            .iter()
+            .find(|m| m.id == cfg.id)
+            .ok_or(OpenError::UnknownId(cfg.id))?
+            .clone();
+        let snaps = Snapshots::new(cfg.snapshots);
+        snaps.clean_incomplete(&mut disk)?;
+        let mode = cfg.digest;
+        let digest_on = mode != DigestMode::Off;
+        let (ks, snap) = match snaps.list(&disk)?.pop() {
+            Some((index, term, name)) => {
+                let bytes = disk.read(&name).map_err(|error| SnapshotError::Io {
+                    file: name.clone(),
+                    error,
+                })?;
+                let (state, _meta) = snapshot::decode(&name, &bytes, digest_on)?;
+                (
+                    Storage::from_state(state, mode == DigestMode::Full),
+                    Some((index, term, bytes)),
+                )
+            }
+            None => (Storage::new(mode), None),
+        };
+        let snapshot_index = snap.as_ref().map_or(0, |s| s.0);
+        let voters: Vec<u64> = cfg.members.iter().map(|m| m.id).collect();
+        let log_cfg = changelog::Config {
+            rotate_interval: cfg.rotate_interval,
+            reserved_log_items: cfg.reserved_log_items,
+            zstd_level: 1,
+        };
+        let (store, report, fresh) = RaftLog::open(disk, voters.clone(), log_cfg, snap)?;
+        // election timeouts spread per server by the seed; raft-rs draws
+        // its randomized timeout from [min, max), one value wide here, so
+        // it draws nothing
+        let mut h = siphasher::sip::SipHasher13::new_with_keys(cfg.seed, cfg.id);
+        std::hash::Hasher::write_u64(&mut h, cfg.id);
+        let jitter = (std::hash::Hasher::finish(&h) % cfg.election_ticks as u64) as usize;
+        let election = cfg.election_ticks + jitter;
+        let rc = raft::Config {
+            id: cfg.id,
+            election_tick: election,
+            heartbeat_tick: (cfg.election_ticks / 5).max(1),
+            min_election_tick: election,
+            max_election_tick: election + 1,
+            applied: snapshot_index,
+            check_quorum: true,
+            pre_vote: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            ..raft::Config::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raw = RawNode::new(&rc, store, &logger)?;
+        let mut server = KeeperServer {
+            id: cfg.id,
+            passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
+            isolated: BTreeSet::new(),
+            voters,
+            holders: (0, BTreeMap::new()),
+            announced: ((0, 0), BTreeSet::new()),
+            incoming_snapshot: None,
+            writing: None,
+            // a server without Raft state that is not part of a new
+            // cluster's first start lost its state: it may have voted in a
+            // term it no longer knows, so it stays quiet until a leader
+            // speaks
+            quiet: fresh && !cfg.bootstrap,
+            behind: 0,
+            behind_asked_tick: 0,
+            behind_since_tick: 0,
+            raw,
+            ks,
+            snaps,
+            conns: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            // request ids travel in log entries and outlive this process:
+            // each incarnation starts past the last one's (milliseconds
+            // since the epoch × 1000: ahead unless the last one issued more
+            // than a thousand requests per millisecond it ran)
+            next_req: env.wall_ms.max(1) as u64 * 1000,
+            preprocessed: VecDeque::new(),
+            applied_index: snapshot_index,
+            parked: Vec::new(),
+            read_index_wait: BTreeMap::new(),
+            tracker: SessionTracker::new(),
+            closing: BTreeSet::new(),
+            alive: BTreeSet::new(),
+            watches: WatchManager::new(),
+            diverge_next: false,
+            clock_offset_ms: 0,
+            ticks: 0,
+            received: 0,
+            sent: 0,
+            latency: Latency::default(),
+            env,
+            out: Vec::new(),
+            halted: false,
+            bugs: PlantedBugs::default(),
+            cfg,
+        };
+        if let Some(t) = &report.torn_tail {
+            server.log(
+                "changelog_torn_tail",
+                serde_json::json!({"file": t.file, "offset": t.offset, "reason": t.reason}),
+            );
+        }
+        server.catch_up_preprocess()?;
+        server.log(
+            "started",
+            serde_json::json!({"applied_index": server.applied_index, "client": me.client.to_string()}),
+        );
+        let out = std::mem::take(&mut server.out);
+        Ok((server, out))
+    }
+
+    /// Handles one input; its effects are appended to `out`.
+    pub fn step(&mut self, env: Env, input: Input, out: &mut Vec<Effect>) {
+        if self.halted {
+            return;
+        }
+        self.env = env;
+        match input {
+            Input::Tick => self.tick(),
+            Input::Peer { from, msg } => self.on_peer(from, msg),
+            Input::Accepted { conn, peer } => {
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        peer,
+                        state: ConnState::Handshake,
+                        last_zxid: 0,
+                        received: 0,
+                        sent: 0,
+                    },
+                );
+            }
+            Input::Frame { conn, payload } => {
+                self.received += 1;
+                self.on_frame(conn, &payload);
+            }
+            Input::FourLetter { conn, word } => {
+                let text = self.four_letter(&word);
+                self.send_raw(conn, text.into_bytes());
+                self.drop_conn(conn);
+            }
+            Input::Closed { conn } => {
+                self.conns.remove(&conn);
+            }
+            Input::SnapshotWritten {
+                index,
+                term,
+                result,
+                copy_ms,
+                write_ms,
+            } => self.snapshot_written(index, term, result, (copy_ms, write_ms)),
+        }
+        out.append(&mut self.out);
+    }
+
+    /// Persists and sends what Raft has ready, applies what committed,
+    /// and serves the reads that became servable; effects to `out`.
+    pub fn advance(&mut self, env: Env, out: &mut Vec<Effect>) {
+        if self.halted {
+            return;
+        }
+        self.env = env;
+        self.handle_ready();
+        // a snapshot raft did not take (an older one) is not kept
+        self.incoming_snapshot = None;
+        out.append(&mut self.out);
+    }
+
+    /// Whether the server stopped (see [`Effect::Fatal`] and
+    /// [`Effect::DigestMismatch`]).
+    pub fn halted(&self) -> bool {
+        self.halted
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == raft::StateRole::Leader
+    }
+
+    pub fn leader(&self) -> u64 {
+        self.raw.raft.leader_id
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.applied_index
+    }
+
+    /// The digest of the applied tree.
+    pub fn digest(&self) -> crate::Digest {
+        self.ks.digest()
+    }
+
+    /// The applied tree.
+    pub fn state(&self) -> &State {
+        self.ks.state()
+    }
+
+    /// The term of the entry at `index` in this server's log, if it holds
+    /// it (or its snapshot ends there).
+    pub fn entry_term(&self, index: u64) -> Option<u64> {
+        raft::Storage::term(self.raw.store(), index).ok()
+    }
+
+    /// The entry at `index`, if this server's log still holds it.
+    pub fn entry(&self, index: u64) -> Option<raft::prelude::Entry> {
+        raft::Storage::entries(
+            self.raw.store(),
+            index,
+            index + 1,
+            None,
+            raft::GetEntriesContext::empty(false),
+        )
+        .ok()?
+        .pop()
+    }
+
+    /// The disk the server runs on (a simulator crashes it).
+    pub fn disk(&self) -> &D {
+        &self.raw.store().disk
+    }
+
+    pub fn disk_mut(&mut self) -> &mut D {
+        &mut self.raw.mut_store().disk
+    }
+
+    /// Takes the disk back (the server is done with).
+    pub fn into_disk(self) -> D {
+        self.raw.raft.r.raft_log.store.disk
+    }
+
+    /// Plants known bugs (tests of the simulator only).
+    pub fn plant_bugs(&mut self, bugs: PlantedBugs) {
+        self.bugs = bugs;
+    }
+
+    fn emit(&mut self, e: Effect) {
+        if !self.halted {
+            self.out.push(e);
+        }
+    }
+
+    fn log(&mut self, event: &'static str, fields: serde_json::Value) {
+        self.emit(Effect::Log { event, fields });
+    }
+
+    /// Stops the server: storage it cannot trust.
+    fn fail(&mut self, reason: String) {
+        self.emit(Effect::Fatal { reason });
+        self.halted = true;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.env.now_us / 1000
+    }
+
+    /// The wall clock as this server's fault hook skews it.
+    fn wall_ms(&self) -> i64 {
+        self.env.wall_ms + self.clock_offset_ms
+    }
+}
+
+fn context(origin: u64, req: u64) -> Vec<u8> {
+    let mut c = origin.to_be_bytes().to_vec();
+    c.extend_from_slice(&req.to_be_bytes());
+    c
+}
+
+fn parse_context(c: &[u8]) -> (u64, u64) {
+    if c.len() != 16 {
+        return (0, 0);
+    }
+    (
+        u64::from_be_bytes(c[..8].try_into().expect("8")),
+        u64::from_be_bytes(c[8..].try_into().expect("8")),
+    )
+}
+
+/// The keys of `m` whose value arrived (`since`, µs) more than `age_us`
+/// before `now_us`.
+fn older_than<V>(m: &BTreeMap<u64, V>, age_us: u64, now_us: u64, since: impl Fn(&V) -> u64) -> Vec<u64> {
+    m.iter()
+        .filter(|(_, v)| now_us.saturating_sub(since(v)) > age_us)
+        .map(|(k, _)| *k)
+        .collect()
+}
