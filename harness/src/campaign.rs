@@ -207,7 +207,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     } else if remote {
         Partitioner::Backend
     } else {
-        Partitioner::choose(&format!("{:x}", c.seed & 0xffff_ffff), plan.partitioner).map_err(Failure::new)?
+        Partitioner::choose(plan.partitioner).map_err(Failure::new)?
     };
     if plan.kv.is_some() && partitioner.needs_proxies() {
         return Err(Failure::new(

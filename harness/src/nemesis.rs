@@ -547,7 +547,7 @@ pub enum Partitioner {
 impl Partitioner {
     /// `auto`: iptables when root and available, else proxies. `iptables`
     /// or `proxies` insist (an error says why iptables cannot be had).
-    pub fn choose(run_tag: &str, mode: PartitionerMode) -> Result<Partitioner, String> {
+    pub fn choose(mode: PartitionerMode) -> Result<Partitioner, String> {
         if mode == PartitionerMode::Proxies {
             return Ok(Partitioner::Proxies);
         }
@@ -563,7 +563,8 @@ impl Partitioner {
             .status()
             .is_ok_and(|s| s.success());
         if root && have {
-            let chain = format!("DRIFT-{}", &run_tag[..run_tag.len().min(20)]);
+            remove_dead_chains();
+            let chain = format!("{LOCAL_CHAIN_PREFIX}{}", std::process::id());
             let ok = ipt(&["-N", &chain]) && ipt(&["-I", "OUTPUT", "-j", &chain]);
             if ok {
                 return Ok(Partitioner::Iptables {
@@ -673,6 +674,35 @@ impl Partitioner {
 impl Drop for Partitioner {
     fn drop(&mut self) {
         let _ = self.teardown();
+    }
+}
+
+/// The local partitioner's chains: this prefix and the PID of the drift
+/// that made it, so a run can tell a killed drift's chain from a live one's.
+const LOCAL_CHAIN_PREFIX: &str = "DRIFT-L";
+
+/// Removes the chains of local partitioners whose drift is gone (killed
+/// mid-run, it could not remove its own): the PID in the name runs no
+/// drift any more.
+fn remove_dead_chains() {
+    let Ok(out) = Command::new("iptables").arg("-S").output() else {
+        return;
+    };
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    for chain in listing.lines().filter_map(|l| l.strip_prefix("-N ")) {
+        let Some(pid) = chain
+            .strip_prefix(LOCAL_CHAIN_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let alive =
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("drift"));
+        if !alive {
+            let _ = ipt(&["-F", chain]);
+            let _ = ipt(&["-D", "OUTPUT", "-j", chain]);
+            let _ = ipt(&["-X", chain]);
+        }
     }
 }
 

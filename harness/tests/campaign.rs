@@ -824,3 +824,72 @@ fn the_repair_overwrites_defect_makes_a_delete_campaign_invalid_naming_what_it_b
     assert!(broken > 0, "the findings name what the defect broke: {counts}");
     let _ = std::fs::remove_dir_all(&store);
 }
+
+/// The iptables chains on this machine whose name starts with `prefix`.
+fn chains(prefix: &str) -> Vec<String> {
+    let out = std::process::Command::new("iptables").arg("-S").output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix("-N "))
+        .filter(|c| c.starts_with(prefix))
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0"));
+    let iptables = std::process::Command::new("iptables").arg("-S").output().is_ok();
+    if !(root && iptables) {
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "this test needs root and iptables (ci/test installs iptables)"
+        );
+        eprintln!("NOT RUN: needs root and iptables");
+        return;
+    }
+    let store = fresh_path("chain-leftover");
+    let campaign = |limit: &str| {
+        let mut c = drift();
+        c.args([
+            "test",
+            "--workload",
+            "register",
+            "--nemesis",
+            "partition",
+            "--partitioner",
+            "iptables",
+        ])
+        .args(["--nodes", "3", "--port", "22681", "--time-limit", limit, "--store"])
+        .arg(&store);
+        c
+    };
+    let victim = Reaped(
+        campaign("60")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mine = format!("DRIFT-L{}", victim.0.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !chains("DRIFT-L").contains(&mine) {
+        assert!(Instant::now() < deadline, "the campaign never made its chain");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(victim); // SIGKILL: the chain stays behind
+    assert!(
+        chains("DRIFT-L").contains(&mine),
+        "a killed drift cannot remove its chain"
+    );
+    let out = campaign("3").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !chains("DRIFT-L").contains(&mine),
+        "the next campaign removed the killed one's chain"
+    );
+    let _ = std::fs::remove_dir_all(&store);
+}
