@@ -5,8 +5,10 @@
 //! divergence was injected; every injected divergence (`diverge-applied`,
 //! node and log index) aborted that node at exactly that log index; and
 //! at the end (`final-digests`) every replica reported the same tree
-//! digest at the same applied index. Without a `final-digests` event the
-//! verdict is unknown. It does not check what clients read.
+//! digest at the same applied index; and no `invariant-violated` event (a
+//! simulated cluster's state checks: one leader per term, committed
+//! entries never change, …). Without a `final-digests` event the verdict
+//! is unknown. It does not check what clients read.
 
 use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
 use crate::history::HistoryError;
@@ -29,6 +31,7 @@ impl Checker for DigestChecker {
     fn check(&self, h: &History, _ctx: &CheckContext) -> Result<CheckResult, HistoryError> {
         let started = Instant::now();
         let (mut aborts, mut diverged, mut injected, mut finals) = (Vec::new(), Vec::new(), 0u64, None);
+        let mut violated = Vec::new();
         for &i in &h.nemesis {
             let op = &h.ops[i];
             match op.f.as_str() {
@@ -36,10 +39,15 @@ impl Checker for DigestChecker {
                 "diverge-applied" => diverged.extend(at(&op.value)),
                 "start-diverge" => injected += 1,
                 "final-digests" => finals = Some(op.value.clone()),
+                "invariant-violated" => violated.push(format!(
+                    "node {}: {}",
+                    op.value["node"],
+                    op.value["what"].as_str().unwrap_or("?")
+                )),
                 _ => {}
             }
         }
-        let mut problems = Vec::new();
+        let mut problems = violated;
         for &(node, index) in &aborts {
             if !diverged.contains(&(node, index)) {
                 problems.push(format!(
@@ -145,6 +153,16 @@ mod tests {
         assert_eq!(verdict(&missed), Verdict::Invalid);
         let spurious = [("digest-abort", json!({"node": 1, "log_index": 3})), finals(&["a"])];
         assert_eq!(verdict(&spurious), Verdict::Invalid);
+    }
+
+    #[test]
+    fn a_broken_invariant_of_a_simulated_cluster_is_a_problem() {
+        let violated = [
+            ("invariant-violated", json!({"node": 2, "what": "two leaders in term 3: 1 and 2"})),
+            finals(&["a", "a"]),
+        ];
+        assert_eq!(verdict(&violated), Verdict::Invalid);
+        assert_eq!(verdict(&[finals(&["a", "a"])]), Verdict::Valid);
     }
 
     #[test]

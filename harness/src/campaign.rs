@@ -117,6 +117,9 @@ pub fn validate(args: &TestArgs) -> Result<Campaign, Failure> {
 
 /// Runs a validated campaign through every other phase.
 fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
+    if c.plan.backend == crate::plan::BackendKind::Sim {
+        return crate::sim::execute(c, store);
+    }
     let run_started = Instant::now();
     let (run, mut info) = create_run(&c, &store)?;
     let env = setup(&c, &run, &mut info)?;
@@ -124,20 +127,34 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     heal(&env, &main);
     final_reads(&c, &env, &main);
     let (ops, problems) = teardown(env, main, &mut info, &run)?;
-    let bench = Bench {
+    let judged = judge_run(&c, &run, &info, &store)?;
+    summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
+    Ok(judged.results.verdict.exit_code())
+}
+
+/// What a campaign's history is judged by.
+pub(crate) fn bench_of(c: &Campaign) -> Bench {
+    Bench {
         checkers: c.plan.checkers(),
         model: c.plan.model(),
         init: Value::Null,
         budget: Some(Duration::from_secs(c.plan.check_budget_s)),
         mem_bytes: MEM_BYTES_DEFAULT,
-    };
-    let judged = judge::judge(&run, &run.history(), &bench, Some(&info), Some(&store))?;
-    summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
-    Ok(judged.results.verdict.exit_code())
+    }
+}
+
+/// Judges a campaign's stored history into its run directory.
+pub(crate) fn judge_run(c: &Campaign, run: &RunDir, info: &RunInfo, store: &Store) -> Result<Judgement, Failure> {
+    judge::judge(run, &run.history(), &bench_of(c), Some(info), Some(store))
+}
+
+/// [`summarise`], for the simulated backend.
+pub(crate) fn summarise_run(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problems: &[String], run: &RunDir) {
+    summarise(c, judged, ops, took, problems, run)
 }
 
 /// A new run in the store, its `run.json` written and the plan printed.
-fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo), Failure> {
+pub(crate) fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo), Failure> {
     let test = c.plan.test_name();
     let run = store
         .create_run(&test)
@@ -165,7 +182,7 @@ fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo), Failure>
     Ok((run, info))
 }
 
-fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
+pub(crate) fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
     run.write_json(store::RUN_JSON, info)
         .map(|_| ())
         .map_err(|e| Failure::new(format!("{}: {e}", run.run_json().display())))

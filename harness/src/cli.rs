@@ -132,6 +132,45 @@ pub enum Command {
     Repair(RepairArgs),
     /// Build the Docker image of this (statically linked) drift, for `--backend docker`.
     BuildImage,
+    /// Sweep seeds of a simulated campaign (`--backend sim`): print the
+    /// failing seeds, store each failing run, say how to replay it.
+    Sim(SimArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchSimArgs {
+    /// Seeds to run, from `--from`.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub seeds: u64,
+    #[arg(long, default_value_t = 1)]
+    pub from: u64,
+    /// The campaign each seed runs (`--backend` is sim).
+    #[command(flatten)]
+    pub test: TestArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// How many seeds.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 1)]
+    pub from: u64,
+    /// Vary the world per seed: which faults, how often, message loss,
+    /// duplication, reordering and delays, clock drift, torn writes.
+    #[arg(long)]
+    pub swarm: bool,
+    /// Seeds run at once (each simulation is one thread).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub jobs: u64,
+    /// Stop after this many failing seeds (0: never).
+    #[arg(long, default_value_t = 0)]
+    pub stop_after: u64,
+    /// The campaign each seed runs (`--backend` is sim, `--seed` is set
+    /// per run).
+    #[command(flatten)]
+    pub test: TestArgs,
 }
 
 #[derive(Args, Debug)]
@@ -236,14 +275,20 @@ pub struct TestArgs {
     /// proxies), iptables, or proxies.
     #[arg(long, value_enum, default_value_t = PartitionerMode::Auto)]
     pub partitioner: PartitionerMode,
-    /// Where the servers run: local processes, or Docker containers on a
+    /// Where the servers run: local processes; Docker containers on a
     /// network of the run's own (partitions then cut inside each
-    /// container; drift must be statically linked: see `drift build-image`).
+    /// container; drift must be statically linked: see `drift build-image`);
+    /// hosts over SSH (`--hosts`); or simulated in one thread (`sim`:
+    /// deterministic, the seed replays it exactly).
     #[arg(long, value_enum, default_value_t = plan::BackendKind::Local)]
     pub backend: plan::BackendKind,
     /// The hosts file of `--backend ssh` (see README, "On your own hosts").
     #[arg(long)]
     pub hosts: Option<PathBuf>,
+    /// A bug planted in the simulated servers (`--backend sim` only; to
+    /// show the simulator finds it). Repeatable.
+    #[arg(long, value_enum)]
+    pub plant: Vec<plan::PlantedBug>,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -544,6 +589,9 @@ pub enum BenchWhat {
     /// trips per insert, beside the naive 3-round-trip path and beside
     /// Apache ZooKeeper as the coordinator.
     Table(BenchTableArgs),
+    /// Simulated seconds per wall second of a campaign on the simulated
+    /// backend (one thread).
+    Sim(BenchSimArgs),
 }
 
 /// What `drift bench table` compares.

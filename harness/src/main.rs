@@ -37,6 +37,7 @@ mod proxy;
 mod recorder;
 mod repair;
 mod serve;
+mod sim;
 mod ssh;
 mod sshcluster;
 
@@ -61,6 +62,7 @@ fn main() {
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
             BenchWhat::Harness(args) => bench_harness::harness(args),
             BenchWhat::Table(args) => bench_table::table(args),
+            BenchWhat::Sim(args) => sim::sweep::bench(args),
         },
         Command::Test(args) => campaign::run(args),
         Command::Replay(args) => campaign::replay(&args.run),
@@ -69,6 +71,7 @@ fn main() {
         Command::Node(args) => cluster::node(args),
         Command::Cluster(args) => cluster::cluster(args),
         Command::Repair(args) => repair::run(args),
+        Command::Sim(args) => sim::sweep::sweep(args),
         Command::BuildImage => image::build_image(),
     };
     match outcome {

@@ -60,6 +60,9 @@ pub enum BackendKind {
     Docker,
     /// Hosts reached over SSH, listed in a hosts file (`--hosts`).
     Ssh,
+    /// The keeper's own servers simulated in one thread, network, disks
+    /// and clocks included: deterministic, replayable from the seed.
+    Sim,
 }
 
 impl BackendKind {
@@ -68,6 +71,7 @@ impl BackendKind {
             BackendKind::Local => "local",
             BackendKind::Docker => "docker",
             BackendKind::Ssh => "ssh",
+            BackendKind::Sim => "sim",
         }
     }
 }
@@ -317,6 +321,73 @@ pub struct Plan {
     /// The kv service, for the delete workload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv: Option<KvPlan>,
+    /// The simulated network, disks and clocks (backend sim).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sim: Option<SimPlan>,
+}
+
+/// A bug planted in the simulated servers, to show the simulator finds
+/// it (see `drift sim --plant`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlantedBug {
+    /// Send the Raft messages that must wait for the log's sync before it.
+    SendBeforeSync,
+    /// Keep the preprocessed overlay when a new leader truncates the log.
+    SkipRollback,
+    /// Answer a quorum read from the local tree at once.
+    LocalQuorumRead,
+    /// Apply entries with the digest check off.
+    SkipDigestCheck,
+}
+
+impl PlantedBug {
+    pub fn name(self) -> &'static str {
+        match self {
+            PlantedBug::SendBeforeSync => "send-before-sync",
+            PlantedBug::SkipRollback => "skip-rollback",
+            PlantedBug::LocalQuorumRead => "local-quorum-read",
+            PlantedBug::SkipDigestCheck => "skip-digest-check",
+        }
+    }
+}
+
+/// How a simulated cluster's world behaves (backend sim); drawn per
+/// seed in swarm mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimPlan {
+    /// Odds a Raft message is lost, duplicated, or reordered.
+    pub loss: f64,
+    pub duplicate: f64,
+    pub reorder: f64,
+    /// Most one-way delay of a peer message (µs; least 100).
+    pub delay_max_us: u64,
+    /// Each server's clock drifts by up to this (parts per million).
+    pub clock_drift_ppm: u64,
+    /// Kills may strike between a write and its sync, and what was not
+    /// synced is then kept, dropped, torn or corrupted.
+    pub torn_writes: bool,
+    /// Entries between snapshots (small, so runs make and ship them).
+    pub snapshot_distance: u64,
+    /// Bugs planted in every server.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bugs: Vec<PlantedBug>,
+}
+
+impl Default for SimPlan {
+    fn default() -> Self {
+        SimPlan {
+            loss: 0.0,
+            duplicate: 0.0,
+            reorder: 0.0,
+            delay_max_us: 2_000,
+            clock_drift_ppm: 200,
+            torn_writes: true,
+            snapshot_distance: 2_000,
+            bugs: Vec::new(),
+        }
+    }
 }
 
 /// A plan with its seed and fault schedule: all a run needs to be run
@@ -331,6 +402,9 @@ pub struct Campaign {
 impl Plan {
     /// The plan of `drift test`'s arguments.
     pub fn from_args(args: &TestArgs) -> Result<Plan, Failure> {
+        if !args.plant.is_empty() && args.backend != BackendKind::Sim {
+            return Err(Failure::new("--plant plants bugs in simulated servers: it needs --backend sim"));
+        }
         let mut plan = Plan {
             workload: args.workload,
             target: args.target,
@@ -358,6 +432,10 @@ impl Plan {
             block: args.block,
             table: None,
             kv: None,
+            sim: (args.backend == BackendKind::Sim).then(|| SimPlan {
+                bugs: args.plant.clone(),
+                ..SimPlan::default()
+            }),
         };
         let table_options = [
             ("--dedup-window", args.dedup_window.is_some()),
@@ -513,9 +591,28 @@ impl Plan {
                 self.backend.name()
             ));
         }
+        if self.backend == BackendKind::Sim {
+            if self.workload().is_table() || self.workload().is_kv() {
+                return Err(format!(
+                    "backend sim simulates the keeper: workload {} is not simulated (register, unique-ids, counter, total-queue and ephemeral are)",
+                    self.workload().name()
+                ));
+            }
+            if let Some(k) = self.nemeses.iter().find(|k| !crate::sim::FAULTS.contains(k)) {
+                return Err(format!(
+                    "nemesis {} is not simulated (partition, kill, pause, corrupt, diverge, clock and wipe are)",
+                    k.name()
+                ));
+            }
+            if self.sim.is_none() {
+                return Err("sim: backend sim needs its world (loss, delays, clocks); this config has none".into());
+            }
+        } else if self.sim.is_some() {
+            return Err(format!("sim: a simulated world is for backend sim, not {}", self.backend.name()));
+        }
         match (self.backend, &self.hosts) {
             (BackendKind::Ssh, None) => return Err("hosts: backend ssh needs a hosts file (--hosts)".into()),
-            (BackendKind::Local | BackendKind::Docker, Some(_)) => {
+            (BackendKind::Local | BackendKind::Docker | BackendKind::Sim, Some(_)) => {
                 return Err(format!(
                     "hosts: a hosts file is for backend ssh, not {}",
                     self.backend.name()
@@ -655,6 +752,7 @@ mod tests {
             block: None,
             table: None,
             kv: None,
+            sim: None,
         }
     }
 

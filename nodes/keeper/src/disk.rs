@@ -45,6 +45,20 @@ pub enum DiskOp {
     Rename,
 }
 
+/// What a crash does to a file's appended bytes that were not synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TailFate {
+    /// Lost.
+    Drop,
+    /// Kept whole (the kernel wrote them back before the power went).
+    Keep,
+    /// The first this many bytes kept.
+    Torn(usize),
+    /// Kept, with the byte at `offset` (within the tail, modulo its
+    /// length) flipped by `mask`.
+    Corrupt { offset: usize, mask: u8 },
+}
+
 /// An in-memory disk that models durability: a crash drops what was not
 /// synced (optionally keeping a torn prefix of it), and faults can be
 /// injected: an I/O error on the next op of a kind, or flipped bytes.
@@ -93,14 +107,31 @@ impl MemDisk {
     /// its unsynced appended tail (a torn write). Only appends past the
     /// durable length can be torn; other changes revert.
     pub fn crash_keeping(&mut self, mut keep: impl FnMut(&str, usize) -> usize) {
+        self.crash_with(|name, n| TailFate::Torn(keep(name, n)));
+    }
+
+    /// A crash where `fate(name, unsynced_len)` decides what becomes of
+    /// each file's unsynced appended tail: lost, kept, torn, or kept with a
+    /// flipped byte (as the kill modes of a simulated disk do). Only
+    /// appends past the durable length survive in any form; other
+    /// changes revert.
+    pub fn crash_with(&mut self, mut fate: impl FnMut(&str, usize) -> TailFate) {
         let mut files = BTreeMap::new();
         for (name, f) in std::mem::take(&mut self.files) {
             let Some(durable) = f.durable else { continue };
             let mut data = durable.clone();
             if f.current.len() > durable.len() && f.current.starts_with(&durable) {
                 let tail = &f.current[durable.len()..];
-                let k = keep(&name, tail.len()).min(tail.len());
-                data.extend_from_slice(&tail[..k]);
+                match fate(&name, tail.len()) {
+                    TailFate::Drop => {}
+                    TailFate::Keep => data.extend_from_slice(tail),
+                    TailFate::Torn(k) => data.extend_from_slice(&tail[..k.min(tail.len())]),
+                    TailFate::Corrupt { offset, mask } => {
+                        let at = data.len() + offset % tail.len();
+                        data.extend_from_slice(tail);
+                        data[at] ^= mask.max(1);
+                    }
+                }
             }
             files.insert(
                 name,

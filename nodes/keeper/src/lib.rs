@@ -24,9 +24,12 @@
 //! * [`peer`], [`peer_check`] — what servers send each other, and what a
 //!   peer's Raft message must satisfy before it is stepped
 //! * [`server`] — one server: Raft, the tree, clients, as inputs and effects
+//! * [`client`] — the client's side of the wire protocol
+//! * [`sim`] — a whole cluster simulated in one thread, from a seed
 
 pub mod acl;
 pub mod changelog;
+pub mod client;
 pub mod codec;
 pub mod digest;
 pub mod disk;
@@ -44,6 +47,7 @@ pub mod raftlog;
 pub mod request;
 pub mod server;
 pub mod session;
+pub mod sim;
 pub mod snapshot;
 pub mod state;
 pub mod storage;

@@ -226,39 +226,58 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
     }
 
     let mut node = Driver {
-        id: opts.id,
         server,
-        conns: BTreeMap::new(),
-        links,
+        io: Io {
+            id: opts.id,
+            conns: BTreeMap::new(),
+            links,
+            dir,
+            writing: None,
+            gone: Vec::new(),
+            began: Instant::now(),
+        },
         started,
         tick: Duration::from_millis(cfg.tick_ms),
-        dir,
-        writing: None,
         table_admin: opts.table_admin,
         kv_admin: opts.kv_admin,
         parent: opts.exit_with_parent.then(std::os::unix::process::parent_id),
     };
-    node.execute(opened);
+    for e in opened {
+        node.io.execute(e);
+    }
     node.run(rx, &stop);
-    log(node.id, "stopped", serde_json::json!({}));
+    log(node.io.id, "stopped", serde_json::json!({}));
     Ok(())
 }
 
-/// The loop's state: the server, and what the server's effects need.
+/// The loop's state: the server, and what carries out its effects.
 struct Driver {
-    id: u64,
     server: KeeperServer<FsDisk>,
-    conns: BTreeMap<u64, Conn>,
-    links: Links,
+    io: Io,
     started: Instant,
     tick: Duration,
-    /// The data directory (the snapshot worker opens its own handle).
-    dir: std::path::PathBuf,
-    writing: Option<Writing>,
     table_admin: Option<TableAdmin>,
     kv_admin: Option<TableAdmin>,
     /// The parent to outlive no longer than (see NodeOptions).
     parent: Option<u32>,
+}
+
+/// What the server's effects act on: connections, peer links, the
+/// snapshot worker. Apart from the server, so effects run while the
+/// server is still working (a leader's appends leave before its own
+/// write to disk).
+struct Io {
+    id: u64,
+    conns: BTreeMap<u64, Conn>,
+    links: Links,
+    /// The data directory (the snapshot worker opens its own handle).
+    dir: std::path::PathBuf,
+    writing: Option<Writing>,
+    /// Connections dropped for being too slow, for the server to hear of.
+    gone: Vec<u64>,
+    /// When the current step began (a snapshot's copy of the tree is
+    /// timed from it).
+    began: Instant,
 }
 
 impl Driver {
@@ -291,24 +310,33 @@ impl Driver {
             if Instant::now() >= next_tick {
                 next_tick += self.tick;
                 if self.parent.is_some_and(|p| p != std::os::unix::process::parent_id()) {
-                    log(self.id, "parent_gone", serde_json::json!({}));
+                    log(self.io.id, "parent_gone", serde_json::json!({}));
                     std::process::exit(0);
                 }
                 self.step(Input::Tick);
             }
-            let began = Instant::now();
-            let mut out = Vec::new();
-            self.server.advance(self.env(), &mut out);
-            let took_ms = began.elapsed().as_secs_f64() * 1e3;
-            self.execute_timed(out, took_ms);
+            let env = self.env();
+            let io = &mut self.io;
+            io.began = Instant::now();
+            self.server.advance(env, &mut |e| io.execute(e));
+            self.closed_conns();
             self.poll_snapshot(false);
         }
     }
 
     fn step(&mut self, input: Input) {
-        let mut out = Vec::new();
-        self.server.step(self.env(), input, &mut out);
-        self.execute(out);
+        let env = self.env();
+        let io = &mut self.io;
+        io.began = Instant::now();
+        self.server.step(env, input, &mut |e| io.execute(e));
+        self.closed_conns();
+    }
+
+    /// Tells the server of the connections its effects found gone.
+    fn closed_conns(&mut self) {
+        while let Some(conn) = self.io.gone.pop() {
+            self.step(Input::Closed { conn });
+        }
     }
 
     fn handle(&mut self, ev: Event) {
@@ -323,19 +351,20 @@ impl Driver {
             }
             Event::Accepted { conn, tx, stream } => {
                 let peer = stream.peer_addr().ok();
-                self.conns.insert(conn, Conn { tx, stream });
+                self.io.conns.insert(conn, Conn { tx, stream });
                 self.step(Input::Accepted { conn, peer });
             }
             Event::Frame { conn, payload } => self.step(Input::Frame { conn, payload }),
             Event::FourLetter { conn, word } => self.step(Input::FourLetter { conn, word }),
             Event::Closed { conn } => {
-                self.conns.remove(&conn);
+                self.io.conns.remove(&conn);
                 self.step(Input::Closed { conn });
             }
             Event::Admin { line, reply } => {
-                let mut out = Vec::new();
-                let answer = self.server.admin(self.env(), &line, &mut out);
-                self.execute(out);
+                let env = self.env();
+                let io = &mut self.io;
+                let answer = self.server.admin(env, &line, &mut |e| io.execute(e));
+                self.closed_conns();
                 let text = match answer {
                     AdminAnswer::Reply(text) => text,
                     AdminAnswer::ClockSet(v) => {
@@ -358,51 +387,67 @@ impl Driver {
         }
     }
 
-    fn execute(&mut self, out: Vec<Effect>) {
-        self.execute_timed(out, 0.0);
+    /// Hands the server the running snapshot's outcome if it is there (or,
+    /// with `wait`, once it is).
+    fn poll_snapshot(&mut self, wait: bool) {
+        let Some(w) = &self.io.writing else { return };
+        let outcome = if wait {
+            w.done.recv().map_err(|_| mpsc::TryRecvError::Disconnected)
+        } else {
+            w.done.try_recv()
+        };
+        let (index, term, copy_ms) = (w.index, w.term, w.copy_ms);
+        let (result, write_ms) = match outcome {
+            Err(mpsc::TryRecvError::Empty) => return,
+            Err(mpsc::TryRecvError::Disconnected) => (Err("its thread ended without a result".to_string()), 0.0),
+            Ok(Err(e)) => (Err(e), 0.0),
+            Ok(Ok((bytes, ms))) => (Ok(bytes), ms),
+        };
+        self.io.writing = None;
+        self.step(Input::SnapshotWritten {
+            index,
+            term,
+            result,
+            copy_ms,
+            write_ms,
+        });
     }
+}
 
-    /// Carries out the server's effects in order; `took_ms` is how long
-    /// the step that produced them took (a snapshot's copy of the tree).
-    fn execute_timed(&mut self, out: Vec<Effect>, took_ms: f64) {
-        let mut gone = Vec::new();
-        for e in out {
-            match e {
-                Effect::Peer { to, msg } => self.links.send(to, &msg),
-                Effect::Client { conn, frame } => {
-                    if let Some(c) = self.conns.get(&conn) {
-                        if c.tx.try_send(frame).is_err() {
-                            // too slow or gone: drop the connection, the
-                            // session lives on
-                            if let Some(c) = self.conns.remove(&conn) {
-                                let _ = c.stream.shutdown(std::net::Shutdown::Read);
-                            }
-                            gone.push(conn);
+impl Io {
+    /// Carries out one effect of the server.
+    fn execute(&mut self, e: Effect) {
+        match e {
+            Effect::Peer { to, msg } => self.links.send(to, &msg),
+            Effect::Client { conn, frame } => {
+                if let Some(c) = self.conns.get(&conn) {
+                    if c.tx.try_send(frame).is_err() {
+                        // too slow or gone: drop the connection, the
+                        // session lives on
+                        if let Some(c) = self.conns.remove(&conn) {
+                            let _ = c.stream.shutdown(std::net::Shutdown::Read);
                         }
+                        self.gone.push(conn);
                     }
                 }
-                Effect::Close { conn } => {
-                    // its reader stops at once; its writer sends what is
-                    // queued, then closes the socket
-                    if let Some(c) = self.conns.remove(&conn) {
-                        let _ = c.stream.shutdown(std::net::Shutdown::Read);
-                    }
-                }
-                Effect::WriteSnapshot(job) => self.write_snapshot(job, took_ms),
-                Effect::Log { event, fields } => log(self.id, event, fields),
-                Effect::Fatal { reason } => {
-                    log(
-                        self.id,
-                        "fatal",
-                        serde_json::json!({"level": "FATAL", "reason": reason}),
-                    );
-                    std::process::exit(1);
-                }
-                Effect::DigestMismatch(m) => fatal_digest(self.id, &m),
             }
-        }
-        for conn in gone {
-            self.step(Input::Closed { conn });
+            Effect::Close { conn } => {
+                // its reader stops at once; its writer sends what is
+                // queued, then closes the socket
+                if let Some(c) = self.conns.remove(&conn) {
+                    let _ = c.stream.shutdown(std::net::Shutdown::Read);
+                }
+            }
+            Effect::WriteSnapshot(job) => {
+                let copy_ms = self.began.elapsed().as_secs_f64() * 1e3;
+                self.write_snapshot(job, copy_ms)
+            }
+            Effect::Log { event, fields } => log(self.id, event, fields),
+            Effect::Fatal { reason } => {
+                log(self.id, "fatal", serde_json::json!({"level": "FATAL", "reason": reason}));
+                std::process::exit(1);
+            }
+            Effect::DigestMismatch(m) => fatal_digest(self.id, &m),
         }
     }
 
@@ -433,32 +478,6 @@ impl Driver {
             term,
             copy_ms,
             done: rx,
-        });
-    }
-
-    /// Hands the server the running snapshot's outcome if it is there (or,
-    /// with `wait`, once it is).
-    fn poll_snapshot(&mut self, wait: bool) {
-        let Some(w) = &self.writing else { return };
-        let outcome = if wait {
-            w.done.recv().map_err(|_| mpsc::TryRecvError::Disconnected)
-        } else {
-            w.done.try_recv()
-        };
-        let (index, term, copy_ms) = (w.index, w.term, w.copy_ms);
-        let (result, write_ms) = match outcome {
-            Err(mpsc::TryRecvError::Empty) => return,
-            Err(mpsc::TryRecvError::Disconnected) => (Err("its thread ended without a result".to_string()), 0.0),
-            Ok(Err(e)) => (Err(e), 0.0),
-            Ok(Ok((bytes, ms))) => (Ok(bytes), ms),
-        };
-        self.writing = None;
-        self.step(Input::SnapshotWritten {
-            index,
-            term,
-            result,
-            copy_ms,
-            write_ms,
         });
     }
 }

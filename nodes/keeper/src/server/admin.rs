@@ -23,14 +23,14 @@ pub enum AdminAnswer {
 
 impl<D: Disk> KeeperServer<D> {
     /// Answers one admin command line, `<token> <command> [args]`; its
-    /// effects (a proposal, log lines) to `out`.
-    pub fn admin(&mut self, env: Env, line: &str, out: &mut Vec<Effect>) -> AdminAnswer {
+    /// effects (a proposal, log lines) to `sink`.
+    pub fn admin(&mut self, env: Env, line: &str, sink: &mut dyn FnMut(Effect)) -> AdminAnswer {
         if self.halted {
             return AdminAnswer::Reply("error the server stopped".into());
         }
         self.env = env;
         let answer = self.admin_line(line);
-        out.append(&mut self.out);
+        self.flush(sink);
         answer
     }
 

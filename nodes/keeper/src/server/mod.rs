@@ -554,8 +554,8 @@ impl<D: Disk> KeeperServer<D> {
         Ok((server, out))
     }
 
-    /// Handles one input; its effects are appended to `out`.
-    pub fn step(&mut self, env: Env, input: Input, out: &mut Vec<Effect>) {
+    /// Handles one input; its effects go to `sink`, in order.
+    pub fn step(&mut self, env: Env, input: Input, sink: &mut dyn FnMut(Effect)) {
         if self.halted {
             return;
         }
@@ -595,20 +595,30 @@ impl<D: Disk> KeeperServer<D> {
                 write_ms,
             } => self.snapshot_written(index, term, result, (copy_ms, write_ms)),
         }
-        out.append(&mut self.out);
+        self.flush(sink);
     }
 
     /// Persists and sends what Raft has ready, applies what committed,
-    /// and serves the reads that became servable; effects to `out`.
-    pub fn advance(&mut self, env: Env, out: &mut Vec<Effect>) {
+    /// and serves the reads that became servable; effects to `sink`, in
+    /// order. What may leave before the log is written (a leader's
+    /// appends, replies to committed requests) reaches `sink` before the
+    /// disk is touched, so a driver sends it while the write is under way.
+    pub fn advance(&mut self, env: Env, sink: &mut dyn FnMut(Effect)) {
         if self.halted {
             return;
         }
         self.env = env;
-        self.handle_ready();
+        self.handle_ready(sink);
         // a snapshot raft did not take (an older one) is not kept
         self.incoming_snapshot = None;
-        out.append(&mut self.out);
+        self.flush(sink);
+    }
+
+    /// Hands the effects so far to `sink`.
+    fn flush(&mut self, sink: &mut dyn FnMut(Effect)) {
+        for e in self.out.drain(..) {
+            sink(e);
+        }
     }
 
     /// Whether the server stopped (see [`Effect::Fatal`] and
@@ -668,6 +678,15 @@ impl<D: Disk> KeeperServer<D> {
         )
         .ok()?
         .pop()
+    }
+
+    /// The digest of the applied tree, computed when digests are off.
+    pub fn tree_digest(&self) -> u64 {
+        if self.ks.mode() == DigestMode::Off {
+            crate::digest::tree_value(self.ks.state().recompute_digest())
+        } else {
+            self.ks.digest().value
+        }
     }
 
     /// The disk the server runs on (a simulator crashes it).

@@ -492,7 +492,7 @@ impl<D: Disk> KeeperServer<D> {
 
     // ---------------------------------------------------------------- ready
 
-    pub(super) fn handle_ready(&mut self) {
+    pub(super) fn handle_ready(&mut self, sink: &mut dyn FnMut(super::Effect)) {
         if !self.raw.has_ready() {
             return;
         }
@@ -520,6 +520,9 @@ impl<D: Disk> KeeperServer<D> {
             let persisted = rd.take_persisted_messages();
             self.send_messages(persisted);
         }
+        // the leader's appends and the replies so far go out while the
+        // log is written
+        self.flush(sink);
         if let Err(e) = self.raw.mut_store().append(&entries) {
             return self.fail(format!("changelog append: {e}"));
         }

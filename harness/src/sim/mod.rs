@@ -1,0 +1,679 @@
+//! `--backend sim` and `drift sim`: a campaign whose servers are the
+//! keeper's own sans-IO servers (`drift_keeper::server`) in one simulated
+//! cluster (`drift_keeper::sim`) — one thread, one seeded event queue,
+//! simulated network, disks and clocks — driven by the same workloads
+//! (through simulated clients that speak the wire protocol), the same
+//! fault schedule, the same history format, checkers and store as a
+//! campaign on real processes. The seed replays a run exactly, event for
+//! event: `drift replay` of a simulated run gives the same history.
+//!
+//! Besides the history checkers, the cluster's invariants (one leader per
+//! term, committed entries never change, digest aborts exactly where a
+//! divergence was injected, no storage failure but simulated crashes)
+//! are checked as it runs; a broken one becomes an `invariant-violated`
+//! event that the `digest` checker counts as a problem.
+
+pub mod client;
+pub mod exec;
+pub mod sweep;
+
+use crate::campaign;
+use crate::fail::Failure;
+use crate::nemesis::{CorruptMode, Fault, FaultKind, RawStep, Step};
+use crate::plan::{Campaign, PlantedBug};
+use client::{SimZk, Spec};
+use drift_checkers::history::{HistoryWriter, Op, OpType, Process};
+use drift_keeper::server::{PlantedBugs, ServerConfig};
+use drift_keeper::sim::disk::KillMode;
+use drift_keeper::sim::{Cluster, NetConfig, SimConfig};
+use drift_results::store::Store;
+use drift_workloads::{Outcome, Rng, Workload};
+use exec::W;
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// The faults a simulated cluster knows.
+pub const FAULTS: [FaultKind; 7] = [
+    FaultKind::Partition,
+    FaultKind::Kill,
+    FaultKind::Pause,
+    FaultKind::Corrupt,
+    FaultKind::Diverge,
+    FaultKind::Clock,
+    FaultKind::Wipe,
+];
+
+/// Simulated time the setup (a leader, the workload's root) may take.
+const SETUP_US: u64 = 60_000_000;
+/// Simulated time the cluster gets to converge after the heal.
+const CONVERGE_US: u64 = 60_000_000;
+/// The wall clock the simulated servers start at (fixed: a run's entry
+/// times are part of what the seed replays).
+const EPOCH_MS: i64 = 1_800_000_000_000;
+/// Failed attempts a final operation gets.
+const FINAL_TRIES: u32 = 5;
+
+/// A simulated campaign's outcome.
+pub struct Simulated {
+    /// The history, in time order.
+    pub ops: Vec<Op>,
+    /// Each server's log lines (JSON).
+    pub logs: BTreeMap<u64, Vec<String>>,
+    /// The fault schedule as applied.
+    pub applied: Vec<Step>,
+    /// Broken invariants: (server, what).
+    pub violations: Vec<(u64, String)>,
+    pub trace_hash: u64,
+    /// Simulated time from the first event to the last.
+    pub simulated_us: u64,
+    pub events: u64,
+}
+
+/// The history as it is recorded: ops stamped with simulated time.
+#[derive(Default)]
+struct Recording {
+    ops: Vec<Op>,
+    /// Simulated time of the main phase's start: history times count
+    /// from it.
+    t0_us: u64,
+}
+
+type H = Rc<RefCell<Recording>>;
+
+fn record(w: &W, h: &H, process: Process, kind: OpType, f: &str, value: Value, key: Option<String>, error: Option<String>) {
+    let now = exec::now_us(w);
+    let mut r = h.borrow_mut();
+    let time = (now as i64 - r.t0_us as i64) * 1000;
+    r.ops.push(Op {
+        index: 0,
+        time,
+        process,
+        kind,
+        f: f.to_string(),
+        value,
+        key,
+        node: None,
+        error,
+    });
+}
+
+fn event(w: &W, h: &H, f: &str, value: Value) {
+    record(w, h, Process::Nemesis, OpType::Info, f, value, None, None);
+}
+
+fn record_outcome(w: &W, h: &H, p: u64, f: &str, key: &Option<String>, o: &Outcome) {
+    let (kind, value, err) = match o {
+        Outcome::Ok(v) => (OpType::Ok, v.clone(), None),
+        Outcome::Fail(e) => (OpType::Fail, Value::Null, Some(e.clone())),
+        Outcome::Info(e) => (OpType::Info, Value::Null, Some(e.clone())),
+        Outcome::Partial(v, e) => (OpType::Info, v.clone(), Some(e.clone())),
+    };
+    record(w, h, Process::Client(p), kind, f, value, key.clone(), err);
+}
+
+fn bugs(list: &[PlantedBug]) -> PlantedBugs {
+    PlantedBugs {
+        send_before_sync: list.contains(&PlantedBug::SendBeforeSync),
+        skip_truncation_rollback: list.contains(&PlantedBug::SkipRollback),
+        local_read_in_quorum_round: list.contains(&PlantedBug::LocalQuorumRead),
+        skip_digest_check: list.contains(&PlantedBug::SkipDigestCheck),
+    }
+}
+
+/// The simulated cluster a campaign runs on.
+pub fn sim_config(c: &Campaign) -> SimConfig {
+    let plan = &c.plan;
+    let sp = plan.sim.clone().unwrap_or_default();
+    SimConfig {
+        nodes: plan.nodes,
+        seed: c.seed,
+        server: ServerConfig {
+            id: 0,
+            members: Vec::new(),
+            tick_ms: 50,
+            election_ticks: 10,
+            snapshot_distance: sp.snapshot_distance.max(1),
+            reserved_log_items: (sp.snapshot_distance / 2).max(1),
+            rotate_interval: sp.snapshot_distance.max(16),
+            quorum_reads: plan.quorum_reads,
+            digest: drift_keeper::DigestMode::parse(plan.digest.name()).unwrap_or(drift_keeper::DigestMode::Incremental),
+            session_timeout_min_ms: 1_000,
+            session_timeout_max_ms: 60_000,
+            seed: c.seed,
+            bootstrap: true,
+            fault_token: Some("sim".into()),
+            snapshots: drift_keeper::snapshot::Config::default(),
+        },
+        net: NetConfig {
+            delay_us: (100, sp.delay_max_us.max(100)),
+            slow: (0.01, 50_000),
+            loss: sp.loss,
+            duplicate: sp.duplicate,
+            reorder: sp.reorder,
+            client_delay_us: (50, 500),
+        },
+        clock_drift_ppm: sp.clock_drift_ppm,
+        kill_mode: if sp.torn_writes { KillMode::Mixed } else { KillMode::Drop },
+        snapshot_write_us: (1_000, 50_000),
+        epoch_ms: EPOCH_MS,
+        bugs: bugs(&sp.bugs),
+    }
+}
+
+/// Swarm mode: the campaign of `seed` with its world varied — a subset of
+/// the faults, their pace, the network's misbehaviour, clock drift,
+/// torn writes — all drawn from the seed.
+pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
+    let mut rng = Rng::new(Rng::derive(seed, "swarm"));
+    let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
+        FAULTS.to_vec()
+    } else {
+        plan.nemeses.clone()
+    };
+    let mut kinds: Vec<FaultKind> = offered.iter().copied().filter(|_| rng.below(2) == 1).collect();
+    if kinds.is_empty() {
+        kinds.push(offered[rng.below(offered.len() as u64) as usize]);
+    }
+    plan.nemeses = kinds;
+    plan.nemesis_interval_s = 1 + rng.below(8);
+    let odds = |rng: &mut Rng, most: f64| if rng.below(3) == 0 { 0.0 } else { rng.unit() * most };
+    let mut sim = plan.sim.clone().unwrap_or_default();
+    sim.loss = odds(&mut rng, 0.2);
+    sim.duplicate = odds(&mut rng, 0.1);
+    sim.reorder = odds(&mut rng, 0.3);
+    sim.delay_max_us = [1_000, 5_000, 20_000, 100_000][rng.below(4) as usize];
+    sim.clock_drift_ppm = [0, 100, 1_000, 20_000][rng.below(4) as usize];
+    sim.torn_writes = rng.below(4) != 0;
+    sim.snapshot_distance = [100, 1_000, 10_000][rng.below(3) as usize];
+    plan.sim = Some(sim);
+    Campaign::new(plan, seed)
+}
+
+/// Runs campaign `c` in a simulated cluster.
+pub fn simulate(c: &Campaign) -> Simulated {
+    let plan = &c.plan;
+    let workload = plan.workload();
+    let cluster = Cluster::new(sim_config(c));
+    let w = exec::World::new(cluster);
+    let h: H = Rc::new(RefCell::new(Recording::default()));
+    let spec = Spec {
+        workload,
+        servers: (1..=plan.nodes).collect(),
+        session_timeout_ms: plan.session_timeout_ms as i32,
+        op_timeout_us: plan.op_timeout_ms * 1000,
+        sync_reads: false,
+    };
+    let sp = plan.sim.clone().unwrap_or_default();
+
+    // setup: a leader and the workload's root
+    let ready = Rc::new(RefCell::new(false));
+    {
+        let (w2, spec2, ready2) = (w.clone(), spec.clone(), ready.clone());
+        let setup = async move {
+            loop {
+                if let Ok(z) = SimZk::connect(&w2, &spec2, 0, false).await {
+                    if z.setup().await.is_ok() {
+                        z.end_session().await;
+                        *ready2.borrow_mut() = true;
+                        return;
+                    }
+                }
+                let at = exec::now_us(&w2) + 200_000;
+                exec::sleep_until(&w2, at).await;
+            }
+        };
+        let until = exec::now_us(&w) + SETUP_US;
+        exec::run(&w, vec![Box::pin(setup)], until);
+    }
+    let t0 = exec::now_us(&w);
+    h.borrow_mut().t0_us = t0;
+    if !*ready.borrow() {
+        event(&w, &h, "invariant-violated", json!({"node": 0, "what": "no leader and no workload root within 60 s of the start"}));
+    }
+
+    // main phase: the workers and the nemesis
+    let limit_us = plan.time_limit_s * 1_000_000;
+    let applied = Rc::new(RefCell::new(Vec::<Step>::new()));
+    if *ready.borrow() {
+        let every_us = (plan.concurrency as f64 / plan.rate * 1e6) as u64;
+        let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = Vec::new();
+        for wid in 0..plan.concurrency {
+            tasks.push(Box::pin(worker(
+                w.clone(),
+                h.clone(),
+                spec.clone(),
+                wid,
+                plan.concurrency,
+                c.seed,
+                t0 + limit_us,
+                every_us.max(1),
+            )));
+        }
+        tasks.push(Box::pin(nemesis(
+            w.clone(),
+            h.clone(),
+            c.schedule.clone(),
+            t0,
+            applied.clone(),
+            sp.torn_writes,
+        )));
+        let until = t0 + limit_us + spec.op_timeout_us * 3 + 5_000_000;
+        exec::run(&w, tasks, until);
+    }
+
+    // heal: every fault stopped, every server back
+    heal(&w, &h);
+    // final phase
+    if *ready.borrow() {
+        let settle = workload
+            .settle_before_final(std::time::Duration::from_millis(plan.session_timeout_ms))
+            .as_micros() as u64;
+        if settle > 0 {
+            let until = exec::now_us(&w) + settle;
+            w.borrow_mut().cluster.run_until(until);
+        }
+        let fin = final_phase(w.clone(), h.clone(), spec.clone(), plan.concurrency);
+        let until = exec::now_us(&w) + 120_000_000;
+        exec::run(&w, vec![Box::pin(fin)], until);
+    }
+    final_digests(&w, &h);
+
+    // the invariants, and the servers' own events, onto the timeline
+    let mut world = w.borrow_mut();
+    world.cluster.invariants.finish();
+    let end_us = world.cluster.now_us();
+    let t0_us = h.borrow().t0_us;
+    let mut ops = std::mem::take(&mut h.borrow_mut().ops);
+    let mut logs = BTreeMap::new();
+    for id in world.cluster.ids() {
+        let mut lines = Vec::new();
+        for (at, ev, fields) in world.cluster.log(id) {
+            let mut line = json!({"ts_ms": EPOCH_MS + (*at / 1000) as i64, "node": id, "event": ev});
+            if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
+                o.extend(f.clone());
+            }
+            if let Some((f, v)) = timeline_event(id, ev, fields) {
+                ops.push(Op {
+                    index: 0,
+                    time: (*at as i64 - t0_us as i64) * 1000,
+                    process: Process::Nemesis,
+                    kind: OpType::Info,
+                    f: f.into(),
+                    value: v,
+                    key: None,
+                    node: None,
+                    error: None,
+                });
+            }
+            lines.push(line.to_string());
+        }
+        logs.insert(id, lines);
+    }
+    let violations: Vec<(u64, String)> = world
+        .cluster
+        .invariants
+        .violations
+        .iter()
+        .map(|v| (v.node, v.what.clone()))
+        .collect();
+    for v in &world.cluster.invariants.violations {
+        ops.push(Op {
+            index: 0,
+            time: (v.at_us as i64 - t0_us as i64) * 1000,
+            process: Process::Nemesis,
+            kind: OpType::Info,
+            f: "invariant-violated".into(),
+            value: json!({"node": v.node, "what": v.what}),
+            key: None,
+            node: None,
+            error: None,
+        });
+    }
+    // one timeline: by time, recorded order within a time
+    ops.sort_by_key(|o| o.time);
+    for (i, o) in ops.iter_mut().enumerate() {
+        o.index = i as u64;
+    }
+    let applied = applied.borrow().clone();
+    Simulated {
+        ops,
+        logs,
+        applied,
+        violations,
+        trace_hash: world.cluster.trace_hash(),
+        simulated_us: end_us,
+        events: world.cluster.events(),
+    }
+}
+
+/// A server's log line as an event on the history's timeline (as a real
+/// campaign's monitor records them).
+fn timeline_event(node: u64, event: &str, v: &Value) -> Option<(&'static str, Value)> {
+    let index = v["log_index"].as_u64().unwrap_or(0);
+    Some(match event {
+        "digest_mismatch" => ("digest-abort", json!({"node": node, "log_index": index})),
+        "diverge_applied" => ("diverge-applied", json!({"node": node, "log_index": index})),
+        "role" if v["role"] == "Leader" => ("leader", json!({"node": node, "term": v["term"]})),
+        "snapshot_installed" => ("snapshot-installed", json!({"node": node, "index": v["index"]})),
+        "changelog_torn_tail" => ("torn-tail-repaired", json!({"node": node, "file": v["file"]})),
+        _ => return None,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn worker(w: W, h: H, spec: Spec, wid: u64, stride: u64, seed: u64, until_us: u64, every_us: u64) {
+    let workload = spec.workload;
+    let mut rng = Rng::new(Rng::derive(seed, &format!("worker-{wid}")));
+    let mut process = wid;
+    let mut unique = 0u64;
+    let mut client: Option<SimZk> = None;
+    let mut next = exec::now_us(&w) + (every_us as f64 * rng.unit()) as u64;
+    while exec::now_us(&w) < until_us {
+        // wait for the next op, keeping the session alive meanwhile
+        loop {
+            let now = exec::now_us(&w);
+            if now >= next {
+                break;
+            }
+            let ping_every = client.as_ref().map_or(u64::MAX, |c| c.session_timeout_us() / 3);
+            exec::sleep_until(&w, next.min(now.saturating_add(ping_every))).await;
+            if let Some(c) = &client {
+                c.ping();
+            }
+        }
+        next = next.max(exec::now_us(&w)) + (every_us as f64 * (0.5 + rng.unit())) as u64;
+        if client.is_none() {
+            let detached = workload == Workload::Ephemeral && rng.below(2) == 1;
+            client = SimZk::connect(&w, &spec, (wid + process) as usize, detached).await.ok();
+            if client.is_none() {
+                continue;
+            }
+        }
+        let mut op = workload.next(&mut rng, wid, &mut unique);
+        let ends = workload.ends_session(op.f);
+        if ends {
+            op.f = client.as_ref().expect("connected").end_op();
+        }
+        record(&w, &h, Process::Client(process), OpType::Invoke, op.f, op.value.clone(), op.key.clone(), None);
+        let outcome = if ends {
+            client.take().expect("connected").end_session().await
+        } else {
+            client.as_ref().expect("connected").invoke(&op).await
+        };
+        record_outcome(&w, &h, process, op.f, &op.key, &outcome);
+        if ends || matches!(outcome, Outcome::Info(_) | Outcome::Partial(..)) {
+            process += stride;
+            client = None;
+        }
+    }
+    if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
+        let f = c.end_op();
+        record(&w, &h, Process::Client(process), OpType::Invoke, f, Value::Null, None, None);
+        let outcome = c.end_session().await;
+        record_outcome(&w, &h, process, f, &None, &outcome);
+    }
+}
+
+async fn final_phase(w: W, h: H, spec: Spec, first_process: u64) {
+    let workload = spec.workload;
+    let mut process = 1_000_000 + first_process;
+    for op in workload.final_ops() {
+        let mut failures = 0;
+        while failures < FINAL_TRIES {
+            let Ok(c) = SimZk::connect(&w, &spec, process as usize, false).await else {
+                failures += 1;
+                let at = exec::now_us(&w) + 500_000;
+                exec::sleep_until(&w, at).await;
+                continue;
+            };
+            record(&w, &h, Process::Client(process), OpType::Invoke, op.f, op.value.clone(), op.key.clone(), None);
+            let o = c.invoke(&op).await;
+            record_outcome(&w, &h, process, op.f, &op.key, &o);
+            c.end_session().await;
+            process += 1;
+            match &o {
+                Outcome::Ok(_) => break,
+                Outcome::Partial(..) => {}
+                _ => failures += 1,
+            }
+        }
+        if failures == FINAL_TRIES {
+            event(&w, &h, "final-op-failed", json!({"f": op.f, "key": op.key}));
+        }
+    }
+}
+
+async fn nemesis(w: W, h: H, schedule: Vec<Step>, t0: u64, applied: Rc<RefCell<Vec<Step>>>, torn: bool) {
+    for mut step in schedule {
+        exec::sleep_until(&w, t0 + step.start_ms * 1000).await;
+        step.applied = apply(&w, &step, torn);
+        let raw = RawStep::from(step.clone());
+        event(
+            &w,
+            &h,
+            &format!("start-{}", raw.fault),
+            json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied}),
+        );
+        applied.borrow_mut().push(step.clone());
+        exec::sleep_until(&w, t0 + step.stop_ms * 1000).await;
+        let healed = stop(&w, &step);
+        event(&w, &h, &format!("stop-{}", raw.fault), json!({"nodes": raw.nodes, "healed": healed}));
+    }
+}
+
+/// Applies one step of the schedule to the simulated cluster.
+fn apply(w: &W, step: &Step, torn: bool) -> String {
+    let mut world = w.borrow_mut();
+    let c = &mut world.cluster;
+    match &step.fault {
+        Fault::Partition { links, .. } => {
+            c.cut(links);
+            format!("{} directed links cut", links.len())
+        }
+        Fault::Kill => {
+            for &n in &step.nodes {
+                let mid_write = torn && c.draw(2) == 1;
+                c.kill(n, mid_write);
+            }
+            format!("killed {:?}", step.nodes)
+        }
+        Fault::Pause => {
+            for &n in &step.nodes {
+                c.pause(n);
+            }
+            format!("paused {:?}", step.nodes)
+        }
+        Fault::Corrupt { mode, .. } => {
+            let n = step.nodes[0];
+            c.kill(n, false);
+            match mode {
+                CorruptMode::Wipe => {
+                    c.wipe(n);
+                    format!("wiped node {n}")
+                }
+                CorruptMode::Truncate => c
+                    .corrupt(n, true)
+                    .map_or_else(|| format!("node {n}: nothing to truncate"), |d| format!("truncated {d}")),
+                CorruptMode::Flip => c
+                    .corrupt(n, false)
+                    .map_or_else(|| format!("node {n}: nothing to flip"), |d| format!("flipped {d}")),
+            }
+        }
+        Fault::Wipe => {
+            let n = step.nodes[0];
+            c.kill(n, false);
+            c.wipe(n);
+            format!("wiped node {n}")
+        }
+        Fault::Diverge => {
+            // a leader's divergence would be every replica's: a follower
+            let leader = c.leader();
+            let n = step.nodes[0];
+            let target = if n == leader {
+                c.ids().into_iter().find(|&i| i != leader && c.is_up(i)).unwrap_or(n)
+            } else {
+                n
+            };
+            let a = c.admin(target, "diverge");
+            format!("diverge armed on node {target}: {a}")
+        }
+        Fault::Clock { offset_ms } => c.admin(step.nodes[0], &format!("clock {offset_ms}")),
+        other => format!("{} is not simulated: nothing done", other.kind().name()),
+    }
+}
+
+/// Stops what `step` started.
+fn stop(w: &W, step: &Step) -> String {
+    let mut world = w.borrow_mut();
+    let c = &mut world.cluster;
+    match &step.fault {
+        Fault::Partition { .. } => {
+            c.heal();
+            "healed".into()
+        }
+        Fault::Pause => {
+            for &n in &step.nodes {
+                c.resume(n);
+            }
+            "resumed".into()
+        }
+        Fault::Clock { .. } => c.admin(step.nodes[0], "clock 0"),
+        _ => restart_down(c).join("; "),
+    }
+}
+
+/// Starts every server that is down; what happened to each.
+fn restart_down(c: &mut Cluster) -> Vec<String> {
+    let mut out = Vec::new();
+    for i in c.ids() {
+        if !c.is_up(i) {
+            c.restart(i);
+            out.push(if c.is_up(i) {
+                format!("restarted {i}")
+            } else {
+                format!("node {i} did not start: {:?}", c.down(i))
+            });
+        }
+    }
+    out
+}
+
+/// Stops every fault and brings every server back; one that refuses its
+/// data is wiped and rejoins from its peers. Records `healed`.
+fn heal(w: &W, h: &H) {
+    let notes = {
+        let mut world = w.borrow_mut();
+        let c = &mut world.cluster;
+        c.heal();
+        for i in c.ids() {
+            c.resume(i);
+            if c.is_up(i) {
+                c.admin(i, "clock 0");
+            }
+        }
+        let mut notes: Vec<String> = restart_down(c).into_iter().filter(|n| !n.starts_with("restarted")).collect();
+        for i in c.ids() {
+            if !c.is_up(i) {
+                c.wipe(i);
+                c.restart(i);
+                notes.push(format!("node {i} refused to start: wiped, rejoining from peers"));
+            }
+        }
+        notes
+    };
+    let deadline = exec::now_us(w) + CONVERGE_US;
+    let converged = loop {
+        let now = exec::now_us(w);
+        {
+            let world = w.borrow();
+            let states = world.cluster.states();
+            let leader = world.cluster.leader();
+            if leader != 0 && states.len() == world.cluster.ids().len() && states.windows(2).all(|p| p[0].1 == p[1].1)
+            {
+                break true;
+            }
+        }
+        if now >= deadline {
+            break false;
+        }
+        w.borrow_mut().cluster.run_until(now + 100_000);
+    };
+    event(w, h, "healed", json!({"converged": converged, "note": notes.join("; ")}));
+}
+
+fn final_digests(w: &W, h: &H) {
+    // the final phase's writes settle on every replica first
+    let deadline = exec::now_us(w) + CONVERGE_US;
+    let converged = loop {
+        let now = exec::now_us(w);
+        let states = w.borrow().cluster.states();
+        if states.windows(2).all(|p| (p[0].1, p[0].2) == (p[1].1, p[1].2)) {
+            break true;
+        }
+        if now >= deadline {
+            break false;
+        }
+        w.borrow_mut().cluster.run_until(now + 100_000);
+    };
+    let states = w.borrow().cluster.states();
+    let nodes: Vec<Value> = states
+        .iter()
+        .map(|(id, applied, digest)| json!({"node": id, "applied_index": applied.to_string(), "digest": format!("{digest:#018x}")}))
+        .collect();
+    event(w, h, "final-digests", json!({"converged": converged, "nodes": nodes, "note": ""}));
+}
+
+/// Writes a simulated run's history and server logs into its directory.
+fn write_run(run: &drift_results::store::RunDir, sim: &Simulated) -> Result<(), Failure> {
+    let io = |what: &std::path::Path, e: std::io::Error| Failure::new(format!("{}: {e}", what.display()));
+    let path = run.history();
+    let mut wr = HistoryWriter::create(&path).map_err(|e| io(&path, e))?;
+    for op in &sim.ops {
+        wr.append_buffered(op).map_err(|e| io(&path, e))?;
+    }
+    wr.flush().map_err(|e| io(&path, e))?;
+    let nodes = run.path.join("nodes");
+    std::fs::create_dir_all(&nodes).map_err(|e| io(&nodes, e))?;
+    for (id, lines) in &sim.logs {
+        let p = nodes.join(format!("n{id}.log"));
+        let mut text = lines.join("\n");
+        text.push('\n');
+        std::fs::write(&p, text).map_err(|e| io(&p, e))?;
+    }
+    Ok(())
+}
+
+/// `drift test --backend sim` (and `drift replay` of a simulated run).
+pub fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
+    let started = std::time::Instant::now();
+    let (run, mut info) = campaign::create_run(&c, &store)?;
+    out!("  servers simulated in one thread (backend sim): the seed replays this run exactly");
+    let planted = c.plan.sim.as_ref().map(|s| s.bugs.as_slice()).unwrap_or_default();
+    if !planted.is_empty() {
+        out!(
+            "  planted bugs: {}",
+            planted.iter().map(|b| b.name()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    let sim = simulate(&c);
+    let wall = started.elapsed();
+    write_run(&run, &sim)?;
+    info.nemesis_schedule = Campaign::schedule_json(&sim.applied);
+    campaign::write_run_json(&run, &info)?;
+    let judged = campaign::judge_run(&c, &run, &info, &store)?;
+    out!(
+        "\n  simulated {:.1} s in {:.2} s ({:.0}× real time), {} events, trace {:#018x}",
+        sim.simulated_us as f64 / 1e6,
+        wall.as_secs_f64(),
+        sim.simulated_us as f64 / 1e6 / wall.as_secs_f64().max(1e-9),
+        sim.events,
+        sim.trace_hash
+    );
+    for (node, what) in &sim.violations {
+        out!("  invariant violated on node {node}: {what}");
+    }
+    campaign::summarise_run(&c, &judged, sim.ops.len() as u64, wall, &[], &run);
+    Ok(judged.results.verdict.exit_code())
+}

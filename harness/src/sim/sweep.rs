@@ -1,0 +1,209 @@
+//! `drift sim`: a seed sweep of a simulated campaign, and `drift bench
+//! sim`: how fast simulated time runs.
+
+use super::{simulate, swarm, Simulated};
+use crate::campaign;
+use crate::cli::{BenchSimArgs, SimArgs};
+use crate::fail::Failure;
+use crate::plan::{BackendKind, Campaign, Plan};
+use drift_checkers::checker::Verdict;
+use drift_checkers::registry;
+use drift_checkers::{check_all, CheckContext, Checker, History};
+use drift_results::store::Store;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A seed's campaign: the plan as given, or varied by the seed (swarm).
+fn campaign_of(base: &Plan, seed: u64, swarm_mode: bool) -> Campaign {
+    if swarm_mode {
+        swarm(base.clone(), seed)
+    } else {
+        Campaign::new(base.clone(), seed)
+    }
+}
+
+/// The checkers' verdict on a simulated history, and why, in memory.
+pub fn judge(c: &Campaign, sim: &Simulated) -> Result<(Verdict, String), Failure> {
+    let bench = campaign::bench_of(c);
+    let checkers: Vec<Box<dyn Checker>> = bench
+        .checkers
+        .iter()
+        .map(|&k| registry::build(k, bench.model, &bench.init).map_err(Failure::new))
+        .collect::<Result<_, _>>()?;
+    let lines: Vec<u64> = (1..=sim.ops.len() as u64).collect();
+    let h = History::from_ops(std::path::Path::new("(simulated history)"), sim.ops.clone(), lines)
+        .map_err(|e| Failure::new(format!("seed {}: {e}", c.seed)))?;
+    let ctx = CheckContext::new(bench.budget, bench.mem_bytes);
+    let composed = check_all(&checkers, &h, &ctx).map_err(|e| Failure::new(e.to_string()))?;
+    let why: Vec<String> = composed
+        .results
+        .iter()
+        .filter(|r| r.verdict != Verdict::Valid)
+        .map(|r| {
+            let detail = match r.checker.as_str() {
+                "digest" => r.details["problems"].to_string(),
+                _ => r.reason.clone().unwrap_or_default(),
+            };
+            format!("{} {}: {detail}", r.checker, r.verdict.as_str())
+        })
+        .collect();
+    Ok((composed.verdict, why.join("; ")))
+}
+
+/// The sweep's command line for one seed: the arguments it was given,
+/// with `--from SEED --seeds 1` in place of the range.
+fn one_seed_command(seed: u64) -> String {
+    let mut out = vec!["drift".to_string()];
+    let mut args = std::env::args().skip(1).peekable();
+    while let Some(a) = args.next() {
+        let flag = a.split('=').next().unwrap_or("").to_string();
+        if ["--from", "--seeds", "--jobs", "--stop-after"].contains(&flag.as_str()) {
+            if !a.contains('=') {
+                args.next();
+            }
+            continue;
+        }
+        out.push(a);
+    }
+    out.push(format!("--from {seed} --seeds 1"));
+    out.join(" ")
+}
+
+/// `drift sim`.
+pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
+    let mut test = args.test;
+    test.backend = BackendKind::Sim;
+    if test.seed.is_some() {
+        return Err(Failure::new("drift sim: seeds come from --from and --seeds, not --seed"));
+    }
+    let base = Plan::from_args(&test)?;
+    let store = Store::new(&test.store);
+    let seeds: Vec<u64> = (args.from..args.from.saturating_add(args.seeds)).collect();
+    out!(
+        "drift sim  seeds {}..={} ({}){}  {}",
+        seeds[0],
+        seeds[seeds.len() - 1],
+        seeds.len(),
+        if args.swarm { "  swarm" } else { "" },
+        serde_json::to_string(&base).unwrap_or_default()
+    );
+    let next = AtomicU64::new(0);
+    let failed_count = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let found: Mutex<Vec<(u64, Campaign, Simulated, Verdict, String)>> = Mutex::new(Vec::new());
+    let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let started = Instant::now();
+    let simulated_us = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..args.jobs {
+            s.spawn(|| loop {
+                if args.stop_after > 0 && failed_count.load(Ordering::Relaxed) >= args.stop_after {
+                    return;
+                }
+                let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                let Some(&seed) = seeds.get(k) else { return };
+                let c = campaign_of(&base, seed, args.swarm);
+                let sim = simulate(&c);
+                simulated_us.fetch_add(sim.simulated_us, Ordering::Relaxed);
+                match judge(&c, &sim) {
+                    Ok((Verdict::Valid, _)) => {}
+                    Ok((v, why)) => {
+                        failed_count.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut f) = found.lock() {
+                            f.push((seed, c, sim, v, why));
+                        }
+                    }
+                    Err(e) => {
+                        if let Ok(mut errs) = errors.lock() {
+                            errs.push(e.message);
+                        }
+                    }
+                }
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if n % 50 == 0 {
+                    eprint!(
+                        "\r  {n} of {} seeds, {} failing, {:.0} s    ",
+                        seeds.len(),
+                        failed_count.load(Ordering::Relaxed),
+                        started.elapsed().as_secs_f64()
+                    );
+                }
+            });
+        }
+    });
+    eprintln!();
+    let wall = started.elapsed();
+    let mut found = found.into_inner().unwrap_or_default();
+    found.sort_by_key(|f| f.0);
+    let ran = done.load(Ordering::Relaxed);
+    out!(
+        "  {ran} seeds in {:.1} s ({:.1} simulated s per wall s over {} jobs)",
+        wall.as_secs_f64(),
+        simulated_us.load(Ordering::Relaxed) as f64 / 1e6 / wall.as_secs_f64().max(1e-9),
+        args.jobs
+    );
+    for e in errors.into_inner().unwrap_or_default() {
+        out!("  error: {e}");
+    }
+    if found.is_empty() {
+        out!("  no failing seed");
+        return Ok(0);
+    }
+    let mut worst = 0;
+    for (seed, c, sim, verdict, why) in found {
+        // stored like any campaign, so replay, report and compare work
+        let (run, mut info) = campaign::create_run(&c, &store)?;
+        super::write_run(&run, &sim)?;
+        info.nemesis_schedule = Campaign::schedule_json(&sim.applied);
+        campaign::write_run_json(&run, &info)?;
+        let judged = campaign::judge_run(&c, &run, &info, &store)?;
+        out!("seed {seed}: {} — {why}", verdict.as_str().to_uppercase());
+        out!("  stored   {}", run.path.display());
+        out!("  replay   drift replay {}", run.path.display());
+        out!("  again    {}", one_seed_command(seed));
+        if let Ok(r) = &judged.report {
+            out!("  report   {}", r.display());
+        }
+        worst = worst.max(verdict.exit_code());
+    }
+    Ok(worst)
+}
+
+/// `drift bench sim`: simulated seconds per wall second of a campaign
+/// in one thread.
+pub fn bench(args: BenchSimArgs) -> Result<i32, Failure> {
+    let mut test = args.test;
+    test.backend = BackendKind::Sim;
+    let base = Plan::from_args(&test)?;
+    out!(
+        "drift bench sim  {} nodes, {} for {} simulated s, nemesis {:?}",
+        base.nodes,
+        base.workload().name(),
+        base.time_limit_s,
+        base.nemeses.iter().map(|k| k.name()).collect::<Vec<_>>()
+    );
+    out!("| seed | simulated s | wall s | simulated s / wall s | events | history ops | verdict |");
+    out!("|---|---|---|---|---|---|---|");
+    let mut ratios = Vec::new();
+    for seed in args.from..args.from + args.seeds {
+        let c = Campaign::new(base.clone(), seed);
+        let started = Instant::now();
+        let sim = simulate(&c);
+        let wall = started.elapsed().max(Duration::from_micros(1));
+        let (verdict, _) = judge(&c, &sim)?;
+        let ratio = sim.simulated_us as f64 / 1e6 / wall.as_secs_f64();
+        ratios.push(ratio);
+        out!(
+            "| {seed} | {:.1} | {:.2} | {ratio:.0} | {} | {} | {} |",
+            sim.simulated_us as f64 / 1e6,
+            wall.as_secs_f64(),
+            sim.events,
+            sim.ops.len(),
+            verdict.as_str()
+        );
+    }
+    ratios.sort_by(f64::total_cmp);
+    out!("median: {:.0}× real time", ratios[ratios.len() / 2]);
+    Ok(0)
+}

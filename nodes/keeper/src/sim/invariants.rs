@@ -1,0 +1,167 @@
+//! What must hold in every simulated run, checked as it runs — what a
+//! client history cannot show.
+
+use crate::disk::Disk;
+use crate::entry::DigestMismatch;
+use crate::server::KeeperServer;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The server it was seen at.
+    pub node: u64,
+    /// When (simulated µs).
+    pub at_us: u64,
+    pub what: String,
+}
+
+#[derive(Debug, Default)]
+pub struct Invariants {
+    /// The simulated time, kept current by the cluster.
+    pub now_us: u64,
+    /// Term → the server that led it.
+    leaders: BTreeMap<u64, u64>,
+    /// Index → (term, hash) of the entry first seen committed there.
+    committed: BTreeMap<u64, (u64, u64)>,
+    /// Per server, the commit index already compared.
+    checked_to: BTreeMap<u64, u64>,
+    /// Per server, the log index its injected divergence was applied at,
+    /// until the digest catches it.
+    diverged: BTreeMap<u64, u64>,
+    /// Servers whose files the `corrupt` fault damaged since their last
+    /// start (a refusal to start is then expected).
+    corrupted: BTreeSet<u64>,
+    /// Divergences caught, as (server, index).
+    pub caught: Vec<(u64, u64)>,
+    pub violations: Vec<Violation>,
+}
+
+fn entry_hash(e: &raft::prelude::Entry) -> u64 {
+    let mut h = siphasher::sip::SipHasher13::new_with_keys(3, 4);
+    std::hash::Hasher::write_i32(&mut h, e.entry_type as i32);
+    std::hash::Hasher::write(&mut h, &e.data);
+    std::hash::Hasher::write(&mut h, &e.context);
+    std::hash::Hasher::finish(&h)
+}
+
+impl Invariants {
+    fn violate(&mut self, node: u64, what: String) {
+        let at_us = self.now_us;
+        self.violations.push(Violation { node, at_us, what });
+    }
+
+    /// Looks at a server after it handled an event.
+    pub fn observe<D: Disk>(&mut self, s: &KeeperServer<D>) {
+        let id = s.id();
+        if s.is_leader() {
+            match self.leaders.get(&s.term()) {
+                Some(&other) if other != id => {
+                    let term = s.term();
+                    self.violate(id, format!("two leaders in term {term}: {other} and {id}"))
+                }
+                Some(_) => {}
+                None => {
+                    self.leaders.insert(s.term(), id);
+                }
+            }
+        }
+        let from = self.checked_to.get(&id).copied().unwrap_or(0) + 1;
+        let to = s.commit_index();
+        for index in from..=to {
+            let Some(e) = s.entry(index) else { continue };
+            let seen = (e.term, entry_hash(&e));
+            match self.committed.get(&index) {
+                Some(&first) if first != seen => self.violate(
+                    id,
+                    format!(
+                        "committed index {index} holds term {} here, term {} where first seen committed{}",
+                        seen.0,
+                        first.0,
+                        if seen.0 == first.0 { " (different contents)" } else { "" }
+                    ),
+                ),
+                Some(_) => {}
+                None => {
+                    self.committed.insert(index, seen);
+                }
+            }
+        }
+        if to >= from {
+            self.checked_to.insert(id, to);
+        }
+    }
+
+    /// A server logged `event`.
+    pub fn logged(&mut self, id: u64, event: &str, fields: &serde_json::Value) {
+        if event == "diverge_applied" {
+            if let Some(index) = fields.get("log_index").and_then(|v| v.as_u64()) {
+                self.diverged.insert(id, index);
+            }
+        }
+    }
+
+    /// The `diverge` hook was armed on `id`.
+    pub fn diverge_armed(&mut self, _id: u64) {}
+
+    /// The `corrupt` fault damaged `id`'s files.
+    pub fn corrupted(&mut self, id: u64) {
+        self.corrupted.insert(id);
+    }
+
+    /// A server stopped on a digest mismatch.
+    pub fn digest_mismatch(&mut self, id: u64, m: &DigestMismatch) {
+        match self.diverged.remove(&id) {
+            Some(index) if index == m.log_index => self.caught.push((id, index)),
+            Some(index) => self.violate(
+                id,
+                format!(
+                    "the divergence injected at index {index} was caught at {} instead",
+                    m.log_index
+                ),
+            ),
+            None => self.violate(
+                id,
+                format!(
+                    "digest mismatch at index {} ({}) with no divergence injected",
+                    m.log_index, m.phase
+                ),
+            ),
+        }
+    }
+
+    /// A server stopped on a storage failure that was no simulated crash.
+    pub fn fatal(&mut self, id: u64, reason: &str) {
+        self.violate(id, format!("storage failure: {reason}"));
+    }
+
+    /// A server could not open its storage.
+    pub fn open_failed(&mut self, id: u64, reason: &str) {
+        if !self.corrupted.remove(&id) {
+            self.violate(id, format!("cannot start on its own disk: {reason}"));
+        }
+    }
+
+    /// A server crashed (its log is read again on restart).
+    pub fn crashed(&mut self, id: u64) {
+        self.checked_to.remove(&id);
+    }
+
+    /// A server started again: earlier damage is settled either way.
+    pub fn started(&mut self, id: u64) {
+        self.corrupted.remove(&id);
+        self.checked_to.remove(&id);
+    }
+
+    /// At the end: every divergence applied must have been caught.
+    pub fn finish(&mut self) {
+        for (id, index) in std::mem::take(&mut self.diverged) {
+            self.violate(id, format!("the divergence injected at index {index} was never caught"));
+        }
+    }
+
+    /// Committed indexes seen so far.
+    pub fn committed(&self) -> usize {
+        self.committed.len()
+    }
+}

@@ -1,0 +1,425 @@
+//! The scenarios only timing-dependent cluster tests reached before, each
+//! run deterministically under 20 seeds, and the same seed giving the
+//! same trace.
+
+use super::*;
+use crate::client::{self, ClientOp, Reply, ReplyBody};
+use crate::server::ServerConfig;
+use crate::{CreateMode, DigestMode, ZkError};
+use std::collections::VecDeque;
+
+const SEEDS: std::ops::RangeInclusive<u64> = 1..=20;
+const S: u64 = 1_000_000;
+
+fn config(seed: u64) -> SimConfig {
+    SimConfig {
+        nodes: 3,
+        seed,
+        server: ServerConfig {
+            id: 0,
+            members: Vec::new(),
+            tick_ms: 50,
+            election_ticks: 10,
+            snapshot_distance: 100_000,
+            reserved_log_items: 10_000,
+            rotate_interval: 100_000,
+            quorum_reads: true,
+            digest: DigestMode::Incremental,
+            session_timeout_min_ms: 1_000,
+            session_timeout_max_ms: 10_000,
+            seed,
+            bootstrap: true,
+            fault_token: Some("token".into()),
+            snapshots: crate::snapshot::Config::default(),
+        },
+        net: NetConfig::default(),
+        clock_drift_ppm: 1_000,
+        kill_mode: KillMode::Mixed,
+        snapshot_write_us: (1_000, 20_000),
+        epoch_ms: 1_800_000_000_000,
+        bugs: PlantedBugs::default(),
+    }
+}
+
+/// Frames that arrived per connection (`None`: it closed).
+#[derive(Default)]
+struct Inbox(BTreeMap<u64, VecDeque<Option<Vec<u8>>>>);
+
+impl Inbox {
+    fn wait(&mut self, c: &mut Cluster, conn: u64, deadline: u64) -> Result<Vec<u8>, &'static str> {
+        loop {
+            if let Some(x) = self.0.get_mut(&conn).and_then(VecDeque::pop_front) {
+                return x.ok_or("closed");
+            }
+            match c.next_client_event(deadline) {
+                None => return Err("timeout"),
+                Some(ClientEvent::Frame { conn, payload }) => self.0.entry(conn).or_default().push_back(Some(payload)),
+                Some(ClientEvent::Closed { conn }) => self.0.entry(conn).or_default().push_back(None),
+                Some(ClientEvent::Timer { .. }) => {}
+            }
+        }
+    }
+}
+
+struct Session {
+    conn: u64,
+    xid: i32,
+}
+
+fn open(c: &mut Cluster, inbox: &mut Inbox, node: u64, timeout_ms: i32) -> Result<Session, &'static str> {
+    let conn = c.connect(node);
+    c.send(conn, client::encode_connect(timeout_ms, 0, &[0; 16], 0));
+    let deadline = c.now_us() + 5 * S;
+    let p = inbox.wait(c, conn, deadline)?;
+    let got = client::decode_connected(&p).map_err(|_| "bad connect answer")?;
+    if got.session_id == 0 {
+        return Err("refused");
+    }
+    Ok(Session { conn, xid: 0 })
+}
+
+/// Sends `op` and waits for its answer (or the connection's end).
+fn call(c: &mut Cluster, inbox: &mut Inbox, s: &mut Session, op: ClientOp, wait_us: u64) -> Result<Reply, &'static str> {
+    s.xid += 1;
+    let xid = s.xid;
+    c.send(s.conn, client::encode_request(xid, &op));
+    let deadline = c.now_us() + wait_us;
+    loop {
+        let p = inbox.wait(c, s.conn, deadline)?;
+        if client::reply_xid(&p) == Ok(xid) {
+            return client::decode_reply(&p, op.opcode()).map_err(|_| "bad reply");
+        }
+    }
+}
+
+fn create(path: &str, data: &str) -> ClientOp {
+    ClientOp::Create {
+        path: path.into(),
+        data: data.as_bytes().to_vec(),
+        mode: CreateMode::Persistent,
+    }
+}
+
+/// Runs until one server leads and the others follow it; its id.
+fn await_leader(c: &mut Cluster) -> u64 {
+    let deadline = c.now_us() + 20 * S;
+    loop {
+        let l = c.leader();
+        let up: Vec<u64> = c.ids().into_iter().filter(|&i| c.is_up(i) && !c.is_paused(i)).collect();
+        if l != 0
+            && c.server(l).is_some_and(|s| s.is_leader())
+            && up.iter().filter(|&&i| c.server(i).is_some_and(|s| s.leader() == l)).count() * 2 > c.ids().len()
+        {
+            return l;
+        }
+        assert!(c.now_us() < deadline, "no leader within 20 s");
+        let t = c.now_us() + 50_000;
+        c.run_until(t);
+    }
+}
+
+/// Runs until every server that is up applied the same index and holds
+/// the same tree (within 30 s); that state.
+fn await_converged(c: &mut Cluster) -> (u64, u64) {
+    let deadline = c.now_us() + 30 * S;
+    loop {
+        let states = c.states();
+        let first = (states[0].1, states[0].2);
+        if states.iter().all(|s| (s.1, s.2) == first) && first.0 > 0 {
+            return first;
+        }
+        assert!(c.now_us() < deadline, "no convergence within 30 s: {states:?}");
+        let t = c.now_us() + 100_000;
+        c.run_until(t);
+    }
+}
+
+fn assert_clean(c: &mut Cluster, seed: u64) {
+    c.invariants.finish();
+    assert!(c.invariants.violations.is_empty(), "seed {seed}: {:?}", c.invariants.violations);
+}
+
+fn others(c: &Cluster, of: u64) -> Vec<u64> {
+    c.ids().into_iter().filter(|&i| i != of).collect()
+}
+
+fn isolate(c: &mut Cluster, n: u64) {
+    let mut links = Vec::new();
+    for o in others(c, n) {
+        links.push((n, o));
+        links.push((o, n));
+    }
+    c.cut(&links);
+}
+
+/// A leader cut off with writes only it appended; the new leader's
+/// entries replace them. Returns the cluster (for the trace checks).
+fn truncation(seed: u64, bugs: PlantedBugs) -> Cluster {
+    let mut cfg = config(seed);
+    cfg.bugs = bugs;
+    let mut c = Cluster::new(cfg);
+    let mut inbox = Inbox::default();
+    let l = await_leader(&mut c);
+    let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session on the leader");
+    let r = call(&mut c, &mut inbox, &mut s, create("/k", "0"), 5 * S).expect("create");
+    assert_eq!(r.err, ZkError::Ok);
+    isolate(&mut c, l);
+    // writes only the old leader appends (and preprocesses)
+    for i in 0..5 {
+        s.xid += 1;
+        c.send(s.conn, client::encode_request(s.xid, &create(&format!("/lost-{i}"), "x")));
+    }
+    let t = c.now_us() + 300_000;
+    c.run_until(t);
+    let m = loop {
+        let m = await_leader(&mut c);
+        if m != l {
+            break m;
+        }
+        let t = c.now_us() + 200_000;
+        c.run_until(t);
+    };
+    let mut s2 = open(&mut c, &mut inbox, m, 5_000).expect("session on the new leader");
+    for i in 0..5 {
+        let r = call(&mut c, &mut inbox, &mut s2, create(&format!("/kept-{i}"), "y"), 5 * S).expect("create");
+        assert_eq!(r.err, ZkError::Ok);
+    }
+    c.heal();
+    if bugs == PlantedBugs::default() {
+        await_converged(&mut c);
+        let old = c.server(l).expect("the old leader stays up");
+        assert!(old.state().get("/kept-4").is_some() && old.state().get("/lost-0").is_none());
+    } else {
+        let t = c.now_us() + 5 * S;
+        c.run_until(t);
+    }
+    c
+}
+
+#[test]
+fn a_truncated_suffix_rolls_back_and_the_digest_checks_survive_it() {
+    for seed in SEEDS {
+        let mut c = truncation(seed, PlantedBugs::default());
+        assert_clean(&mut c, seed);
+    }
+}
+
+#[test]
+fn without_the_rollback_the_digest_check_stops_the_old_leader() {
+    let bugs = PlantedBugs {
+        skip_truncation_rollback: true,
+        ..PlantedBugs::default()
+    };
+    let found = SEEDS
+        .filter(|&seed| {
+            let mut c = truncation(seed, bugs);
+            c.invariants.finish();
+            c.invariants.violations.iter().any(|v| v.what.contains("digest mismatch"))
+        })
+        .count();
+    assert!(found >= 15, "the planted bug was found under {found} of 20 seeds");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_trace_and_another_seed_another() {
+    let a = truncation(7, PlantedBugs::default());
+    let b = truncation(7, PlantedBugs::default());
+    assert_eq!(a.trace_hash(), b.trace_hash());
+    assert_eq!(a.events(), b.events());
+    let other = truncation(8, PlantedBugs::default());
+    assert_ne!(a.trace_hash(), other.trace_hash());
+}
+
+#[test]
+fn a_request_orphaned_by_a_lost_leader_ends_its_connection_promptly() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        let mut s = open(&mut c, &mut inbox, f, 5_000).expect("session on a follower");
+        let r = call(&mut c, &mut inbox, &mut s, create("/a", "1"), 5 * S).expect("a forwarded write");
+        assert_eq!(r.err, ZkError::Ok);
+        // the leader is cut off before the next forwarded write reaches it
+        isolate(&mut c, l);
+        let started = c.now_us();
+        let r = call(&mut c, &mut inbox, &mut s, create("/b", "1"), 25 * S);
+        assert_eq!(r, Err("closed"), "seed {seed}: the client hears connection loss");
+        let took = c.now_us() - started;
+        assert!(
+            took < 10 * S,
+            "seed {seed}: {took} µs, not the pending timeout"
+        );
+        assert_clean(&mut c, seed);
+    }
+}
+
+#[test]
+fn a_follower_behind_the_compacted_log_installs_a_snapshot() {
+    for seed in SEEDS {
+        let mut cfg = config(seed);
+        cfg.server.snapshot_distance = 40;
+        cfg.server.reserved_log_items = 5;
+        cfg.server.rotate_interval = 16;
+        let mut c = Cluster::new(cfg);
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        c.kill(f, false);
+        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+        for i in 0..120 {
+            let r = call(&mut c, &mut inbox, &mut s, create(&format!("/n{i}"), "v"), 5 * S).expect("create");
+            assert_eq!(r.err, ZkError::Ok);
+        }
+        c.restart(f);
+        let (applied, _) = await_converged(&mut c);
+        assert!(applied > 120);
+        assert!(
+            c.log(f).iter().any(|(_, e, _)| *e == "snapshot_installed"),
+            "seed {seed}: the follower caught up by snapshot"
+        );
+        assert_clean(&mut c, seed);
+    }
+}
+
+#[test]
+fn a_silent_session_is_expired_by_the_leader_and_its_ephemerals_go_everywhere() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        let mut s = open(&mut c, &mut inbox, f, 2_000).expect("session");
+        let eph = ClientOp::Create {
+            path: "/e".into(),
+            data: vec![],
+            mode: CreateMode::Ephemeral,
+        };
+        assert_eq!(call(&mut c, &mut inbox, &mut s, eph, 5 * S).expect("create").err, ZkError::Ok);
+        // the client falls silent: no pings
+        let t = c.now_us() + 8 * S;
+        c.run_until(t);
+        for (id, _, _) in c.states() {
+            assert!(
+                c.server(id).expect("up").state().get("/e").is_none(),
+                "seed {seed}: the ephemeral is gone on {id}"
+            );
+        }
+        for id in c.ids() {
+            let expired = c.log(id).iter().any(|(_, e, _)| *e == "session_expired");
+            assert_eq!(expired, id == l, "seed {seed}: only the leader decides expiry (node {id})");
+        }
+        assert_clean(&mut c, seed);
+    }
+}
+
+/// A quorum read on a follower cut off after the value changed: Ok(data)
+/// if it answered.
+fn read_on_cut_off_follower(seed: u64, bugs: PlantedBugs) -> (Cluster, Result<Vec<u8>, &'static str>) {
+    let mut cfg = config(seed);
+    cfg.bugs = bugs;
+    let mut c = Cluster::new(cfg);
+    let mut inbox = Inbox::default();
+    let l = await_leader(&mut c);
+    let f = others(&c, l)[0];
+    let mut w = open(&mut c, &mut inbox, l, 5_000).expect("writer");
+    assert_eq!(call(&mut c, &mut inbox, &mut w, create("/r", "1"), 5 * S).expect("create").err, ZkError::Ok);
+    let mut r = open(&mut c, &mut inbox, f, 5_000).expect("reader");
+    let get = || ClientOp::GetData { path: "/r".into() };
+    let first = call(&mut c, &mut inbox, &mut r, get(), 5 * S).expect("read");
+    assert!(matches!(first.body, ReplyBody::Data(ref d, _) if d == b"1"), "{first:?}");
+    isolate(&mut c, f);
+    let set = ClientOp::SetData {
+        path: "/r".into(),
+        data: b"2".to_vec(),
+        version: -1,
+    };
+    assert_eq!(call(&mut c, &mut inbox, &mut w, set, 5 * S).expect("set").err, ZkError::Ok);
+    let answer = call(&mut c, &mut inbox, &mut r, get(), 5 * S).and_then(|rep| match rep.body {
+        ReplyBody::Data(d, _) => Ok(d),
+        _ => Err("no data"),
+    });
+    (c, answer)
+}
+
+#[test]
+fn a_quorum_read_on_a_cut_off_follower_never_returns_the_old_value() {
+    for seed in SEEDS {
+        let (mut c, answer) = read_on_cut_off_follower(seed, PlantedBugs::default());
+        assert_ne!(answer.as_deref(), Ok(&b"1"[..]), "seed {seed}: a stale read");
+        assert_clean(&mut c, seed);
+    }
+    let bug = PlantedBugs {
+        local_read_in_quorum_round: true,
+        ..PlantedBugs::default()
+    };
+    let stale = SEEDS
+        .filter(|&seed| read_on_cut_off_follower(seed, bug).1.as_deref() == Ok(&b"1"[..]))
+        .count();
+    assert!(stale >= 15, "the planted local read was stale under {stale} of 20 seeds");
+}
+
+#[test]
+fn a_divergence_is_caught_at_the_exact_index_and_the_replica_recovers() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        assert_eq!(c.admin(f, "diverge"), "ok");
+        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+        assert_eq!(call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S).expect("create").err, ZkError::Ok);
+        let t = c.now_us() + 2 * S;
+        c.run_until(t);
+        let caught = c.invariants.caught.clone();
+        assert_eq!(caught.len(), 1, "seed {seed}: {caught:?}");
+        assert_eq!(c.down(f), Some(&Down::DigestAbort { index: caught[0].1 }));
+        assert_eq!(caught[0].0, f);
+        c.restart(f);
+        await_converged(&mut c);
+        assert_clean(&mut c, seed);
+    }
+    // with the check off, the divergence goes unseen: the invariant says so
+    let mut cfg = config(1);
+    cfg.bugs.skip_digest_check = true;
+    let mut c = Cluster::new(cfg);
+    let mut inbox = Inbox::default();
+    let l = await_leader(&mut c);
+    let f = others(&c, l)[0];
+    c.admin(f, "diverge");
+    let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+    call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S).expect("create");
+    let t = c.now_us() + 2 * S;
+    c.run_until(t);
+    c.invariants.finish();
+    assert!(
+        c.invariants.violations.iter().any(|v| v.what.contains("never caught")),
+        "{:?}",
+        c.invariants.violations
+    );
+}
+
+#[test]
+fn a_crash_between_write_and_sync_leaves_a_log_the_server_restarts_on() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+        for i in 0..10 {
+            if i == 5 {
+                c.kill(f, true);
+            }
+            call(&mut c, &mut inbox, &mut s, create(&format!("/c{i}"), "v"), 5 * S).expect("create");
+        }
+        // the follower appends the last entries a moment later
+        let t = c.now_us() + S;
+        c.run_until(t);
+        assert!(!c.is_up(f), "seed {seed}: the armed crash struck");
+        c.restart(f);
+        assert!(c.is_up(f), "seed {seed}: {:?}", c.down(f));
+        await_converged(&mut c);
+        assert_clean(&mut c, seed);
+    }
+}
