@@ -158,7 +158,10 @@ mod tests {
     #[test]
     fn a_broken_invariant_of_a_simulated_cluster_is_a_problem() {
         let violated = [
-            ("invariant-violated", json!({"node": 2, "what": "two leaders in term 3: 1 and 2"})),
+            (
+                "invariant-violated",
+                json!({"node": 2, "what": "two leaders in term 3: 1 and 2"}),
+            ),
             finals(&["a", "a"]),
         ];
         assert_eq!(verdict(&violated), Verdict::Invalid);

@@ -149,7 +149,14 @@ pub(crate) fn judge_run(c: &Campaign, run: &RunDir, info: &RunInfo, store: &Stor
 }
 
 /// [`summarise`], for the simulated backend.
-pub(crate) fn summarise_run(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problems: &[String], run: &RunDir) {
+pub(crate) fn summarise_run(
+    c: &Campaign,
+    judged: &Judgement,
+    ops: u64,
+    took: Duration,
+    problems: &[String],
+    run: &RunDir,
+) {
     summarise(c, judged, ops, took, problems, run)
 }
 

@@ -403,7 +403,9 @@ impl Plan {
     /// The plan of `drift test`'s arguments.
     pub fn from_args(args: &TestArgs) -> Result<Plan, Failure> {
         if !args.plant.is_empty() && args.backend != BackendKind::Sim {
-            return Err(Failure::new("--plant plants bugs in simulated servers: it needs --backend sim"));
+            return Err(Failure::new(
+                "--plant plants bugs in simulated servers: it needs --backend sim",
+            ));
         }
         let mut plan = Plan {
             workload: args.workload,
@@ -608,7 +610,10 @@ impl Plan {
                 return Err("sim: backend sim needs its world (loss, delays, clocks); this config has none".into());
             }
         } else if self.sim.is_some() {
-            return Err(format!("sim: a simulated world is for backend sim, not {}", self.backend.name()));
+            return Err(format!(
+                "sim: a simulated world is for backend sim, not {}",
+                self.backend.name()
+            ));
         }
         match (self.backend, &self.hosts) {
             (BackendKind::Ssh, None) => return Err("hosts: backend ssh needs a hosts file (--hosts)".into()),

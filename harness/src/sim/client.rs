@@ -200,11 +200,14 @@ impl SimZk {
                     .await
                 {
                     Ok(Reply {
-                        body: ReplyBody::Path(p), ..
+                        body: ReplyBody::Path(p),
+                        ..
                     }) => {
                         // the sequence number is the name's last ten digits
                         let seq = p.rsplit('-').next().and_then(|s| s.parse::<i64>().ok());
-                        seq.map_or(Outcome::Info("no sequence in the path".into()), |s| Outcome::Ok(json!(s)))
+                        seq.map_or(Outcome::Info("no sequence in the path".into()), |s| {
+                            Outcome::Ok(json!(s))
+                        })
                     }
                     Ok(_) => Outcome::Info("no path in the answer".into()),
                     Err(e) => outcome_of(e),

@@ -82,7 +82,16 @@ struct Recording {
 
 type H = Rc<RefCell<Recording>>;
 
-fn record(w: &W, h: &H, process: Process, kind: OpType, f: &str, value: Value, key: Option<String>, error: Option<String>) {
+fn record(
+    w: &W,
+    h: &H,
+    process: Process,
+    kind: OpType,
+    f: &str,
+    value: Value,
+    key: Option<String>,
+    error: Option<String>,
+) {
     let now = exec::now_us(w);
     let mut r = h.borrow_mut();
     let time = (now as i64 - r.t0_us as i64) * 1000;
@@ -138,7 +147,8 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             reserved_log_items: (sp.snapshot_distance / 2).max(1),
             rotate_interval: sp.snapshot_distance.max(16),
             quorum_reads: plan.quorum_reads,
-            digest: drift_keeper::DigestMode::parse(plan.digest.name()).unwrap_or(drift_keeper::DigestMode::Incremental),
+            digest: drift_keeper::DigestMode::parse(plan.digest.name())
+                .unwrap_or(drift_keeper::DigestMode::Incremental),
             session_timeout_min_ms: 1_000,
             session_timeout_max_ms: 60_000,
             seed: c.seed,
@@ -155,7 +165,11 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             client_delay_us: (50, 500),
         },
         clock_drift_ppm: sp.clock_drift_ppm,
-        kill_mode: if sp.torn_writes { KillMode::Mixed } else { KillMode::Drop },
+        kill_mode: if sp.torn_writes {
+            KillMode::Mixed
+        } else {
+            KillMode::Drop
+        },
         snapshot_write_us: (1_000, 50_000),
         epoch_ms: EPOCH_MS,
         bugs: bugs(&sp.bugs),
@@ -230,7 +244,12 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let t0 = exec::now_us(&w);
     h.borrow_mut().t0_us = t0;
     if !*ready.borrow() {
-        event(&w, &h, "invariant-violated", json!({"node": 0, "what": "no leader and no workload root within 60 s of the start"}));
+        event(
+            &w,
+            &h,
+            "invariant-violated",
+            json!({"node": 0, "what": "no leader and no workload root within 60 s of the start"}),
+        );
     }
 
     // main phase: the workers and the nemesis
@@ -396,7 +415,16 @@ async fn worker(w: W, h: H, spec: Spec, wid: u64, stride: u64, seed: u64, until_
         if ends {
             op.f = client.as_ref().expect("connected").end_op();
         }
-        record(&w, &h, Process::Client(process), OpType::Invoke, op.f, op.value.clone(), op.key.clone(), None);
+        record(
+            &w,
+            &h,
+            Process::Client(process),
+            OpType::Invoke,
+            op.f,
+            op.value.clone(),
+            op.key.clone(),
+            None,
+        );
         let outcome = if ends {
             client.take().expect("connected").end_session().await
         } else {
@@ -410,7 +438,16 @@ async fn worker(w: W, h: H, spec: Spec, wid: u64, stride: u64, seed: u64, until_
     }
     if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
         let f = c.end_op();
-        record(&w, &h, Process::Client(process), OpType::Invoke, f, Value::Null, None, None);
+        record(
+            &w,
+            &h,
+            Process::Client(process),
+            OpType::Invoke,
+            f,
+            Value::Null,
+            None,
+            None,
+        );
         let outcome = c.end_session().await;
         record_outcome(&w, &h, process, f, &None, &outcome);
     }
@@ -428,7 +465,16 @@ async fn final_phase(w: W, h: H, spec: Spec, first_process: u64) {
                 exec::sleep_until(&w, at).await;
                 continue;
             };
-            record(&w, &h, Process::Client(process), OpType::Invoke, op.f, op.value.clone(), op.key.clone(), None);
+            record(
+                &w,
+                &h,
+                Process::Client(process),
+                OpType::Invoke,
+                op.f,
+                op.value.clone(),
+                op.key.clone(),
+                None,
+            );
             let o = c.invoke(&op).await;
             record_outcome(&w, &h, process, op.f, &op.key, &o);
             c.end_session().await;
@@ -459,7 +505,12 @@ async fn nemesis(w: W, h: H, schedule: Vec<Step>, t0: u64, applied: Rc<RefCell<V
         applied.borrow_mut().push(step.clone());
         exec::sleep_until(&w, t0 + step.stop_ms * 1000).await;
         let healed = stop(&w, &step);
-        event(&w, &h, &format!("stop-{}", raw.fault), json!({"nodes": raw.nodes, "healed": healed}));
+        event(
+            &w,
+            &h,
+            &format!("stop-{}", raw.fault),
+            json!({"nodes": raw.nodes, "healed": healed}),
+        );
     }
 }
 
@@ -493,9 +544,10 @@ fn apply(w: &W, step: &Step, torn: bool) -> String {
                     c.wipe(n);
                     format!("wiped node {n}")
                 }
-                CorruptMode::Truncate => c
-                    .corrupt(n, true)
-                    .map_or_else(|| format!("node {n}: nothing to truncate"), |d| format!("truncated {d}")),
+                CorruptMode::Truncate => c.corrupt(n, true).map_or_else(
+                    || format!("node {n}: nothing to truncate"),
+                    |d| format!("truncated {d}"),
+                ),
                 CorruptMode::Flip => c
                     .corrupt(n, false)
                     .map_or_else(|| format!("node {n}: nothing to flip"), |d| format!("flipped {d}")),
@@ -573,7 +625,10 @@ fn heal(w: &W, h: &H) {
                 c.admin(i, "clock 0");
             }
         }
-        let mut notes: Vec<String> = restart_down(c).into_iter().filter(|n| !n.starts_with("restarted")).collect();
+        let mut notes: Vec<String> = restart_down(c)
+            .into_iter()
+            .filter(|n| !n.starts_with("restarted"))
+            .collect();
         for i in c.ids() {
             if !c.is_up(i) {
                 c.wipe(i);
@@ -590,8 +645,7 @@ fn heal(w: &W, h: &H) {
             let world = w.borrow();
             let states = world.cluster.states();
             let leader = world.cluster.leader();
-            if leader != 0 && states.len() == world.cluster.ids().len() && states.windows(2).all(|p| p[0].1 == p[1].1)
-            {
+            if leader != 0 && states.len() == world.cluster.ids().len() && states.windows(2).all(|p| p[0].1 == p[1].1) {
                 break true;
             }
         }
@@ -600,7 +654,12 @@ fn heal(w: &W, h: &H) {
         }
         w.borrow_mut().cluster.run_until(now + 100_000);
     };
-    event(w, h, "healed", json!({"converged": converged, "note": notes.join("; ")}));
+    event(
+        w,
+        h,
+        "healed",
+        json!({"converged": converged, "note": notes.join("; ")}),
+    );
 }
 
 fn final_digests(w: &W, h: &H) {
@@ -622,7 +681,12 @@ fn final_digests(w: &W, h: &H) {
         .iter()
         .map(|(id, applied, digest)| json!({"node": id, "applied_index": applied.to_string(), "digest": format!("{digest:#018x}")}))
         .collect();
-    event(w, h, "final-digests", json!({"converged": converged, "nodes": nodes, "note": ""}));
+    event(
+        w,
+        h,
+        "final-digests",
+        json!({"converged": converged, "nodes": nodes, "note": ""}),
+    );
 }
 
 /// Writes a simulated run's history and server logs into its directory.

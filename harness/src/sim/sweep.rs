@@ -75,7 +75,9 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
     let mut test = args.test;
     test.backend = BackendKind::Sim;
     if test.seed.is_some() {
-        return Err(Failure::new("drift sim: seeds come from --from and --seeds, not --seed"));
+        return Err(Failure::new(
+            "drift sim: seeds come from --from and --seeds, not --seed",
+        ));
     }
     let base = Plan::from_args(&test)?;
     let store = Store::new(&test.store);

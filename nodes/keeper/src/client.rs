@@ -11,13 +11,32 @@ use crate::{CreateMode, ZkError};
 /// One request a client can send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientOp {
-    Create { path: String, data: Vec<u8>, mode: CreateMode },
-    Delete { path: String, version: i32 },
-    Exists { path: String },
-    GetData { path: String },
-    SetData { path: String, data: Vec<u8>, version: i32 },
-    GetChildren { path: String },
-    Sync { path: String },
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+    Exists {
+        path: String,
+    },
+    GetData {
+        path: String,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
+    GetChildren {
+        path: String,
+    },
+    Sync {
+        path: String,
+    },
     /// A multi of creates (what the workloads use multis for).
     MultiCreate(Vec<(String, Vec<u8>, CreateMode)>),
     Close,
@@ -206,7 +225,9 @@ pub fn decode_reply(payload: &[u8], op: i32) -> Result<Reply, JuteError> {
                     }
                     opcode::ERROR => {
                         let e = r.int()?;
-                        Err(ZkError::from_code(e).or(ZkError::from_code(code)).unwrap_or(ZkError::SystemError))
+                        Err(ZkError::from_code(e)
+                            .or(ZkError::from_code(code))
+                            .unwrap_or(ZkError::SystemError))
                     }
                     t => return r.fail(format!("a multi of creates answered with opcode {t}")),
                 });
@@ -282,7 +303,13 @@ mod tests {
         assert_eq!((r.xid, r.zxid, r.err), (5, 9, ZkError::Ok));
         assert_eq!(r.body, ReplyBody::Data(b"3".to_vec(), stat));
         let err = crate::proto::encode_error(6, 9, ZkError::NoNode);
-        assert_eq!(decode_reply(payload(&err), opcode::GET_DATA).unwrap().err, ZkError::NoNode);
-        assert!(decode_reply(&[1, 2], opcode::GET_DATA).is_err(), "a short frame is an error");
+        assert_eq!(
+            decode_reply(payload(&err), opcode::GET_DATA).unwrap().err,
+            ZkError::NoNode
+        );
+        assert!(
+            decode_reply(&[1, 2], opcode::GET_DATA).is_err(),
+            "a short frame is an error"
+        );
     }
 }

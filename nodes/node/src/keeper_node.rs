@@ -444,7 +444,11 @@ impl Io {
             }
             Effect::Log { event, fields } => log(self.id, event, fields),
             Effect::Fatal { reason } => {
-                log(self.id, "fatal", serde_json::json!({"level": "FATAL", "reason": reason}));
+                log(
+                    self.id,
+                    "fatal",
+                    serde_json::json!({"level": "FATAL", "reason": reason}),
+                );
                 std::process::exit(1);
             }
             Effect::DigestMismatch(m) => fatal_digest(self.id, &m),

@@ -104,11 +104,29 @@ pub enum ClientEvent {
 #[derive(Debug)]
 enum Ev {
     Tick(u64),
-    Peer { from: u64, to: u64, msg: PeerMsg },
-    Accept { node: u64, conn: u64 },
-    Frame { node: u64, conn: u64, payload: Vec<u8> },
-    Hangup { node: u64, conn: u64 },
-    SnapshotDone { node: u64, job: crate::server::SnapshotJob, incarnation: u64 },
+    Peer {
+        from: u64,
+        to: u64,
+        msg: PeerMsg,
+    },
+    Accept {
+        node: u64,
+        conn: u64,
+    },
+    Frame {
+        node: u64,
+        conn: u64,
+        payload: Vec<u8>,
+    },
+    Hangup {
+        node: u64,
+        conn: u64,
+    },
+    SnapshotDone {
+        node: u64,
+        job: crate::server::SnapshotJob,
+        incarnation: u64,
+    },
     Client(ClientEvent),
 }
 
@@ -322,7 +340,10 @@ impl Cluster {
                 }
             }
         }
-        votes.into_iter().max_by_key(|(id, v)| (*v, u64::MAX - id)).map_or(0, |(id, _)| id)
+        votes
+            .into_iter()
+            .max_by_key(|(id, v)| (*v, u64::MAX - id))
+            .map_or(0, |(id, _)| id)
     }
 
     fn server_config(&self, id: u64, bootstrap: bool) -> ServerConfig {
@@ -428,7 +449,9 @@ impl Cluster {
                 Effect::Client { conn, frame } => self.send_to_client(conn, frame),
                 Effect::Close { conn } => self.close_to_client(conn),
                 Effect::WriteSnapshot(job) => {
-                    let d = self.rng.between(self.cfg.snapshot_write_us.0, self.cfg.snapshot_write_us.1);
+                    let d = self
+                        .rng
+                        .between(self.cfg.snapshot_write_us.0, self.cfg.snapshot_write_us.1);
                     let incarnation = self.nodes[&id].incarnation;
                     self.schedule(
                         self.now_us + d,
@@ -441,7 +464,11 @@ impl Cluster {
                 }
                 Effect::Log { event, fields } => {
                     self.invariants.logged(id, event, &fields);
-                    self.nodes.get_mut(&id).expect("known").log.push((self.now_us, event, fields));
+                    self.nodes
+                        .get_mut(&id)
+                        .expect("known")
+                        .log
+                        .push((self.now_us, event, fields));
                 }
                 Effect::Fatal { reason } => {
                     let crash = self.nodes[&id].server.as_ref().is_some_and(|s| s.disk().crashed());
@@ -569,7 +596,9 @@ impl Cluster {
         };
         trace_write(&mut self.trace, &[self.now_us, ev.node().unwrap_or(0), kind]);
         let Some(id) = ev.node() else {
-            let Ev::Client(c) = ev else { unreachable!("only client events have no server") };
+            let Ev::Client(c) = ev else {
+                unreachable!("only client events have no server")
+            };
             return Some(c);
         };
         let node = self.nodes.get_mut(&id).expect("known");
@@ -598,14 +627,15 @@ impl Cluster {
                 server.step(env, Input::Peer { from, msg }, &mut |e| out.push(e));
             }
             Ev::Accept { conn, .. } => {
-                let peer = Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)), 40_000 + conn as u16));
+                let peer = Some(SocketAddr::new(
+                    IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
+                    40_000 + conn as u16,
+                ));
                 server.step(env, Input::Accepted { conn, peer }, &mut |e| out.push(e));
             }
             Ev::Frame { conn, payload, .. } => server.step(env, Input::Frame { conn, payload }, &mut |e| out.push(e)),
             Ev::Hangup { conn, .. } => server.step(env, Input::Closed { conn }, &mut |e| out.push(e)),
-            Ev::SnapshotDone {
-                job, incarnation, ..
-            } => {
+            Ev::SnapshotDone { job, incarnation, .. } => {
                 if incarnation != self.nodes[&id].incarnation {
                     return None;
                 }

@@ -79,7 +79,13 @@ fn open(c: &mut Cluster, inbox: &mut Inbox, node: u64, timeout_ms: i32) -> Resul
 }
 
 /// Sends `op` and waits for its answer (or the connection's end).
-fn call(c: &mut Cluster, inbox: &mut Inbox, s: &mut Session, op: ClientOp, wait_us: u64) -> Result<Reply, &'static str> {
+fn call(
+    c: &mut Cluster,
+    inbox: &mut Inbox,
+    s: &mut Session,
+    op: ClientOp,
+    wait_us: u64,
+) -> Result<Reply, &'static str> {
     s.xid += 1;
     let xid = s.xid;
     c.send(s.conn, client::encode_request(xid, &op));
@@ -108,7 +114,12 @@ fn await_leader(c: &mut Cluster) -> u64 {
         let up: Vec<u64> = c.ids().into_iter().filter(|&i| c.is_up(i) && !c.is_paused(i)).collect();
         if l != 0
             && c.server(l).is_some_and(|s| s.is_leader())
-            && up.iter().filter(|&&i| c.server(i).is_some_and(|s| s.leader() == l)).count() * 2 > c.ids().len()
+            && up
+                .iter()
+                .filter(|&&i| c.server(i).is_some_and(|s| s.leader() == l))
+                .count()
+                * 2
+                > c.ids().len()
         {
             return l;
         }
@@ -136,7 +147,11 @@ fn await_converged(c: &mut Cluster) -> (u64, u64) {
 
 fn assert_clean(c: &mut Cluster, seed: u64) {
     c.invariants.finish();
-    assert!(c.invariants.violations.is_empty(), "seed {seed}: {:?}", c.invariants.violations);
+    assert!(
+        c.invariants.violations.is_empty(),
+        "seed {seed}: {:?}",
+        c.invariants.violations
+    );
 }
 
 fn others(c: &Cluster, of: u64) -> Vec<u64> {
@@ -167,7 +182,10 @@ fn truncation(seed: u64, bugs: PlantedBugs) -> Cluster {
     // writes only the old leader appends (and preprocesses)
     for i in 0..5 {
         s.xid += 1;
-        c.send(s.conn, client::encode_request(s.xid, &create(&format!("/lost-{i}"), "x")));
+        c.send(
+            s.conn,
+            client::encode_request(s.xid, &create(&format!("/lost-{i}"), "x")),
+        );
     }
     let t = c.now_us() + 300_000;
     c.run_until(t);
@@ -214,7 +232,10 @@ fn without_the_rollback_the_digest_check_stops_the_old_leader() {
         .filter(|&seed| {
             let mut c = truncation(seed, bugs);
             c.invariants.finish();
-            c.invariants.violations.iter().any(|v| v.what.contains("digest mismatch"))
+            c.invariants
+                .violations
+                .iter()
+                .any(|v| v.what.contains("digest mismatch"))
         })
         .count();
     assert!(found >= 15, "the planted bug was found under {found} of 20 seeds");
@@ -246,10 +267,7 @@ fn a_request_orphaned_by_a_lost_leader_ends_its_connection_promptly() {
         let r = call(&mut c, &mut inbox, &mut s, create("/b", "1"), 25 * S);
         assert_eq!(r, Err("closed"), "seed {seed}: the client hears connection loss");
         let took = c.now_us() - started;
-        assert!(
-            took < 10 * S,
-            "seed {seed}: {took} µs, not the pending timeout"
-        );
+        assert!(took < 10 * S, "seed {seed}: {took} µs, not the pending timeout");
         assert_clean(&mut c, seed);
     }
 }
@@ -295,7 +313,10 @@ fn a_silent_session_is_expired_by_the_leader_and_its_ephemerals_go_everywhere() 
             data: vec![],
             mode: CreateMode::Ephemeral,
         };
-        assert_eq!(call(&mut c, &mut inbox, &mut s, eph, 5 * S).expect("create").err, ZkError::Ok);
+        assert_eq!(
+            call(&mut c, &mut inbox, &mut s, eph, 5 * S).expect("create").err,
+            ZkError::Ok
+        );
         // the client falls silent: no pings
         let t = c.now_us() + 8 * S;
         c.run_until(t);
@@ -307,7 +328,11 @@ fn a_silent_session_is_expired_by_the_leader_and_its_ephemerals_go_everywhere() 
         }
         for id in c.ids() {
             let expired = c.log(id).iter().any(|(_, e, _)| *e == "session_expired");
-            assert_eq!(expired, id == l, "seed {seed}: only the leader decides expiry (node {id})");
+            assert_eq!(
+                expired,
+                id == l,
+                "seed {seed}: only the leader decides expiry (node {id})"
+            );
         }
         assert_clean(&mut c, seed);
     }
@@ -323,18 +348,29 @@ fn read_on_cut_off_follower(seed: u64, bugs: PlantedBugs) -> (Cluster, Result<Ve
     let l = await_leader(&mut c);
     let f = others(&c, l)[0];
     let mut w = open(&mut c, &mut inbox, l, 5_000).expect("writer");
-    assert_eq!(call(&mut c, &mut inbox, &mut w, create("/r", "1"), 5 * S).expect("create").err, ZkError::Ok);
+    assert_eq!(
+        call(&mut c, &mut inbox, &mut w, create("/r", "1"), 5 * S)
+            .expect("create")
+            .err,
+        ZkError::Ok
+    );
     let mut r = open(&mut c, &mut inbox, f, 5_000).expect("reader");
     let get = || ClientOp::GetData { path: "/r".into() };
     let first = call(&mut c, &mut inbox, &mut r, get(), 5 * S).expect("read");
-    assert!(matches!(first.body, ReplyBody::Data(ref d, _) if d == b"1"), "{first:?}");
+    assert!(
+        matches!(first.body, ReplyBody::Data(ref d, _) if d == b"1"),
+        "{first:?}"
+    );
     isolate(&mut c, f);
     let set = ClientOp::SetData {
         path: "/r".into(),
         data: b"2".to_vec(),
         version: -1,
     };
-    assert_eq!(call(&mut c, &mut inbox, &mut w, set, 5 * S).expect("set").err, ZkError::Ok);
+    assert_eq!(
+        call(&mut c, &mut inbox, &mut w, set, 5 * S).expect("set").err,
+        ZkError::Ok
+    );
     let answer = call(&mut c, &mut inbox, &mut r, get(), 5 * S).and_then(|rep| match rep.body {
         ReplyBody::Data(d, _) => Ok(d),
         _ => Err("no data"),
@@ -356,7 +392,10 @@ fn a_quorum_read_on_a_cut_off_follower_never_returns_the_old_value() {
     let stale = SEEDS
         .filter(|&seed| read_on_cut_off_follower(seed, bug).1.as_deref() == Ok(&b"1"[..]))
         .count();
-    assert!(stale >= 15, "the planted local read was stale under {stale} of 20 seeds");
+    assert!(
+        stale >= 15,
+        "the planted local read was stale under {stale} of 20 seeds"
+    );
 }
 
 #[test]
@@ -368,7 +407,12 @@ fn a_divergence_is_caught_at_the_exact_index_and_the_replica_recovers() {
         let f = others(&c, l)[0];
         assert_eq!(c.admin(f, "diverge"), "ok");
         let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
-        assert_eq!(call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S).expect("create").err, ZkError::Ok);
+        assert_eq!(
+            call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S)
+                .expect("create")
+                .err,
+            ZkError::Ok
+        );
         let t = c.now_us() + 2 * S;
         c.run_until(t);
         let caught = c.invariants.caught.clone();
