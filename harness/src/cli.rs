@@ -572,6 +572,8 @@ pub struct BenchArgs {
     pub what: BenchWhat,
 }
 
+// parsed once per process: the size of the largest variant does not matter
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum BenchWhat {
     /// Time the linearizability checker on every history of a folder

@@ -384,7 +384,7 @@ impl SimZk {
                         ..
                     }) => Outcome::Ok(json!(stat.num_children)),
                     Ok(_) => Outcome::Ok(json!(0)),
-                    Err(e) if e == CallError::Zk(drift_keeper::ZkError::NoNode) => Outcome::Ok(json!(0)),
+                    Err(CallError::Zk(drift_keeper::ZkError::NoNode)) => Outcome::Ok(json!(0)),
                     Err(e) => Outcome::Fail(e.to_string()),
                 }
             }

@@ -82,6 +82,7 @@ struct Recording {
 
 type H = Rc<RefCell<Recording>>;
 
+#[allow(clippy::too_many_arguments)] // one field of the history's operation each
 fn record(
     w: &W,
     h: &H,

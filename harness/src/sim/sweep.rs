@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+/// A failing seed of a sweep: its campaign, what the simulation produced,
+/// the verdict and why.
+type Finding = (u64, Campaign, Simulated, Verdict, String);
+
 /// A seed's campaign: the plan as given, or varied by the seed (swarm).
 fn campaign_of(base: &Plan, seed: u64, swarm_mode: bool) -> Campaign {
     if swarm_mode {
@@ -93,7 +97,7 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
     let next = AtomicU64::new(0);
     let failed_count = AtomicU64::new(0);
     let done = AtomicU64::new(0);
-    let found: Mutex<Vec<(u64, Campaign, Simulated, Verdict, String)>> = Mutex::new(Vec::new());
+    let found: Mutex<Vec<Finding>> = Mutex::new(Vec::new());
     let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let started = Instant::now();
     let simulated_us = AtomicU64::new(0);
@@ -123,7 +127,7 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
                     }
                 }
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if n % 50 == 0 {
+                if n.is_multiple_of(50) {
                     eprint!(
                         "\r  {n} of {} seeds, {} failing, {:.0} s    ",
                         seeds.len(),
