@@ -72,12 +72,24 @@ pub fn build(
     model: Option<ModelKind>,
     init: &serde_json::Value,
 ) -> Result<Box<dyn Checker>, String> {
+    build_with(kind, model, init, true)
+}
+
+/// [`build`], with `explain` false for a verdict alone: `linearizable`
+/// then skips shrinking a failure to its core (a seed sweep wants to know
+/// which seeds fail, fast, and explains only those it stores).
+pub fn build_with(
+    kind: CheckerKind,
+    model: Option<ModelKind>,
+    init: &serde_json::Value,
+    explain: bool,
+) -> Result<Box<dyn Checker>, String> {
     Ok(match kind {
         CheckerKind::Linearizable => {
             let model = model.ok_or_else(|| "checker `linearizable` needs --model (cas-register or kv)".to_string())?;
             Box::new(Linearizable {
                 model,
-                explain: true,
+                explain,
                 init: init.clone(),
             })
         }

@@ -167,6 +167,11 @@ pub struct SimArgs {
     /// Stop after this many failing seeds (0: never).
     #[arg(long, default_value_t = 0)]
     pub stop_after: u64,
+    /// Failing seeds stored as runs, with the full report (the lowest
+    /// seeds); the others are listed with the command that runs them
+    /// again.
+    #[arg(long, default_value_t = 10)]
+    pub keep: u64,
     /// The campaign each seed runs (`--backend` is sim, `--seed` is set
     /// per run).
     #[command(flatten)]

@@ -14,9 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// A failing seed of a sweep: its campaign, what the simulation produced,
+/// A failing seed of a sweep: its campaign, what the simulation produced
+/// (kept for the `--keep` lowest failing seeds only, which are stored),
 /// the verdict and why.
-type Finding = (u64, Campaign, Simulated, Verdict, String);
+type Finding = (u64, Campaign, Option<Simulated>, Verdict, String);
 
 /// A seed's campaign: the plan as given, or varied by the seed (swarm).
 fn campaign_of(base: &Plan, seed: u64, swarm_mode: bool) -> Campaign {
@@ -27,13 +28,15 @@ fn campaign_of(base: &Plan, seed: u64, swarm_mode: bool) -> Campaign {
     }
 }
 
-/// The checkers' verdict on a simulated history, and why, in memory.
+/// The checkers' verdict on a simulated history, and why, in memory
+/// (without shrinking a linearizability failure to its core: the stored
+/// run of a failing seed gets the full report).
 pub fn judge(c: &Campaign, sim: &Simulated) -> Result<(Verdict, String), Failure> {
     let bench = campaign::bench_of(c);
     let checkers: Vec<Box<dyn Checker>> = bench
         .checkers
         .iter()
-        .map(|&k| registry::build(k, bench.model, &bench.init).map_err(Failure::new))
+        .map(|&k| registry::build_with(k, bench.model, &bench.init, false).map_err(Failure::new))
         .collect::<Result<_, _>>()?;
     let lines: Vec<u64> = (1..=sim.ops.len() as u64).collect();
     let h = History::from_ops(std::path::Path::new("(simulated history)"), sim.ops.clone(), lines)
@@ -47,6 +50,10 @@ pub fn judge(c: &Campaign, sim: &Simulated) -> Result<(Verdict, String), Failure
         .map(|r| {
             let detail = match r.checker.as_str() {
                 "digest" => r.details["problems"].to_string(),
+                "linearizable" if r.verdict == Verdict::Invalid => format!(
+                    "{} of {} keys not linearizable",
+                    r.details["keys_invalid"], r.details["keys"]
+                ),
                 _ => r.reason.clone().unwrap_or_default(),
             };
             format!("{} {}: {detail}", r.checker, r.verdict.as_str())
@@ -62,7 +69,7 @@ fn one_seed_command(seed: u64) -> String {
     let mut args = std::env::args().skip(1).peekable();
     while let Some(a) = args.next() {
         let flag = a.split('=').next().unwrap_or("").to_string();
-        if ["--from", "--seeds", "--jobs", "--stop-after"].contains(&flag.as_str()) {
+        if ["--from", "--seeds", "--jobs", "--stop-after", "--keep"].contains(&flag.as_str()) {
             if !a.contains('=') {
                 args.next();
             }
@@ -74,8 +81,25 @@ fn one_seed_command(seed: u64) -> String {
     out.join(" ")
 }
 
+/// A simulated server that panics is caught, reported as a broken
+/// invariant and taken down; its panic is one line here, not a backtrace
+/// per seed.
+pub(crate) fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        eprintln!("  panic{at}: {what}");
+    }));
+}
+
 /// `drift sim`.
 pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
+    quiet_panics();
     let mut test = args.test;
     test.backend = BackendKind::Sim;
     if test.seed.is_some() {
@@ -117,7 +141,15 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
                     Ok((v, why)) => {
                         failed_count.fetch_add(1, Ordering::Relaxed);
                         if let Ok(mut f) = found.lock() {
-                            f.push((seed, c, sim, v, why));
+                            f.push((seed, c, Some(sim), v, why));
+                            // hold the simulations of the lowest failing
+                            // seeds only: memory stays bounded
+                            let held = f.iter().filter(|x| x.2.is_some()).count() as u64;
+                            if held > args.keep {
+                                if let Some(x) = f.iter_mut().filter(|x| x.2.is_some()).max_by_key(|x| x.0) {
+                                    x.2 = None;
+                                }
+                            }
                         }
                     }
                     Err(e) => {
@@ -157,7 +189,14 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
         return Ok(0);
     }
     let mut worst = 0;
-    for (seed, c, sim, verdict, why) in found {
+    out!("  {} failing seeds of {ran}", found.len());
+    for (k, (seed, c, sim, verdict, why)) in found.into_iter().enumerate() {
+        worst = worst.max(verdict.exit_code());
+        let Some(sim) = sim.filter(|_| (k as u64) < args.keep) else {
+            out!("seed {seed}: {} — {why}", verdict.as_str().to_uppercase());
+            out!("  again    {}", one_seed_command(seed));
+            continue;
+        };
         // stored like any campaign, so replay, report and compare work
         let (run, mut info) = campaign::create_run(&c, &store)?;
         super::write_run(&run, &sim)?;
@@ -168,10 +207,13 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
         out!("  stored   {}", run.path.display());
         out!("  replay   drift replay {}", run.path.display());
         out!("  again    {}", one_seed_command(seed));
+        out!(
+            "  built    {} (the same seed gives the same run with this build)",
+            drift_results::files::Versions::current(env!("CARGO_PKG_VERSION"), option_env!("DRIFT_GIT_SHA")).short()
+        );
         if let Ok(r) = &judged.report {
             out!("  report   {}", r.display());
         }
-        worst = worst.max(verdict.exit_code());
     }
     Ok(worst)
 }
@@ -179,6 +221,7 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
 /// `drift bench sim`: simulated seconds per wall second of a campaign
 /// in one thread.
 pub fn bench(args: BenchSimArgs) -> Result<i32, Failure> {
+    quiet_panics();
     let mut test = args.test;
     test.backend = BackendKind::Sim;
     let base = Plan::from_args(&test)?;

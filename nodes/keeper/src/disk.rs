@@ -54,9 +54,10 @@ pub enum TailFate {
     Keep,
     /// The first this many bytes kept.
     Torn(usize),
-    /// Kept, with the byte at `offset` (within the tail, modulo its
-    /// length) flipped by `mask`.
-    Corrupt { offset: usize, mask: u8 },
+    /// The first `keep` bytes kept (at least one), with the byte at
+    /// `offset` (within what is kept, modulo its length) flipped by
+    /// `mask`: a write cut short whose last sector holds garbage.
+    Corrupt { keep: usize, offset: usize, mask: u8 },
 }
 
 /// An in-memory disk that models durability: a crash drops what was not
@@ -126,9 +127,10 @@ impl MemDisk {
                     TailFate::Drop => {}
                     TailFate::Keep => data.extend_from_slice(tail),
                     TailFate::Torn(k) => data.extend_from_slice(&tail[..k.min(tail.len())]),
-                    TailFate::Corrupt { offset, mask } => {
-                        let at = data.len() + offset % tail.len();
-                        data.extend_from_slice(tail);
+                    TailFate::Corrupt { keep, offset, mask } => {
+                        let kept = &tail[..keep.clamp(1, tail.len())];
+                        let at = data.len() + offset % kept.len();
+                        data.extend_from_slice(kept);
                         data[at] ^= mask.max(1);
                     }
                 }

@@ -647,6 +647,17 @@ impl<D: Disk> KeeperServer<D> {
         self.raw.raft.raft_log.committed
     }
 
+    /// The candidate this server voted for in its current term (0: none).
+    pub fn vote(&self) -> u64 {
+        self.raw.raft.vote
+    }
+
+    /// The index of the last entry in this server's log (or of its
+    /// snapshot).
+    pub fn last_index(&self) -> u64 {
+        self.raw.raft.raft_log.last_index()
+    }
+
     pub fn applied_index(&self) -> u64 {
         self.applied_index
     }

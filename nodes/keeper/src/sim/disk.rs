@@ -5,8 +5,13 @@
 //! from the n-th on: the server sees an I/O error, halts (it sends
 //! nothing more), and the simulator treats it as dead at that point. What
 //! it appended but did not sync then meets the kill mode of
-//! [`SimDisk::reboot`]: dropped, kept, torn at a sector boundary, or kept
-//! with a flipped byte — FoundationDB's kill modes.
+//! [`SimDisk::reboot`]: dropped, kept, torn at a sector boundary, or cut
+//! anywhere with garbage in its last sector — FoundationDB's kill modes,
+//! for a disk that persists a file's appends in order (what reaches the
+//! platter is a prefix of what was written). A disk that persists the
+//! sectors of one unsynced write out of order — a damaged record with
+//! intact ones after it — is not modelled: the changelog refuses to start
+//! on that, as it must on a damaged synced record it cannot tell apart.
 
 use super::rng::SimRng;
 use crate::disk::{Disk, MemDisk, TailFate};
@@ -60,10 +65,16 @@ impl SimDisk {
                 0 => TailFate::Drop,
                 1 => TailFate::Keep,
                 2 => TailFate::Torn((rng.below(n as u64 + 1) as usize / SECTOR) * SECTOR),
-                _ => TailFate::Corrupt {
-                    offset: rng.below(n as u64) as usize,
-                    mask: 1 << rng.below(8),
-                },
+                _ => {
+                    // cut anywhere, garbage in the last sector written
+                    let keep = 1 + rng.below(n as u64) as usize;
+                    let last_sector = keep.min(SECTOR);
+                    TailFate::Corrupt {
+                        keep,
+                        offset: keep - 1 - rng.below(last_sector as u64) as usize,
+                        mask: 1 << rng.below(8),
+                    }
+                }
             },
         });
     }

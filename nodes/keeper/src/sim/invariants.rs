@@ -32,9 +32,24 @@ pub struct Invariants {
     /// Servers whose files the `corrupt` fault damaged since their last
     /// start (a refusal to start is then expected).
     corrupted: BTreeSet<u64>,
+    /// Per server, what it told its peers it holds durably since its
+    /// last start: see [`Promise`].
+    promises: BTreeMap<u64, Promise>,
     /// Divergences caught, as (server, index).
     pub caught: Vec<(u64, u64)>,
     pub violations: Vec<Violation>,
+}
+
+/// What a server's messages promised: Raft lets a server acknowledge an
+/// entry or grant a vote only once that is on its disk, so a crash must
+/// not take it back.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Promise {
+    /// The highest term it acknowledged appends in, and the highest index
+    /// it acknowledged in that term.
+    acked: Option<(u64, u64)>,
+    /// The highest term it granted a vote in, and to whom.
+    vote: Option<(u64, u64)>,
 }
 
 fn entry_hash(e: &raft::prelude::Entry) -> u64 {
@@ -107,6 +122,7 @@ impl Invariants {
     /// The `corrupt` fault damaged `id`'s files.
     pub fn corrupted(&mut self, id: u64) {
         self.corrupted.insert(id);
+        self.promises.remove(&id);
     }
 
     /// A server stopped on a digest mismatch.
@@ -135,6 +151,11 @@ impl Invariants {
         self.violate(id, format!("storage failure: {reason}"));
     }
 
+    /// A server panicked (it is taken down as a crash).
+    pub fn panicked(&mut self, id: u64, why: &str) {
+        self.violate(id, format!("panicked: {why}"));
+    }
+
     /// A server could not open its storage.
     pub fn open_failed(&mut self, id: u64, reason: &str) {
         if !self.corrupted.remove(&id) {
@@ -147,10 +168,65 @@ impl Invariants {
         self.checked_to.remove(&id);
     }
 
-    /// A server started again: earlier damage is settled either way.
-    pub fn started(&mut self, id: u64) {
+    /// Server `id` sent a Raft message (protobuf bytes): an acknowledged
+    /// append or a granted vote is remembered as a promise.
+    pub fn sent(&mut self, id: u64, raft_bytes: &[u8]) {
+        use protobuf::Message as _;
+        use raft::prelude::{Message, MessageType};
+        let Ok(m) = Message::parse_from_bytes(raft_bytes) else { return };
+        if m.reject {
+            return;
+        }
+        let p = self.promises.entry(id).or_default();
+        match m.get_msg_type() {
+            MessageType::MsgAppendResponse => match p.acked {
+                Some((t, i)) if t > m.term || (t == m.term && i >= m.index) => {}
+                _ => p.acked = Some((m.term, m.index)),
+            },
+            MessageType::MsgRequestVoteResponse => {
+                if p.vote.is_none_or(|(t, _)| m.term > t) {
+                    p.vote = Some((m.term, m.to));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Server `id` lost its disk (wiped, or damaged by the `corrupt`
+    /// fault): what it promised is gone with it, by design of the fault.
+    pub fn forget_promises(&mut self, id: u64) {
+        self.promises.remove(&id);
+    }
+
+    /// A server started again on its disk: earlier damage is settled
+    /// either way, and what it recovered must keep its promises.
+    pub fn started<D: Disk>(&mut self, s: &KeeperServer<D>) {
+        let id = s.id();
         self.corrupted.remove(&id);
         self.checked_to.remove(&id);
+        let Some(p) = self.promises.remove(&id) else { return };
+        let (term, vote, last) = (s.term(), s.vote(), s.last_index());
+        if let Some((t, c)) = p.vote {
+            if term < t || (term == t && vote != c) {
+                self.violate(
+                    id,
+                    format!(
+                        "granted its vote in term {t} to {c} before a crash, recovered term {term} voting for {vote}: the vote was sent before it was durable"
+                    ),
+                );
+            }
+        }
+        if let Some((t, i)) = p.acked {
+            // a later term may truncate what an earlier one acknowledged
+            if term < t || (term == t && last < i) {
+                self.violate(
+                    id,
+                    format!(
+                        "acknowledged entries to index {i} in term {t} before a crash, recovered term {term} with its log ending at {last}: the acknowledgement was sent before the entries were durable"
+                    ),
+                );
+            }
+        }
     }
 
     /// At the end: every divergence applied must have been caught.

@@ -372,10 +372,10 @@ impl Cluster {
         match KeeperServer::open(cfg, disk, env) {
             Ok((mut server, out)) => {
                 server.plant_bugs(bugs);
+                self.invariants.started(&server);
                 node.server = Some(server);
                 node.incarnation += 1;
                 self.down.remove(&id);
-                self.invariants.started(id);
                 self.apply(id, out);
                 let tick = self.tick_us(id);
                 self.schedule(self.now_us + tick, Ev::Tick(id));
@@ -445,7 +445,12 @@ impl Cluster {
     fn apply(&mut self, id: u64, out: Vec<Effect>) {
         for e in out {
             match e {
-                Effect::Peer { to, msg } => self.send_peer(id, to, msg),
+                Effect::Peer { to, msg } => {
+                    if let PeerMsg::Raft(bytes) = &msg {
+                        self.invariants.sent(id, bytes);
+                    }
+                    self.send_peer(id, to, msg)
+                }
                 Effect::Client { conn, frame } => self.send_to_client(conn, frame),
                 Effect::Close { conn } => self.close_to_client(conn),
                 Effect::WriteSnapshot(job) => {
@@ -613,6 +618,33 @@ impl Cluster {
         node.server.as_ref()?;
         let env = self.env(id);
         let mut out = Vec::new();
+        // a panicking server is a finding, not the end of the simulation:
+        // it is reported and taken down as a crash
+        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step_server(id, env, ev, &mut out)));
+        match stepped {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(payload) => {
+                let why = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                self.invariants.panicked(id, &why);
+                self.crash(id);
+                return None;
+            }
+        }
+        self.apply(id, out);
+        if let Some(s) = self.nodes[&id].server.as_ref() {
+            self.invariants.observe(s);
+        }
+        None
+    }
+
+    /// Hands event `ev` to server `id` (up, not paused) and advances it;
+    /// false when the event never reached it.
+    fn step_server(&mut self, id: u64, env: Env, ev: Ev, out: &mut Vec<Effect>) -> bool {
         let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
         match ev {
             Ev::Tick(_) => {
@@ -622,7 +654,7 @@ impl Cluster {
             }
             Ev::Peer { from, msg, .. } => {
                 if self.cut.contains(&(from, id)) {
-                    return None;
+                    return false;
                 }
                 server.step(env, Input::Peer { from, msg }, &mut |e| out.push(e));
             }
@@ -637,7 +669,7 @@ impl Cluster {
             Ev::Hangup { conn, .. } => server.step(env, Input::Closed { conn }, &mut |e| out.push(e)),
             Ev::SnapshotDone { job, incarnation, .. } => {
                 if incarnation != self.nodes[&id].incarnation {
-                    return None;
+                    return false;
                 }
                 let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
                 let result = job.write(server.disk_mut());
@@ -660,11 +692,7 @@ impl Cluster {
         if !server.halted() {
             server.advance(env, &mut |e| out.push(e));
         }
-        self.apply(id, out);
-        if let Some(s) = self.nodes[&id].server.as_ref() {
-            self.invariants.observe(s);
-        }
-        None
+        true
     }
 
     // ------------------------------------------------------------ clients
@@ -763,6 +791,7 @@ impl Cluster {
         if let Some(n) = self.nodes.get_mut(&id) {
             if n.server.is_none() {
                 n.disk = Some(SimDisk::new());
+                self.invariants.forget_promises(id);
             }
         }
     }
