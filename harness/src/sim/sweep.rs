@@ -134,7 +134,21 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
                 let k = next.fetch_add(1, Ordering::Relaxed) as usize;
                 let Some(&seed) = seeds.get(k) else { return };
                 let c = campaign_of(&base, seed, args.swarm);
-                let sim = simulate(&c);
+                // a panic outside the servers (which the cluster catches)
+                // is a failing seed too, not the end of the sweep
+                let sim = match std::panic::catch_unwind(|| simulate(&c)) {
+                    Ok(sim) => sim,
+                    Err(_) => {
+                        failed_count.fetch_add(1, Ordering::Relaxed);
+                        if let Ok(mut errs) = errors.lock() {
+                            errs.push(format!(
+                                "seed {seed}: the simulation panicked (above); again: {}",
+                                one_seed_command(seed)
+                            ));
+                        }
+                        continue;
+                    }
+                };
                 simulated_us.fetch_add(sim.simulated_us, Ordering::Relaxed);
                 match judge(&c, &sim) {
                     Ok((Verdict::Valid, _)) => {}
@@ -181,14 +195,18 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
         simulated_us.load(Ordering::Relaxed) as f64 / 1e6 / wall.as_secs_f64().max(1e-9),
         args.jobs
     );
-    for e in errors.into_inner().unwrap_or_default() {
+    let errors = errors.into_inner().unwrap_or_default();
+    for e in &errors {
         out!("  error: {e}");
     }
     if found.is_empty() {
-        out!("  no failing seed");
-        return Ok(0);
+        if errors.is_empty() {
+            out!("  no failing seed");
+            return Ok(0);
+        }
+        return Ok(1);
     }
-    let mut worst = 0;
+    let mut worst = if errors.is_empty() { 0 } else { 1 };
     out!("  {} failing seeds of {ran}", found.len());
     for (k, (seed, c, sim, verdict, why)) in found.into_iter().enumerate() {
         worst = worst.max(verdict.exit_code());

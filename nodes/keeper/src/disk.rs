@@ -54,9 +54,10 @@ pub enum TailFate {
     Keep,
     /// The first this many bytes kept.
     Torn(usize),
-    /// The first `keep` bytes kept (at least one), with the byte at
-    /// `offset` (within what is kept, modulo its length) flipped by
-    /// `mask`: a write cut short whose last sector holds garbage.
+    /// The first `keep` bytes kept (at least one), every byte from
+    /// `offset` (within what is kept, modulo its length) to the end
+    /// flipped by `mask`: a write cut short whose last sector ends in
+    /// garbage.
     Corrupt { keep: usize, offset: usize, mask: u8 },
 }
 
@@ -131,7 +132,9 @@ impl MemDisk {
                         let kept = &tail[..keep.clamp(1, tail.len())];
                         let at = data.len() + offset % kept.len();
                         data.extend_from_slice(kept);
-                        data[at] ^= mask.max(1);
+                        for b in &mut data[at..] {
+                            *b ^= mask.max(1);
+                        }
                     }
                 }
             }

@@ -32,6 +32,10 @@ pub enum NodeError {
     Snapshot(#[from] SnapshotError),
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
+    /// Storage that opened but does not hold together (see
+    /// `drift_keeper::server::OpenError`).
+    #[error("storage: {0}")]
+    Damaged(String),
     /// A thread, runtime or signal handler the server needs.
     #[error("{what}: {source}")]
     Runtime {

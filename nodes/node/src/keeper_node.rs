@@ -163,6 +163,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         OpenError::Store(e) => NodeError::Store(e),
         OpenError::Snapshot(e) => NodeError::Snapshot(e),
         OpenError::Raft(e) => NodeError::Raft(e),
+        e @ OpenError::LostCommitted { .. } => NodeError::Damaged(e.to_string()),
     })?;
     let voters: Vec<u64> = cfg.peers.iter().map(|p| p.id).collect();
 

@@ -215,6 +215,9 @@ pub enum OpenError {
     Store(StoreError),
     Snapshot(SnapshotError),
     Raft(raft::Error),
+    /// The hard state says entries are committed past the log's end: the
+    /// log lost entries this server counted as committed.
+    LostCommitted { commit: u64, last: u64 },
 }
 
 impl std::fmt::Display for OpenError {
@@ -224,6 +227,10 @@ impl std::fmt::Display for OpenError {
             OpenError::Store(e) => write!(f, "{e}"),
             OpenError::Snapshot(e) => write!(f, "{e}"),
             OpenError::Raft(e) => write!(f, "raft: {e}"),
+            OpenError::LostCommitted { commit, last } => write!(
+                f,
+                "the hard state has entries committed to index {commit}, the log and snapshot end at {last}: committed entries are missing"
+            ),
         }
     }
 }
@@ -490,6 +497,12 @@ impl<D: Disk> KeeperServer<D> {
             max_inflight_msgs: 256,
             ..raft::Config::default()
         };
+        // raft-rs panics on such a store; it is damage, reported as such
+        let last = raft::Storage::last_index(&store)?;
+        let commit = store.hard_state().commit;
+        if commit > last {
+            return Err(OpenError::LostCommitted { commit, last });
+        }
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&rc, store, &logger)?;
         let mut server = KeeperServer {

@@ -215,6 +215,17 @@ impl<D: Disk> KeeperServer<D> {
                 _ => {}
             }
         }
+        if msg.msg_type == MsgAppendResponse && msg.reject && msg.request_snapshot != raft::INVALID_INDEX {
+            // a follower that lost its log asks for a snapshot at the
+            // commit it heard (`fall_behind`); raft-rs, which takes a
+            // follower's acknowledged match as durable, would drop the
+            // request as stale when that match is past the index asked at
+            if let Some(pr) = self.raw.raft.mut_prs().get_mut(msg.from) {
+                if pr.state == raft::ProgressState::Replicate && msg.index < pr.matched {
+                    msg.index = pr.matched;
+                }
+            }
+        }
         if msg.msg_type == MsgHeartbeat {
             let last = self.raw.raft.raft_log.last_index();
             if msg.commit > last {
@@ -279,16 +290,17 @@ impl<D: Disk> KeeperServer<D> {
                     PeerMsg::Raft(bytes)
                 };
                 self.send_peer(to, frame);
-                // a snapshot a peer asked for (see `fall_behind`) stays
-                // asked for until reported sent: raft-rs would send it
-                // again after every answer and never the entries after it
-                let requested = self
-                    .raw
-                    .raft
-                    .prs()
-                    .get(to)
-                    .is_some_and(|pr| pr.pending_request_snapshot != raft::INVALID_INDEX);
-                if snapshot && requested {
+                // raft-rs holds a follower in its snapshot state, sending
+                // nothing, until the snapshot is reported: a snapshot lost
+                // with its follower (down, cut off, killed while
+                // installing) would leave that follower behind for good.
+                // Reported sent at once, the follower is probed again; one
+                // that installed it takes the entries after it, one that
+                // did not is sent a snapshot again. (A snapshot a peer
+                // asked for, see `fall_behind`, would otherwise also be
+                // sent again after every answer and never the entries
+                // after it.)
+                if snapshot {
                     self.raw.report_snapshot(to, raft::SnapshotStatus::Finish);
                 }
             }

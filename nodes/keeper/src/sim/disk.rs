@@ -6,7 +6,7 @@
 //! nothing more), and the simulator treats it as dead at that point. What
 //! it appended but did not sync then meets the kill mode of
 //! [`SimDisk::reboot`]: dropped, kept, torn at a sector boundary, or cut
-//! anywhere with garbage in its last sector — FoundationDB's kill modes,
+//! anywhere with its last sector ending in garbage — FoundationDB's kill modes,
 //! for a disk that persists a file's appends in order (what reaches the
 //! platter is a prefix of what was written). A disk that persists the
 //! sectors of one unsynced write out of order — a damaged record with
@@ -66,7 +66,8 @@ impl SimDisk {
                 1 => TailFate::Keep,
                 2 => TailFate::Torn((rng.below(n as u64 + 1) as usize / SECTOR) * SECTOR),
                 _ => {
-                    // cut anywhere, garbage in the last sector written
+                    // cut anywhere, the last sector written ending in
+                    // garbage
                     let keep = 1 + rng.below(n as u64) as usize;
                     let last_sector = keep.min(SECTOR);
                     TailFate::Corrupt {

@@ -222,6 +222,15 @@ fn member(id: u64) -> Member {
     }
 }
 
+/// What a caught panic said.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
+}
+
 fn trace_write(h: &mut siphasher::sip::SipHasher13, parts: &[u64]) {
     for p in parts {
         std::hash::Hasher::write_u64(h, *p);
@@ -369,7 +378,18 @@ impl Cluster {
         let bugs = self.cfg.bugs;
         let node = self.nodes.get_mut(&id).expect("a server of the cluster");
         let Some(disk) = node.disk.take() else { return };
-        match KeeperServer::open(cfg, disk, env) {
+        let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| KeeperServer::open(cfg, disk, env)));
+        let opened = match opened {
+            Ok(r) => r,
+            Err(payload) => {
+                self.invariants.panicked(id, &format!("on start: {}", panic_text(&*payload)));
+                self.down.insert(id, Down::Fatal("panicked on start".into()));
+                self.invariants.forget_promises(id);
+                node.disk = Some(SimDisk::new());
+                return;
+            }
+        };
+        match opened {
             Ok((mut server, out)) => {
                 server.plant_bugs(bugs);
                 self.invariants.started(&server);
@@ -385,6 +405,7 @@ impl Cluster {
                 // disk is gone with the failed attempt
                 self.down.insert(id, Down::Fatal(format!("open: {e}")));
                 self.invariants.open_failed(id, &e.to_string());
+                self.invariants.forget_promises(id);
                 node.disk = Some(SimDisk::new());
             }
         }
@@ -625,12 +646,7 @@ impl Cluster {
             Ok(true) => {}
             Ok(false) => return None,
             Err(payload) => {
-                let why = payload
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| payload.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic".into());
-                self.invariants.panicked(id, &why);
+                self.invariants.panicked(id, &panic_text(&*payload));
                 self.crash(id);
                 return None;
             }

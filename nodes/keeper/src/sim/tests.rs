@@ -443,27 +443,52 @@ fn a_divergence_is_caught_at_the_exact_index_and_the_replica_recovers() {
     );
 }
 
+/// Crashes a follower at one of its next disk operations while a client
+/// writes, and restarts it.
+fn crash_mid_write(seed: u64, bugs: PlantedBugs) -> Cluster {
+    let mut cfg = config(seed);
+    cfg.bugs = bugs;
+    let mut c = Cluster::new(cfg);
+    let mut inbox = Inbox::default();
+    let l = await_leader(&mut c);
+    let f = others(&c, l)[0];
+    let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+    for i in 0..10 {
+        if i == 5 {
+            c.kill(f, true);
+        }
+        call(&mut c, &mut inbox, &mut s, create(&format!("/c{i}"), "v"), 5 * S).expect("create");
+    }
+    // the follower appends the last entries a moment later
+    let t = c.now_us() + S;
+    c.run_until(t);
+    assert!(!c.is_up(f), "seed {seed}: the armed crash struck");
+    c.restart(f);
+    assert!(c.is_up(f), "seed {seed}: {:?}", c.down(f));
+    await_converged(&mut c);
+    c
+}
+
 #[test]
 fn a_crash_between_write_and_sync_leaves_a_log_the_server_restarts_on() {
     for seed in SEEDS {
-        let mut c = Cluster::new(config(seed));
-        let mut inbox = Inbox::default();
-        let l = await_leader(&mut c);
-        let f = others(&c, l)[0];
-        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
-        for i in 0..10 {
-            if i == 5 {
-                c.kill(f, true);
-            }
-            call(&mut c, &mut inbox, &mut s, create(&format!("/c{i}"), "v"), 5 * S).expect("create");
-        }
-        // the follower appends the last entries a moment later
-        let t = c.now_us() + S;
-        c.run_until(t);
-        assert!(!c.is_up(f), "seed {seed}: the armed crash struck");
-        c.restart(f);
-        assert!(c.is_up(f), "seed {seed}: {:?}", c.down(f));
-        await_converged(&mut c);
+        let mut c = crash_mid_write(seed, PlantedBugs::default());
         assert_clean(&mut c, seed);
     }
+}
+
+#[test]
+fn an_acknowledgement_sent_before_the_sync_is_caught_when_the_crash_takes_it_back() {
+    let bugs = PlantedBugs {
+        send_before_sync: true,
+        ..PlantedBugs::default()
+    };
+    let mut found = 0;
+    for seed in SEEDS {
+        let c = crash_mid_write(seed, bugs);
+        if c.invariants.violations.iter().any(|v| v.what.contains("sent before the entries were durable")) {
+            found += 1;
+        }
+    }
+    assert!(found >= 5, "the planted bug was found under {found} of 20 seeds");
 }
