@@ -666,11 +666,20 @@ impl<D: Disk> KeeperServer<D> {
             }
         };
         let diverged = std::mem::take(&mut self.diverge_next).then(|| diverged(&ke.request));
-        if diverged.is_some() {
-            self.log("diverge_applied", serde_json::json!({"log_index": e.index}));
-        }
         let request = diverged.as_ref().unwrap_or(&ke.request);
         let d = self.ks.preprocess(ke.session, ke.zxid, ke.time_ms, request);
+        if diverged.is_some() {
+            // a request that fails as a whole (a multi whose first op is
+            // refused) leaves the tree as the original would: no
+            // divergence, so the hook waits for the next entry. Without
+            // digests to compare, the divergence is taken as applied.
+            let comparable = ke.digest.version != crate::digest::NO_DIGEST && ke.digest.version == d.version;
+            if !comparable || ke.digest.mismatches(d) {
+                self.log("diverge_applied", serde_json::json!({"log_index": e.index}));
+            } else {
+                self.diverge_next = true;
+            }
+        }
         if !self.bugs.skip_digest_check {
             if let Err(m) = check_digest(e.index, Phase::Preprocess, &ke, d) {
                 self.emit(super::Effect::DigestMismatch(m));
