@@ -539,6 +539,9 @@ fn apply(w: &W, step: &Step, torn: bool) -> String {
         }
         Fault::Corrupt { mode, .. } => {
             let n = step.nodes[0];
+            if let Some(why) = majority_of_disks(c, n) {
+                return why;
+            }
             c.kill(n, false);
             match mode {
                 CorruptMode::Wipe => {
@@ -556,6 +559,9 @@ fn apply(w: &W, step: &Step, torn: bool) -> String {
         }
         Fault::Wipe => {
             let n = step.nodes[0];
+            if let Some(why) = majority_of_disks(c, n) {
+                return why;
+            }
             c.kill(n, false);
             c.wipe(n);
             format!("wiped node {n}")
@@ -575,6 +581,18 @@ fn apply(w: &W, step: &Step, torn: bool) -> String {
         Fault::Clock { offset_ms } => c.admin(step.nodes[0], &format!("clock {offset_ms}")),
         other => format!("{} is not simulated: nothing done", other.kind().name()),
     }
+}
+
+/// Why damaging node `n`'s disk now would be outside the fault model:
+/// with the servers that still recover from a lost disk, a majority's
+/// disks would be gone (Raft then may lose committed entries, and a
+/// cluster may never recover: no finding). None when it is within it.
+fn majority_of_disks(c: &mut Cluster, n: u64) -> Option<String> {
+    let others: Vec<u64> = c.recovering().into_iter().filter(|&x| x != n).collect();
+    let nodes = c.ids().len();
+    ((others.len() + 1) * 2 >= nodes).then(|| {
+        format!("skipped: nodes {others:?} still recover lost disks; node {n}'s too would leave no majority of disks")
+    })
 }
 
 /// Stops what `step` started.

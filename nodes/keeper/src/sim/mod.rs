@@ -208,6 +208,10 @@ pub struct Cluster {
     conns: BTreeMap<u64, Conn>,
     next_conn: u64,
     down: BTreeMap<u64, Down>,
+    /// Servers whose disk was replaced (wiped, or refused at start), with
+    /// the highest commit index at that moment: they recover once they
+    /// applied it (see [`Cluster::recovering`]).
+    lost: BTreeMap<u64, u64>,
     trace: siphasher::sip::SipHasher13,
     events: u64,
     pub invariants: Invariants,
@@ -261,6 +265,7 @@ impl Cluster {
             conns: BTreeMap::new(),
             next_conn: 1,
             down: BTreeMap::new(),
+            lost: BTreeMap::new(),
             trace: siphasher::sip::SipHasher13::new_with_keys(cfg.seed, 0x0074_7261_6365),
             events: 0,
             invariants: Invariants::default(),
@@ -407,6 +412,8 @@ impl Cluster {
                 self.invariants.open_failed(id, &e.to_string());
                 self.invariants.forget_promises(id);
                 node.disk = Some(SimDisk::new());
+                let mark = self.max_commit();
+                self.lost.insert(id, mark);
             }
         }
     }
@@ -808,6 +815,8 @@ impl Cluster {
             if n.server.is_none() {
                 n.disk = Some(SimDisk::new());
                 self.invariants.forget_promises(id);
+                let mark = self.max_commit();
+                self.lost.insert(id, mark);
             }
         }
     }
@@ -894,6 +903,30 @@ impl Cluster {
     }
 
     /// Every server that is up: (id, applied index, tree digest).
+    /// The highest commit index a running server knows.
+    fn max_commit(&self) -> u64 {
+        self.nodes
+            .values()
+            .filter_map(|n| n.server.as_ref().map(|s| s.commit_index()))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Servers that lost their disk and have not yet applied what was
+    /// committed when they did. Raft's guarantees hold while these stay a
+    /// minority: a fault schedule that takes more disks at once is outside
+    /// them.
+    pub fn recovering(&mut self) -> Vec<u64> {
+        let nodes = &self.nodes;
+        self.lost.retain(|id, mark| {
+            !nodes[id]
+                .server
+                .as_ref()
+                .is_some_and(|s| s.applied_index() >= *mark)
+        });
+        self.lost.keys().copied().collect()
+    }
+
     pub fn states(&self) -> Vec<(u64, u64, u64)> {
         self.nodes
             .iter()
