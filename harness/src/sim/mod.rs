@@ -619,7 +619,7 @@ fn stop(w: &W, step: &Step) -> String {
 fn restart_down(c: &mut Cluster) -> Vec<String> {
     let mut out = Vec::new();
     for i in c.ids() {
-        if !c.is_up(i) {
+        if !c.is_up(i) || c.armed(i) {
             c.restart(i);
             out.push(if c.is_up(i) {
                 format!("restarted {i}")

@@ -49,6 +49,11 @@ impl SimDisk {
         self.crash_in = Some(n.max(1));
     }
 
+    /// Whether a crash is armed and has not struck yet.
+    pub fn armed(&self) -> bool {
+        self.crash_in.is_some()
+    }
+
     /// Whether an armed crash struck.
     pub fn crashed(&self) -> bool {
         self.crashed

@@ -801,8 +801,21 @@ impl Cluster {
         }
     }
 
-    /// Starts a stopped server again on its disk.
+    /// Whether server `id` runs with a crash armed that has not struck.
+    pub fn armed(&self, id: u64) -> bool {
+        self.nodes
+            .get(&id)
+            .and_then(|n| n.server.as_ref())
+            .is_some_and(|s| s.disk().armed())
+    }
+
+    /// Starts a stopped server again on its disk. A server whose armed
+    /// crash (see [`Cluster::kill`]) has not struck yet — it touched no
+    /// disk since — dies now and starts again.
     pub fn restart(&mut self, id: u64) {
+        if self.armed(id) {
+            self.crash(id);
+        }
         if !self.is_up(id) && self.nodes.contains_key(&id) {
             self.start(id, false);
         }
