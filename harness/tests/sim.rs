@@ -7,10 +7,14 @@ mod common;
 use common::{drift, run, scratch};
 use std::path::{Path, PathBuf};
 
-/// The run directories under `store` (one workload-target folder deep).
+/// The run directories under `store` (one workload-target folder deep;
+/// not the `latest` link).
 fn runs(store: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for group in std::fs::read_dir(store).unwrap().filter_map(Result::ok) {
+        if group.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
         if let Ok(rd) = std::fs::read_dir(group.path()) {
             out.extend(rd.filter_map(Result::ok).map(|e| e.path()).filter(|p| p.is_dir()));
         }
@@ -31,21 +35,22 @@ fn trace(stdout: &str) -> String {
 #[test]
 fn a_simulated_campaign_is_checked_stored_and_replayed_byte_for_byte() {
     let store = scratch("sim-run");
-    let (code, stdout, stderr) = run(drift().args([
-        "test",
-        "--backend",
-        "sim",
-        "--workload",
-        "unique-ids",
-        "--time-limit",
-        "10",
-        "--nemesis",
-        "kill,partition",
-        "--seed",
-        "5",
-        "--store",
-    ])
-    .arg(&*store));
+    let (code, stdout, stderr) = run(drift()
+        .args([
+            "test",
+            "--backend",
+            "sim",
+            "--workload",
+            "unique-ids",
+            "--time-limit",
+            "10",
+            "--nemesis",
+            "kill,partition",
+            "--seed",
+            "5",
+            "--store",
+        ])
+        .arg(&*store));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("VALID"), "{stdout}");
     let first = runs(&store);
@@ -71,23 +76,24 @@ fn a_simulated_campaign_is_checked_stored_and_replayed_byte_for_byte() {
 #[test]
 fn a_sweep_finds_a_planted_bug_stores_the_seed_and_prints_how_to_run_it_again() {
     let store = scratch("sim-sweep");
-    let (code, stdout, stderr) = run(drift().args([
-        "sim",
-        "--seeds",
-        "3",
-        "--from",
-        "11",
-        "--plant",
-        "skip-digest-check",
-        "--nemesis",
-        "diverge",
-        "--time-limit",
-        "10",
-        "--keep",
-        "1",
-        "--store",
-    ])
-    .arg(&*store));
+    let (code, stdout, stderr) = run(drift()
+        .args([
+            "sim",
+            "--seeds",
+            "3",
+            "--from",
+            "11",
+            "--plant",
+            "skip-digest-check",
+            "--nemesis",
+            "diverge",
+            "--time-limit",
+            "10",
+            "--keep",
+            "1",
+            "--store",
+        ])
+        .arg(&*store));
     assert_eq!(code, 1, "{stdout}\n{stderr}");
     assert!(stdout.contains("3 failing seeds of 3"), "{stdout}");
     assert!(stdout.contains("was never caught"), "{stdout}");
@@ -109,18 +115,19 @@ fn a_sweep_finds_a_planted_bug_stores_the_seed_and_prints_how_to_run_it_again() 
 #[test]
 fn a_sweep_without_planted_bugs_finds_nothing_on_a_few_seeds() {
     let store = scratch("sim-clean");
-    let (code, stdout, stderr) = run(drift().args([
-        "sim",
-        "--seeds",
-        "6",
-        "--swarm",
-        "--jobs",
-        "2",
-        "--time-limit",
-        "10",
-        "--store",
-    ])
-    .arg(&*store));
+    let (code, stdout, stderr) = run(drift()
+        .args([
+            "sim",
+            "--seeds",
+            "6",
+            "--swarm",
+            "--jobs",
+            "2",
+            "--time-limit",
+            "10",
+            "--store",
+        ])
+        .arg(&*store));
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert!(stdout.contains("no failing seed"), "{stdout}");
     assert!(runs(&store).is_empty());
@@ -132,7 +139,10 @@ fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
         (&["sim", "--seeds", "0"], "--seeds"),
         (&["sim", "--jobs", "0"], "--jobs"),
         (&["sim", "--seed", "3"], "--from and --seeds, not --seed"),
-        (&["sim", "--workload", "insert-retry"], "workload insert-retry is not simulated"),
+        (
+            &["sim", "--workload", "insert-retry"],
+            "workload insert-retry is not simulated",
+        ),
         (&["sim", "--plant", "bogus"], "invalid value 'bogus' for '--plant"),
         (
             &["test", "--plant", "skip-rollback", "--time-limit", "1"],

@@ -824,8 +824,41 @@ mod tests {
             assert_eq!(a.logs, b.logs, "{workload}: server logs");
             assert_eq!(a.events, b.events, "{workload}: event counts");
             let other = simulate(&campaign(&args, 8));
-            assert_ne!(a.trace_hash, other.trace_hash, "{workload}: seeds 7 and 8 gave one trace");
-            assert!(history_bytes(&a) != history_bytes(&other), "{workload}: seeds 7 and 8 gave one history");
+            assert_ne!(
+                a.trace_hash, other.trace_hash,
+                "{workload}: seeds 7 and 8 gave one trace"
+            );
+            assert!(
+                history_bytes(&a) != history_bytes(&other),
+                "{workload}: seeds 7 and 8 gave one history"
+            );
+        }
+    }
+
+    /// Seeds whose runs found bugs (fixed since; BENCHMARKS.md, "The
+    /// simulator"), run again: each must now be valid.
+    #[test]
+    fn the_seeds_that_found_bugs_stay_fixed() {
+        let six = "partition,kill,pause,clock,corrupt,diverge";
+        let seven = "partition,kill,pause,clock,corrupt,diverge,wipe";
+        let cases: [(&str, bool, u64); 6] = [
+            ("kill", false, 762),
+            (six, true, 53),
+            (six, true, 133),
+            (six, true, 421),
+            (seven, true, 307),
+            (seven, true, 469),
+        ];
+        for (nemesis, swarmed, seed) in cases {
+            let c = campaign(&["--time-limit", "30", "--nemesis", nemesis], seed);
+            let c = if swarmed { swarm(c.plan, seed) } else { c };
+            let sim = simulate(&c);
+            let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
+            assert_eq!(
+                verdict,
+                drift_checkers::checker::Verdict::Valid,
+                "seed {seed} ({nemesis}, swarm {swarmed}): {why}"
+            );
         }
     }
 

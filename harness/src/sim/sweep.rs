@@ -86,7 +86,10 @@ fn one_seed_command(seed: u64) -> String {
 /// per seed.
 pub(crate) fn quiet_panics() {
     std::panic::set_hook(Box::new(|info| {
-        let at = info.location().map(|l| format!(" at {}:{}", l.file(), l.line())).unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
         let what = info
             .payload()
             .downcast_ref::<&str>()

@@ -217,7 +217,10 @@ pub enum OpenError {
     Raft(raft::Error),
     /// The hard state says entries are committed past the log's end: the
     /// log lost entries this server counted as committed.
-    LostCommitted { commit: u64, last: u64 },
+    LostCommitted {
+        commit: u64,
+        last: u64,
+    },
 }
 
 impl std::fmt::Display for OpenError {

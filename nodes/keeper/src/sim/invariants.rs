@@ -173,7 +173,9 @@ impl Invariants {
     pub fn sent(&mut self, id: u64, raft_bytes: &[u8]) {
         use protobuf::Message as _;
         use raft::prelude::{Message, MessageType};
-        let Ok(m) = Message::parse_from_bytes(raft_bytes) else { return };
+        let Ok(m) = Message::parse_from_bytes(raft_bytes) else {
+            return;
+        };
         if m.reject {
             return;
         }
@@ -183,10 +185,8 @@ impl Invariants {
                 Some((t, i)) if t > m.term || (t == m.term && i >= m.index) => {}
                 _ => p.acked = Some((m.term, m.index)),
             },
-            MessageType::MsgRequestVoteResponse => {
-                if p.vote.is_none_or(|(t, _)| m.term > t) {
-                    p.vote = Some((m.term, m.to));
-                }
+            MessageType::MsgRequestVoteResponse if p.vote.is_none_or(|(t, _)| m.term > t) => {
+                p.vote = Some((m.term, m.to));
             }
             _ => {}
         }

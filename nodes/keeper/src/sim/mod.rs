@@ -387,7 +387,8 @@ impl Cluster {
         let opened = match opened {
             Ok(r) => r,
             Err(payload) => {
-                self.invariants.panicked(id, &format!("on start: {}", panic_text(&*payload)));
+                self.invariants
+                    .panicked(id, &format!("on start: {}", panic_text(&*payload)));
                 self.down.insert(id, Down::Fatal("panicked on start".into()));
                 self.invariants.forget_promises(id);
                 node.disk = Some(SimDisk::new());
@@ -648,7 +649,8 @@ impl Cluster {
         let mut out = Vec::new();
         // a panicking server is a finding, not the end of the simulation:
         // it is reported and taken down as a crash
-        let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step_server(id, env, ev, &mut out)));
+        let stepped =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step_server(id, env, ev, &mut out)));
         match stepped {
             Ok(true) => {}
             Ok(false) => return None,
@@ -931,12 +933,8 @@ impl Cluster {
     /// them.
     pub fn recovering(&mut self) -> Vec<u64> {
         let nodes = &self.nodes;
-        self.lost.retain(|id, mark| {
-            !nodes[id]
-                .server
-                .as_ref()
-                .is_some_and(|s| s.applied_index() >= *mark)
-        });
+        self.lost
+            .retain(|id, mark| nodes[id].server.as_ref().is_none_or(|s| s.applied_index() < *mark));
         self.lost.keys().copied().collect()
     }
 

@@ -486,7 +486,11 @@ fn an_acknowledgement_sent_before_the_sync_is_caught_when_the_crash_takes_it_bac
     let mut found = 0;
     for seed in SEEDS {
         let c = crash_mid_write(seed, bugs);
-        if c.invariants.violations.iter().any(|v| v.what.contains("sent before the entries were durable")) {
+        if c.invariants
+            .violations
+            .iter()
+            .any(|v| v.what.contains("sent before the entries were durable"))
+        {
             found += 1;
         }
     }
