@@ -361,6 +361,10 @@ pub struct SimPlan {
     pub loss: f64,
     pub duplicate: f64,
     pub reorder: f64,
+    /// Odds a peer message clogs its link for up to 2 s (nothing gets
+    /// through until the clog ends).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub clog: f64,
     /// Most one-way delay of a peer message (µs; least 100).
     pub delay_max_us: u64,
     /// Each server's clock drifts by up to this (parts per million).
@@ -375,12 +379,17 @@ pub struct SimPlan {
     pub bugs: Vec<PlantedBug>,
 }
 
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
 impl Default for SimPlan {
     fn default() -> Self {
         SimPlan {
             loss: 0.0,
             duplicate: 0.0,
             reorder: 0.0,
+            clog: 0.0,
             delay_max_us: 2_000,
             clock_drift_ppm: 200,
             torn_writes: true,

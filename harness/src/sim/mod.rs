@@ -163,6 +163,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             loss: sp.loss,
             duplicate: sp.duplicate,
             reorder: sp.reorder,
+            clog: (sp.clog, 2_000_000),
             client_delay_us: (50, 500),
         },
         clock_drift_ppm: sp.clock_drift_ppm,
@@ -178,8 +179,9 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
 }
 
 /// Swarm mode: the campaign of `seed` with its world varied — a subset of
-/// the faults, their pace, the network's misbehaviour, clock drift,
-/// torn writes — all drawn from the seed.
+/// the faults, their pace, the network's misbehaviour (loss, duplication,
+/// reordering, delays, clogged links), clock drift, torn writes — all
+/// drawn from the seed.
 pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     let mut rng = Rng::new(Rng::derive(seed, "swarm"));
     let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
@@ -202,6 +204,7 @@ pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     sim.clock_drift_ppm = [0, 100, 1_000, 20_000][rng.below(4) as usize];
     sim.torn_writes = rng.below(4) != 0;
     sim.snapshot_distance = [100, 1_000, 10_000][rng.below(3) as usize];
+    sim.clog = odds(&mut rng, 0.002);
     plan.sim = Some(sim);
     Campaign::new(plan, seed)
 }

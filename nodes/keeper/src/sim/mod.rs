@@ -52,6 +52,10 @@ pub struct NetConfig {
     pub loss: f64,
     pub duplicate: f64,
     pub reorder: f64,
+    /// Clogging: the odds a peer message clogs its link, and the longest
+    /// a clog lasts (µs). A clogged link delivers nothing until the clog
+    /// ends, then everything it holds, in order.
+    pub clog: (f64, u64),
     /// A client connection's one-way delay (µs).
     pub client_delay_us: (u64, u64),
 }
@@ -64,6 +68,7 @@ impl Default for NetConfig {
             loss: 0.0,
             duplicate: 0.0,
             reorder: 0.0,
+            clog: (0.0, 2_000_000),
             client_delay_us: (50, 500),
         }
     }
@@ -205,6 +210,8 @@ pub struct Cluster {
     /// The latest delivery time scheduled per directed peer link (ordered
     /// traffic).
     link_at: BTreeMap<(u64, u64), u64>,
+    /// Clogged directed links, and when each clog ends (µs).
+    clogged: BTreeMap<(u64, u64), u64>,
     conns: BTreeMap<u64, Conn>,
     next_conn: u64,
     down: BTreeMap<u64, Down>,
@@ -262,6 +269,7 @@ impl Cluster {
             seq: 0,
             cut: BTreeSet::new(),
             link_at: BTreeMap::new(),
+            clogged: BTreeMap::new(),
             conns: BTreeMap::new(),
             next_conn: 1,
             down: BTreeMap::new(),
@@ -448,8 +456,16 @@ impl Cluster {
         if raft && self.net_rng.chance(self.cfg.net.loss) {
             return;
         }
+        let (odds, longest) = self.cfg.net.clog;
+        if self.net_rng.chance(odds) && !self.is_clogged(from, to) {
+            let until = self.now_us + self.net_rng.between(longest / 10, longest);
+            self.clog(from, to, until);
+        }
         let d = self.delay(self.cfg.net.delay_us);
         let mut at = self.now_us + d;
+        if let Some(&until) = self.clogged.get(&(from, to)).filter(|&&u| u > self.now_us) {
+            at = at.max(until + d);
+        }
         let reordered = raft && self.net_rng.chance(self.cfg.net.reorder);
         if !reordered {
             let last = self.link_at.entry((from, to)).or_insert(0);
@@ -686,7 +702,8 @@ impl Cluster {
             Ev::Accept { conn, .. } => {
                 let peer = Some(SocketAddr::new(
                     IpAddr::V4(Ipv4Addr::new(127, 0, 0, 1)),
-                    40_000 + conn as u16,
+                    // a port for the peer's address: any, but the same each run
+                    40_000 + (conn % 25_000) as u16,
                 ));
                 server.step(env, Input::Accepted { conn, peer }, &mut |e| out.push(e));
             }
@@ -863,6 +880,17 @@ impl Cluster {
 
     pub fn heal(&mut self) {
         self.cut.clear();
+        self.clogged.clear();
+    }
+
+    /// Clogs the directed link `from` → `to` until `until_us`: what is
+    /// sent over it meanwhile arrives after that, in order.
+    pub fn clog(&mut self, from: u64, to: u64, until_us: u64) {
+        self.clogged.insert((from, to), until_us);
+    }
+
+    fn is_clogged(&self, from: u64, to: u64) -> bool {
+        self.clogged.get(&(from, to)).is_some_and(|&u| u > self.now_us)
     }
 
     /// Sends an admin command line to server `id` (with its fault token

@@ -496,3 +496,34 @@ fn an_acknowledgement_sent_before_the_sync_is_caught_when_the_crash_takes_it_bac
     }
     assert!(found >= 5, "the planted bug was found under {found} of 20 seeds");
 }
+
+#[test]
+fn a_clogged_link_delivers_nothing_until_the_clog_ends_then_everything() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+        let t = c.now_us() + S;
+        c.run_until(t);
+        let before = c.server(f).expect("up").applied_index();
+        let until = c.now_us() + 3 * S;
+        c.clog(l, f, until);
+        for i in 0..5 {
+            call(&mut c, &mut inbox, &mut s, create(&format!("/clog{i}"), "v"), 5 * S).expect("create");
+        }
+        assert!(c.now_us() < until, "seed {seed}: the writes took the whole clog");
+        let (led, held) = (
+            c.server(l).expect("up").applied_index(),
+            c.server(f).expect("up").applied_index(),
+        );
+        assert!(led >= before + 5, "seed {seed}: the leader applied the writes");
+        assert_eq!(held, before, "seed {seed}: nothing got through the clogged link");
+        let t = until + S;
+        c.run_until(t);
+        let (applied, _) = await_converged(&mut c);
+        assert!(applied >= led, "seed {seed}");
+        assert_clean(&mut c, seed);
+    }
+}
