@@ -844,13 +844,16 @@ mod tests {
     fn the_seeds_that_found_bugs_stay_fixed() {
         let six = "partition,kill,pause,clock,corrupt,diverge";
         let seven = "partition,kill,pause,clock,corrupt,diverge,wipe";
-        let cases: [(&str, bool, u64); 6] = [
+        let cases: [(&str, bool, u64); 9] = [
             ("kill", false, 762),
+            ("kill,partition", true, 642),
             (six, true, 53),
             (six, true, 133),
             (six, true, 421),
+            (seven, true, 286),
             (seven, true, 307),
             (seven, true, 469),
+            (seven, true, 1626),
         ];
         for (nemesis, swarmed, seed) in cases {
             let c = campaign(&["--time-limit", "30", "--nemesis", nemesis], seed);

@@ -200,11 +200,14 @@ impl<D: Disk> KeeperServer<D> {
     /// term before it lost its state).
     fn step_raft(&mut self, mut msg: Message) {
         use raft::prelude::MessageType::*;
-        if self.behind > 0 && matches!(msg.msg_type, MsgRequestVote | MsgRequestPreVote) {
-            // a vote from a log missing committed entries could elect a
-            // leader without them
+        if self.behind > 0 && matches!(msg.msg_type, MsgRequestVote | MsgRequestPreVote) && msg.index < self.behind {
+            // this log misses entries known committed: its vote could
+            // elect a candidate that misses them too. A candidate whose
+            // log reaches them may have it.
             return;
         }
+        // an append names the leader's commit: see below
+        let append_commit = (msg.msg_type == MsgAppend).then_some((msg.from, msg.commit));
         if self.quiet {
             match msg.msg_type {
                 MsgAppend | MsgHeartbeat | MsgSnapshot => {
@@ -234,6 +237,17 @@ impl<D: Disk> KeeperServer<D> {
             msg.commit = msg.commit.min(last);
         }
         let _ = self.raw.step(msg);
+        if let Some((leader, commit)) = append_commit {
+            // entries to the leader's commit that this log still lacks
+            // after the append are committed: until it has them it votes
+            // only for candidates that do (a server that lost its disk
+            // may have acknowledged them, and counted towards their
+            // commit)
+            let last = self.raw.raft.raft_log.last_index();
+            if commit > last && commit > self.behind {
+                self.note_behind(leader, commit, last);
+            }
+        }
         if self.behind > 0 && self.raw.raft.raft_log.last_index() >= self.behind {
             let index = self.raw.raft.raft_log.last_index();
             self.log("caught_up", serde_json::json!({ "index": index }));
@@ -250,14 +264,7 @@ impl<D: Disk> KeeperServer<D> {
     /// index the snapshot must reach. Until its log reaches that commit it
     /// neither votes nor campaigns.
     fn fall_behind(&mut self, leader: u64, term: u64, commit: u64, last: u64) {
-        if self.behind == 0 {
-            self.behind_since_tick = self.ticks;
-            self.log(
-                "behind",
-                serde_json::json!({"leader": leader, "commit": commit, "last_index": last}),
-            );
-        }
-        self.behind = self.behind.max(commit);
+        self.note_behind(leader, commit, last);
         let every = self.cfg.election_ticks as u64;
         if self.behind_asked_tick != 0 && self.ticks < self.behind_asked_tick + every {
             return;
@@ -274,6 +281,20 @@ impl<D: Disk> KeeperServer<D> {
         m.log_term = self.raw.raft.raft_log.term(last).unwrap_or(0);
         m.request_snapshot = commit;
         self.send_messages(vec![m]);
+    }
+
+    /// Entries to `commit` are committed and this log ends at `last`:
+    /// until it reaches `commit`, its votes go only to candidates whose
+    /// log does.
+    fn note_behind(&mut self, leader: u64, commit: u64, last: u64) {
+        if self.behind == 0 {
+            self.behind_since_tick = self.ticks;
+            self.log(
+                "behind",
+                serde_json::json!({"leader": leader, "commit": commit, "last_index": last}),
+            );
+        }
+        self.behind = self.behind.max(commit);
     }
 
     fn send_messages(&mut self, msgs: Vec<Message>) {

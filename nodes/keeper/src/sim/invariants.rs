@@ -192,6 +192,19 @@ impl Invariants {
         }
     }
 
+    /// Server `s` is about to crash. Acknowledged entries it has since
+    /// dropped itself — a leader of a later term overwrote them — are no
+    /// longer promised: the crash may strike after the truncation reached
+    /// the disk and before the later term did, so the recovered term is
+    /// no evidence either way. (A granted vote stays promised.)
+    pub fn crashing<D: Disk>(&mut self, s: &KeeperServer<D>) {
+        if let Some(p) = self.promises.get_mut(&s.id()) {
+            if p.acked.is_some_and(|(t, i)| s.term() > t || s.last_index() < i) {
+                p.acked = None;
+            }
+        }
+    }
+
     /// Server `id` lost its disk (wiped, or damaged by the `corrupt`
     /// fault): what it promised is gone with it, by design of the fault.
     pub fn forget_promises(&mut self, id: u64) {

@@ -593,6 +593,9 @@ impl Cluster {
 
     /// The server died: what it had not synced meets the kill mode.
     fn crash(&mut self, id: u64) {
+        if let Some(s) = self.nodes.get(&id).and_then(|n| n.server.as_ref()) {
+            self.invariants.crashing(s);
+        }
         self.stop(id, Down::Killed);
         let mode = self.cfg.kill_mode;
         let node = self.nodes.get_mut(&id).expect("known");
