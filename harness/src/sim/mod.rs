@@ -109,6 +109,11 @@ fn record(
     });
 }
 
+/// A client's invocation of `f`.
+fn invoke(w: &W, h: &H, process: u64, f: &str, value: Value, key: Option<String>) {
+    record(w, h, Process::Client(process), OpType::Invoke, f, value, key, None);
+}
+
 fn event(w: &W, h: &H, f: &str, value: Value) {
     record(w, h, Process::Nemesis, OpType::Info, f, value, None, None);
 }
@@ -419,16 +424,7 @@ async fn worker(w: W, h: H, spec: Spec, wid: u64, stride: u64, seed: u64, until_
         if ends {
             op.f = client.as_ref().expect("connected").end_op();
         }
-        record(
-            &w,
-            &h,
-            Process::Client(process),
-            OpType::Invoke,
-            op.f,
-            op.value.clone(),
-            op.key.clone(),
-            None,
-        );
+        invoke(&w, &h, process, op.f, op.value.clone(), op.key.clone());
         let outcome = if ends {
             client.take().expect("connected").end_session().await
         } else {
@@ -442,16 +438,7 @@ async fn worker(w: W, h: H, spec: Spec, wid: u64, stride: u64, seed: u64, until_
     }
     if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
         let f = c.end_op();
-        record(
-            &w,
-            &h,
-            Process::Client(process),
-            OpType::Invoke,
-            f,
-            Value::Null,
-            None,
-            None,
-        );
+        invoke(&w, &h, process, f, Value::Null, None);
         let outcome = c.end_session().await;
         record_outcome(&w, &h, process, f, &None, &outcome);
     }
@@ -469,16 +456,7 @@ async fn final_phase(w: W, h: H, spec: Spec, first_process: u64) {
                 exec::sleep_until(&w, at).await;
                 continue;
             };
-            record(
-                &w,
-                &h,
-                Process::Client(process),
-                OpType::Invoke,
-                op.f,
-                op.value.clone(),
-                op.key.clone(),
-                None,
-            );
+            invoke(&w, &h, process, op.f, op.value.clone(), op.key.clone());
             let o = c.invoke(&op).await;
             record_outcome(&w, &h, process, op.f, &op.key, &o);
             c.end_session().await;
