@@ -33,6 +33,7 @@ fn bench(c: &mut Criterion) {
         model: ModelKind::CasRegister,
         explain: false,
         init: serde_json::Value::Null,
+        tuning: Default::default(),
     };
     let ctx = CheckContext::new(None, 1 << 30);
     for file in FILES {

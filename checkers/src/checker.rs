@@ -89,8 +89,10 @@ impl CheckResult {
 pub struct CheckContext {
     /// When the whole check must end (`None`: no time limit).
     pub deadline: Option<Instant>,
-    /// Cap on the memory a checker's search may hold.
+    /// Cap on the memory a checker's search may hold (all its threads).
     pub mem_bytes_max: usize,
+    /// Threads a checker may use (keys judged in parallel); at least 1.
+    pub jobs: usize,
 }
 
 /// Default memory cap for a search: well under this machine kind's RAM,
@@ -102,7 +104,19 @@ impl CheckContext {
         CheckContext {
             deadline: budget.map(|b| Instant::now() + b),
             mem_bytes_max,
+            jobs: 1,
         }
+    }
+
+    /// The same limits, with `jobs` threads (at least 1).
+    pub fn with_jobs(mut self, jobs: usize) -> Self {
+        self.jobs = jobs.max(1);
+        self
+    }
+
+    /// Every core this machine offers.
+    pub fn all_cores() -> usize {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
     }
 }
 

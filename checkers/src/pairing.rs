@@ -264,11 +264,19 @@ impl History {
     /// Client operations grouped by `key` (ops without a key under `None`),
     /// as indices into [`History::operations`], each group in invoke order.
     pub fn by_key(&self) -> BTreeMap<Option<String>, Vec<usize>> {
-        let mut groups: BTreeMap<Option<String>, Vec<usize>> = BTreeMap::new();
+        // group by borrowed key first: cloning a key per op costs more
+        // than the grouping
+        let mut index: HashMap<Option<&str>, usize, crate::fxhash::FxBuild> = HashMap::default();
+        let mut groups: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
         for (i, o) in self.operations.iter().enumerate() {
-            groups.entry(self.ops[o.invoke].key.clone()).or_default().push(i);
+            let key = self.ops[o.invoke].key.as_deref();
+            let g = *index.entry(key).or_insert_with(|| {
+                groups.push((key, Vec::new()));
+                groups.len() - 1
+            });
+            groups[g].1.push(i);
         }
-        groups
+        groups.into_iter().map(|(k, v)| (k.map(str::to_string), v)).collect()
     }
 
     /// Number of distinct keys among client operations (at least 1).

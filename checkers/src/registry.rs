@@ -91,6 +91,7 @@ pub fn build_with(
                 model,
                 explain,
                 init: init.clone(),
+                tuning: Default::default(),
             })
         }
         CheckerKind::UniqueIds => Box::new(UniqueIds),

@@ -226,6 +226,7 @@ fn a_history_with_nothing_to_judge_is_never_valid() {
         model: ModelKind::CasRegister,
         explain: false,
         init: serde_json::Value::Null,
+        tuning: Default::default(),
     };
     // a run whose clients never got an op in (an empty file is refused
     // when read)
@@ -281,6 +282,7 @@ fn linearizability_is_checked_per_key() {
         model: ModelKind::CasRegister,
         explain: true,
         init: serde_json::Value::Null,
+        tuning: Default::default(),
     };
     assert_eq!(check(&lin, &h).verdict, Verdict::Invalid);
     for (i, key) in ["a", "a", "b", "b", "a", "a"].iter().enumerate() {

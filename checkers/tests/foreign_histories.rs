@@ -70,6 +70,7 @@ fn verdict(path: &Path, model: ModelKind, init: Value) -> Verdict {
         model,
         explain: false,
         init,
+        tuning: Default::default(),
     };
     c.check(&h, &CheckContext::new(None, 1 << 30)).unwrap().verdict
 }

@@ -1,13 +1,21 @@
-//! The linearizability search against a brute-force reference.
+//! The linearizability checker against a brute-force reference.
 //!
-//! The search prunes hard (just-in-time placement, interchangeable
-//! indeterminate ops, dominance); the reference is plain WGL over
-//! (placed set, state) with none of that. On small random register
-//! histories (up to 16 ops, three values, so identical indeterminate ops
-//! are common) both must agree.
+//! The checker prunes hard (just-in-time placement, interchangeable
+//! indeterminate ops, dominance, useless indeterminate ops dropped), cuts
+//! a key into parts carrying the possible states across, and proves some
+//! violations in one pass; the reference is plain WGL over (placed set,
+//! state) with none of that. On small random register histories (up to
+//! 16 ops, three values, so identical indeterminate ops are common) every
+//! path must agree with it, and every explained core must be one: the
+//! history with every other op of its window made indeterminate still
+//! fails, and (for a minimal core judged from the states the history
+//! carried there) making one more core op indeterminate lets it pass.
+//! A fault planted in each path makes these checks fail.
 
 use drift_checkers::linear::model::ModelKind;
-use drift_checkers::linear::Linearizable;
+use drift_checkers::linear::proofs::ProofPlant;
+use drift_checkers::linear::segment::CarryPlant;
+use drift_checkers::linear::{LinearReport, Linearizable, Plant, Tuning};
 use drift_checkers::{CheckContext, Checker, History, Op, OpType, Process, Verdict};
 use proptest::prelude::*;
 use serde_json::{json, Value};
@@ -165,13 +173,109 @@ fn place(
     false
 }
 
-fn search_verdict(h: &History) -> Verdict {
+/// The paths the checker takes, each forced by its tuning.
+fn paths(plant: Plant) -> Vec<(&'static str, Tuning)> {
+    vec![
+        (
+            "default",
+            Tuning {
+                plant,
+                ..Tuning::default()
+            },
+        ),
+        (
+            "parts of one op",
+            Tuning {
+                part_ops_min: Some(1),
+                parts_only: true,
+                plant,
+                ..Tuning::default()
+            },
+        ),
+        (
+            "parts of two ops, no proofs",
+            Tuning {
+                part_ops_min: Some(2),
+                parts_only: true,
+                no_proofs: true,
+                plant,
+            },
+        ),
+    ]
+}
+
+fn checked(h: &History, tuning: Tuning) -> (Verdict, Option<LinearReport>) {
     let c = Linearizable {
         model: ModelKind::CasRegister,
         explain: true,
         init: serde_json::Value::Null,
+        tuning,
     };
-    c.check(h, &CheckContext::new(None, 1 << 30)).unwrap().verdict
+    let r = c.check(h, &CheckContext::new(None, 1 << 30)).unwrap();
+    (r.verdict, serde_json::from_value(r.details).ok())
+}
+
+/// The ops as the reference sees them with the ok ops `weak` picks made
+/// indeterminate (read-only ones dropped) and, when `cut` is given, only
+/// what came before that return: ops open at it indeterminate, later ones
+/// gone.
+fn weakened(
+    ops: &[(RegOp, usize, Option<usize>)],
+    weak: impl Fn(usize) -> bool,
+    cut: Option<usize>,
+) -> Vec<(RegOp, usize, Option<usize>)> {
+    ops.iter()
+        .filter(|(_, invoke, _)| cut.is_none_or(|c| *invoke < c))
+        .filter_map(|&(op, invoke, ret)| {
+            let open_at_cut = ret.is_some_and(|r| cut.is_some_and(|c| r > c));
+            if (ret.is_some() && weak(invoke)) || open_at_cut {
+                (!matches!(op, RegOp::Read(_))).then_some((op, invoke, None))
+            } else {
+                Some((op, invoke, ret))
+            }
+        })
+        .collect()
+}
+
+/// What is wrong with the checker on this history along one path, if
+/// anything: a verdict unlike the reference's, or a core that is not one.
+fn judge_path(built: &Built, tuning: Tuning) -> Option<String> {
+    let want = if reference_linearizable(&built.ops) {
+        Verdict::Valid
+    } else {
+        Verdict::Invalid
+    };
+    let (got, report) = checked(&built.history, tuning);
+    if got != want {
+        return Some(format!("verdict {got:?}, reference {want:?}"));
+    }
+    let v = report.as_ref()?.violations.first()?;
+    let core: Vec<usize> = v.core.iter().map(|o| o.invoke_index as usize).collect();
+    let after = v.after_index.map(|a| a as usize);
+    let in_window = |invoke: usize| after.is_none_or(|a| invoke > a);
+    let others = weakened(&built.ops, |i| in_window(i) && !core.contains(&i), None);
+    if reference_linearizable(&others) {
+        return Some(format!(
+            "core {core:?} (after {after:?}) is not one: the rest of its window lets it pass"
+        ));
+    }
+    if v.minimal && !v.any_state {
+        let cut = v.failing.complete_index.map(|c| c as usize);
+        let failing = v.failing.invoke_index as usize;
+        for &c in core.iter().filter(|&&c| c != failing) {
+            let fewer = weakened(&built.ops, |i| in_window(i) && (i == c || !core.contains(&i)), cut);
+            if !reference_linearizable(&fewer) {
+                return Some(format!(
+                    "core {core:?} is called minimal, but it fails without the op invoked at {c}"
+                ));
+            }
+        }
+    }
+    None
+}
+
+fn search_verdict(h: &History) -> Verdict {
+    checked(h, Tuning::default()).0
 }
 
 proptest! {
@@ -183,7 +287,77 @@ proptest! {
         prop_assume!(built.ops.len() <= 16);
         let want = if reference_linearizable(&built.ops) { Verdict::Valid } else { Verdict::Invalid };
         prop_assert_eq!(search_verdict(&built.history), want);
+        for (path, tuning) in paths(Plant::None) {
+            let wrong = judge_path(&built, tuning);
+            prop_assert!(wrong.is_none(), "{}: {}", path, wrong.unwrap_or_default());
+        }
     }
+}
+
+/// Deterministic scripts (the generator check below uses the same).
+fn scripts(n: usize, len: usize) -> Vec<Vec<Step>> {
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    (0..n)
+        .map(|_| {
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let b = x.to_le_bytes();
+                    (b[0] % 3, b[1], b[2], b[3])
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// A planted fault is caught: on some of 2000 scripts, some path's
+/// verdict or core is wrong.
+fn caught(plant: Plant) -> usize {
+    let mut wrong = 0;
+    for script in scripts(2000, 30) {
+        let built = build(&script);
+        if built.ops.len() > 16 {
+            continue;
+        }
+        wrong += paths(plant)
+            .into_iter()
+            .filter(|(_, t)| judge_path(&built, *t).is_some())
+            .count();
+    }
+    eprintln!("{plant:?}: {wrong}");
+    wrong
+}
+
+#[test]
+fn without_a_planted_fault_nothing_is_wrong() {
+    assert_eq!(caught(Plant::None), 0);
+}
+
+#[test]
+fn a_proof_that_counts_concurrent_writers_as_late_is_caught() {
+    assert!(caught(Plant::Proof(ProofPlant::LaterThanInvoke)) > 0);
+}
+
+#[test]
+fn a_proof_that_forgets_the_initial_state_is_caught() {
+    assert!(caught(Plant::Proof(ProofPlant::IgnoreInit)) > 0);
+}
+
+#[test]
+fn carrying_one_way_out_of_a_part_is_caught() {
+    assert!(caught(Plant::Carry(CarryPlant::FirstEndOnly)) > 0);
+}
+
+#[test]
+fn forgetting_indeterminate_ops_too_early_is_caught() {
+    assert!(caught(Plant::Carry(CarryPlant::ForgetEarly)) > 0);
+}
+
+#[test]
+fn a_window_judged_from_the_initial_state_only_is_caught() {
+    assert!(caught(Plant::WindowFromInitOnly) > 0);
 }
 
 #[test]
@@ -192,17 +366,7 @@ fn generated_histories_cover_both_verdicts_and_indeterminate_ops() {
     // by only ever producing one kind of history.
     let mut seen = [0usize; 2];
     let mut with_info = 0;
-    let mut x = 0x2545_f491_4f6c_dd1du64;
-    for _ in 0..2000 {
-        let script: Vec<Step> = (0..30)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let b = x.to_le_bytes();
-                (b[0] % 3, b[1], b[2], b[3])
-            })
-            .collect();
+    for script in scripts(2000, 30) {
         let built = build(&script);
         if built.ops.len() > 16 {
             continue;

@@ -58,6 +58,9 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
     if let Some(n) = args.dedup_attempts {
         return dedup(n, args.runs, args.json);
     }
+    if args.long {
+        return crate::bench_linear::long(&args);
+    }
     let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
     let files = list_histories(&dir)?;
     let expected = read_expected(&dir)?;
@@ -65,6 +68,7 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
         model,
         explain: args.explain,
         init: args.init.clone().unwrap_or(serde_json::Value::Null),
+        tuning: Default::default(),
     };
 
     let mut rows = Vec::with_capacity(files.len());
@@ -82,7 +86,8 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
         let mut times = Vec::with_capacity(args.runs as usize);
         let mut verdict = Verdict::Valid;
         for _ in 0..args.runs {
-            let ctx = CheckContext::new(Some(Duration::from_secs_f64(args.budget_s)), MEM_BYTES_DEFAULT);
+            let ctx = CheckContext::new(Some(Duration::from_secs_f64(args.budget_s)), MEM_BYTES_DEFAULT)
+                .with_jobs(args.jobs as usize);
             let started = Instant::now();
             let r = checker.check(&history, &ctx).map_err(|e| Failure::new(e.to_string()))?;
             times.push(started.elapsed().as_secs_f64() * 1e6);

@@ -46,6 +46,9 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
         init: args.init.clone().unwrap_or(serde_json::Value::Null),
         budget: budget.or_else(|| plan.as_ref().map(|p| Duration::from_secs(p.check_budget_s))),
         mem_bytes: (args.mem_mb as usize) << 20,
+        jobs: args
+            .jobs
+            .map_or_else(drift_checkers::CheckContext::all_cores, |j| j as usize),
     };
 
     if bench.model == Some(ModelKind::Kv) {

@@ -72,6 +72,11 @@ fn parse_percent(s: &str) -> Result<f64, String> {
     f64_within(s, 0.0, 1e9, false)
 }
 
+/// A fraction: 0 to 1.
+fn parse_fraction(s: &str) -> Result<f64, String> {
+    f64_within(s, 0.0, 1.0, false)
+}
+
 /// `drift bench table --seconds`: a cell's length.
 fn parse_cell_seconds(s: &str) -> Result<f64, String> {
     f64_within(s, 0.5, 600.0, false)
@@ -559,6 +564,9 @@ pub struct CheckArgs {
     /// Memory cap for a search, in MiB; past it the verdict is unknown.
     #[arg(long = "mem-mb", default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..=1 << 30))]
     pub mem_mb: u64,
+    /// Threads the checkers may use (keys judged in parallel) [default: all cores].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: Option<u64>,
     /// Print results.json to stdout instead of the summary.
     #[arg(long)]
     pub json: bool,
@@ -705,4 +713,28 @@ pub struct BenchCheckerArgs {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Time generated long histories instead of a folder's: 10 keys, 20
+    /// processes, real linearization points, so each verdict is known.
+    /// Without --ops/--inject/--info, the standard suite (BENCHMARKS.md).
+    #[arg(long, conflicts_with_all = ["dir", "dedup_attempts"])]
+    pub long: bool,
+    /// With --long: operations in one generated history.
+    #[arg(long, requires = "long", value_parser = clap::value_parser!(u64).range(1..=20_000_000))]
+    pub ops: Option<u64>,
+    /// With --long: the violation to inject.
+    #[arg(long, requires = "long", value_enum)]
+    pub inject: Option<drift_checkers::linear::synth::Inject>,
+    /// With --long: fraction of ops that end `info` (e.g. 0.002).
+    #[arg(long, requires = "long", value_parser = parse_fraction)]
+    pub info: Option<f64>,
+    /// With --long: the generator's seed.
+    #[arg(long, requires = "long", default_value_t = 1)]
+    pub seed: u64,
+    /// With --long: also write each generated history here as JSON Lines
+    /// (to run another checker on the same files).
+    #[arg(long, requires = "long")]
+    pub write: Option<PathBuf>,
+    /// Threads the checker may use (keys in parallel).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: u64,
 }

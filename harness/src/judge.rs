@@ -32,6 +32,8 @@ pub struct Bench {
     pub budget: Option<Duration>,
     /// Memory cap of one search.
     pub mem_bytes: usize,
+    /// Threads a checker may use.
+    pub jobs: usize,
 }
 
 /// A judged history.
@@ -60,7 +62,7 @@ pub fn judge(
         .map(|&k| registry::build(k, bench.model, &bench.init).map_err(Failure::new))
         .collect::<Result<_, _>>()?;
     let h = History::load(history).map_err(|e| Failure::new(e.to_string()))?;
-    let ctx = CheckContext::new(bench.budget, bench.mem_bytes);
+    let ctx = CheckContext::new(bench.budget, bench.mem_bytes).with_jobs(bench.jobs);
     let started = Instant::now();
     let composed = check_all(&checkers, &h, &ctx).map_err(|e| Failure::new(e.to_string()))?;
     let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;

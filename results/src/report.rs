@@ -840,6 +840,7 @@ mod tests {
             model: drift_checkers::linear::model::ModelKind::CasRegister,
             explain: true,
             init: Value::Null,
+            tuning: Default::default(),
         };
         let ctx = drift_checkers::checker::CheckContext::new(None, drift_checkers::checker::MEM_BYTES_DEFAULT);
         let c = drift_checkers::checker::Checker::check(&checker, &h, &ctx).unwrap();

@@ -1,24 +1,33 @@
 //! Explaining a violation: the smallest set of operations that cannot be
 //! linearized.
 //!
-//! Start from the shortest failing prefix: the history cut at the return
-//! the search could not pass (ops still open at the cut become
-//! indeterminate, later ops vanish). Then *weaken* ok ops — turn them into
-//! indeterminate ones, or drop them if they are read-only — as long as the
-//! result stays non-linearizable. Weakening only adds possible behaviours,
-//! so every weakened history that fails proves the original fails too; the
-//! ok ops that remain are the *core*: the operations whose observed results
-//! cannot all hold, even letting every other operation take effect at any
-//! point after its invoke, or never. (Dropping an indeterminate op would
-//! remove behaviours and prove nothing, so the core's context keeps them.)
+//! The shrink works on a *window* of the key's history: the ops invoked
+//! after some cut (a point where no ok op was open) and before the failing
+//! return, searched from a set of start states — either every state (the
+//! window fails whatever came before it: its core stands on its own) or
+//! the frontier the search carried to the cut (the core holds given the
+//! history before the cut). Ops still open at the failing return become
+//! indeterminate; later ops vanish. Its cost is the window's, not the
+//! history's.
+//!
+//! Within the window it *weakens* ok ops — turns them into indeterminate
+//! ones, or drops them if they are read-only — as long as the result stays
+//! non-linearizable. Weakening only adds possible behaviours, so every
+//! weakened window that fails proves the original fails too; the ok ops
+//! that remain are the *core*: the operations whose observed results
+//! cannot all hold, even letting every other operation of the window take
+//! effect at any point after its invoke, or never. (Dropping an
+//! indeterminate op would remove behaviours and prove nothing, so the
+//! core's context keeps them.)
 //!
 //! The weakening runs ddmin-style over chunks, halving the chunk size, and
 //! stops at `Limits` — an unfinished shrink leaves a larger, still valid
-//! core.
+//! core and says how many of its ops were not yet tried alone.
 
 use super::model::Model;
 use super::problem::{LinOp, Problem};
-use super::search::{search, Limits, Outcome};
+use super::search::{search_from, Limits, Outcome, Search};
+use super::segment::{starts_for, without_useless, Entry};
 
 /// Most searches one explanation may run.
 const SHRINK_SEARCHES_MAX: usize = 4000;
@@ -29,37 +38,45 @@ const TRIAL_CONFIGS_FACTOR: u64 = 32;
 const TRIAL_CONFIGS_MIN: u64 = 100_000;
 
 pub(crate) struct Shrunk {
-    /// Indices into the caller's ops: the ok ops that cannot all hold,
-    /// ending with the op whose return the search could not pass.
-    pub core: Vec<usize>,
-    /// Position (history index) of the failing return: the longest
-    /// linearizable prefix ends just before it.
-    pub cut: u64,
+    /// Ids (`LinOp::id`) of the ok ops that cannot all hold, ending with
+    /// the op whose return the search could not pass.
+    pub core: Vec<u32>,
     /// True when the shrink ran to the end: weakening any one core op
     /// (but the failing one) makes the rest linearizable.
     pub minimal: bool,
+    /// Core ops (but the failing one) not yet shown to be needed when the
+    /// shrink stopped: at most this many could still go. 0 when minimal.
+    pub untried: usize,
 }
 
-/// Shrinks a failing history. `failing` is the index in `ops` of the ok op
-/// whose return no linearization passes. Requires `ops[i].id == i`.
-pub(crate) fn shrink<M: Model>(ops: &[LinOp], failing: usize, model: &mut M, limits: &Limits) -> Shrunk {
-    debug_assert!(ops.iter().enumerate().all(|(i, op)| op.id as usize == i));
-    let cut = ops[failing].ret.expect("the failing op is an ok op");
-    let prefix = cut_at(ops, cut);
+/// Shrinks a failing window. `window` holds the ops (ok ops invoked before
+/// the failing return, indeterminate ops that may act in it); `failing`
+/// is the id of the ok op whose return no linearization passes; `starts`
+/// the states (and indeterminate ops already used, by id) the window may
+/// begin in.
+pub(crate) fn shrink<M: Model>(
+    window: &[LinOp],
+    failing: u32,
+    starts: &[Entry],
+    model: &mut M,
+    limits: &Limits,
+) -> Shrunk {
+    let cut = window
+        .iter()
+        .find(|op| op.id == failing)
+        .and_then(|op| op.ret)
+        .expect("the failing op is an ok op of its window");
+    let prefix = cut_at(window, cut);
     let mut candidates: Vec<usize> = prefix
         .iter()
         .enumerate()
-        .filter(|&(_, op)| op.ret.is_some() && op.id as usize != failing)
+        .filter(|&(_, op)| op.ret.is_some() && op.id != failing)
         .map(|(i, _)| i)
         .collect();
-    let failing_in_prefix = prefix
-        .iter()
-        .position(|op| op.id == ops[failing].id)
-        .expect("the failing op is in its own prefix");
     // Weakened ops add indeterminate ones, which can make a trial far
     // costlier than the original search: bound each trial, and count one
     // that runs out as "still linearizable" (the op stays in the core).
-    let baseline = search(&Problem::new(&prefix), model, limits).configurations;
+    let baseline = run(&prefix, starts, model, limits).configurations;
     let trial = Limits {
         configs_max: baseline.saturating_mul(TRIAL_CONFIGS_FACTOR).max(TRIAL_CONFIGS_MIN),
         ..*limits
@@ -69,9 +86,14 @@ pub(crate) fn shrink<M: Model>(ops: &[LinOp], failing: usize, model: &mut M, lim
     let mut weakened = vec![false; prefix.len()];
     let mut chunk = (candidates.len() / 2).max(1);
     let mut minimal = false;
+    // candidates shown needed by the current single-op pass
+    let mut shown = 0usize;
     'outer: loop {
         let before = candidates.len();
         let mut i = 0;
+        if chunk == 1 {
+            shown = 0;
+        }
         while i < candidates.len() {
             if searches >= SHRINK_SEARCHES_MAX || past(limits) {
                 break 'outer;
@@ -81,13 +103,16 @@ pub(crate) fn shrink<M: Model>(ops: &[LinOp], failing: usize, model: &mut M, lim
                 weakened[c] = true;
             }
             searches += 1;
-            let verdict = trial_outcome(&weaken(&prefix, &weakened), model, &trial);
+            let verdict = outcome(&weaken(&prefix, &weakened), starts, model, &trial);
             cut_short |= verdict.is_none();
             if verdict == Some(true) {
                 candidates.drain(i..end);
             } else {
                 for &c in &candidates[i..end] {
                     weakened[c] = false;
+                }
+                if chunk == 1 && verdict.is_some() {
+                    shown += 1;
                 }
                 i = end;
             }
@@ -100,9 +125,22 @@ pub(crate) fn shrink<M: Model>(ops: &[LinOp], failing: usize, model: &mut M, lim
         }
         chunk = (chunk / 2).max(1);
     }
-    let mut core: Vec<usize> = candidates.iter().map(|&c| prefix[c].id as usize).collect();
-    core.push(prefix[failing_in_prefix].id as usize);
-    Shrunk { core, cut, minimal }
+    let untried = if minimal {
+        0
+    } else {
+        candidates.len() - shown.min(candidates.len())
+    };
+    let mut core: Vec<u32> = candidates.iter().map(|&c| prefix[c].id).collect();
+    core.push(failing);
+    Shrunk { core, minimal, untried }
+}
+
+/// Searches `ops` from `starts`, stopping at the first linearization.
+pub(crate) fn run<M: Model>(ops: &[LinOp], starts: &[Entry], model: &mut M, limits: &Limits) -> Search {
+    let ops = without_useless(ops, model);
+    let p = Problem::new(&ops);
+    let ids: Vec<u32> = ops.iter().map(|o| o.id).collect();
+    search_from(&p, model, &starts_for(&p, &ids, starts), limits, false)
 }
 
 /// The history up to `cut`: ops invoked before it, those still open at it
@@ -130,8 +168,8 @@ fn weaken(prefix: &[LinOp], weakened: &[bool]) -> Vec<LinOp> {
 }
 
 /// Some(true): still fails; Some(false): linearizable; None: ran out.
-fn trial_outcome<M: Model>(ops: &[LinOp], model: &mut M, limits: &Limits) -> Option<bool> {
-    match search(&Problem::new(ops), model, limits).outcome {
+fn outcome<M: Model>(ops: &[LinOp], starts: &[Entry], model: &mut M, limits: &Limits) -> Option<bool> {
+    match run(ops, starts, model, limits).outcome {
         Outcome::NotLinearizable { .. } => Some(true),
         Outcome::Linearizable => Some(false),
         Outcome::Unknown { .. } => None,

@@ -50,13 +50,67 @@ pub trait Model {
     fn step(&mut self, s: u32, op: u32) -> Option<u32>;
     fn show_state(&self, s: u32) -> String;
     fn show_op(&self, op: u32) -> String;
+    /// What the op does, where the model can say it in register terms
+    /// (the cheap proofs, dropping useless indeterminate ops and windows
+    /// that start from any state rely on it); `Shape::Opaque` otherwise.
+    fn shape(&self, op: u32) -> Shape;
+    /// A state no op names — it stands for "any other value" when a window
+    /// of the history is judged from every state. `None` when the model's
+    /// states are open-ended (an append builds new ones), so no finite set
+    /// stands for all of them.
+    fn fresh_state(&mut self) -> Option<u32>;
 }
+
+/// An op in register terms: which state it needs before it, which it
+/// leaves after. Every state the model has is one such value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Needs the state to be `v`, leaves it.
+    Read(u32),
+    /// Leaves `v`, whatever came before.
+    Write(u32),
+    /// Needs `expected`, leaves `new`.
+    Cas(u32, u32),
+    /// Anything else: what it needs or leaves depends on the state.
+    Opaque,
+}
+
+impl Shape {
+    /// The state the op needs before it, if it needs one.
+    pub fn needs(self) -> Option<u32> {
+        match self {
+            Shape::Read(v) | Shape::Cas(v, _) => Some(v),
+            Shape::Write(_) | Shape::Opaque => None,
+        }
+    }
+
+    /// The state the op leaves, when it does not depend on the state.
+    pub fn leaves(self) -> Option<u32> {
+        match self {
+            Shape::Write(v) | Shape::Cas(_, v) => Some(v),
+            Shape::Read(_) | Shape::Opaque => None,
+        }
+    }
+}
+
+/// The text of the state [`Model::fresh_state`] makes: not valid JSON, so
+/// no op's value can be it.
+const FRESH_TEXT: &str = "(any other value)";
 
 /// JSON values interned as ids; id 0 is `null`.
 #[derive(Default)]
 struct Values {
     ids: HashMap<String, u32>,
-    text: Vec<String>,
+    /// Integers seen, by value: most histories' values are integers, and
+    /// this spares writing and hashing their text.
+    ints: HashMap<i64, u32, crate::fxhash::FxBuild>,
+    shown: Vec<Shown>,
+}
+
+/// How an interned value is shown.
+enum Shown {
+    Int(i64),
+    Text(String),
 }
 
 impl Values {
@@ -67,34 +121,51 @@ impl Values {
     }
 
     fn intern(&mut self, value: &Value) -> u32 {
-        self.intern_text(value.to_string())
+        match value {
+            Value::Null => 0,
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => {
+                    let next = self.shown.len() as u32;
+                    let id = *self.ints.entry(i).or_insert(next);
+                    if id == next {
+                        self.shown.push(Shown::Int(i));
+                    }
+                    id
+                }
+                None => self.intern_text(value.to_string()),
+            },
+            _ => self.intern_text(value.to_string()),
+        }
     }
 
     fn intern_text(&mut self, text: String) -> u32 {
         if let Some(&id) = self.ids.get(&text) {
             return id;
         }
-        let id = self.text.len() as u32;
+        let id = self.shown.len() as u32;
         self.ids.insert(text.clone(), id);
-        self.text.push(text);
+        self.shown.push(Shown::Text(text));
         id
     }
 
-    fn show(&self, id: u32) -> &str {
-        &self.text[id as usize]
+    fn show(&self, id: u32) -> String {
+        match &self.shown[id as usize] {
+            Shown::Int(i) => i.to_string(),
+            Shown::Text(t) => t.clone(),
+        }
     }
 }
 
 /// Interned ops of one model.
 struct Ops<T> {
-    ids: HashMap<T, u32>,
+    ids: HashMap<T, u32, crate::fxhash::FxBuild>,
     list: Vec<T>,
 }
 
 impl<T: Clone + Eq + std::hash::Hash> Ops<T> {
     fn new() -> Self {
         Ops {
-            ids: HashMap::new(),
+            ids: HashMap::default(),
             list: Vec::new(),
         }
     }
@@ -185,7 +256,7 @@ impl Model for CasRegister {
     }
 
     fn show_state(&self, s: u32) -> String {
-        self.values.show(s).to_string()
+        self.values.show(s)
     }
 
     fn show_op(&self, op: u32) -> String {
@@ -194,6 +265,18 @@ impl Model for CasRegister {
             RegOp::Write(v) => format!("write {}", self.values.show(v)),
             RegOp::Cas(a, b) => format!("cas {} → {}", self.values.show(a), self.values.show(b)),
         }
+    }
+
+    fn shape(&self, op: u32) -> Shape {
+        match self.ops.list[op as usize] {
+            RegOp::Read(v) => Shape::Read(v),
+            RegOp::Write(v) => Shape::Write(v),
+            RegOp::Cas(a, b) => Shape::Cas(a, b),
+        }
+    }
+
+    fn fresh_state(&mut self) -> Option<u32> {
+        Some(self.values.intern_text(FRESH_TEXT.to_string()))
     }
 }
 
@@ -323,6 +406,20 @@ impl Model for Kv {
             KvOp::Put(v) => format!("put {}", self.show_state(v)),
             KvOp::Append(v) => format!("append {}", self.show_state(v)),
         }
+    }
+
+    fn shape(&self, op: u32) -> Shape {
+        match self.ops.list[op as usize] {
+            KvOp::Get(v) => Shape::Read(v),
+            KvOp::Put(v) => Shape::Write(v),
+            KvOp::Append(_) => Shape::Opaque,
+        }
+    }
+
+    fn fresh_state(&mut self) -> Option<u32> {
+        // An append makes new strings from old ones: no finite set of
+        // states stands for every string.
+        None
     }
 }
 

@@ -66,19 +66,39 @@ pub(crate) enum Outcome {
 pub(crate) struct Search {
     pub outcome: Outcome,
     pub configurations: u64,
+    /// With `all_ends`, every distinct way the search passed every return.
+    pub ends: Vec<Start>,
 }
 
-/// Runs the search on `p` with model `m`.
-pub(crate) fn search<M: Model>(p: &Problem, m: &mut M, limits: &Limits) -> Search {
+/// Where a search starts: a model state and the indeterminate ops (bit
+/// indices into [`Problem::info_invoke`]) already used before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Start {
+    pub state: u32,
+    pub used: Vec<u32>,
+}
+
+/// Runs the search on `p` from each of `starts` (sharing one memo). With
+/// `all_ends` it does not stop at the first linearization: it explores
+/// every configuration and returns, in [`Search::ends`], each distinct way
+/// to pass every return — the end state and the indeterminate ops used —
+/// so a caller can carry them into the next part of the history.
+pub(crate) fn search_from<M: Model>(
+    p: &Problem,
+    m: &mut M,
+    starts: &[Start],
+    limits: &Limits,
+    all_ends: bool,
+) -> Search {
     let words = p.bits().div_ceil(64);
     match words {
-        0 | 1 => run::<M, 1>(p, m, limits),
-        2 => run::<M, 2>(p, m, limits),
-        3 | 4 => run::<M, 4>(p, m, limits),
-        5..=8 => run::<M, 8>(p, m, limits),
-        9..=16 => run::<M, 16>(p, m, limits),
-        17..=32 => run::<M, 32>(p, m, limits),
-        33..=64 => run::<M, 64>(p, m, limits),
+        0 | 1 => run::<M, 1>(p, m, starts, limits, all_ends),
+        2 => run::<M, 2>(p, m, starts, limits, all_ends),
+        3 | 4 => run::<M, 4>(p, m, starts, limits, all_ends),
+        5..=8 => run::<M, 8>(p, m, starts, limits, all_ends),
+        9..=16 => run::<M, 16>(p, m, starts, limits, all_ends),
+        17..=32 => run::<M, 32>(p, m, starts, limits, all_ends),
+        33..=64 => run::<M, 64>(p, m, starts, limits, all_ends),
         _ => Search {
             outcome: Outcome::Unknown {
                 reason: format!(
@@ -88,6 +108,7 @@ pub(crate) fn search<M: Model>(p: &Problem, m: &mut M, limits: &Limits) -> Searc
                 deepest: 0,
             },
             configurations: 0,
+            ends: Vec::new(),
         },
     }
 }
@@ -99,7 +120,7 @@ struct Frame<const W: usize> {
     next: u32,
 }
 
-fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Search {
+fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, starts: &[Start], limits: &Limits, all_ends: bool) -> Search {
     let n = p.returns.len() as u32;
     let mut memo: Memo<W> = Memo::new(p.n_slots);
     let frame_bytes = std::mem::size_of::<Frame<W>>();
@@ -107,123 +128,166 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, limits: &Limits) -> Sea
     let mut configurations = 0u64;
     let mut deepest = 0u32;
     let mut states: Vec<u32> = Vec::new();
+    let mut ends: Vec<Start> = Vec::new();
+    let mut end_seen: std::collections::HashSet<(u32, [u64; W]), crate::fxhash::FxBuild> = Default::default();
+    let info_bits = p.info_invoke.len() as u32;
+    let mut end_of = |c: &Config<W>, ends: &mut Vec<Start>| {
+        if end_seen.insert((c.s, c.bits)) {
+            ends.push(Start {
+                state: c.s,
+                used: (0..info_bits).filter(|&j| c.has(p.n_slots + j)).collect(),
+            });
+        }
+    };
+    let unknown = |reason: String, deepest: u32, configurations: u64| Search {
+        outcome: Outcome::Unknown { reason, deepest },
+        configurations,
+        ends: Vec::new(),
+    };
 
-    let start = advance(
-        p,
-        Config {
+    for start in starts {
+        let mut c = Config {
             r: 0,
-            s: m.init(),
+            s: start.state,
             bits: [0; W],
-        },
-    );
-    if start.r == n {
-        return Search {
-            outcome: Outcome::Linearizable,
-            configurations,
         };
-    }
-    memo.insert(start, usize::MAX);
-    stack.push(Frame { config: start, next: 0 });
-    states.push(start.s);
-
-    while let Some(top) = stack.last_mut() {
-        let c = top.config;
-        let ret = &p.returns[c.r as usize];
-        let open = ret.pending.1 - ret.pending.0;
-        let total = 1 + open + ret.classes_active;
-        if top.next >= total {
-            stack.pop();
+        for &j in &start.used {
+            c = c.with(p.n_slots + j);
+        }
+        let c = advance(p, c);
+        if c.r == n {
+            if !all_ends {
+                return Search {
+                    outcome: Outcome::Linearizable,
+                    configurations,
+                    ends,
+                };
+            }
+            end_of(&c, &mut ends);
             continue;
         }
-        let k = top.next;
-        top.next += 1;
-
-        let child = if k == 0 {
-            match m.step(c.s, ret.code) {
-                Some(s) => advance(p, Config { r: c.r + 1, s, ..c }),
-                None => continue,
-            }
-        } else if k <= open {
-            let o = p.pending[(ret.pending.0 + k - 1) as usize];
-            if c.has(o.slot) {
-                continue;
-            }
-            match m.step(c.s, o.code) {
-                Some(s) => Config { s, ..c }.with(o.slot),
-                None => continue,
-            }
-        } else {
-            let class = p.classes[(k - 1 - open) as usize];
-            let Some(j) = first_unused(&c, p.n_slots, class.start, class.end) else {
-                continue;
-            };
-            if p.info_invoke[j as usize] > ret.pos {
-                continue;
-            }
-            match m.step(c.s, class.code) {
-                Some(s) => Config { s, ..c }.with(p.n_slots + j),
-                None => continue,
-            }
-        };
-
-        if child.r == n {
-            return Search {
-                outcome: Outcome::Linearizable,
-                configurations,
-            };
-        }
-        match memo.insert(
-            child,
-            limits.mem_bytes_max.saturating_sub(stack.capacity() * frame_bytes),
-        ) {
+        match memo.insert(c, limits.mem_bytes_max) {
             Insert::New => {}
             Insert::Dominated => continue,
             Insert::Full => {
-                return Search {
-                    outcome: Outcome::Unknown {
-                        reason: format!(
+                return unknown(
+                    format!("memory cap of {} MiB reached", limits.mem_bytes_max >> 20),
+                    deepest,
+                    configurations,
+                )
+            }
+        }
+        if c.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&c.s) {
+            states.push(c.s);
+        }
+        stack.push(Frame { config: c, next: 0 });
+
+        while let Some(top) = stack.last_mut() {
+            let c = top.config;
+            let ret = &p.returns[c.r as usize];
+            let open = ret.pending.1 - ret.pending.0;
+            let total = 1 + open + ret.classes_active;
+            if top.next >= total {
+                stack.pop();
+                continue;
+            }
+            let k = top.next;
+            top.next += 1;
+
+            let child = if k == 0 {
+                match m.step(c.s, ret.code) {
+                    Some(s) => advance(p, Config { r: c.r + 1, s, ..c }),
+                    None => continue,
+                }
+            } else if k <= open {
+                let o = p.pending[(ret.pending.0 + k - 1) as usize];
+                if c.has(o.slot) {
+                    continue;
+                }
+                match m.step(c.s, o.code) {
+                    Some(s) => Config { s, ..c }.with(o.slot),
+                    None => continue,
+                }
+            } else {
+                let class = p.classes[(k - 1 - open) as usize];
+                let Some(j) = first_unused(&c, p.n_slots, class.start, class.end) else {
+                    continue;
+                };
+                if p.info_invoke[j as usize] > ret.pos {
+                    continue;
+                }
+                match m.step(c.s, class.code) {
+                    Some(s) => Config { s, ..c }.with(p.n_slots + j),
+                    None => continue,
+                }
+            };
+
+            if child.r == n {
+                if !all_ends {
+                    return Search {
+                        outcome: Outcome::Linearizable,
+                        configurations,
+                        ends,
+                    };
+                }
+                if child.r > deepest {
+                    deepest = child.r;
+                    states.clear();
+                }
+                end_of(&child, &mut ends);
+                continue;
+            }
+            match memo.insert(
+                child,
+                limits.mem_bytes_max.saturating_sub(stack.capacity() * frame_bytes),
+            ) {
+                Insert::New => {}
+                Insert::Dominated => continue,
+                Insert::Full => {
+                    return unknown(
+                        format!(
                             "memory cap of {} MiB reached after {} configurations",
                             limits.mem_bytes_max >> 20,
                             memo.len()
                         ),
                         deepest,
-                    },
-                    configurations,
-                };
+                        configurations,
+                    );
+                }
             }
-        }
-        configurations += 1;
-        if child.r > deepest {
-            deepest = child.r;
-            states.clear();
-        }
-        if child.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&child.s) {
-            states.push(child.s);
-        }
-        if configurations > limits.configs_max {
-            return Search {
-                outcome: Outcome::Unknown {
-                    reason: format!("configuration budget of {} exhausted", limits.configs_max),
+            configurations += 1;
+            if child.r > deepest {
+                deepest = child.r;
+                states.clear();
+            }
+            if child.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&child.s) {
+                states.push(child.s);
+            }
+            if configurations > limits.configs_max {
+                return unknown(
+                    format!("configuration budget of {} exhausted", limits.configs_max),
                     deepest,
-                },
-                configurations,
-            };
+                    configurations,
+                );
+            }
+            if configurations.is_multiple_of(CLOCK_CHECK_EVERY) && past_deadline(limits) {
+                return unknown("time budget exhausted".to_string(), deepest, configurations);
+            }
+            stack.push(Frame { config: child, next: 0 });
         }
-        if configurations.is_multiple_of(CLOCK_CHECK_EVERY) && past_deadline(limits) {
-            return Search {
-                outcome: Outcome::Unknown {
-                    reason: "time budget exhausted".to_string(),
-                    deepest,
-                },
-                configurations,
-            };
-        }
-        stack.push(Frame { config: child, next: 0 });
+    }
+    if !ends.is_empty() {
+        return Search {
+            outcome: Outcome::Linearizable,
+            configurations,
+            ends,
+        };
     }
     states.sort_unstable();
     Search {
         outcome: Outcome::NotLinearizable { deepest, states },
         configurations,
+        ends,
     }
 }
 

@@ -1,0 +1,122 @@
+//! Cheap proofs: violations one pass over a key's ops can prove, before
+//! any search, each with a core of one operation.
+//!
+//! An op that needs the state to be v (a read of v, a cas expecting v)
+//! takes effect before it returns. The state is v then only if v is where
+//! every key starts, or an op leaving v (a write of v, a cas to v — `ok`
+//! or indeterminate; `fail` ops are gone by now) took effect before, hence
+//! was invoked before. So when v is not the initial state and
+//! * no op leaves v: the op can never hold (`never-written`, or
+//!   `cas-never-current` for a cas);
+//! * every op leaving v was invoked after the op returned: it cannot hold
+//!   either (`written-later`, or `cas-never-current`).
+//!
+//! Either way the op alone is a minimal core: letting it be indeterminate
+//! removes the only claim that fails, and nothing else is needed to show
+//! it. The ops that do leave v are named, as context, up to
+//! [`WRITERS_SHOWN_MAX`].
+
+use super::model::{Model, Shape};
+use super::problem::LinOp;
+use crate::fxhash::FxBuild;
+use std::collections::HashMap;
+
+/// Most ops leaving the value a proof lists beside it.
+pub const WRITERS_SHOWN_MAX: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProofKind {
+    NeverWritten,
+    WrittenLater,
+    CasNeverCurrent,
+}
+
+impl ProofKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProofKind::NeverWritten => "never-written",
+            ProofKind::WrittenLater => "written-later",
+            ProofKind::CasNeverCurrent => "cas-never-current",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Proof {
+    pub kind: ProofKind,
+    /// The op (an index into the key's ops) that cannot hold.
+    pub op: u32,
+    /// The first ops leaving the value it needs, by invoke.
+    pub writers: Vec<u32>,
+}
+
+/// Planted faults for the tests that prove the tests can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProofPlant {
+    #[default]
+    None,
+    /// Counts a writer invoked after the op was *invoked* (not returned)
+    /// as too late.
+    LaterThanInvoke,
+    /// Forgets that every key starts at the initial state.
+    IgnoreInit,
+}
+
+/// The proof with the earliest return among a key's ops, if one exists.
+/// Needs every op's [`Shape`]; returns `None` for a key with opaque ops.
+pub(crate) fn find<M: Model>(ops: &[LinOp], model: &mut M, plant: ProofPlant) -> Option<Proof> {
+    let shapes: Vec<Shape> = ops.iter().map(|o| model.shape(o.code)).collect();
+    if shapes.contains(&Shape::Opaque) {
+        return None;
+    }
+    let init = model.init();
+    // per value: its first writers, by invoke
+    let mut writers: HashMap<u32, Vec<u32>, FxBuild> = HashMap::default();
+    let mut order: Vec<u32> = (0..ops.len() as u32).collect();
+    order.sort_by_key(|&i| ops[i as usize].invoke);
+    for &i in &order {
+        if let Some(v) = shapes[i as usize].leaves() {
+            let w = writers.entry(v).or_default();
+            if w.len() < WRITERS_SHOWN_MAX {
+                w.push(i);
+            }
+        }
+    }
+    let mut best: Option<(u64, Proof)> = None;
+    for (i, (op, shape)) in ops.iter().zip(&shapes).enumerate() {
+        let (Some(ret), Some(v)) = (op.ret, shape.needs()) else {
+            continue;
+        };
+        if v == init && plant != ProofPlant::IgnoreInit {
+            continue;
+        }
+        let first = writers.get(&v);
+        let bound = if plant == ProofPlant::LaterThanInvoke {
+            op.invoke
+        } else {
+            ret
+        };
+        let kind = match first.and_then(|w| w.first()) {
+            None => match shape {
+                Shape::Cas(..) => ProofKind::CasNeverCurrent,
+                _ => ProofKind::NeverWritten,
+            },
+            Some(&w) if ops[w as usize].invoke > bound => match shape {
+                Shape::Cas(..) => ProofKind::CasNeverCurrent,
+                _ => ProofKind::WrittenLater,
+            },
+            Some(_) => continue,
+        };
+        if best.as_ref().is_none_or(|(at, _)| ret < *at) {
+            best = Some((
+                ret,
+                Proof {
+                    kind,
+                    op: i as u32,
+                    writers: first.cloned().unwrap_or_default(),
+                },
+            ));
+        }
+    }
+    best.map(|(_, p)| p)
+}
