@@ -120,3 +120,65 @@ pub(crate) fn find<M: Model>(ops: &[LinOp], model: &mut M, plant: ProofPlant) ->
     }
     best.map(|(_, p)| p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linear::model::CasRegister;
+    use serde_json::{json, Value};
+
+    /// (f, value, invoke, return or None for indeterminate)
+    fn ops(m: &mut CasRegister, spec: &[(&str, Value, u64, Option<u64>)]) -> Vec<LinOp> {
+        spec.iter()
+            .enumerate()
+            .map(|(i, (f, v, invoke, ret))| LinOp {
+                id: i as u32,
+                invoke: *invoke,
+                ret: *ret,
+                code: m.encode(f, v).unwrap(),
+                read_only: *f == "read",
+            })
+            .collect()
+    }
+
+    fn proof(spec: &[(&str, Value, u64, Option<u64>)]) -> Option<(ProofKind, u32, Vec<u32>)> {
+        let mut m = CasRegister::new();
+        let ops = ops(&mut m, spec);
+        find(&ops, &mut m, ProofPlant::None).map(|p| (p.kind, p.op, p.writers))
+    }
+
+    #[test]
+    fn a_read_of_a_value_nothing_leaves() {
+        let got = proof(&[("write", json!(1), 0, Some(1)), ("read", json!(2), 2, Some(3))]);
+        assert_eq!(got, Some((ProofKind::NeverWritten, 1, vec![])));
+    }
+
+    #[test]
+    fn a_read_whose_writers_all_start_after_it_returns() {
+        let spec = [
+            ("read", json!(5), 0, Some(1)),
+            ("write", json!(5), 2, None),
+            ("cas", json!([1, 5]), 3, Some(4)),
+        ];
+        assert_eq!(proof(&spec), Some((ProofKind::WrittenLater, 0, vec![1, 2])));
+        // a writer invoked before the read returned could have come first
+        let spec = [("read", json!(5), 0, Some(2)), ("write", json!(5), 1, Some(3))];
+        assert_eq!(proof(&spec), None);
+    }
+
+    #[test]
+    fn a_cas_expecting_a_value_never_current() {
+        let spec = [("cas", json!([9, 1]), 0, Some(1)), ("read", json!(1), 2, Some(3))];
+        assert_eq!(proof(&spec).map(|p| p.0), Some(ProofKind::CasNeverCurrent));
+    }
+
+    #[test]
+    fn the_initial_state_needs_no_writer_and_the_earliest_return_wins() {
+        let spec = [
+            ("read", Value::Null, 0, Some(1)),
+            ("read", json!(4), 5, Some(9)),
+            ("read", json!(3), 6, Some(7)),
+        ];
+        assert_eq!(proof(&spec).map(|p| (p.0, p.1)), Some((ProofKind::NeverWritten, 2)));
+    }
+}
