@@ -21,13 +21,17 @@
 //! 5. **lost** — a key with an `ok` attempt missing on a replica;
 //!    **lost-after-dedup** when every `ok` attempt was a retry after an
 //!    `info` one.
-//! 6. For consecutive attempts a, b of a key, removal of a's id was
-//!    possible only if at least `window` other keys could have been created
-//!    between a's invoke and b's completion, or another block could have
-//!    been created after `a.invoke + window_seconds − ε` and before b's
-//!    completion. A key may appear at most 1 + (pairs allowing removal)
-//!    times: more is **duplicate**, **duplicate-in-window** when no pair
-//!    allowed removal.
+//! 6. For attempts a before b of a key, removal of the id a created was
+//!    possible before b only if at least `window` other keys could have
+//!    been created between a's invoke and b's completion, or another block
+//!    could have been created after `a.invoke + window_seconds − ε` and
+//!    before b's completion. An attempt deduplicated against the id does
+//!    not renew it, so the pairs need not be consecutive: a key may appear
+//!    at most 1 + (removals) times, the removals counted along the longest
+//!    chain of attempts each allowing removal of the previous one's id
+//!    (taking, from each, the earliest later attempt that allows it).
+//!    More is **duplicate**, **duplicate-in-window** when no pair of its
+//!    attempts allowed removal.
 //! 7. A key with an `ok` attempt and no pair allowing removal appears
 //!    exactly once.
 //! 8. Otherwise up to the number of non-failed attempts, reported as
@@ -706,14 +710,18 @@ impl Checker for Dedup {
         for (ki, k) in m.keys.iter().enumerate() {
             let ki = ki as u32;
             let chain: Vec<&Attempt> = k.chain.iter().map(|&a| &m.attempts[a as usize]).collect();
-            // removal possible between consecutive attempts (rule 6); an
-            // epoch is a run of the chain no removal could split
+            // removals possible along the chain (rule 6): from the attempt
+            // that may have created the id, the earliest later attempt
+            // that could find it removed may create it again (a
+            // deduplicated attempt in between renews nothing); an epoch is
+            // a run of the chain no removal could split
             let mut pairs_removable = 0u64;
             // kept only where rule 12 needs them (a token's data varies)
             let track = k.variants.len() > 1;
             let mut epoch_of = if track { vec![0u32; chain.len()] } else { Vec::new() };
-            for (i, w) in chain.windows(2).enumerate() {
-                let (a, b) = (w[0], w[1]);
+            let mut creator = 0usize;
+            for i in 1..chain.len() {
+                let (a, b) = (chain[creator], chain[i]);
                 // both creations fall between a's invoke and the later of
                 // the two ends: an indeterminate a may commit after b
                 let b_end = a.end.max(b.end);
@@ -723,9 +731,10 @@ impl Checker for Dedup {
                     timeline.other_block_after(ki, a.start.saturating_add(params.window_ns - params.epsilon_ns), b_end);
                 if by_count || by_age {
                     pairs_removable += 1;
+                    creator = i;
                 }
                 if track {
-                    epoch_of[i + 1] = pairs_removable as u32;
+                    epoch_of[i] = pairs_removable as u32;
                 }
             }
             // per epoch, its earliest acknowledgement (an indeterminate
@@ -897,9 +906,9 @@ impl Checker for Dedup {
                             &[r],
                             attempts_json(),
                             format!(
-                                "key {} appears {count}× on {r}; of its {} consecutive attempt pairs, {pairs_removable} could have seen its id removed (window {} ids, {} s, ε {} ms), so at most {} copies are allowed",
+                                "key {} appears {count}× on {r}; its {} attempts allow at most {pairs_removable} removals of its id between them (window {} ids, {} s, ε {} ms), so at most {} copies are allowed",
                                 k.label,
-                                live.saturating_sub(1),
+                                live,
                                 params.window,
                                 params.window_ns as f64 / 1e9,
                                 params.epsilon_ns as f64 / 1e6,
