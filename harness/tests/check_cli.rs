@@ -184,9 +184,11 @@ fn bad_arguments_exit_3() {
 
 /// A history that takes an exhaustive search far longer than a second:
 /// 16 concurrent writes of distinct values and 16 concurrent reads, each
-/// read seeing one write, all ok — then a read of a value nobody wrote.
-/// The search must try every interleaving of write/read pairs (3^16 sets)
-/// before it may say "invalid".
+/// read seeing one write, all ok — then, one after the other, a read of 1
+/// and a read of 2: no write comes between them, so they cannot both
+/// hold, but no one-pass proof sees that (both values were written
+/// before). The search must try every interleaving of write/read pairs
+/// (3^16 sets) before it may say "invalid".
 fn hard_history() -> String {
     const PAIRS: usize = 16;
     let mut lines = Vec::new();
@@ -208,8 +210,10 @@ fn hard_history() -> String {
     for i in 0..PAIRS {
         push(PAIRS + i, "ok", "read", (i + 1).to_string());
     }
-    push(2 * PAIRS, "invoke", "read", "null".into());
-    push(2 * PAIRS, "ok", "read", "0".into());
+    for seen in [1, 2] {
+        push(2 * PAIRS, "invoke", "read", "null".into());
+        push(2 * PAIRS, "ok", "read", seen.to_string());
+    }
     lines.join("\n") + "\n"
 }
 

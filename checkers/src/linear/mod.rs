@@ -395,7 +395,7 @@ impl Linearizable {
                 .unknown
                 .iter()
                 .take(UNKNOWN_LISTED_MAX)
-                .map(|(k, _)| k.clone().unwrap_or_else(|| "(no key)".into()))
+                .map(|(k, _)| k.clone().unwrap_or_else(|| "unkeyed".into()))
                 .collect();
             let first = report.unknown.first().map(|(_, r)| r.clone()).unwrap_or_default();
             (

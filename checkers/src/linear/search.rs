@@ -177,6 +177,10 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, starts: &[Start], limit
                 )
             }
         }
+        if c.r > deepest {
+            deepest = c.r;
+            states.clear();
+        }
         if c.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&c.s) {
             states.push(c.s);
         }
