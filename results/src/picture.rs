@@ -85,15 +85,19 @@ pub fn render(v: &Violation, title: &str, labels: AxisLabels) -> String {
         svg,
         r##"<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0}" height="{height}" viewBox="0 0 {width:.0} {height}" font-family="monospace" font-size="11"><defs><pattern id="folded" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fafafa"/><line x1="0" y1="0" x2="0" y2="6" stroke="#bbb" stroke-width="2"/></pattern></defs>"##
     );
-    // The longest linearizable prefix, and the return nothing passes.
+    // The longest linearizable prefix, and the return nothing passes. A
+    // one-pass proof shows only its op's return: an earlier return may
+    // fail too, so no prefix is claimed.
     let cut_x = axis.x(v.prefix_end_index);
-    let _ = write!(
-        svg,
-        r##"<rect x="{LABEL_PX}" y="{}" width="{}" height="{}" fill="#e8f5e9"/>"##,
-        TOP_PX - 14.0,
-        cut_x - LABEL_PX,
-        lanes.len() as f64 * LANE_PX + 14.0,
-    );
+    if v.proof.is_none() {
+        let _ = write!(
+            svg,
+            r##"<rect x="{LABEL_PX}" y="{}" width="{}" height="{}" fill="#e8f5e9"/>"##,
+            TOP_PX - 14.0,
+            cut_x - LABEL_PX,
+            lanes.len() as f64 * LANE_PX + 14.0,
+        );
+    }
     // folded stretches, under everything drawn on top of them
     let lanes_bottom = TOP_PX + lanes.len() as f64 * LANE_PX;
     for (x, n) in axis.folds() {
@@ -106,15 +110,21 @@ pub fn render(v: &Violation, title: &str, labels: AxisLabels) -> String {
             lanes_bottom - TOP_PX + 14.0
         );
     }
+    if v.proof.is_none() {
+        let _ = write!(
+            svg,
+            r##"<text x="{}" y="{}" fill="#2e7d32" stroke="#e8f5e9" stroke-width="3" paint-order="stroke">longest linearizable prefix</text>"##,
+            LABEL_PX + 4.0,
+            TOP_PX - 4.0
+        );
+    }
+    let cut_text = match &v.proof {
+        Some(kind) => format!("this op cannot hold ({kind}) ▸"),
+        None => "no linearization passes this return ▸".to_string(),
+    };
     let _ = write!(
         svg,
-        r##"<text x="{}" y="{}" fill="#2e7d32" stroke="#e8f5e9" stroke-width="3" paint-order="stroke">longest linearizable prefix</text>"##,
-        LABEL_PX + 4.0,
-        TOP_PX - 4.0
-    );
-    let _ = write!(
-        svg,
-        r##"<line x1="{cut_x}" y1="{}" x2="{cut_x}" y2="{}" stroke="#c62828" stroke-width="2"/><text x="{}" y="{}" fill="#c62828" text-anchor="end">no linearization passes this return ▸</text>"##,
+        r##"<line x1="{cut_x}" y1="{}" x2="{cut_x}" y2="{}" stroke="#c62828" stroke-width="2"/><text x="{}" y="{}" fill="#c62828" text-anchor="end">{cut_text}</text>"##,
         TOP_PX - 30.0,
         TOP_PX + lanes.len() as f64 * LANE_PX,
         cut_x - 4.0,
@@ -481,6 +491,34 @@ mod tests {
             complete_time: Some(complete as i64 * 1_000_000),
             line: invoke + 1,
         }
+    }
+
+    #[test]
+    fn a_proof_claims_its_op_and_no_prefix() {
+        let read = op(1, 10, 11, "read → 9");
+        let mut v = Violation {
+            key: None,
+            failing: read.clone(),
+            core: vec![read.clone()],
+            minimal: true,
+            untried: 0,
+            proof: Some("never-written".into()),
+            after_index: None,
+            any_state: true,
+            window_states: Vec::new(),
+            prefix_end_index: 11,
+            prefix_end_time: 11_000_000,
+            states: Vec::new(),
+            window: vec![op(0, 8, 12, "write 1"), read],
+            explanation: "key: none".into(),
+        };
+        let page = render(&v, "h", AxisLabels::Time);
+        assert!(page.contains("this op cannot hold (never-written)"), "{page}");
+        assert!(!page.contains("longest linearizable prefix"));
+        v.proof = None;
+        let page = render(&v, "h", AxisLabels::Time);
+        assert!(page.contains("longest linearizable prefix"));
+        assert!(page.contains("no linearization passes this return"));
     }
 
     #[test]
