@@ -32,6 +32,7 @@ pub mod pairing;
 pub mod perf;
 pub mod queue;
 pub mod registry;
+pub mod rng;
 pub mod set;
 pub mod stats;
 pub mod unique_ids;

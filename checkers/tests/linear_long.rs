@@ -126,55 +126,43 @@ fn keys_in_parallel_give_the_same_report() {
     assert_eq!(r1, r2);
 }
 
+/// Appends one history line on `key`.
+fn push(ops: &mut Vec<Op>, key: &str, p: u64, kind: OpType, f: &str, value: Value) {
+    ops.push(Op {
+        index: ops.len() as u64,
+        time: ops.len() as i64,
+        process: Process::Client(p),
+        kind,
+        f: f.into(),
+        value,
+        key: Some(key.into()),
+        node: None,
+        error: None,
+    });
+}
+
 /// A key no search can finish under a small memory cap: 14 writes of
 /// distinct values, all concurrent, then two reads in a row of two of
 /// them — no order of the writes explains both, and finding that out
 /// means trying the orders.
 fn hard_key(ops: &mut Vec<Op>, key: &str, first_process: u64) {
-    let mut push = |p: u64, kind: OpType, f: &str, value: Value| {
-        ops.push(Op {
-            index: ops.len() as u64,
-            time: ops.len() as i64,
-            process: Process::Client(p),
-            kind,
-            f: f.into(),
-            value,
-            key: Some(key.into()),
-            node: None,
-            error: None,
-        })
-    };
     for w in 0..14u64 {
-        push(first_process + w, OpType::Invoke, "write", json!(w + 1));
+        push(ops, key, first_process + w, OpType::Invoke, "write", json!(w + 1));
     }
     for w in 0..14u64 {
-        push(first_process + w, OpType::Ok, "write", json!(w + 1));
+        push(ops, key, first_process + w, OpType::Ok, "write", json!(w + 1));
     }
     for v in [1, 2] {
-        push(first_process, OpType::Invoke, "read", Value::Null);
-        push(first_process, OpType::Ok, "read", json!(v));
+        push(ops, key, first_process, OpType::Invoke, "read", Value::Null);
+        push(ops, key, first_process, OpType::Ok, "read", json!(v));
     }
 }
 
 fn easy_key(ops: &mut Vec<Op>, key: &str, p: u64, read: u64) {
-    for (kind, f, value) in [
-        (OpType::Invoke, "write", json!(1)),
-        (OpType::Ok, "write", json!(1)),
-        (OpType::Invoke, "read", Value::Null),
-        (OpType::Ok, "read", json!(read)),
-    ] {
-        ops.push(Op {
-            index: ops.len() as u64,
-            time: ops.len() as i64,
-            process: Process::Client(p),
-            kind,
-            f: f.into(),
-            value,
-            key: Some(key.into()),
-            node: None,
-            error: None,
-        });
-    }
+    push(ops, key, p, OpType::Invoke, "write", json!(1));
+    push(ops, key, p, OpType::Ok, "write", json!(1));
+    push(ops, key, p, OpType::Invoke, "read", Value::Null);
+    push(ops, key, p, OpType::Ok, "read", json!(read));
 }
 
 #[test]

@@ -6,9 +6,9 @@
 //! return, searched from a set of start states — either every state (the
 //! window fails whatever came before it: its core stands on its own) or
 //! the frontier the search carried to the cut (the core holds given the
-//! history before the cut). Ops still open at the failing return become
-//! indeterminate; later ops vanish. Its cost is the window's, not the
-//! history's.
+//! history before the cut). The caller cuts the window at the failing
+//! return: ops still open there are indeterminate, later ops gone. Its
+//! cost is the window's, not the history's.
 //!
 //! Within the window it *weakens* ok ops — turns them into indeterminate
 //! ones, or drops them if they are read-only — as long as the result stays
@@ -49,11 +49,11 @@ pub(crate) struct Shrunk {
     pub untried: usize,
 }
 
-/// Shrinks a failing window. `window` holds the ops (ok ops invoked before
-/// the failing return, indeterminate ops that may act in it); `failing`
-/// is the id of the ok op whose return no linearization passes; `starts`
-/// the states (and indeterminate ops already used, by id) the window may
-/// begin in.
+/// Shrinks a failing window. `window` holds the ops, cut at the failing
+/// return (which is its last); `failing` is the id of the ok op whose
+/// return no linearization passes; `starts` the states (and indeterminate
+/// ops already used, by id) the window may begin in. A window that does
+/// not fail comes back whole and not minimal.
 pub(crate) fn shrink<M: Model>(
     window: &[LinOp],
     failing: u32,
@@ -61,22 +61,31 @@ pub(crate) fn shrink<M: Model>(
     model: &mut M,
     limits: &Limits,
 ) -> Shrunk {
-    let cut = window
-        .iter()
-        .find(|op| op.id == failing)
-        .and_then(|op| op.ret)
-        .expect("the failing op is an ok op of its window");
-    let prefix = cut_at(window, cut);
+    let prefix = window;
     let mut candidates: Vec<usize> = prefix
         .iter()
         .enumerate()
         .filter(|&(_, op)| op.ret.is_some() && op.id != failing)
         .map(|(i, _)| i)
         .collect();
+    let whole = |candidates: Vec<usize>| {
+        let untried = candidates.len();
+        let mut core: Vec<u32> = candidates.iter().map(|&c| prefix[c].id).collect();
+        core.push(failing);
+        Shrunk {
+            core,
+            minimal: false,
+            untried,
+        }
+    };
     // Weakened ops add indeterminate ones, which can make a trial far
     // costlier than the original search: bound each trial, and count one
     // that runs out as "still linearizable" (the op stays in the core).
-    let baseline = run(&prefix, starts, model, limits).configurations;
+    let baseline = run(prefix, starts, model, limits);
+    if !matches!(baseline.outcome, Outcome::NotLinearizable { .. }) {
+        return whole(candidates);
+    }
+    let baseline = baseline.configurations;
     let trial = Limits {
         configs_max: baseline.saturating_mul(TRIAL_CONFIGS_FACTOR).max(TRIAL_CONFIGS_MIN),
         ..*limits
@@ -103,7 +112,7 @@ pub(crate) fn shrink<M: Model>(
                 weakened[c] = true;
             }
             searches += 1;
-            let verdict = outcome(&weaken(&prefix, &weakened), starts, model, &trial);
+            let verdict = outcome(&weaken(prefix, &weakened), starts, model, &trial);
             cut_short |= verdict.is_none();
             if verdict == Some(true) {
                 candidates.drain(i..end);
@@ -130,29 +139,18 @@ pub(crate) fn shrink<M: Model>(
     } else {
         candidates.len() - shown.min(candidates.len())
     };
-    let mut core: Vec<u32> = candidates.iter().map(|&c| prefix[c].id).collect();
-    core.push(failing);
-    Shrunk { core, minimal, untried }
+    Shrunk {
+        minimal,
+        untried,
+        ..whole(candidates)
+    }
 }
 
 /// Searches `ops` from `starts`, stopping at the first linearization.
 pub(crate) fn run<M: Model>(ops: &[LinOp], starts: &[Entry], model: &mut M, limits: &Limits) -> Search {
     let ops = without_useless(ops, model);
     let p = Problem::new(&ops);
-    let ids: Vec<u32> = ops.iter().map(|o| o.id).collect();
-    search_from(&p, model, &starts_for(&p, &ids, starts), limits, false)
-}
-
-/// The history up to `cut`: ops invoked before it, those still open at it
-/// made indeterminate (read-only ones dropped).
-fn cut_at(ops: &[LinOp], cut: u64) -> Vec<LinOp> {
-    ops.iter()
-        .filter(|op| op.invoke < cut)
-        .filter_map(|op| match op.ret {
-            Some(r) if r > cut => (!op.read_only).then_some(LinOp { ret: None, ..*op }),
-            _ => Some(*op),
-        })
-        .collect()
+    search_from(&p, model, &starts_for(&p, &ops, starts), limits, false)
 }
 
 fn weaken(prefix: &[LinOp], weakened: &[bool]) -> Vec<LinOp> {

@@ -35,7 +35,7 @@ pub mod synth;
 use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
 use crate::history::HistoryError;
 use crate::pairing::{History, Outcome};
-use model::{CasRegister, Kv, Model, ModelKind};
+use model::{CasRegister, Kv, Model, ModelKind, Shape};
 use problem::LinOp;
 use proofs::{Proof, ProofPlant};
 use search::{Limits, Outcome as SearchOutcome};
@@ -44,6 +44,43 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
+
+/// `f(i, items[i])` for every item, on up to `jobs` threads taking items
+/// in order (on this thread when `jobs` is 1); results in item order.
+fn in_parallel<T: Send, R: Send>(items: Vec<T>, jobs: usize, f: impl Fn(usize, T) -> R + Sync) -> Vec<R> {
+    let jobs = jobs.clamp(1, items.len().max(1));
+    if jobs == 1 {
+        return items.into_iter().enumerate().map(|(i, t)| f(i, t)).collect();
+    }
+    let n = items.len();
+    let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|t| Mutex::new(Some(t))).collect();
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..n).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(slot) = slots.get(i) else {
+            return;
+        };
+        let item = slot
+            .lock()
+            .expect("no worker panics holding a lock")
+            .take()
+            .expect("each item is taken once");
+        let r = f(i, item);
+        results.lock().expect("no worker panics holding a lock")[i] = Some(r);
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(work);
+        }
+    });
+    results
+        .into_inner()
+        .expect("no worker panicked holding a lock")
+        .into_iter()
+        .map(|r| r.expect("every item done"))
+        .collect()
+}
 
 /// Longest one explanation may shrink for; past it the core is reported
 /// as found so far (still valid, perhaps not minimal).
@@ -287,25 +324,14 @@ impl Linearizable {
             let (model, ops) = &mut keyed[g as usize];
             prepare_one(history, i, model, ops)?;
         }
-        let keyed: Vec<Mutex<Option<(M, KeyOps)>>> = keyed.into_iter().map(|k| Mutex::new(Some(k))).collect();
-        let next = AtomicUsize::new(0);
-        let done: Mutex<Vec<Option<KeyDone<M>>>> = Mutex::new((0..groups.len()).map(|_| None).collect());
-        let work = || loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(slot) = keyed.get(i) else {
-                return;
-            };
-            let (model, prepared) = slot
-                .lock()
-                .expect("no worker panics holding the lock")
-                .take()
-                .expect("each key is taken once");
+        let keys = groups.len();
+        let done = in_parallel(keyed, jobs, |i, (model, prepared)| {
             // a fair share of the time left: the keys not yet started
             // split it, `jobs` at a time
             let now = Instant::now();
             let deadline = ctx.deadline.map(|d| {
                 let left = d.saturating_duration_since(now);
-                let rounds = (groups.len() - i).div_ceil(jobs) as u32;
+                let rounds = (keys - i).div_ceil(jobs) as u32;
                 (now + left / rounds.max(1)).min(d)
             });
             let limits = Limits {
@@ -313,19 +339,8 @@ impl Linearizable {
                 mem_bytes_max: mem_per_job,
                 configs_max: u64::MAX,
             };
-            let r = self.judge_key(prepared, model, &limits);
-            done.lock().expect("no worker panics holding the lock")[i] = Some(r);
-        };
-        if jobs == 1 {
-            work();
-        } else {
-            std::thread::scope(|scope| {
-                for _ in 0..jobs {
-                    scope.spawn(work);
-                }
-            });
-        }
-        let done = done.into_inner().expect("no worker panicked holding the lock");
+            self.judge_key(prepared, model, &limits)
+        });
 
         let mut report = LinearReport {
             model: self.model.name().to_string(),
@@ -342,7 +357,6 @@ impl Linearizable {
         };
         let mut to_explain = Vec::new();
         for ((key, _), r) in groups.into_iter().zip(done) {
-            let r = r.expect("every key judged");
             report.configurations += r.configurations;
             report.keys_proved += r.proved as usize;
             report.parts += r.parts;
@@ -368,24 +382,9 @@ impl Linearizable {
             configs_max: u64::MAX,
         };
         let explaining = Instant::now();
-        let explained: Vec<Violation> = if to_explain.len() > 1 && jobs > 1 {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = to_explain
-                    .into_iter()
-                    .map(|(key, failed)| scope.spawn(|| self.explain_key(history, key, *failed, &limits)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            })
-        } else {
-            to_explain
-                .into_iter()
-                .map(|(key, failed)| self.explain_key(history, key, *failed, &limits))
-                .collect()
-        };
-        report.violations = explained;
+        report.violations = in_parallel(to_explain, jobs, |_, (key, failed)| {
+            self.explain_key(history, key, *failed, &limits)
+        });
         report.explain_ms = elapsed_ms(explaining);
 
         let (verdict, reason) = if report.keys_invalid > 0 {
@@ -438,8 +437,9 @@ impl Linearizable {
             Plant::Proof(p) => p,
             _ => ProofPlant::None,
         };
+        let shapes: Vec<Shape> = prepared.ops.iter().map(|o| model.shape(o.code)).collect();
         if !self.tuning.no_proofs {
-            if let Some(proof) = proofs::find(&prepared.ops, &mut model, proof_plant) {
+            if let Some(proof) = proofs::find(&prepared.ops, &shapes, model.init(), proof_plant) {
                 out.proved = true;
                 out.verdict = KeyVerdict::Invalid(Box::new(Failed {
                     model,
@@ -455,9 +455,10 @@ impl Linearizable {
         };
         let plan = segment::plan(
             &prepared.ops,
-            &model,
+            &shapes,
             self.tuning.part_ops_min.unwrap_or(segment::PART_OPS_MIN),
         );
+        drop(shapes);
         out.parts = plan.parts.len();
         // Fast path: one search of the whole key, stopping at the first
         // linearization, with a budget a linearizable history rarely
@@ -467,9 +468,8 @@ impl Linearizable {
             let kept: Vec<LinOp> = prepared
                 .ops
                 .iter()
-                .zip(&plan.matters_until)
-                .filter(|(o, &u)| o.ret.is_some() || u > 0)
-                .map(|(o, _)| *o)
+                .filter(|o| plan.matters_until[o.id as usize] > 0)
+                .copied()
                 .collect();
             let p = problem::Problem::new(&kept);
             let fast = Limits {
@@ -492,43 +492,37 @@ impl Linearizable {
         }
         let s = segment::search_key(&prepared.ops, &plan, &mut model, limits, carry_plant);
         out.configurations += s.configurations;
-        out.verdict = match s.outcome {
-            KeyOutcome::Linearizable => KeyVerdict::Valid,
-            KeyOutcome::Unknown { reason } => match whole_failed {
-                // the whole-key search proved it: explain from the start
-                Some((failing, states)) => {
-                    let part = plan.parts.iter().position(|p| p.contains(&failing)).unwrap_or(0);
-                    KeyVerdict::Invalid(Box::new(Failed {
-                        model,
-                        prepared,
-                        how: How::Search {
-                            plan,
-                            failing,
-                            part,
-                            frontier: Vec::new(),
-                            states,
-                        },
-                    }))
-                }
-                None => KeyVerdict::Unknown(reason),
-            },
+        let (failing, part, frontier, states) = match s.outcome {
+            KeyOutcome::Linearizable => return out,
             KeyOutcome::NotLinearizable {
                 failing,
                 part,
                 frontier,
                 states,
-            } => KeyVerdict::Invalid(Box::new(Failed {
-                model,
-                prepared,
-                how: How::Search {
-                    plan,
-                    failing,
-                    part,
-                    frontier,
-                    states,
-                },
-            })),
+            } => (failing, part, frontier, states),
+            // the whole-key search proved it: explain from the start
+            KeyOutcome::Unknown { reason } => match whole_failed {
+                Some((failing, states)) => {
+                    let part = plan.parts.iter().position(|p| p.contains(&failing)).unwrap_or(0);
+                    (failing, part, Vec::new(), states)
+                }
+                None => {
+                    out.verdict = KeyVerdict::Unknown(reason);
+                    return out;
+                }
+            },
         };
+        out.verdict = KeyVerdict::Invalid(Box::new(Failed {
+            model,
+            prepared,
+            how: How::Search {
+                plan,
+                failing,
+                part,
+                frontier,
+                states,
+            },
+        }));
         out
     }
 }
@@ -627,7 +621,7 @@ impl Linearizable {
             } => (plan, failing, part, frontier, states),
         };
         let chosen = self.any_state_window(&prepared.ops, &plan, failing, part, &mut model, &limits);
-        let any_state = chosen.is_some();
+        let from_any_state = chosen.is_some();
         let (from, starts) = match chosen {
             Some(c) => c,
             // no frontier carried there: the whole prefix, from the start
@@ -656,8 +650,10 @@ impl Linearizable {
         let cut = prepared.ops[failing as usize].ret.expect("failing op is ok");
         let prefix_end = &history.ops[cut as usize];
         let after_index = (from > 0).then(|| plan.cuts[from - 1]);
+        // from the start, the window's one state is the initial one
+        let any_state = from_any_state && from > 0;
         let mut window_states: Vec<String> = Vec::new();
-        if !any_state && from > 0 {
+        if !from_any_state && from > 0 {
             for e in &starts {
                 let text = model.show_state(e.state);
                 if !window_states.contains(&text) {
@@ -686,7 +682,7 @@ impl Linearizable {
             untried: shrunk.untried,
             proof: None,
             after_index,
-            any_state: any_state && from > 0,
+            any_state,
             window_states,
             prefix_end_index: prefix_end.index,
             prefix_end_time: prefix_end.time,
@@ -755,22 +751,26 @@ impl Linearizable {
     }
 }
 
-/// The ops a window holds: ok ops invoked after the cut that ends part
-/// `from - 1` (all, for part 0) and before the failing return, and the
-/// indeterminate ops that may act in it. Cut at the failing return later.
+/// The ops a window holds, cut at the failing return: ok ops invoked
+/// after the cut that ends part `from - 1` (all, for part 0) and before
+/// the failing return — those still open at it made indeterminate (or
+/// dropped, if read-only) — and the indeterminate ops that may act in it.
+/// The failing return is the window's last: a search of it fails there
+/// or passes.
 fn window_ops(ops: &[LinOp], plan: &Plan, from: usize, failing: u32) -> Vec<LinOp> {
     let after = if from == 0 { None } else { Some(plan.cuts[from - 1]) };
     let end = ops[failing as usize].ret.expect("failing op is ok");
     ops.iter()
-        .enumerate()
-        .filter(|(i, o)| {
-            o.invoke < end
-                && match o.ret {
-                    Some(_) => after.is_none_or(|a| o.invoke > a),
-                    None => plan.matters_until[*i] > 0 && after.is_none_or(|a| plan.matters_until[*i] > a),
-                }
+        .filter(|o| o.invoke < end)
+        .filter_map(|o| match o.ret {
+            Some(_) if after.is_some_and(|a| o.invoke <= a) => None,
+            Some(r) if r > end => (!o.read_only).then_some(LinOp { ret: None, ..*o }),
+            Some(_) => Some(*o),
+            None => {
+                let until = plan.matters_until[o.id as usize];
+                (until > 0 && after.is_none_or(|a| until > a)).then_some(*o)
+            }
         })
-        .map(|(_, o)| *o)
         .collect()
 }
 
@@ -834,26 +834,24 @@ fn proof_violation<M: Model>(
         op.line,
         proof.kind.name(),
     );
-    let _ = if writers.is_empty() {
-        writeln!(
+    if writers.is_empty() {
+        let _ = writeln!(
             t,
             "  no operation of this key leaves the value it needs, and it is not what the key starts with."
-        )
+        );
     } else {
         let _ = writeln!(
             t,
-            "  the value it needs is not what the key starts with, and every operation leaving it was invoked after it returned (at index {}); the first:",
-            ret
+            "  the value it needs is not what the key starts with, and every operation leaving it was invoked after it returned (at index {ret}); the first:"
         );
-        for w in &writers {
-            let _ = writeln!(
-                t,
-                "  line {:>6}  process {:>4}  {:<24} invoked at index {}",
-                w.line, w.process, w.desc, w.invoke_index
-            );
-        }
-        Ok(())
-    };
+    }
+    for w in &writers {
+        let _ = writeln!(
+            t,
+            "  line {:>6}  process {:>4}  {:<24} invoked at index {}",
+            w.line, w.process, w.desc, w.invoke_index
+        );
+    }
     let window = overlapping(history, &key, prepared, model, op.invoke_index, ret);
     Violation {
         key,

@@ -16,7 +16,7 @@
 //! it. The ops that do leave v are named, as context, up to
 //! [`WRITERS_SHOWN_MAX`].
 
-use super::model::{Model, Shape};
+use super::model::Shape;
 use super::problem::LinOp;
 use crate::fxhash::FxBuild;
 use std::collections::HashMap;
@@ -62,14 +62,13 @@ pub enum ProofPlant {
     IgnoreInit,
 }
 
-/// The proof with the earliest return among a key's ops, if one exists.
+/// The proof with the earliest return among a key's ops (`shapes[i]` the
+/// shape of `ops[i]`, every key starting at `init`), if one exists.
 /// Needs every op's [`Shape`]; returns `None` for a key with opaque ops.
-pub(crate) fn find<M: Model>(ops: &[LinOp], model: &mut M, plant: ProofPlant) -> Option<Proof> {
-    let shapes: Vec<Shape> = ops.iter().map(|o| model.shape(o.code)).collect();
+pub(crate) fn find(ops: &[LinOp], shapes: &[Shape], init: u32, plant: ProofPlant) -> Option<Proof> {
     if shapes.contains(&Shape::Opaque) {
         return None;
     }
-    let init = model.init();
     // per value: its first writers, by invoke
     let mut writers: HashMap<u32, Vec<u32>, FxBuild> = HashMap::default();
     let mut order: Vec<u32> = (0..ops.len() as u32).collect();
@@ -83,7 +82,7 @@ pub(crate) fn find<M: Model>(ops: &[LinOp], model: &mut M, plant: ProofPlant) ->
         }
     }
     let mut best: Option<(u64, Proof)> = None;
-    for (i, (op, shape)) in ops.iter().zip(&shapes).enumerate() {
+    for (i, (op, shape)) in ops.iter().zip(shapes).enumerate() {
         let (Some(ret), Some(v)) = (op.ret, shape.needs()) else {
             continue;
         };
@@ -124,7 +123,7 @@ pub(crate) fn find<M: Model>(ops: &[LinOp], model: &mut M, plant: ProofPlant) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::linear::model::CasRegister;
+    use crate::linear::model::{CasRegister, Model};
     use serde_json::{json, Value};
 
     /// (f, value, invoke, return or None for indeterminate)
@@ -144,7 +143,8 @@ mod tests {
     fn proof(spec: &[(&str, Value, u64, Option<u64>)]) -> Option<(ProofKind, u32, Vec<u32>)> {
         let mut m = CasRegister::new();
         let ops = ops(&mut m, spec);
-        find(&ops, &mut m, ProofPlant::None).map(|p| (p.kind, p.op, p.writers))
+        let shapes: Vec<Shape> = ops.iter().map(|o| m.shape(o.code)).collect();
+        find(&ops, &shapes, m.init(), ProofPlant::None).map(|p| (p.kind, p.op, p.writers))
     }
 
     #[test]

@@ -120,42 +120,109 @@ struct Frame<const W: usize> {
     next: u32,
 }
 
+/// The deepest return configurations reached, and (some of) the states
+/// they reached it in.
+struct Deepest {
+    r: u32,
+    states: Vec<u32>,
+}
+
+impl Deepest {
+    fn note(&mut self, r: u32, s: u32) {
+        if r > self.r {
+            self.r = r;
+            self.states.clear();
+        }
+        if r == self.r && self.states.len() < STATES_AT_FAILURE_MAX && !self.states.contains(&s) {
+            self.states.push(s);
+        }
+    }
+}
+
 fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, starts: &[Start], limits: &Limits, all_ends: bool) -> Search {
     let n = p.returns.len() as u32;
     let mut memo: Memo<W> = Memo::new(p.n_slots);
     let frame_bytes = std::mem::size_of::<Frame<W>>();
     let mut stack: Vec<Frame<W>> = Vec::new();
     let mut configurations = 0u64;
-    let mut deepest = 0u32;
-    let mut states: Vec<u32> = Vec::new();
+    let mut deepest = Deepest {
+        r: 0,
+        states: Vec::new(),
+    };
     let mut ends: Vec<Start> = Vec::new();
     let mut end_seen: std::collections::HashSet<(u32, [u64; W]), crate::fxhash::FxBuild> = Default::default();
     let info_bits = p.info_invoke.len() as u32;
-    let mut end_of = |c: &Config<W>, ends: &mut Vec<Start>| {
-        if end_seen.insert((c.s, c.bits)) {
-            ends.push(Start {
-                state: c.s,
-                used: (0..info_bits).filter(|&j| c.has(p.n_slots + j)).collect(),
-            });
-        }
-    };
-    let unknown = |reason: String, deepest: u32, configurations: u64| Search {
-        outcome: Outcome::Unknown { reason, deepest },
+    let unknown = |reason: String, deepest: &Deepest, configurations: u64| Search {
+        outcome: Outcome::Unknown {
+            reason,
+            deepest: deepest.r,
+        },
         configurations,
         ends: Vec::new(),
     };
+    let mut starts = starts.iter();
 
-    for start in starts {
-        let mut c = Config {
-            r: 0,
-            s: start.state,
-            bits: [0; W],
+    loop {
+        // the next configuration: a start when the stack is empty, else
+        // the top's next candidate
+        let child = match stack.last_mut() {
+            None => {
+                let Some(start) = starts.next() else {
+                    break;
+                };
+                let mut c = Config {
+                    r: 0,
+                    s: start.state,
+                    bits: [0; W],
+                };
+                for &j in &start.used {
+                    c = c.with(p.n_slots + j);
+                }
+                advance(p, c)
+            }
+            Some(top) => {
+                let c = top.config;
+                let ret = &p.returns[c.r as usize];
+                let open = ret.pending.1 - ret.pending.0;
+                let total = 1 + open + ret.classes_active;
+                if top.next >= total {
+                    stack.pop();
+                    continue;
+                }
+                let k = top.next;
+                top.next += 1;
+                if k == 0 {
+                    match m.step(c.s, ret.code) {
+                        Some(s) => advance(p, Config { r: c.r + 1, s, ..c }),
+                        None => continue,
+                    }
+                } else if k <= open {
+                    let o = p.pending[(ret.pending.0 + k - 1) as usize];
+                    if c.has(o.slot) {
+                        continue;
+                    }
+                    match m.step(c.s, o.code) {
+                        Some(s) => Config { s, ..c }.with(o.slot),
+                        None => continue,
+                    }
+                } else {
+                    let class = p.classes[(k - 1 - open) as usize];
+                    let Some(j) = first_unused(&c, p.n_slots, class.start, class.end) else {
+                        continue;
+                    };
+                    if p.info_invoke[j as usize] > ret.pos {
+                        continue;
+                    }
+                    match m.step(c.s, class.code) {
+                        Some(s) => Config { s, ..c }.with(p.n_slots + j),
+                        None => continue,
+                    }
+                }
+            }
         };
-        for &j in &start.used {
-            c = c.with(p.n_slots + j);
-        }
-        let c = advance(p, c);
-        if c.r == n {
+
+        deepest.note(child.r, child.s);
+        if child.r == n {
             if !all_ends {
                 return Search {
                     outcome: Outcome::Linearizable,
@@ -163,122 +230,44 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, starts: &[Start], limit
                     ends,
                 };
             }
-            end_of(&c, &mut ends);
+            if end_seen.insert((child.s, child.bits)) {
+                ends.push(Start {
+                    state: child.s,
+                    used: (0..info_bits).filter(|&j| child.has(p.n_slots + j)).collect(),
+                });
+            }
             continue;
         }
-        match memo.insert(c, limits.mem_bytes_max) {
+        match memo.insert(
+            child,
+            limits.mem_bytes_max.saturating_sub(stack.capacity() * frame_bytes),
+        ) {
             Insert::New => {}
             Insert::Dominated => continue,
             Insert::Full => {
                 return unknown(
-                    format!("memory cap of {} MiB reached", limits.mem_bytes_max >> 20),
-                    deepest,
-                    configurations,
-                )
-            }
-        }
-        if c.r > deepest {
-            deepest = c.r;
-            states.clear();
-        }
-        if c.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&c.s) {
-            states.push(c.s);
-        }
-        stack.push(Frame { config: c, next: 0 });
-
-        while let Some(top) = stack.last_mut() {
-            let c = top.config;
-            let ret = &p.returns[c.r as usize];
-            let open = ret.pending.1 - ret.pending.0;
-            let total = 1 + open + ret.classes_active;
-            if top.next >= total {
-                stack.pop();
-                continue;
-            }
-            let k = top.next;
-            top.next += 1;
-
-            let child = if k == 0 {
-                match m.step(c.s, ret.code) {
-                    Some(s) => advance(p, Config { r: c.r + 1, s, ..c }),
-                    None => continue,
-                }
-            } else if k <= open {
-                let o = p.pending[(ret.pending.0 + k - 1) as usize];
-                if c.has(o.slot) {
-                    continue;
-                }
-                match m.step(c.s, o.code) {
-                    Some(s) => Config { s, ..c }.with(o.slot),
-                    None => continue,
-                }
-            } else {
-                let class = p.classes[(k - 1 - open) as usize];
-                let Some(j) = first_unused(&c, p.n_slots, class.start, class.end) else {
-                    continue;
-                };
-                if p.info_invoke[j as usize] > ret.pos {
-                    continue;
-                }
-                match m.step(c.s, class.code) {
-                    Some(s) => Config { s, ..c }.with(p.n_slots + j),
-                    None => continue,
-                }
-            };
-
-            if child.r == n {
-                if !all_ends {
-                    return Search {
-                        outcome: Outcome::Linearizable,
-                        configurations,
-                        ends,
-                    };
-                }
-                if child.r > deepest {
-                    deepest = child.r;
-                    states.clear();
-                }
-                end_of(&child, &mut ends);
-                continue;
-            }
-            match memo.insert(
-                child,
-                limits.mem_bytes_max.saturating_sub(stack.capacity() * frame_bytes),
-            ) {
-                Insert::New => {}
-                Insert::Dominated => continue,
-                Insert::Full => {
-                    return unknown(
-                        format!(
-                            "memory cap of {} MiB reached after {} configurations",
-                            limits.mem_bytes_max >> 20,
-                            memo.len()
-                        ),
-                        deepest,
-                        configurations,
-                    );
-                }
-            }
-            configurations += 1;
-            if child.r > deepest {
-                deepest = child.r;
-                states.clear();
-            }
-            if child.r == deepest && states.len() < STATES_AT_FAILURE_MAX && !states.contains(&child.s) {
-                states.push(child.s);
-            }
-            if configurations > limits.configs_max {
-                return unknown(
-                    format!("configuration budget of {} exhausted", limits.configs_max),
-                    deepest,
+                    format!(
+                        "memory cap of {} MiB reached after {} configurations",
+                        limits.mem_bytes_max >> 20,
+                        memo.len()
+                    ),
+                    &deepest,
                     configurations,
                 );
             }
-            if configurations.is_multiple_of(CLOCK_CHECK_EVERY) && past_deadline(limits) {
-                return unknown("time budget exhausted".to_string(), deepest, configurations);
-            }
-            stack.push(Frame { config: child, next: 0 });
         }
+        configurations += 1;
+        if configurations > limits.configs_max {
+            return unknown(
+                format!("configuration budget of {} exhausted", limits.configs_max),
+                &deepest,
+                configurations,
+            );
+        }
+        if configurations.is_multiple_of(CLOCK_CHECK_EVERY) && past_deadline(limits) {
+            return unknown("time budget exhausted".to_string(), &deepest, configurations);
+        }
+        stack.push(Frame { config: child, next: 0 });
     }
     if !ends.is_empty() {
         return Search {
@@ -287,9 +276,13 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, starts: &[Start], limit
             ends,
         };
     }
+    let mut states = deepest.states;
     states.sort_unstable();
     Search {
-        outcome: Outcome::NotLinearizable { deepest, states },
+        outcome: Outcome::NotLinearizable {
+            deepest: deepest.r,
+            states,
+        },
         configurations,
         ends,
     }

@@ -71,12 +71,12 @@ pub(crate) struct Plan {
     pub info: Vec<u32>,
 }
 
-/// Lays out a key's ops (`ops[i].id == i`) for the search.
-pub(crate) fn plan<M: Model>(ops: &[LinOp], model: &M, part_ops_min: usize) -> Plan {
-    let shapes: Vec<Shape> = ops.iter().map(|o| model.shape(o.code)).collect();
-    let shapes_known = shapes.iter().all(|s| *s != Shape::Opaque);
+/// Lays out a key's ops (`ops[i].id == i`, `shapes[i]` the shape of
+/// `ops[i]`) for the search.
+pub(crate) fn plan(ops: &[LinOp], shapes: &[Shape], part_ops_min: usize) -> Plan {
+    let shapes_known = !shapes.contains(&Shape::Opaque);
     let matters_until = if shapes_known {
-        matters_until(ops, &shapes)
+        matters_until(ops, shapes)
     } else {
         vec![u64::MAX; ops.len()]
     };
@@ -223,15 +223,15 @@ pub(crate) fn search_key<M: Model>(
             live.push(plan.info[next_info]);
             next_info += 1;
         }
-        let (local, ids) = part_ops(ops, part, &live);
+        let local: Vec<LinOp> = part.iter().chain(&live).map(|&i| ops[i as usize]).collect();
         let p = Problem::new(&local);
-        let starts = starts_for(&p, &ids, &frontier);
+        let starts = starts_for(&p, &local, &frontier);
         let s = search_from(&p, model, &starts, limits, true);
         configurations += s.configurations;
         match s.outcome {
             Outcome::Linearizable => {}
             Outcome::NotLinearizable { deepest, states } => {
-                let failing = ids[p.returns[deepest as usize].op as usize];
+                let failing = local[p.returns[deepest as usize].op as usize].id;
                 return KeySearch {
                     outcome: KeyOutcome::NotLinearizable {
                         failing,
@@ -262,7 +262,7 @@ pub(crate) fn search_key<M: Model>(
                 let mut used: Vec<u32> = e
                     .used
                     .iter()
-                    .map(|&j| ids[p.info_op[j as usize] as usize])
+                    .map(|&j| local[p.info_op[j as usize] as usize].id)
                     .filter(|&i| plan.matters_until[i as usize] > forget_at)
                     .collect();
                 used.sort_unstable();
@@ -291,17 +291,9 @@ pub(crate) fn search_key<M: Model>(
     }
 }
 
-/// A part's ops as a problem's input: its ok ops, then the live
-/// indeterminate ops; with each one's id.
-fn part_ops(ops: &[LinOp], part: &[u32], live: &[u32]) -> (Vec<LinOp>, Vec<u32>) {
-    let ids: Vec<u32> = part.iter().chain(live).copied().collect();
-    let local = ids.iter().map(|&i| ops[i as usize]).collect();
-    (local, ids)
-}
-
-/// Frontier entries as search starts of problem `p`, whose op `j` has id
-/// `ids[j]`. Used ops that are not in the problem are gone for good.
-pub(crate) fn starts_for(p: &Problem, ids: &[u32], entries: &[Entry]) -> Vec<Start> {
+/// Frontier entries as search starts of problem `p`, built from `ops`.
+/// Used ops that are not in the problem are gone for good.
+pub(crate) fn starts_for(p: &Problem, ops: &[LinOp], entries: &[Entry]) -> Vec<Start> {
     if entries.iter().all(|e| e.used.is_empty()) {
         return entries
             .iter()
@@ -313,7 +305,7 @@ pub(crate) fn starts_for(p: &Problem, ids: &[u32], entries: &[Entry]) -> Vec<Sta
     }
     let mut bit_of: HashMap<u32, u32, FxBuild> = HashMap::with_capacity_and_hasher(p.info_op.len(), FxBuild::default());
     for (j, &local) in p.info_op.iter().enumerate() {
-        bit_of.insert(ids[local as usize], j as u32);
+        bit_of.insert(ops[local as usize].id, j as u32);
     }
     entries
         .iter()

@@ -20,6 +20,7 @@
 //! client's is. The generator is a pure function of its spec.
 
 use crate::history::{Op, OpType, Process};
+use crate::rng::Rng;
 use serde_json::{json, Value};
 use std::collections::{BinaryHeap, VecDeque};
 
@@ -73,25 +74,15 @@ pub struct Generated {
     pub injected_key: Option<String>,
 }
 
-struct Rng(u64);
+/// Uniform in 0..n by remainder — not [`Rng::below`], so that every
+/// seed's history stays the one BENCHMARKS.md measured.
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.next_u64() % n.max(1)
+}
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // SplitMix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, p: f64) -> bool {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64 > 1.0 - p
-    }
+/// True with probability `p`.
+fn chance(rng: &mut Rng, p: f64) -> bool {
+    rng.unit() > 1.0 - p
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -137,7 +128,7 @@ fn json_value(v: u64) -> Value {
 
 /// Generates the history `spec` describes.
 pub fn generate(spec: &Spec) -> Generated {
-    let mut rng = Rng(spec.seed ^ 0x05ee_d0fd_21f7);
+    let mut rng = Rng::new(spec.seed ^ 0x05ee_d0fd_21f7);
     let keys = spec.keys.max(1);
     let procs = spec.processes.max(1);
     // events: (Reverse(time), Reverse(seq), slot, phase) — phase 0 invoke,
@@ -148,7 +139,12 @@ pub fn generate(spec: &Spec) -> Generated {
     let mut process_of: Vec<u64> = (0..procs as u64).collect();
     let mut next_process = procs as u64;
     for slot in 0..procs {
-        heap.push((std::cmp::Reverse(rng.below(20) as i64), std::cmp::Reverse(seq), slot, 0));
+        heap.push((
+            std::cmp::Reverse(below(&mut rng, 20) as i64),
+            std::cmp::Reverse(seq),
+            slot,
+            0,
+        ));
         seq += 1;
     }
     let mut state = vec![NULL; keys as usize];
@@ -181,9 +177,9 @@ pub fn generate(spec: &Spec) -> Generated {
                     continue;
                 }
                 invoked += 1;
-                let key = rng.below(keys as u64) as u32;
+                let key = below(&mut rng, keys as u64) as u32;
                 let k = key as usize;
-                let roll = rng.below(100);
+                let roll = below(&mut rng, 100);
                 let take = |next_value: &mut Vec<u64>| {
                     let v = next_value[k];
                     next_value[k] += 1;
@@ -195,7 +191,7 @@ pub fn generate(spec: &Spec) -> Generated {
                     Kind::Write(take(&mut next_value))
                 } else {
                     // mostly the value the register holds now
-                    let expected = if rng.chance(0.8) {
+                    let expected = if chance(&mut rng, 0.8) {
                         state[k]
                     } else {
                         changes[k].back().map(|c| c.value).unwrap_or(NULL)
@@ -203,7 +199,7 @@ pub fn generate(spec: &Spec) -> Generated {
                     Kind::Cas(expected, take(&mut next_value))
                 };
                 // writes and cases are half the ops: twice the rate among them
-                let info = kind != Kind::Read && rng.chance(spec.info * 2.0);
+                let info = kind != Kind::Read && chance(&mut rng, spec.info * 2.0);
                 let p = process_of[slot as usize];
                 let (f, value) = match kind {
                     Kind::Read => ("read", Value::Null),
@@ -220,29 +216,37 @@ pub fn generate(spec: &Spec) -> Generated {
                     seen: NULL,
                     ok: true,
                 });
-                let at = time + 1 + rng.below(100) as i64;
+                let at = time + 1 + below(&mut rng, 100) as i64;
                 heap.push((std::cmp::Reverse(at), std::cmp::Reverse(seq), slot, 1));
                 seq += 1;
             }
             1 => {
                 let fl = slots[slot as usize].as_mut().expect("in flight");
                 let k = fl.key as usize;
-                let takes_effect = !fl.info || rng.chance(0.5);
-                match fl.kind {
-                    Kind::Read => fl.seen = state[k],
-                    Kind::Write(v) => {
-                        if takes_effect {
-                            state[k] = v;
-                        }
+                let takes_effect = !fl.info || chance(&mut rng, 0.5);
+                let changed = match fl.kind {
+                    Kind::Read => {
+                        fl.seen = state[k];
+                        false
                     }
-                    Kind::Cas(e, n) => {
+                    Kind::Write(_) => takes_effect,
+                    Kind::Cas(e, _) => {
                         fl.ok = state[k] == e;
-                        if fl.ok && takes_effect {
-                            state[k] = n;
-                        }
+                        fl.ok && takes_effect
+                    }
+                };
+                if let (true, Kind::Write(v) | Kind::Cas(_, v)) = (changed, fl.kind) {
+                    state[k] = v;
+                    changes[k].push_back(Change {
+                        value: v,
+                        invoked: fl.invoke_time,
+                        returned: None,
+                    });
+                    if changes[k].len() > 64 {
+                        changes[k].pop_front();
                     }
                 }
-                let at = time + 1 + rng.below(100) as i64;
+                let at = time + 1 + below(&mut rng, 100) as i64;
                 heap.push((std::cmp::Reverse(at), std::cmp::Reverse(seq), slot, 2));
                 seq += 1;
             }
@@ -260,6 +264,7 @@ pub fn generate(spec: &Spec) -> Generated {
                 };
                 let mut kind = fl.kind;
                 let mut seen = fl.seen;
+                let mut rewrite_invoke = false;
                 if injected.is_none() && completed >= inject_from && outcome == OpType::Ok {
                     match (spec.inject, kind) {
                         (Inject::StaleRead, Kind::Read) => {
@@ -280,6 +285,7 @@ pub fn generate(spec: &Spec) -> Generated {
                         }
                         (Inject::ImpossibleCas, Kind::Cas(_, n)) => {
                             kind = Kind::Cas(u64::MAX / 2 + 1, n);
+                            rewrite_invoke = true;
                             injected = Some(out.len() as u64);
                         }
                         _ => {}
@@ -295,14 +301,12 @@ pub fn generate(spec: &Spec) -> Generated {
                 };
                 // an injected cas shows its changed expectation at the
                 // invoke too
-                if let (Some(at), Kind::Cas(..)) = (injected, kind) {
-                    if at == out.len() as u64 && spec.inject == Inject::ImpossibleCas {
-                        let inv = out
-                            .iter()
-                            .rposition(|o| o.process == Process::Client(p) && o.kind == OpType::Invoke)
-                            .expect("its invoke");
-                        out[inv].value = value.clone();
-                    }
+                if rewrite_invoke {
+                    let inv = out
+                        .iter()
+                        .rposition(|o| o.process == Process::Client(p) && o.kind == OpType::Invoke)
+                        .expect("its invoke");
+                    out[inv].value = value.clone();
                 }
                 push(&mut out, p, outcome, f, value, fl.key);
                 // record the change this op made, if it made one
@@ -318,29 +322,9 @@ pub fn generate(spec: &Spec) -> Generated {
                     process_of[slot as usize] = next_process;
                     next_process += 1;
                 }
-                let at = time + rng.below(20) as i64;
+                let at = time + below(&mut rng, 20) as i64;
                 heap.push((std::cmp::Reverse(at), std::cmp::Reverse(seq), slot, 0));
                 seq += 1;
-            }
-        }
-        // remember changes at the linearization point (phase 1), after
-        // the state moved
-        if phase == 1 {
-            let fl = slots[slot as usize].as_ref().expect("in flight");
-            let k = fl.key as usize;
-            let changed = match fl.kind {
-                Kind::Write(v) | Kind::Cas(_, v) => state[k] == v,
-                Kind::Read => false,
-            };
-            if changed && changes[k].back().is_none_or(|c| c.value != state[k]) {
-                changes[k].push_back(Change {
-                    value: state[k],
-                    invoked: fl.invoke_time,
-                    returned: None,
-                });
-                if changes[k].len() > 64 {
-                    changes[k].pop_front();
-                }
             }
         }
     }

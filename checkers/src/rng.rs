@@ -1,4 +1,5 @@
-//! Seeded randomness for generators and schedules: SplitMix64.
+//! Seeded randomness for generators and schedules (the workloads', the
+//! nemesis schedule's, the long-history generator's): SplitMix64.
 //!
 //! Our own rather than a crate's so that a stored seed replays the same
 //! choices in every later version of drift (`drift replay`): the
