@@ -180,6 +180,8 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
         snapshot_write_us: (1_000, 50_000),
         epoch_ms: EPOCH_MS,
         bugs: bugs(&sp.bugs),
+        // one advance per input, as every stored simulated run was made
+        batch_us: 0,
     }
 }
 

@@ -69,7 +69,7 @@ pub fn encode_connect(timeout_ms: i32, session_id: i64, passwd: &[u8], last_zxid
         timeout_ms,
         session_id,
         passwd: passwd.to_vec(),
-        read_only: false,
+        read_only: Some(false),
     }
     .encode()
 }

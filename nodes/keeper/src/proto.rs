@@ -63,7 +63,11 @@ pub struct ConnectRequest {
     pub timeout_ms: i32,
     pub session_id: i64,
     pub passwd: Vec<u8>,
-    pub read_only: bool,
+    /// `None`: the client sent no readOnly flag (clients before 3.4, and
+    /// ClickHouse's own, whose handshake is exactly 44 bytes). ZooKeeper
+    /// then answers without the flag too: such a client reads a 36-byte
+    /// answer and refuses any other length.
+    pub read_only: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +76,8 @@ pub struct ConnectResponse {
     pub timeout_ms: i32,
     pub session_id: i64,
     pub passwd: Vec<u8>,
-    pub read_only: bool,
+    /// Sent only to a client that sent its own (see [`ConnectRequest`]).
+    pub read_only: Option<bool>,
 }
 
 /// One read with its watch flag.
@@ -134,8 +139,8 @@ impl ConnectRequest {
             timeout_ms: r.int()?,
             session_id: r.long()?,
             passwd: r.buffer()?.to_vec(),
-            // 3.4+ clients send it; older ones may not
-            read_only: if r.remaining() > 0 { r.bool()? } else { false },
+            // 3.4+ clients send it; older ones and ClickHouse's do not
+            read_only: if r.remaining() > 0 { Some(r.bool()?) } else { None },
         };
         Ok(c)
     }
@@ -147,27 +152,30 @@ impl ConnectRequest {
         o.int(self.timeout_ms);
         o.long(self.session_id);
         o.buffer(&self.passwd);
-        o.bool(self.read_only);
+        if let Some(r) = self.read_only {
+            o.bool(r);
+        }
         o.finish()
     }
 }
 
 impl ConnectResponse {
-    /// The answer that establishes (or re-establishes) `session_id`.
-    pub fn accepted(timeout_ms: i32, session_id: i64, passwd: Vec<u8>) -> ConnectResponse {
+    /// The answer that establishes (or re-establishes) `session_id`, to a
+    /// client that sent a readOnly flag (`with_flag`) or none.
+    pub fn accepted(timeout_ms: i32, session_id: i64, passwd: Vec<u8>, with_flag: bool) -> ConnectResponse {
         ConnectResponse {
             protocol_version: 0,
             timeout_ms,
             session_id,
             passwd,
-            read_only: false,
+            read_only: with_flag.then_some(false),
         }
     }
 
     /// The answer ZooKeeper gives a reconnect to an expired or unknown
     /// session: timeout 0, session 0, a zero password.
-    pub fn expired() -> ConnectResponse {
-        ConnectResponse::accepted(0, 0, vec![0; 16])
+    pub fn expired(with_flag: bool) -> ConnectResponse {
+        ConnectResponse::accepted(0, 0, vec![0; 16], with_flag)
     }
 
     pub fn encode(&self) -> Vec<u8> {
@@ -176,7 +184,9 @@ impl ConnectResponse {
         o.int(self.timeout_ms);
         o.long(self.session_id);
         o.buffer(&self.passwd);
-        o.bool(self.read_only);
+        if let Some(r) = self.read_only {
+            o.bool(r);
+        }
         o.finish()
     }
 }
@@ -571,12 +581,22 @@ mod tests {
             timeout_ms: 30_000,
             session_id: 0,
             passwd: vec![0; 16],
-            read_only: true,
+            read_only: Some(true),
         };
         let bytes = c.encode();
         assert_eq!(ConnectRequest::decode(frame_payload(&bytes)).unwrap(), c);
         let old = &frame_payload(&bytes)[..frame_payload(&bytes).len() - 1];
-        assert!(!ConnectRequest::decode(old).unwrap().read_only);
+        assert_eq!(ConnectRequest::decode(old).unwrap().read_only, None);
+    }
+
+    #[test]
+    fn a_client_without_the_read_only_flag_gets_the_36_byte_answer() {
+        // ClickHouse's client sends 44 bytes and refuses any answer but 36
+        let old = ConnectResponse::accepted(30_000, 7, vec![1; 16], false).encode();
+        assert_eq!(frame_payload(&old).len(), 36);
+        let new = ConnectResponse::accepted(30_000, 7, vec![1; 16], true).encode();
+        assert_eq!(frame_payload(&new).len(), 37);
+        assert_eq!(frame_payload(&ConnectResponse::expired(false).encode()).len(), 36);
     }
 
     #[test]

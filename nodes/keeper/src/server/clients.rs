@@ -1,7 +1,9 @@
-//! The server's client side: the ZooKeeper handshake, requests, reads
-//! (parked until servable), watches.
+//! The server's client side: the ZooKeeper handshake, requests and their
+//! per-session order (each connection's queue: answers leave in request
+//! order, reads are served at the head once servable, a write behind an
+//! unanswered read waits for it), watches.
 
-use super::{ConnState, KeeperServer, ParkedRead, PendingKind, CONFIG_NODE};
+use super::{ConnState, KeeperServer, ParkedRead, PendingKind, Slot, SlotState, CONFIG_NODE, SESSION_QUEUE_MAX};
 use crate::disk::Disk;
 use crate::proto::{self, ClientRequest, ConnectRequest, ConnectResponse, Request, XID_PING, XID_SET_WATCHES};
 use crate::watch::{EventType, WatchEvent, WatchKind};
@@ -52,6 +54,10 @@ impl<D: Disk> KeeperServer<D> {
     }
 
     fn on_connect(&mut self, conn: u64, req: ConnectRequest) {
+        let flagless = req.read_only.is_none();
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.flagless = flagless;
+        }
         if req.last_zxid_seen > self.last_zxid() {
             // this server is behind what the client saw: try another
             self.drop_conn(conn);
@@ -71,7 +77,7 @@ impl<D: Disk> KeeperServer<D> {
         let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
         match known {
             Some(t) if req.passwd == self.passwd(req.session_id) => {
-                let resp = ConnectResponse::accepted(t, req.session_id, self.passwd(req.session_id));
+                let resp = ConnectResponse::accepted(t, req.session_id, self.passwd(req.session_id), !flagless);
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.state = ConnState::Session(req.session_id);
                     c.last_zxid = req.last_zxid_seen;
@@ -90,19 +96,49 @@ impl<D: Disk> KeeperServer<D> {
             // leader says a session is gone; here the client tries another
             None if !self.is_leader() => self.drop_conn(conn),
             _ => {
-                self.send_raw(conn, ConnectResponse::expired().encode());
+                self.send_raw(conn, ConnectResponse::expired(!flagless).encode());
                 self.drop_conn(conn);
             }
         }
     }
 
+    /// A session's request: answered at once (a ping), or queued in the
+    /// connection's order (everything else; see [`super::Conn::queue`]).
     fn on_request(&mut self, conn: u64, session: i64, req: Request) {
         let zxid = self.last_zxid();
-        match req.body {
-            ClientRequest::Ping => self.send_raw(conn, proto::encode_error(XID_PING, zxid, ZkError::Ok)),
-            ClientRequest::Write(Write::CloseSession) => {
-                self.submit(session, Write::CloseSession, conn, PendingKind::Close { xid: req.xid })
-            }
+        if let ClientRequest::Ping = req.body {
+            // pings carry nothing and clients match them by their own
+            // xid: they do not wait behind the session's requests
+            self.send_raw(conn, proto::encode_error(XID_PING, zxid, ZkError::Ok));
+            return;
+        }
+        let Some(queued) = self.conns.get(&conn).map(|c| c.queue.len()) else {
+            return;
+        };
+        if queued >= SESSION_QUEUE_MAX {
+            self.log(
+                "client_queue_full",
+                serde_json::json!({"level": "WARN", "session": session, "queued": SESSION_QUEUE_MAX}),
+            );
+            self.drop_conn(conn);
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let seq = c.next_seq;
+        c.next_seq += 1;
+        // a write waits while a read before it is unanswered
+        let behind_read = c.queue.iter().any(|s| matches!(s.state, SlotState::Read(_)));
+        let state = match req.body {
+            ClientRequest::Ping => unreachable!("answered above"),
+            ClientRequest::Write(Write::CloseSession) => self.write_slot(
+                conn,
+                session,
+                Write::CloseSession,
+                PendingKind::Close { xid: req.xid, seq },
+                behind_read,
+            ),
             ClientRequest::Write(w) => {
                 // an auth is answered under the xid it came with, as
                 // ZooKeeper does: kazoo sends -4, other clients their own
@@ -114,24 +150,20 @@ impl<D: Disk> KeeperServer<D> {
                         "request_refused",
                         serde_json::json!({"session": session, "request": w.name(), "why": over.to_string()}),
                     );
-                    self.send_raw(conn, proto::encode_error(xid, zxid, ZkError::MarshallingError));
-                    return;
-                }
-                self.submit(
-                    session,
-                    w,
-                    conn,
-                    PendingKind::Write {
+                    SlotState::Answer(proto::encode_error(xid, zxid, ZkError::MarshallingError))
+                } else {
+                    let kind = PendingKind::Write {
                         xid,
                         opcode: req.opcode,
                         multi: req.multi_opcodes,
-                    },
-                )
+                        seq,
+                    };
+                    self.write_slot(conn, session, w, kind, behind_read)
+                }
             }
             body @ (ClientRequest::Read(_) | ClientRequest::MultiRead(_) | ClientRequest::GetEphemerals { .. }) => {
                 let last = self.conns.get(&conn).map_or(0, |c| c.last_zxid);
                 let mut read = ParkedRead {
-                    conn,
                     xid: req.xid,
                     opcode: req.opcode,
                     body,
@@ -144,12 +176,9 @@ impl<D: Disk> KeeperServer<D> {
                     self.next_req += 1;
                     self.raw.read_index(ctx.to_be_bytes().to_vec());
                     read.until_index = u64::MAX;
-                    self.read_index_wait.insert(ctx, read);
-                } else if last <= zxid {
-                    self.serve(session, read);
-                } else {
-                    self.parked.push(read);
+                    self.read_index_wait.insert(ctx, (conn, seq, self.env.now_us));
                 }
+                SlotState::Read(read)
             }
             ClientRequest::SetWatches {
                 relative_zxid,
@@ -170,7 +199,7 @@ impl<D: Disk> KeeperServer<D> {
                         self.watches.register(session, &p, kind);
                     }
                 }
-                self.send_raw(conn, proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok));
+                SlotState::Answer(proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok))
             }
             ClientRequest::AddWatch { path, recursive } => {
                 let err = if crate::path::validate(&path).is_err() {
@@ -187,15 +216,111 @@ impl<D: Disk> KeeperServer<D> {
                         ZkError::BadArguments
                     }
                 };
-                self.send_raw(conn, proto::encode_error_response(req.xid, zxid, err));
+                SlotState::Answer(proto::encode_error_response(req.xid, zxid, err))
             }
             ClientRequest::WhoAmI => {
                 let users = self.who_am_i(conn, session);
-                self.send_raw(conn, proto::encode_who_am_i(req.xid, zxid, &users));
+                SlotState::Answer(proto::encode_who_am_i(req.xid, zxid, &users))
             }
-            ClientRequest::Unsupported => {
-                self.send_raw(conn, proto::encode_error(req.xid, zxid, ZkError::Unimplemented))
+            ClientRequest::Unsupported => SlotState::Answer(proto::encode_error(req.xid, zxid, ZkError::Unimplemented)),
+        };
+        // a submit that found no leader dropped the connection
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.queue.push_back(Slot { seq, state });
+        self.pump(conn);
+    }
+
+    /// The queue slot of a write: submitted now, or held behind a read.
+    fn write_slot(&mut self, conn: u64, session: i64, w: Write, kind: PendingKind, behind_read: bool) -> SlotState {
+        if behind_read {
+            return SlotState::Held { write: w, kind };
+        }
+        self.submit(session, w, conn, kind);
+        SlotState::Write
+    }
+
+    /// The answer to the request `seq` of `conn`: it leaves once every
+    /// request before it has been answered.
+    pub(super) fn answer(&mut self, conn: u64, seq: u64, frame: Vec<u8>) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        match c.queue.iter_mut().find(|s| s.seq == seq) {
+            Some(slot) => slot.state = SlotState::Answer(frame),
+            // a request this connection never queued: nothing to answer
+            None => return,
+        }
+        self.pump(conn);
+    }
+
+    /// Sends what can leave from the head of `conn`'s queue — answers, and
+    /// reads that are servable — then submits the held writes that no
+    /// longer have a read before them.
+    fn pump(&mut self, conn: u64) {
+        loop {
+            let zxid = self.ks.state().last_zxid();
+            let applied = self.applied_index;
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            let ConnState::Session(session) = c.state else {
+                return;
+            };
+            match c.queue.front().map(|s| &s.state) {
+                Some(SlotState::Answer(_)) => {
+                    if let Some(Slot {
+                        state: SlotState::Answer(frame),
+                        ..
+                    }) = c.queue.pop_front()
+                    {
+                        self.send_raw(conn, frame);
+                    }
+                }
+                Some(SlotState::Read(r)) if r.until_zxid <= zxid && r.until_index <= applied => {
+                    if let Some(Slot {
+                        state: SlotState::Read(r),
+                        ..
+                    }) = c.queue.pop_front()
+                    {
+                        if let Some(frame) = self.serve(session, r) {
+                            self.send_raw(conn, frame);
+                        }
+                    }
+                }
+                _ => break,
             }
+        }
+        self.release_held(conn);
+    }
+
+    /// Submits `conn`'s held writes up to its first unanswered read (after
+    /// the Raft round when one is being handled: see `handle_ready`).
+    pub(super) fn release_held(&mut self, conn: u64) {
+        if self.in_ready {
+            self.release_after_ready.insert(conn);
+            return;
+        }
+        loop {
+            let Some(c) = self.conns.get_mut(&conn) else {
+                return;
+            };
+            let ConnState::Session(session) = c.state else {
+                return;
+            };
+            let Some(slot) = c
+                .queue
+                .iter_mut()
+                .take_while(|s| !matches!(s.state, SlotState::Read(_)))
+                .find(|s| matches!(s.state, SlotState::Held { .. }))
+            else {
+                return;
+            };
+            let SlotState::Held { write, kind } = std::mem::replace(&mut slot.state, SlotState::Write) else {
+                unreachable!("found held");
+            };
+            self.submit(session, write, conn, kind);
         }
     }
 
@@ -267,7 +392,8 @@ impl<D: Disk> KeeperServer<D> {
         }
     }
 
-    fn serve(&mut self, session: i64, r: ParkedRead) {
+    /// The answer to a read, from the tree as it is now.
+    fn serve(&mut self, session: i64, r: ParkedRead) -> Option<Vec<u8>> {
         let zxid = self.last_zxid();
         self.latency.record(r.since_us, self.env.now_us);
         let frame = match &r.body {
@@ -313,27 +439,36 @@ impl<D: Disk> KeeperServer<D> {
                     .collect();
                 proto::encode_multi_read(r.xid, zxid, &answers)
             }
-            _ => return,
+            _ => return None,
         };
-        self.send_raw(r.conn, frame);
+        Some(frame)
     }
 
+    /// Serves the reads at the head of every queue that became servable.
     pub(super) fn serve_parked(&mut self) {
-        let zxid = self.last_zxid();
-        let applied = self.applied_index;
-        let ready: Vec<ParkedRead> = {
-            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
-                .into_iter()
-                .partition(|r| r.until_zxid <= zxid && r.until_index <= applied);
-            self.parked = later;
-            now
+        let waiting: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.queue.front().is_some_and(|s| matches!(s.state, SlotState::Read(_))))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in waiting {
+            self.pump(conn);
+        }
+    }
+
+    /// A quorum read's round came back: it may be served once `index` is
+    /// applied.
+    pub(super) fn read_index_done(&mut self, conn: u64, seq: u64, index: u64) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
         };
-        for r in ready {
-            let session = match self.conns.get(&r.conn).map(|c| c.state) {
-                Some(ConnState::Session(s)) => s,
-                _ => continue,
-            };
-            self.serve(session, r);
+        if let Some(Slot {
+            state: SlotState::Read(r),
+            ..
+        }) = c.queue.iter_mut().find(|s| s.seq == seq)
+        {
+            r.until_index = index;
         }
     }
 

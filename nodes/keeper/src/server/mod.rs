@@ -34,7 +34,9 @@
 //! stops a server.
 //!
 //! Reads are served from the local tree once it has applied the session's
-//! last seen zxid; with quorum reads, after a Raft read-index round.
+//! last seen zxid; with quorum reads, after a Raft read-index round. A
+//! session's requests are answered in the order they came, reads among
+//! them (see [`Conn::queue`]).
 //!
 //! Batching: [`KeeperServer::step`] takes one input; [`KeeperServer::advance`]
 //! persists and sends what Raft has ready. A driver steps every input
@@ -75,6 +77,9 @@ const REAP_PER_SCAN_MAX: usize = 64;
 /// What the `undecodable` fault hook proposes: an entry no replica can
 /// decode (format byte 0 is no format).
 const UNDECODABLE_ENTRY: &[u8] = b"\0undecodable entry (fault hook)";
+/// Raft rounds one `advance` handles at most: the first, and those for
+/// writes that answers sent in the round before let go.
+const READY_ROUNDS_MAX: usize = 4;
 /// Election timeouts a server that is behind (see `fall_behind`) waits
 /// for the entries it misses before it takes part in elections again.
 const BEHIND_TIMEOUTS: u64 = 10;
@@ -270,6 +275,43 @@ struct Conn {
     /// Frames received from it and sent to it.
     received: u64,
     sent: u64,
+    /// The client's handshake had no readOnly flag: its answer has none.
+    flagless: bool,
+    /// The session's requests not answered yet, in the order they came.
+    /// ZooKeeper answers a session's requests in that order, reads among
+    /// them (a pipelining client such as kazoo pairs each answer with its
+    /// oldest request): an answer leaves only once every request before it
+    /// has been answered, a read is served only at the head (so after the
+    /// session's earlier writes applied here), and a write behind an
+    /// unanswered read is held back until that read is served (so no read
+    /// sees a later write of its own session). At most
+    /// [`SESSION_QUEUE_MAX`] entries: a client past it is cut off.
+    queue: VecDeque<Slot>,
+    /// The sequence number of the session's next request on this connection.
+    next_seq: u64,
+}
+
+/// Most unanswered requests one connection may have queued: a client
+/// pipelining more than this is not waiting for its answers, and is cut
+/// off rather than grow the server's memory without bound.
+const SESSION_QUEUE_MAX: usize = 10_000;
+
+/// One request of a connection's queue (see [`Conn::queue`]).
+struct Slot {
+    seq: u64,
+    state: SlotState,
+}
+
+enum SlotState {
+    /// Answered: leaves once everything before it has.
+    Answer(Vec<u8>),
+    /// A write on its way through the log; its answer when it commits.
+    Write,
+    /// A write behind an unanswered read of its session: submitted once
+    /// no read is before it.
+    Held { write: crate::Write, kind: PendingKind },
+    /// A read, served at the head once servable.
+    Read(ParkedRead),
 }
 
 /// Request latencies since the server started: from a request's arrival
@@ -302,9 +344,18 @@ impl Latency {
 }
 
 enum PendingKind {
-    Write { xid: i32, opcode: i32, multi: Vec<i32> },
+    /// A request of a session; `seq` is its place in its connection's queue.
+    Write {
+        xid: i32,
+        opcode: i32,
+        multi: Vec<i32>,
+        seq: u64,
+    },
     Connect,
-    Close { xid: i32 },
+    Close {
+        xid: i32,
+        seq: u64,
+    },
 }
 
 struct Pending {
@@ -317,7 +368,6 @@ struct Pending {
 }
 
 struct ParkedRead {
-    conn: u64,
     xid: i32,
     opcode: i32,
     body: ClientRequest,
@@ -376,9 +426,9 @@ pub struct KeeperServer<D: Disk> {
     /// Preprocessed, uncommitted entries, in log order.
     preprocessed: VecDeque<Preprocessed>,
     applied_index: u64,
-    parked: Vec<ParkedRead>,
-    /// Quorum reads waiting for their read-index round: ctx → read.
-    read_index_wait: BTreeMap<u64, ParkedRead>,
+    /// Quorum reads waiting for their read-index round: ctx → (the read's
+    /// connection, its place in the connection's queue, when it came).
+    read_index_wait: BTreeMap<u64, (u64, u64, u64)>,
     tracker: SessionTracker,
     closing: BTreeSet<i64>,
     alive: BTreeSet<i64>,
@@ -433,6 +483,11 @@ pub struct KeeperServer<D: Disk> {
     /// A snapshot from the leader, decoded and checked before raft was
     /// stepped with it: (index, term, tree, its metadata).
     incoming_snapshot: Option<(u64, u64, State, SnapshotMeta)>,
+    /// Set while a Raft `Ready` is handled: nothing may be proposed then.
+    in_ready: bool,
+    /// Connections whose held writes were released while a `Ready` was
+    /// handled, submitted once it is done.
+    release_after_ready: BTreeSet<u64>,
     /// The time of the input being handled.
     env: Env,
     /// Effects of the input being handled.
@@ -537,7 +592,6 @@ impl<D: Disk> KeeperServer<D> {
             next_req: env.wall_ms.max(1) as u64 * 1000,
             preprocessed: VecDeque::new(),
             applied_index: snapshot_index,
-            parked: Vec::new(),
             read_index_wait: BTreeMap::new(),
             tracker: SessionTracker::new(),
             closing: BTreeSet::new(),
@@ -549,6 +603,8 @@ impl<D: Disk> KeeperServer<D> {
             received: 0,
             sent: 0,
             latency: Latency::default(),
+            in_ready: false,
+            release_after_ready: BTreeSet::new(),
             env,
             out: Vec::new(),
             halted: false,
@@ -588,6 +644,9 @@ impl<D: Disk> KeeperServer<D> {
                         last_zxid: 0,
                         received: 0,
                         sent: 0,
+                        flagless: false,
+                        queue: VecDeque::new(),
+                        next_seq: 0,
                     },
                 );
             }

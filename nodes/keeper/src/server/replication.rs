@@ -4,7 +4,7 @@
 
 use super::{
     context, older_than, parse_context, ConnState, KeeperServer, Pending, PendingKind, Preprocessed, Writing,
-    BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READ_INDEX_TIMEOUT_US, REAP_PER_SCAN_MAX,
+    BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_TIMEOUT_US, REAP_PER_SCAN_MAX,
 };
 use crate::disk::Disk;
 use crate::entry::{check_digest, Entry as KEntry, Phase};
@@ -488,9 +488,9 @@ impl<D: Disk> KeeperServer<D> {
         let now_us = self.env.now_us;
         // read-index rounds raft dropped (no leader, or one that has not
         // committed in its term yet) never answer: the client reconnects
-        for ctx in older_than(&self.read_index_wait, READ_INDEX_TIMEOUT_US, now_us, |r| r.since_us) {
-            if let Some(r) = self.read_index_wait.remove(&ctx) {
-                self.drop_conn(r.conn);
+        for ctx in older_than(&self.read_index_wait, READ_INDEX_TIMEOUT_US, now_us, |r| r.2) {
+            if let Some((conn, _, _)) = self.read_index_wait.remove(&ctx) {
+                self.drop_conn(conn);
             }
         }
         // requests waiting too long: tell the client
@@ -525,7 +525,30 @@ impl<D: Disk> KeeperServer<D> {
 
     // ---------------------------------------------------------------- ready
 
+    /// Handles what Raft has ready, then submits the writes that it
+    /// released (answers that left let held writes go): raft-rs takes no
+    /// proposal between `ready()` and `advance()` (its unstable log would
+    /// no longer end where the `Ready` said), so they wait for the round's
+    /// end, and get a round of their own.
     pub(super) fn handle_ready(&mut self, sink: &mut dyn FnMut(super::Effect)) {
+        for _ in 0..READY_ROUNDS_MAX {
+            self.in_ready = true;
+            self.handle_ready_once(sink);
+            self.in_ready = false;
+            let released = std::mem::take(&mut self.release_after_ready);
+            if self.halted || released.is_empty() {
+                return;
+            }
+            for conn in released {
+                self.release_held(conn);
+            }
+            if !self.raw.has_ready() {
+                return;
+            }
+        }
+    }
+
+    fn handle_ready_once(&mut self, sink: &mut dyn FnMut(super::Effect)) {
         if !self.raw.has_ready() {
             return;
         }
@@ -574,9 +597,8 @@ impl<D: Disk> KeeperServer<D> {
                     .and_then(|b| b.try_into().ok())
                     .unwrap_or([0; 8]),
             );
-            if let Some(mut r) = self.read_index_wait.remove(&ctx) {
-                r.until_index = rs.index;
-                self.parked.push(r);
+            if let Some((conn, seq, _)) = self.read_index_wait.remove(&ctx) {
+                self.read_index_done(conn, seq, rs.index);
             }
         }
         let mut light = self.raw.advance(rd);
@@ -617,8 +639,8 @@ impl<D: Disk> KeeperServer<D> {
             self.fail_pending(r);
         }
         // read-index rounds in flight are lost with the old leader
-        for (_, r) in std::mem::take(&mut self.read_index_wait) {
-            self.drop_conn(r.conn);
+        for (_, (conn, _, _)) in std::mem::take(&mut self.read_index_wait) {
+            self.drop_conn(conn);
         }
         if role == StateRole::Leader {
             // every known session gets a fresh deadline under this leader
@@ -793,11 +815,11 @@ impl<D: Disk> KeeperServer<D> {
         match self.pending.remove(&req) {
             Some(Pending {
                 conn,
-                kind: PendingKind::Write { xid, .. },
+                kind: PendingKind::Write { xid, seq, .. },
                 ..
             }) => {
                 let zxid = self.last_zxid();
-                self.send_raw(conn, proto::encode_error(xid, zxid, ZkError::MarshallingError));
+                self.answer(conn, seq, proto::encode_error(xid, zxid, ZkError::MarshallingError));
             }
             Some(p) => self.drop_conn(p.conn),
             None => {}
@@ -827,11 +849,13 @@ impl<D: Disk> KeeperServer<D> {
                     }
                 }
                 if let Some(p) = mine {
-                    let resp = ConnectResponse::accepted(timeout, *session_id, self.passwd(*session_id));
+                    let mut flagless = false;
                     if let Some(conn) = self.conns.get_mut(&p.conn) {
                         conn.state = ConnState::Session(*session_id);
                         conn.last_zxid = c.zxid;
+                        flagless = conn.flagless;
                     }
+                    let resp = ConnectResponse::accepted(timeout, *session_id, self.passwd(*session_id), !flagless);
                     self.send_raw(p.conn, resp.encode());
                 }
             }
@@ -844,11 +868,11 @@ impl<D: Disk> KeeperServer<D> {
                 self.watches.remove_session(s);
                 if let Some(Pending {
                     conn,
-                    kind: PendingKind::Close { xid },
+                    kind: PendingKind::Close { xid, seq },
                     ..
                 }) = mine
                 {
-                    self.send_raw(conn, proto::encode_error(xid, c.zxid, ZkError::Ok));
+                    self.answer(conn, seq, proto::encode_error(xid, c.zxid, ZkError::Ok));
                 }
                 let gone: Vec<u64> = self
                     .conns
@@ -864,7 +888,13 @@ impl<D: Disk> KeeperServer<D> {
             resp => {
                 if let Some(Pending {
                     conn,
-                    kind: PendingKind::Write { xid, opcode, multi },
+                    kind:
+                        PendingKind::Write {
+                            xid,
+                            opcode,
+                            multi,
+                            seq,
+                        },
                     ..
                 }) = mine
                 {
@@ -876,7 +906,7 @@ impl<D: Disk> KeeperServer<D> {
                     } else {
                         proto::encode_reply_shaped(xid, c.zxid, opcode, &multi, resp)
                     };
-                    self.send_raw(conn, frame);
+                    self.answer(conn, seq, frame);
                 }
             }
         }

@@ -93,6 +93,12 @@ pub struct SimConfig {
     /// The wall clock when the simulation starts (ms since the epoch).
     pub epoch_ms: i64,
     pub bugs: PlantedBugs,
+    /// 0: a server advances (persists, sends, applies) after every input.
+    /// Else it advances this long (µs) after the first input of a batch,
+    /// taking every input that arrives meanwhile first — as the node's
+    /// driver steps what waited while its last write ran, then advances
+    /// once — so a Raft round carries new proposals and commits together.
+    pub batch_us: u64,
 }
 
 /// What the simulation hands the caller's clients.
@@ -132,6 +138,8 @@ enum Ev {
         job: crate::server::SnapshotJob,
         incarnation: u64,
     },
+    /// The end of a server's batch of inputs (see [`SimConfig::batch_us`]).
+    Advance(u64),
     Client(ClientEvent),
 }
 
@@ -143,6 +151,7 @@ impl Ev {
             Ev::Peer { to, .. } => Some(*to),
             Ev::Accept { node, .. } | Ev::Frame { node, .. } | Ev::Hangup { node, .. } => Some(*node),
             Ev::SnapshotDone { node, .. } => Some(*node),
+            Ev::Advance(n) => Some(*n),
             Ev::Client(_) => None,
         }
     }
@@ -171,6 +180,8 @@ struct Node {
     held: Option<Vec<Ev>>,
     /// Counts starts, so a snapshot written for an earlier life is dropped.
     incarnation: u64,
+    /// An [`Ev::Advance`] is scheduled for the batch under way.
+    advance_due: bool,
     /// The server's log lines: (simulated µs, event, fields).
     log: Vec<(u64, &'static str, serde_json::Value)>,
 }
@@ -297,6 +308,7 @@ impl Cluster {
                     },
                     held: None,
                     incarnation: 0,
+                    advance_due: false,
                     log: Vec::new(),
                 },
             );
@@ -579,6 +591,7 @@ impl Cluster {
             node.disk = Some(server.into_disk());
         }
         node.held = None;
+        node.advance_due = false;
         self.down.insert(id, why);
         let conns: Vec<u64> = self
             .conns
@@ -643,6 +656,7 @@ impl Cluster {
             Ev::Frame { payload, .. } => 3_000_000 + bytes_hash(payload) % 1_000_000,
             Ev::Hangup { conn, .. } => 4_000_000 + conn,
             Ev::SnapshotDone { .. } => 5,
+            Ev::Advance(_) => 9,
             Ev::Client(ClientEvent::Frame { payload, .. }) => 6_000_000 + bytes_hash(payload) % 1_000_000,
             Ev::Client(ClientEvent::Closed { conn }) => 7_000_000 + conn,
             Ev::Client(ClientEvent::Timer { token }) => 8_000_000 + token,
@@ -689,6 +703,7 @@ impl Cluster {
     /// Hands event `ev` to server `id` (up, not paused) and advances it;
     /// false when the event never reached it.
     fn step_server(&mut self, id: u64, env: Env, ev: Ev, out: &mut Vec<Effect>) -> bool {
+        let advance_now = self.cfg.batch_us == 0 || matches!(ev, Ev::Advance(_));
         let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
         match ev {
             Ev::Tick(_) => {
@@ -731,9 +746,21 @@ impl Cluster {
                     &mut |e| out.push(e),
                 );
             }
+            Ev::Advance(_) => {
+                self.nodes.get_mut(&id).expect("known").advance_due = false;
+            }
             Ev::Client(_) => unreachable!("handled above"),
         }
-        let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
+        let batch_us = self.cfg.batch_us;
+        let node = self.nodes.get_mut(&id).expect("known");
+        if !advance_now {
+            if !node.advance_due {
+                node.advance_due = true;
+                self.schedule(self.now_us + batch_us, Ev::Advance(id));
+            }
+            return true;
+        }
+        let server = node.server.as_mut().expect("up");
         if !server.halted() {
             server.advance(env, &mut |e| out.push(e));
         }

@@ -38,6 +38,7 @@ fn config(seed: u64) -> SimConfig {
         snapshot_write_us: (1_000, 20_000),
         epoch_ms: 1_800_000_000_000,
         bugs: PlantedBugs::default(),
+        batch_us: 0,
     }
 }
 
@@ -56,6 +57,19 @@ impl Inbox {
                 Some(ClientEvent::Frame { conn, payload }) => self.0.entry(conn).or_default().push_back(Some(payload)),
                 Some(ClientEvent::Closed { conn }) => self.0.entry(conn).or_default().push_back(None),
                 Some(ClientEvent::Timer { .. }) => {}
+            }
+        }
+    }
+}
+
+impl Inbox {
+    /// Runs the cluster until `until_us`, keeping what reaches clients.
+    fn run_until(&mut self, c: &mut Cluster, until_us: u64) {
+        while let Some(e) = c.next_client_event(until_us) {
+            match e {
+                ClientEvent::Frame { conn, payload } => self.0.entry(conn).or_default().push_back(Some(payload)),
+                ClientEvent::Closed { conn } => self.0.entry(conn).or_default().push_back(None),
+                ClientEvent::Timer { .. } => {}
             }
         }
     }
@@ -525,5 +539,89 @@ fn a_clogged_link_delivers_nothing_until_the_clog_ends_then_everything() {
         let (applied, _) = await_converged(&mut c);
         assert!(applied >= led, "seed {seed}");
         assert_clean(&mut c, seed);
+    }
+}
+
+/// A session pipelines writes and reads on one server, as kazoo's async
+/// calls and ClickHouse's client do: every answer comes back in request
+/// order, and each read sees the session's writes before it and none
+/// after it.
+fn pipelined_session(seed: u64, quorum_reads: bool, on_leader: bool) {
+    let mut cfg = config(seed);
+    cfg.server.quorum_reads = quorum_reads;
+    // inputs batched as the node's driver batches them: a Raft round
+    // then commits this session's writes and carries new entries at once
+    cfg.batch_us = 300;
+    let mut c = Cluster::new(cfg);
+    let mut inbox = Inbox::default();
+    let l = await_leader(&mut c);
+    let node = if on_leader { l } else { others(&c, l)[0] };
+    let mut s = open(&mut c, &mut inbox, node, 5_000).expect("session");
+    let r = call(&mut c, &mut inbox, &mut s, create("/p", "0"), 5 * S).expect("create");
+    assert_eq!(r.err, ZkError::Ok, "seed {seed}");
+    let set = |v: &str| ClientOp::SetData {
+        path: "/p".into(),
+        data: v.as_bytes().to_vec(),
+        version: -1,
+    };
+    let get = ClientOp::GetData { path: "/p".into() };
+    // (request, the data a read must see)
+    let mut script: Vec<(ClientOp, Option<&str>)> = vec![(get.clone(), Some("0"))];
+    for v in ["1", "2", "3"] {
+        script.push((set(v), None));
+        script.push((get.clone(), Some(v)));
+        script.push((get.clone(), Some(v)));
+    }
+    script.push((
+        ClientOp::MultiCreate(vec![("/p/m".into(), b"x".to_vec(), CreateMode::Persistent)]),
+        None,
+    ));
+    script.push((get.clone(), Some("3")));
+    script.push((set("4"), None));
+    script.push((ClientOp::GetChildren { path: "/p".into() }, None));
+    script.push((get.clone(), Some("4")));
+    // another session writes meanwhile, so the Raft rounds that commit
+    // this session's writes also carry new entries
+    let mut other = open(&mut c, &mut inbox, l, 5_000).expect("second session");
+    let first = s.xid + 1;
+    for (k, (op, _)) in script.iter().enumerate() {
+        s.xid += 1;
+        c.send(s.conn, client::encode_request(s.xid, op));
+        for j in 0..3 {
+            other.xid += 1;
+            let busy = create(&format!("/busy-{k}-{j}"), "b");
+            c.send(other.conn, client::encode_request(other.xid, &busy));
+        }
+        let t = c.now_us() + 500;
+        inbox.run_until(&mut c, t);
+    }
+    let deadline = c.now_us() + 10 * S;
+    for (k, (op, want)) in script.iter().enumerate() {
+        let xid = first + k as i32;
+        let p = inbox.wait(&mut c, s.conn, deadline).expect("an answer");
+        let got = client::reply_xid(&p).expect("a reply");
+        assert_eq!(
+            got, xid,
+            "seed {seed} quorum {quorum_reads} leader {on_leader}: answers out of request order"
+        );
+        let reply = client::decode_reply(&p, op.opcode()).expect("decodes");
+        assert_eq!(reply.err, ZkError::Ok, "seed {seed}: {op:?}");
+        if let (Some(want), ReplyBody::Data(data, _)) = (want, &reply.body) {
+            assert_eq!(
+                String::from_utf8_lossy(data),
+                *want,
+                "seed {seed}: request {k} read what its session did not write before it"
+            );
+        }
+    }
+    assert_clean(&mut c, seed);
+}
+
+#[test]
+fn a_sessions_pipelined_requests_are_answered_in_order_reads_included() {
+    for seed in SEEDS {
+        for (quorum_reads, on_leader) in [(false, false), (false, true), (true, false), (true, true)] {
+            pipelined_session(seed, quorum_reads, on_leader);
+        }
     }
 }
