@@ -41,12 +41,51 @@ impl BackendError {
     }
 }
 
+/// Which of a node's processes something acts on. A node is one process
+/// on most targets; on the clickhouse target it is two: a ClickHouse
+/// server (the node's replica) and its coordinator (a keeper node or an
+/// Apache ZooKeeper server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Part {
+    /// The whole node: every process of it (for a partition, every link).
+    #[default]
+    Node,
+    /// The replica: the ClickHouse server (for a partition, the links
+    /// between replicas).
+    Replica,
+    /// The coordinator (for a partition, the links between coordinators).
+    Coordinator,
+    /// Partitions only: the links between replicas and other nodes'
+    /// coordinators.
+    ReplicaCoordinator,
+}
+
+impl Part {
+    pub const ALL: [Part; 4] = [Part::Node, Part::Replica, Part::Coordinator, Part::ReplicaCoordinator];
+
+    /// As `run.json` stores it (`""` for the whole node).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Node => "",
+            Part::Replica => "replica",
+            Part::Coordinator => "coordinator",
+            Part::ReplicaCoordinator => "replica-coordinator",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Part> {
+        Part::ALL.into_iter().find(|p| p.name() == name)
+    }
+}
+
 /// A node that ended without the harness asking.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Exit {
     pub node: u64,
     /// Its exit code (None: killed by a signal).
     pub code: Option<i32>,
+    /// Which of its processes ended ([`Part::Node`] where a node is one).
+    pub part: Part,
 }
 
 impl Exit {
@@ -88,6 +127,24 @@ pub trait Db {
         }
     }
 
+    /// Starts `part` of node `i` if it is down (a one-process node: it).
+    fn start_part(&mut self, i: u64, part: Part) -> Result<(), BackendError> {
+        let _ = part;
+        self.start(i)
+    }
+
+    /// Ends `part` of node `i` as [`Db::stop`] does.
+    fn stop_part(&mut self, i: u64, part: Part, grace: Duration) {
+        let _ = part;
+        self.stop(i, grace)
+    }
+
+    /// Drops the state of `part` of node `i`, which is stopped.
+    fn wipe_part(&mut self, i: u64, part: Part) -> Result<(), BackendError> {
+        let _ = part;
+        self.wipe(i)
+    }
+
     /// The client connect string of every node.
     fn connect_string(&self) -> String {
         self.ids()
@@ -101,12 +158,25 @@ pub trait Db {
 /// Crash a node (no goodbye).
 pub trait Kill {
     fn kill(&mut self, i: u64);
+
+    /// Crashes `part` of node `i` (a one-process node: it).
+    fn kill_part(&mut self, i: u64, part: Part) {
+        let _ = part;
+        self.kill(i)
+    }
 }
 
 /// Freeze and thaw a node's process.
 pub trait Pause {
     fn pause(&mut self, i: u64);
     fn resume(&mut self, i: u64);
+
+    /// Freezes `part` of node `i` (a one-process node: it); [`Pause::resume`]
+    /// thaws every part.
+    fn pause_part(&mut self, i: u64, part: Part) {
+        let _ = part;
+        self.pause(i)
+    }
 }
 
 /// What `corrupt` does to a file.
@@ -128,6 +198,11 @@ pub trait Corrupt {
 /// Where each node's log is, for the monitor and the run's artifacts.
 pub trait LogFiles {
     fn log_files(&self) -> Vec<(u64, PathBuf)>;
+
+    /// The log that says why `e` ended (quoted when it fails the setup).
+    fn exit_log(&self, e: &Exit) -> Option<PathBuf> {
+        self.log_files().into_iter().find(|(n, _)| *n == e.node).map(|(_, p)| p)
+    }
 }
 
 /// The value after `key` on the first line of a four-letter-word answer
@@ -164,8 +239,10 @@ pub trait FaultHooks {
 /// Cut and heal directed peer links through means the backend owns (its
 /// per-link proxies), for when the partitioner cannot use the firewall.
 pub trait LinkCut {
-    /// Cuts the links a→b; how many it cut, or None without such means.
-    fn cut_links(&self, links: &[(u64, u64)]) -> Option<usize>;
+    /// Cuts the links a→b (of `part`: which processes' links, on a target
+    /// whose nodes have several); how many it cut, or None without such
+    /// means.
+    fn cut_links(&self, links: &[(u64, u64)], part: Part) -> Option<usize>;
     fn heal_links(&self);
 }
 
@@ -176,10 +253,36 @@ pub trait TableHttp {
     fn table_http(&self, i: u64) -> Option<SocketAddr>;
     /// Node `i`'s kv service address; None where it runs none.
     fn kv_http(&self, i: u64) -> Option<SocketAddr>;
+
+    /// Blocks each replica's server said it found already inserted, where
+    /// the backend reads it from the servers' logs (real ClickHouse).
+    fn deduplicated_blocks(&self) -> Option<Vec<(String, u64)>> {
+        None
+    }
 }
 
 /// Everything a campaign drives.
 pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + LinkCut + TableHttp + Send {
     /// A short name for progress lines and run.json.
     fn name(&self) -> &'static str;
+
+    /// At the heal: brings back a node that exited on its own right after
+    /// it was started (it refused its data). A keeper server that did not
+    /// stop on a digest mismatch is wiped and rejoins from its peers. What
+    /// was done, if anything worth a note.
+    fn recover_exit(&mut self, e: &Exit) -> Option<String> {
+        let mut note = None;
+        if e.code != Some(drift_node::keeper_node::DIGEST_ABORT_EXIT) {
+            let _ = self.wipe(e.node);
+            let how = e
+                .code
+                .map_or_else(|| "ended by a signal".to_string(), |c| format!("exit code {c}"));
+            note = Some(format!(
+                "node {} refused to start ({how}): wiped, rejoining from peers",
+                e.node
+            ));
+        }
+        let _ = self.start(e.node);
+        note
+    }
 }

@@ -105,6 +105,14 @@ pub fn validate(args: &TestArgs) -> Result<Campaign, Failure> {
             "--target zookeeper needs Apache ZooKeeper: apt install zookeeper",
         ));
     }
+    if plan.target == Target::Clickhouse {
+        crate::clickhouse::find_bin(plan.clickhouse_bin.as_deref()).map_err(Failure::new)?;
+        if plan.coordinator == crate::plan::Coordinator::Zookeeper && !crate::local::zookeeper_installed() {
+            return Err(Failure::new(
+                "--coordinator zookeeper needs Apache ZooKeeper: apt install zookeeper",
+            ));
+        }
+    }
     let seed = args.seed.unwrap_or_else(|| {
         let t = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -185,6 +193,7 @@ pub(crate) fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo
         source: None,
         hosts: Vec::new(),
         nemesis_schedule: Campaign::schedule_json(&c.schedule),
+        target: None,
     };
     write_run_json(&run, &info)?;
     Ok((run, info))
@@ -208,6 +217,8 @@ struct Env {
     inserts: Option<Arc<InsertClient>>,
     /// The delete workload's client (the kv servers).
     kv: Option<Arc<KvClient>>,
+    /// The dedup window (ids, seconds) the table's servers run with.
+    window: Option<(u64, u64)>,
 }
 
 /// Phase 2: servers up on an address block of this run's own, a leader,
@@ -227,9 +238,10 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     // removes its iptables chain when dropped, on every way out of here
     let docker = plan.backend == crate::plan::BackendKind::Docker;
     let remote = plan.backend != crate::plan::BackendKind::Local;
+    let clickhouse = plan.target == Target::Clickhouse;
     let partitioner = if !partitions {
         Partitioner::Unused
-    } else if remote {
+    } else if remote || clickhouse {
         Partitioner::Backend
     } else {
         Partitioner::choose(plan.partitioner).map_err(Failure::new)?
@@ -239,7 +251,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
             "partitions of the delete workload need iptables (run as root): the per-link proxies carry Raft traffic only",
         ));
     }
-    let table = match &plan.table {
+    let table = match plan.table.as_ref().filter(|_| !clickhouse) {
         Some(t) => Some(crate::cluster::local_table(
             drift_workloads::table::TABLE_DECLARATION,
             plan.nodes,
@@ -281,7 +293,35 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
             .or(plan.kv.as_ref().and_then(|k| k.defect))
             .map(|d| d.name()),
     };
-    let mut cluster: Box<dyn Backend> = if docker {
+    let mut facts = None;
+    let mut cluster: Box<dyn Backend> = if clickhouse {
+        out!("  starting the coordinators and the ClickHouse servers");
+        let (c, f) = crate::clickhouse::deploy(plan, &run.path, claim.block, &token)?;
+        out!(
+            "  ClickHouse {} on {}: {}",
+            f.version,
+            match plan.coordinator {
+                crate::plan::Coordinator::Keeper => "drift's keeper",
+                crate::plan::Coordinator::Zookeeper => "Apache ZooKeeper",
+            },
+            if f.dialect.left_out().is_empty() {
+                "every insert mix".to_string()
+            } else {
+                format!(
+                    "mixes left out: {}",
+                    f.dialect
+                        .left_out()
+                        .iter()
+                        .map(|(m, why)| format!("{m} ({why})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+        info.target = Some(f.json(plan.coordinator));
+        facts = Some(f);
+        Box::new(c)
+    } else if docker {
         Box::new(
             crate::docker::DockerCluster::new(&run.path, spec, Box::new(crate::container::Cli::docker()))
                 .map_err(Failure::new)?,
@@ -308,6 +348,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     }
     cluster.start_all()?;
     wait_ready(cluster.as_mut())?;
+    let mut window = None;
     let inserts = match &plan.table {
         Some(t) => {
             let replicas = Replicas(
@@ -324,11 +365,40 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
                     d.name()
                 );
             }
+            // the window the servers really run with: the plan's on drift,
+            // what each ClickHouse server said it runs with
+            let (w, w_s, dialect) = match &facts {
+                Some(f) => {
+                    let read = |name: &str| {
+                        f.setting(name)
+                            .ok_or_else(|| Failure::new(format!("the ClickHouse servers do not say their {name}")))
+                    };
+                    let (w, w_s) = (
+                        read("replicated_deduplication_window")?,
+                        read("replicated_deduplication_window_seconds")?,
+                    );
+                    if (w, w_s) != (t.dedup_window, t.dedup_window_seconds) {
+                        out!(
+                            "  the servers run with a window of {w} ids / {w_s} s (asked {} / {}): judged by theirs",
+                            t.dedup_window,
+                            t.dedup_window_seconds
+                        );
+                    }
+                    (w, w_s, f.dialect)
+                }
+                None => (
+                    t.dedup_window,
+                    t.dedup_window_seconds,
+                    drift_workloads::table::Dialect::DRIFT,
+                ),
+            };
+            window = Some((w, w_s));
             Some(Arc::new(InsertClient {
                 replicas,
                 op_timeout: Duration::from_millis(plan.op_timeout_ms),
                 attempts_max: t.insert_attempts,
-                delayed_retry: Duration::from_millis(t.dedup_window_seconds * 1000 + 2 * t.cleanup_period_ms + 500),
+                delayed_retry: Duration::from_millis(w_s * 1000 + 2 * t.cleanup_period_ms.max(1000) + 500),
+                dialect,
             }))
         }
         None => None,
@@ -380,6 +450,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         spec,
         inserts,
         kv,
+        window,
     })
 }
 
@@ -443,10 +514,8 @@ fn wait_ready(cluster: &mut dyn Backend) -> Result<(), Failure> {
     while Instant::now() < deadline {
         if let Some(e) = cluster.exits().first() {
             let log = cluster
-                .log_files()
-                .into_iter()
-                .find(|(n, _)| *n == e.node)
-                .and_then(|(_, p)| std::fs::read_to_string(p).ok())
+                .exit_log(e)
+                .and_then(|p| std::fs::read_to_string(p).ok())
                 .unwrap_or_default();
             let last: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
             let quoted = last[last.len().saturating_sub(LOG_LINES_QUOTED)..].join(" | ");
@@ -620,12 +689,12 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
     let stop = Arc::new(AtomicBool::new(false));
     let monitor = spawn_monitor(env.cluster.clone(), recorder.clone(), stop.clone());
     let main_until = started + limit;
-    if let (Some(t), Some(client)) = (&plan.table, &env.inserts) {
+    if let (Some((w, w_s)), Some(client)) = (env.window, &env.inserts) {
         let clock = plan.nemeses.contains(&nemesis::FaultKind::Clock);
         let epsilon_ms = CLOCK_SKEW_MS + if clock { CLOCK_FAULT_SKEW_MS } else { 0 };
         recorder.event(
             drift_checkers::dedup::PARAMS_F,
-            inserts::window_event(t.dedup_window, t.dedup_window_seconds, epsilon_ms, &client.replicas),
+            inserts::window_event(w, w_s, epsilon_ms, &client.replicas),
         );
     }
     if let Some(k) = &plan.kv {
@@ -729,6 +798,22 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             TABLE_FINAL_PHASE_TIMEOUT,
             inserts::final_reads(r, client, first, per_read),
         );
+        let counted = env.cluster.lock().ok().and_then(|c| c.deduplicated_blocks());
+        if let Some(counts) = counted {
+            let total: u64 = counts.iter().map(|(_, n)| n).sum();
+            out!(
+                "  the servers deduplicated {total} blocks ({})",
+                counts
+                    .iter()
+                    .map(|(r, n)| format!("{r} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            main.recorder.event(
+                "server-deduplicated-blocks",
+                json!({"total": total, "replicas": counts.iter().map(|(r, n)| json!({"replica": r, "blocks": n})).collect::<Vec<_>>()}),
+            );
+        }
     }
     if let Some(client) = &env.kv {
         // nothing moves the replicas but the final repairs: scheduled

@@ -172,6 +172,7 @@ fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), 
         source: Some(history.display().to_string()),
         hosts: Vec::new(),
         nemesis_schedule: Vec::new(),
+        target: None,
     };
     out.write_json(store::RUN_JSON, &info)
         .map_err(|e| Failure::new(format!("{}: cannot write run.json: {e}", out.path.display())))?;

@@ -257,8 +257,10 @@ pub struct ReplayArgs {
 pub struct TestArgs {
     #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
     pub workload: WorkloadKind,
-    /// The system under test: drift (its own keeper) or zookeeper (Apache
-    /// ZooKeeper 3.8 from Debian's `zookeeper` package, as a baseline).
+    /// The system under test: drift (its own keeper), zookeeper (Apache
+    /// ZooKeeper 3.8 from Debian's `zookeeper` package, as a baseline), or
+    /// clickhouse (real ClickHouse servers replicating through drift's
+    /// keeper or ZooKeeper; insert-retry only).
     #[arg(long, value_enum, default_value_t = Target::Drift)]
     pub target: Target,
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
@@ -295,6 +297,14 @@ pub struct TestArgs {
     /// The hosts file of `--backend ssh` (see README, "On your own hosts").
     #[arg(long)]
     pub hosts: Option<PathBuf>,
+    /// Who coordinates the ClickHouse servers of `--target clickhouse`:
+    /// drift's keeper nodes (the default) or an Apache ZooKeeper ensemble.
+    #[arg(long, value_enum)]
+    pub coordinator: Option<plan::Coordinator>,
+    /// The ClickHouse server executable of `--target clickhouse` (default:
+    /// `clickhouse-server` on the PATH).
+    #[arg(long = "clickhouse-bin")]
+    pub clickhouse_bin: Option<PathBuf>,
     /// A bug planted in the simulated servers (`--backend sim` only; to
     /// show the simulator finds it). Repeatable.
     #[arg(long, value_enum)]
@@ -417,11 +427,7 @@ pub enum TableArg {
 }
 
 /// What coordinates a local cluster's table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CoordinatorArg {
-    Keeper,
-    Zookeeper,
-}
+pub type CoordinatorArg = plan::Coordinator;
 
 #[derive(Args, Debug)]
 pub struct ClusterArgs {

@@ -388,6 +388,7 @@ impl Db for DockerCluster {
                     out.push(Exit {
                         node: self.nodes[k].id,
                         code: Some(s.exit_code),
+                        part: crate::backend::Part::Node,
                     });
                 }
             }
@@ -487,7 +488,7 @@ impl FaultHooks for DockerCluster {
 
 impl LinkCut for DockerCluster {
     /// Cuts a→b by dropping, in a's own namespace, everything a sends to b.
-    fn cut_links(&self, links: &[(u64, u64)]) -> Option<usize> {
+    fn cut_links(&self, links: &[(u64, u64)], _part: crate::backend::Part) -> Option<usize> {
         let mut done = 0;
         for &(a, b) in links {
             if let Ok(mut c) = self.cuts.lock() {

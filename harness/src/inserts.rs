@@ -23,7 +23,7 @@
 use crate::campaign::Pace;
 use crate::recorder::Recorder;
 use drift_checkers::history::{OpType, Process};
-use drift_workloads::table::{self, AttemptOutcome, InsertGen};
+use drift_workloads::table::{self, AttemptOutcome, Dialect, InsertGen};
 use drift_workloads::Rng;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -59,6 +59,8 @@ pub struct InsertClient {
     /// How long a delayed retry waits: past the window's seconds, with
     /// two cleanup periods for the leader to act on them.
     pub delayed_retry: Duration,
+    /// What the replicas' server takes (drift's table: everything).
+    pub dialect: Dialect,
 }
 
 /// The `dedup-window` line's value.
@@ -115,7 +117,7 @@ pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<InsertClient>) 
         return;
     };
     let replicas = &client.replicas.0;
-    let mut gen = InsertGen::new(w);
+    let mut gen = InsertGen::for_dialect(w, client.dialect);
     let mut process = w;
     let mut next = Instant::now() + pace.every.mul_f64(rng.unit());
     while Instant::now() < pace.until {
@@ -130,7 +132,7 @@ pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<InsertClient>) 
         for n in 1..=client.attempts_max {
             let (name, url) = &replicas[at];
             record_attempt_invoke(&r, process, l.invoke_value(n, name), name);
-            let o = table::attempt(&http, url, &l, client.op_timeout).await;
+            let o = table::attempt(&http, url, &l, client.op_timeout, &client.dialect).await;
             record_attempt_outcome(&r, process, name, &o);
             let wait = match &o {
                 AttemptOutcome::Ok(_) if l.delayed() && !delayed_sent => {

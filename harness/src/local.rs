@@ -43,6 +43,9 @@ pub struct LocalNode {
     /// (after that, a node without Raft state lost it).
     started_before: bool,
     paused: bool,
+    /// The `cgroup.procs` of the cgroup it runs in, if the run cuts links
+    /// by cgroup (see [`crate::cgroup`]).
+    cgroup: Option<PathBuf>,
 }
 
 /// What [`LocalCluster::new`] builds.
@@ -102,6 +105,24 @@ pub(crate) fn zookeeper_command(dir: &Path) -> Command {
         .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
         .arg(dir.join("zoo.cfg"));
     c
+}
+
+/// A watcher that SIGKILLs `pid` once this drift is gone (or quits once
+/// `pid` is): for servers that do not end with their parent by themselves
+/// (a JVM, a ClickHouse server). Reap it after `pid` ended.
+pub(crate) fn watch_parent(pid: u32) -> Option<Child> {
+    let watch = format!(
+        "while kill -0 {drift} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
+         kill -0 {drift} 2>/dev/null || kill -9 {pid} 2>/dev/null; true",
+        drift = std::process::id(),
+    );
+    Command::new("sh")
+        .args(["-c", &watch])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
 }
 
 /// zoo.cfg and myid for each node: quorum on 127.0.0.(10+i) ports
@@ -182,6 +203,7 @@ impl LocalCluster {
                 watcher: None,
                 started_before: false,
                 paused: false,
+                cgroup: None,
             })
             .collect();
         if zookeeper {
@@ -215,6 +237,12 @@ impl LocalCluster {
 
     fn node(&mut self, i: u64) -> &mut LocalNode {
         &mut self.nodes[(i - 1) as usize]
+    }
+
+    /// Runs node `i` in the cgroup whose `cgroup.procs` is `procs` from its
+    /// next start on.
+    pub fn place_in_cgroup(&mut self, i: u64, procs: PathBuf) {
+        self.node(i).cgroup = Some(procs);
     }
 
     fn signal(pid: u32, sig: &str) {
@@ -253,8 +281,12 @@ impl Db for LocalCluster {
             .append(true)
             .open(&n.log)
             .map_err(|e| BackendError::io(&n.log, e))?;
+        let placed = |c: Command| match &n.cgroup {
+            Some(procs) => crate::cgroup::in_cgroup(&c, procs),
+            None => c,
+        };
         if zookeeper {
-            let child = zookeeper_command(&n.dir)
+            let child = placed(zookeeper_command(&n.dir))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
                 .stderr(log)
@@ -262,29 +294,17 @@ impl Db for LocalCluster {
                 .map_err(|source| BackendError::Spawn { node: i, source })?;
             // the drift node exits with its parent by itself; a JVM does
             // not, so a watcher ends it once drift is gone (or quits with it)
-            let watch = format!(
-                "while kill -0 {drift} 2>/dev/null && kill -0 {java} 2>/dev/null; do sleep 0.5; done; \
-                 kill -0 {drift} 2>/dev/null || kill -9 {java} 2>/dev/null; true",
-                drift = std::process::id(),
-                java = child.id()
-            );
             if let Some(mut old) = n.watcher.take() {
                 // its JVM is gone, so it ends within half a second
                 let _ = old.wait();
             }
-            n.watcher = Command::new("sh")
-                .args(["-c", &watch])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .ok();
+            n.watcher = watch_parent(child.id());
             n.child = Some(child);
             n.paused = false;
             return Ok(());
         }
-        let child = Command::new(exe)
-            .args(["node", "--config"])
+        let mut cmd = Command::new(exe);
+        cmd.args(["node", "--config"])
             .arg(config)
             .args(["--id", &i.to_string(), "--exit-with-parent", "--admin"])
             .arg(n.admin.to_string())
@@ -292,7 +312,8 @@ impl Db for LocalCluster {
             .env(crate::cluster::FAULT_TOKEN_ENV, &token)
             .envs(defect.iter().map(|d| (drift_node::table::hooks::DEFECT_ENV, d)))
             .args(&via)
-            .args((!n.started_before).then_some("--bootstrap"))
+            .args((!n.started_before).then_some("--bootstrap"));
+        let child = placed(cmd)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
             .stderr(log)
@@ -339,6 +360,7 @@ impl Db for LocalCluster {
                     out.push(Exit {
                         node: n.id,
                         code: status.code(),
+                        part: crate::backend::Part::Node,
                     });
                     n.child = None;
                     n.paused = false;
@@ -545,7 +567,7 @@ impl FaultHooks for LocalCluster {
 }
 
 impl LinkCut for LocalCluster {
-    fn cut_links(&self, links: &[(u64, u64)]) -> Option<usize> {
+    fn cut_links(&self, links: &[(u64, u64)], _part: crate::backend::Part) -> Option<usize> {
         self.mesh.as_ref().map(|m| m.cut(links))
     }
 

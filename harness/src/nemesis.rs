@@ -36,7 +36,7 @@
 //! checked ([`Step`]'s `TryFrom`, then [`check_schedule`]) before any
 //! server starts: a hand-edited `run.json` is an error naming the field.
 
-use crate::backend::{Backend, Damage};
+use crate::backend::{Backend, Damage, Part};
 use crate::recorder::Recorder;
 use drift_workloads::Rng;
 use serde::{Deserialize, Serialize};
@@ -117,6 +117,25 @@ impl FaultKind {
 
     fn parse(name: &str) -> Option<FaultKind> {
         FaultKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+
+    /// Whether it can act on `part` of a node: the whole node always; one
+    /// process (a replica or a coordinator) for kill, pause and partition;
+    /// a replica for wipe; a coordinator for keeper-restart; the links
+    /// between replicas and coordinators for a partition.
+    pub fn acts_on(self, part: Part) -> bool {
+        match part {
+            Part::Node => true,
+            Part::Replica => matches!(
+                self,
+                FaultKind::Kill | FaultKind::Pause | FaultKind::Partition | FaultKind::Wipe
+            ),
+            Part::Coordinator => matches!(
+                self,
+                FaultKind::Kill | FaultKind::Pause | FaultKind::Partition | FaultKind::KeeperRestart
+            ),
+            Part::ReplicaCoordinator => self == FaultKind::Partition,
+        }
     }
 }
 
@@ -242,6 +261,9 @@ pub struct Step {
     pub fault: Fault,
     /// The servers it acts on (for a partition: all of them, shuffled).
     pub nodes: Vec<u64>,
+    /// Which of their processes (the clickhouse target's nodes have two;
+    /// elsewhere always the whole node).
+    pub part: Part,
     /// What applying it did (filled in as it runs).
     pub applied: String,
 }
@@ -260,6 +282,9 @@ pub struct RawStep {
     pub nodes: Vec<u64>,
     #[serde(default)]
     pub links: Vec<(u64, u64)>,
+    /// [`Part::name`]; absent for the whole node.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub part: String,
     #[serde(default)]
     pub applied: String,
 }
@@ -274,6 +299,13 @@ impl TryFrom<RawStep> for Step {
         })?;
         if kind != FaultKind::Partition && !r.links.is_empty() {
             return Err(format!("links belong to a partition, not to {}", kind.name()));
+        }
+        let part = Part::parse(&r.part).ok_or_else(|| {
+            let known: Vec<&str> = Part::ALL.iter().map(|p| p.name()).filter(|n| !n.is_empty()).collect();
+            format!("part `{}` is not one of {}", r.part, known.join(", "))
+        })?;
+        if !kind.acts_on(part) {
+            return Err(format!("{} does not act on part `{}`", kind.name(), r.part));
         }
         let fault = match kind {
             FaultKind::Partition => {
@@ -329,6 +361,7 @@ impl TryFrom<RawStep> for Step {
             stop_ms: r.stop_ms,
             fault,
             nodes: r.nodes,
+            part,
             applied: r.applied,
         })
     }
@@ -359,6 +392,7 @@ impl From<Step> for RawStep {
             variant,
             nodes: s.nodes,
             links,
+            part: s.part.name().to_string(),
             applied: s.applied,
         }
     }
@@ -464,11 +498,35 @@ pub fn schedule(kinds: &[FaultKind], nodes: u64, interval_ms: u64, limit_ms: u64
             stop_ms: t + interval_ms / 2,
             fault,
             nodes: chosen,
+            part: Part::Node,
             applied: String::new(),
         });
         t += interval_ms;
     }
     out
+}
+
+/// For nodes of two processes (the clickhouse target: a ClickHouse server
+/// and its coordinator): which process each step acts on, drawn from the
+/// seed apart from the schedule (so the same seed gives the same faults
+/// at the same times on every target). A kill or pause strikes the
+/// replica, the coordinator or both; a partition cuts the links between
+/// replicas, between coordinators, between replicas and coordinators, or
+/// all of them; a wipe drops a replica's data; keeper-restart restarts the
+/// coordinators in turn.
+pub fn assign_parts(steps: &mut [Step], seed: u64) {
+    let mut rng = Rng::new(Rng::derive(seed, "nemesis-parts"));
+    for s in steps {
+        let kind = s.fault.kind();
+        s.part = match kind {
+            FaultKind::Wipe => Part::Replica,
+            FaultKind::KeeperRestart => Part::Coordinator,
+            _ => {
+                let choices: Vec<Part> = Part::ALL.into_iter().filter(|p| kind.acts_on(*p)).collect();
+                choices[rng.below(choices.len() as u64) as usize]
+            }
+        };
+    }
 }
 
 fn shuffle(rng: &mut Rng, v: &mut [u64]) {
@@ -607,7 +665,7 @@ impl Partitioner {
     /// from a's peer address to b's that belongs to a Raft or kv
     /// connection — to b's Raft or kv port, or from a's — so the rules
     /// touch this run's peer traffic and nothing else on the machine.
-    pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)]) -> String {
+    pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)], part: Part) -> String {
         match self {
             Partitioner::Iptables { chain, .. } => {
                 let mut n = 0;
@@ -637,11 +695,11 @@ impl Partitioner {
                 }
                 format!("iptables: {n} directed links dropped")
             }
-            Partitioner::Proxies => match cluster.cut_links(links) {
+            Partitioner::Proxies => match cluster.cut_links(links, part) {
                 Some(n) => format!("proxies: {n} directed links cut"),
                 None => "no proxies on this backend: nothing cut".to_string(),
             },
-            Partitioner::Backend => match cluster.cut_links(links) {
+            Partitioner::Backend => match cluster.cut_links(links, part) {
                 Some(n) => format!("{n} directed links cut at the servers"),
                 None => "this backend cannot cut links: nothing cut".to_string(),
             },
@@ -754,13 +812,13 @@ fn hooks_on(c: &dyn Backend, nodes: &[u64], cmd: &str) -> String {
 /// `keeper-restart`: each of `nodes` stopped (SIGTERM) and started again,
 /// the next once this one answers (or [`ROLLING_RESTART_WAIT`] passed).
 /// The cluster is locked per step, not for the whole restart.
-fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64]) -> String {
+fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64], part: Part) -> String {
     let mut out = Vec::new();
     for &n in nodes {
         let started = match cluster.lock() {
             Ok(mut c) => {
-                c.stop(n, Duration::from_secs(3));
-                c.start(n)
+                c.stop_part(n, part, Duration::from_secs(3));
+                c.start_part(n, part)
             }
             Err(_) => return "cluster lock poisoned".into(),
         };
@@ -794,7 +852,7 @@ fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64]) -> String {
 /// Applies `step` to the cluster; what it did.
 pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
     if step.fault == Fault::KeeperRestart {
-        return rolling_restart(cluster, &step.nodes);
+        return rolling_restart(cluster, &step.nodes, step.part);
     }
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
@@ -803,18 +861,18 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
         return hooks_on(c.as_ref(), &step.nodes, &cmd);
     }
     match &step.fault {
-        Fault::Partition { links, .. } => p.cut(c.as_ref(), links),
+        Fault::Partition { links, .. } => p.cut(c.as_ref(), links, step.part),
         Fault::Kill => {
             for &n in &step.nodes {
-                c.kill(n);
+                c.kill_part(n, step.part);
             }
-            format!("killed {:?}", step.nodes)
+            format!("killed {:?}{}", step.nodes, part_note(step.part))
         }
         Fault::Pause => {
             for &n in &step.nodes {
-                c.pause(n);
+                c.pause_part(n, step.part);
             }
-            format!("paused {:?}", step.nodes)
+            format!("paused {:?}{}", step.nodes, part_note(step.part))
         }
         // `wipe` is corrupt's data-dir drop, scheduled on its own
         Fault::Corrupt { .. } | Fault::Wipe => {
@@ -823,9 +881,11 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
                 Fault::Corrupt { mode, pick } => (mode, pick),
                 _ => (CorruptMode::Wipe, 0),
             };
-            c.kill(n);
+            c.kill_part(n, step.part);
             let what = match mode {
-                CorruptMode::Wipe => c.wipe(n).map(|_| format!("wiped node {n}")),
+                CorruptMode::Wipe => c
+                    .wipe_part(n, step.part)
+                    .map(|_| format!("wiped node {n}{}", part_note(step.part))),
                 CorruptMode::Truncate => c.corrupt(n, Damage::Truncate, pick),
                 CorruptMode::Flip => c.corrupt(n, Damage::Flip, pick),
             };
@@ -859,6 +919,17 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
         | Fault::SkipRepair => {
             unreachable!("handled above")
         }
+    }
+}
+
+/// " (replicas)" and the like: which processes a step acted on, for
+/// what it says it did.
+fn part_note(part: Part) -> String {
+    match part {
+        Part::Node => String::new(),
+        Part::Replica => " (replicas)".into(),
+        Part::Coordinator => " (coordinators)".into(),
+        Part::ReplicaCoordinator => " (replicas from coordinators)".into(),
     }
 }
 
@@ -953,7 +1024,14 @@ fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<Box<dyn Backend>>,
 pub fn record_exits(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> Vec<crate::backend::Exit> {
     let exits = cluster.lock().map(|mut c| c.exits()).unwrap_or_default();
     for e in &exits {
-        r.event("node-exited", json!({"node": e.node, "code": e.code}));
+        if e.part == Part::Node {
+            r.event("node-exited", json!({"node": e.node, "code": e.code}));
+        } else {
+            r.event(
+                "node-exited",
+                json!({"node": e.node, "code": e.code, "part": e.part.name()}),
+            );
+        }
     }
     exits
 }
@@ -990,22 +1068,13 @@ pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner
         }
     }
     drop(c);
-    // a server that exits right away refused its data: wipe and rejoin
+    // a server that exits right away refused its data: the backend brings
+    // it back (a keeper server wiped, to rejoin from its peers)
     std::thread::sleep(Duration::from_secs(2));
     let exits = record_exits(cluster, r);
     if let Ok(mut c) = cluster.lock() {
         for e in exits {
-            if e.code != Some(drift_node::keeper_node::DIGEST_ABORT_EXIT) {
-                let _ = c.wipe(e.node);
-                let how = e
-                    .code
-                    .map_or_else(|| "ended by a signal".to_string(), |c| format!("exit code {c}"));
-                notes.push(format!(
-                    "node {} refused to start ({how}): wiped, rejoining from peers",
-                    e.node
-                ));
-            }
-            let _ = c.start(e.node);
+            notes.extend(c.recover_exit(&e));
         }
     }
     notes.join("; ")
@@ -1097,6 +1166,7 @@ mod tests {
             stop_ms: 20,
             fault,
             nodes,
+            part: Part::Node,
             applied: String::new(),
         };
         let cases = [

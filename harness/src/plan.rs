@@ -84,6 +84,10 @@ pub enum Target {
     Drift,
     /// Apache ZooKeeper 3.8 (Debian's `zookeeper` package), as a baseline.
     Zookeeper,
+    /// Real ClickHouse servers (`clickhouse-server`), one per node, their
+    /// ReplicatedMergeTree coordinated by drift's keeper or Apache
+    /// ZooKeeper (`--coordinator`): the insert-retry workload only.
+    Clickhouse,
 }
 
 impl Target {
@@ -91,9 +95,42 @@ impl Target {
         match self {
             Target::Drift => "drift",
             Target::Zookeeper => "zookeeper",
+            Target::Clickhouse => "clickhouse",
         }
     }
 }
+
+/// What coordinates a table whose replicas are not drift's own nodes (the
+/// clickhouse target), or a local cluster's table (`drift cluster up`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Coordinator {
+    /// drift's keeper nodes.
+    #[default]
+    Keeper,
+    /// An Apache ZooKeeper 3.8 ensemble on the same addresses.
+    Zookeeper,
+}
+
+impl Coordinator {
+    pub fn name(self) -> &'static str {
+        match self {
+            Coordinator::Keeper => "keeper",
+            Coordinator::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+/// The faults the clickhouse target takes: its nodes have no drift fault
+/// hooks (drop-reply is a proxy of drift's own in front of each server).
+pub const CLICKHOUSE_FAULTS: [FaultKind; 6] = [
+    FaultKind::Kill,
+    FaultKind::Pause,
+    FaultKind::Partition,
+    FaultKind::KeeperRestart,
+    FaultKind::DropReply,
+    FaultKind::Wipe,
+];
 
 /// The keeper's digest mode (`digest` in the cluster file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
@@ -267,6 +304,10 @@ fn is_local(b: &BackendKind) -> bool {
     *b == BackendKind::Local
 }
 
+fn is_keeper(c: &Coordinator) -> bool {
+    *c == Coordinator::Keeper
+}
+
 fn d_session_timeout_ms() -> u64 {
     4000
 }
@@ -324,6 +365,13 @@ pub struct Plan {
     /// The simulated network, disks and clocks (backend sim).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sim: Option<SimPlan>,
+    /// Who coordinates the clickhouse target's replicas.
+    #[serde(default, skip_serializing_if = "is_keeper")]
+    pub coordinator: Coordinator,
+    /// The ClickHouse server executable the clickhouse target runs (none:
+    /// `clickhouse-server` on the PATH).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clickhouse_bin: Option<std::path::PathBuf>,
 }
 
 /// A bug planted in the simulated servers, to show the simulator finds
@@ -447,7 +495,20 @@ impl Plan {
                 bugs: args.plant.clone(),
                 ..SimPlan::default()
             }),
+            coordinator: args.coordinator.unwrap_or_default(),
+            clickhouse_bin: args.clickhouse_bin.clone(),
         };
+        if args.target != Target::Clickhouse {
+            if let Some(c) = args.coordinator {
+                return Err(Failure::new(format!(
+                    "--coordinator {} chooses who coordinates real ClickHouse servers: it needs --target clickhouse",
+                    c.name()
+                )));
+            }
+            if args.clickhouse_bin.is_some() {
+                return Err(Failure::new("--clickhouse-bin is for --target clickhouse"));
+            }
+        }
         let table_options = [
             ("--dedup-window", args.dedup_window.is_some()),
             ("--dedup-window-seconds", args.dedup_window_seconds.is_some()),
@@ -493,13 +554,28 @@ impl Plan {
     }
 
     /// The checkers that judge the run: the workload's, and the digest
-    /// checker where the servers keep a tree digest (not on ZooKeeper).
+    /// checker where the servers keep a tree digest (drift's keeper, not
+    /// Apache ZooKeeper).
     pub fn checkers(&self) -> Vec<CheckerKind> {
         let mut names = self.workload().checkers();
-        if self.target == Target::Drift {
+        let keeper = match self.target {
+            Target::Drift => true,
+            Target::Zookeeper => false,
+            Target::Clickhouse => self.coordinator == Coordinator::Keeper,
+        };
+        if keeper {
             names.push(CheckerKind::Digest);
         }
         names
+    }
+
+    /// `<workload>-<target>` (`-zookeeper` after a clickhouse target's
+    /// name when ZooKeeper coordinates it).
+    fn target_label(&self) -> String {
+        match (self.target, self.coordinator) {
+            (Target::Clickhouse, Coordinator::Zookeeper) => "clickhouse-zookeeper".into(),
+            (t, _) => t.name().into(),
+        }
     }
 
     /// The model linearizability is judged by.
@@ -509,7 +585,7 @@ impl Plan {
 
     /// `<workload>-<target>`: the test's name in the store.
     pub fn test_name(&self) -> String {
-        format!("{}-{}", self.workload().name(), self.target.name())
+        format!("{}-{}", self.workload().name(), self.target_label())
     }
 
     /// Every bound the CLI enforces, and what the target allows; the
@@ -645,6 +721,14 @@ impl Plan {
                 ));
             }
         }
+        if self.target == Target::Clickhouse {
+            self.check_clickhouse()?;
+        } else if self.coordinator != Coordinator::Keeper || self.clickhouse_bin.is_some() {
+            return Err(format!(
+                "coordinator, clickhouse_bin: for target clickhouse, not {}",
+                self.target.name()
+            ));
+        }
         if self.target == Target::Zookeeper && self.workload().is_table() {
             return Err(
                 "workload insert-retry runs on the drift target only (not implemented on zookeeper: the table on Apache ZooKeeper is `drift cluster up --coordinator zookeeper`)".into(),
@@ -668,17 +752,57 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// What the clickhouse target allows: the insert-retry workload on
+    /// local processes, the faults that need no drift node hooks.
+    fn check_clickhouse(&self) -> Result<(), String> {
+        if !self.workload().is_table() {
+            return Err(format!(
+                "target clickhouse runs the insert-retry workload (real ReplicatedMergeTree), not {}",
+                self.workload().name()
+            ));
+        }
+        if self.backend != BackendKind::Local {
+            return Err(format!(
+                "target clickhouse runs its servers as local processes, not on backend {}",
+                self.backend.name()
+            ));
+        }
+        if let Some(k) = self.nemeses.iter().find(|k| !CLICKHOUSE_FAULTS.contains(k)) {
+            return Err(format!(
+                "nemesis {} needs drift's node hooks: not available on target clickhouse (kill, pause, partition, keeper-restart, drop-reply and wipe are)",
+                k.name()
+            ));
+        }
+        if let Some(d) = self.table.as_ref().and_then(|t| t.defect) {
+            return Err(format!(
+                "defect {} is planted through drift's node hooks: not on target clickhouse",
+                d.name()
+            ));
+        }
+        if self.partitioner == PartitionerMode::Proxies && self.nemeses.contains(&FaultKind::Partition) {
+            return Err(
+                "partitioner proxies: target clickhouse cuts links with nftables rules on the processes' cgroups (run as root)".into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Campaign {
     /// A new campaign of `plan`: the seed given (or a fresh one) and the
     /// schedule derived from it.
     pub fn new(plan: Plan, seed: u64) -> Campaign {
-        let schedule = nemesis::schedule(
+        let mut schedule = nemesis::schedule(
             &plan.nemeses,
             plan.nodes,
             plan.nemesis_interval_s * 1000,
             plan.time_limit_s * 1000,
             seed,
         );
+        if plan.target == Target::Clickhouse {
+            nemesis::assign_parts(&mut schedule, seed);
+        }
         Campaign { plan, seed, schedule }
     }
 
@@ -706,6 +830,13 @@ impl Campaign {
             schedule.push(step);
         }
         nemesis::check_schedule(&schedule, plan.nodes, plan.time_limit_s * 1000).map_err(at)?;
+        if plan.target != Target::Clickhouse {
+            if let Some(i) = schedule.iter().position(|s| s.part != crate::backend::Part::Node) {
+                return Err(at(format!(
+                    "nemesis_schedule[{i}].part: only target clickhouse has nodes of several processes"
+                )));
+            }
+        }
         if plan.nodes < 2 && !schedule.is_empty() {
             return Err(at("nemesis_schedule: faults need at least two nodes".into()));
         }
@@ -767,6 +898,8 @@ mod tests {
             table: None,
             kv: None,
             sim: None,
+            coordinator: Coordinator::Keeper,
+            clickhouse_bin: None,
         }
     }
 

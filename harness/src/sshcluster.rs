@@ -411,7 +411,11 @@ impl Db for SshCluster {
                 .filter(|c| *c < 128);
             self.nodes[k].pid = None;
             self.nodes[k].paused = false;
-            out.push(Exit { node: id, code });
+            out.push(Exit {
+                node: id,
+                code,
+                part: crate::backend::Part::Node,
+            });
         }
         out
     }
@@ -523,7 +527,7 @@ impl FaultHooks for SshCluster {
 impl LinkCut for SshCluster {
     /// Cuts a→b on a's host: its packets from a's address to b's peer and
     /// kv ports, and from a's peer and kv ports to b's address, dropped.
-    fn cut_links(&self, links: &[(u64, u64)]) -> Option<usize> {
+    fn cut_links(&self, links: &[(u64, u64)], _part: crate::backend::Part) -> Option<usize> {
         let mut done = 0;
         for &(a, b) in links {
             let (na, nb) = (&self.nodes[(a - 1) as usize], &self.nodes[(b - 1) as usize]);

@@ -39,6 +39,11 @@ pub struct RunInfo {
     pub hosts: Vec<Value>,
     #[serde(default)]
     pub nemesis_schedule: Vec<Value>,
+    /// What the system under test turned out to be, where drift asks it at
+    /// setup (a ClickHouse server's version, settings, and the workload's
+    /// mixes it cannot take).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<Value>,
 }
 
 /// `results.json`: the composed verdict and each checker's result.

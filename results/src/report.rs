@@ -501,6 +501,13 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
             esc(&i.versions.short()),
             config_table(&i.config)
         );
+        if let Some(t) = &i.target {
+            let _ = write!(
+                about,
+                "<p>The system under test, as it answered at setup:</p>{}",
+                config_table(t)
+            );
+        }
     }
     if let Clock::Order(why) = &clock {
         let _ = write!(
@@ -932,6 +939,7 @@ mod tests {
             source: None,
             hosts: vec![],
             nemesis_schedule: vec![],
+            target: None,
         };
         let page = render(&h, Some(&info), &results, &drift_checkers::perf::summarize(&h));
         assert!(page.contains(r#"<table class="config">"#));

@@ -14,6 +14,14 @@
 //! unanswered or erroring is `info`, and the insert is retried — same
 //! data, same token, same split — on the same replica or another, until
 //! `ok`, a definite failure, or its attempts run out.
+//!
+//! The same client drives drift's table and real ClickHouse servers: a
+//! [`Dialect`] says what the server has (found at setup, never assumed),
+//! and the mixes it cannot take are left out of the generator; errors are
+//! read from `X-ClickHouse-Exception-Code` or, where a server sends no
+//! such header (ClickHouse 18.16), from the body's `Code: N` in either
+//! wording (`Code: N. DB::Exception: …` and `Code: N, e.displayText() =
+//! DB::Exception: …`).
 
 use crate::rng::Rng;
 use drift_table::block::{split_insert, Block};
@@ -58,6 +66,51 @@ pub struct Row {
 impl Row {
     pub fn json(&self) -> Value {
         json!([self.id, self.p, self.tag])
+    }
+}
+
+/// What a table server takes beyond the plain insert, as its settings
+/// say (drift's own table has everything).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dialect {
+    /// `insert_deduplication_token`.
+    pub token: bool,
+    /// `insert_quorum_parallel`; without it every quorum insert waits for
+    /// the previous one's quorum (ClickHouse before 20.10).
+    pub quorum_parallel: bool,
+    /// `min_insert_block_size_rows` / `_bytes`: without them set to 0, a
+    /// server squashes small blocks back together, so a client cannot make
+    /// `max_insert_block_size` split an insert (drift's table never
+    /// squashes).
+    pub squash_off: bool,
+}
+
+impl Dialect {
+    /// drift's own table.
+    pub const DRIFT: Dialect = Dialect {
+        token: true,
+        quorum_parallel: true,
+        squash_off: false,
+    };
+
+    /// The mixes a server of this dialect cannot take, each with why.
+    pub fn left_out(&self) -> Vec<(&'static str, &'static str)> {
+        let mut out = Vec::new();
+        if !self.token {
+            out.push(("token", "no insert_deduplication_token setting"));
+            out.push(("token-reuse", "no insert_deduplication_token setting"));
+        }
+        if !self.quorum_parallel {
+            out.push((
+                "quorum",
+                "no insert_quorum_parallel setting: every quorum insert is sequential (quorum-non-parallel stays)",
+            ));
+        }
+        out
+    }
+
+    fn allows(&self, k: Kind) -> bool {
+        !self.left_out().iter().any(|(name, _)| *name == k.name())
     }
 }
 
@@ -165,23 +218,29 @@ impl LogicalInsert {
         })
     }
 
-    /// The request: URL parameters and the JSONEachRow body. A quorum
-    /// insert waits at most `quorum_timeout` for its quorum (then 319).
-    pub fn request(&self, quorum_timeout: Duration) -> (String, String) {
+    /// The request to a server of `dialect`: URL parameters and the
+    /// JSONEachRow body. A quorum insert waits at most `quorum_timeout`
+    /// for its quorum (then 319).
+    pub fn request(&self, quorum_timeout: Duration, dialect: &Dialect) -> (String, String) {
         let mut params = String::from("query=INSERT%20INTO%20inserts%20FORMAT%20JSONEachRow");
         if let Some(t) = &self.token {
             params.push_str(&format!("&insert_deduplication_token={t}"));
         }
         if self.quorum > 1 {
             params.push_str(&format!(
-                "&insert_quorum={}&insert_quorum_parallel={}&insert_quorum_timeout={}",
+                "&insert_quorum={}&insert_quorum_timeout={}",
                 self.quorum,
-                u8::from(self.quorum_parallel),
                 quorum_timeout.as_millis().max(1)
             ));
+            if dialect.quorum_parallel {
+                params.push_str(&format!("&insert_quorum_parallel={}", u8::from(self.quorum_parallel)));
+            }
         }
         if let Some(n) = self.max_block_rows {
             params.push_str(&format!("&max_insert_block_size={n}"));
+            if dialect.squash_off {
+                params.push_str("&min_insert_block_size_rows=0&min_insert_block_size_bytes=0");
+            }
         }
         let body: String = self
             .rows
@@ -202,14 +261,23 @@ pub struct InsertGen {
     worker: u64,
     seq: u64,
     recent: VecDeque<LogicalInsert>,
+    dialect: Dialect,
 }
 
 impl InsertGen {
+    /// Inserts for drift's own table (every mix).
     pub fn new(worker: u64) -> InsertGen {
+        InsertGen::for_dialect(worker, Dialect::DRIFT)
+    }
+
+    /// Inserts for a server of `dialect`: the mixes it cannot take are
+    /// never drawn.
+    pub fn for_dialect(worker: u64, dialect: Dialect) -> InsertGen {
         InsertGen {
             worker,
             seq: 0,
             recent: VecDeque::new(),
+            dialect,
         }
     }
 
@@ -228,7 +296,10 @@ impl InsertGen {
         self.seq += 1;
         // logical ids never repeat across workers
         let id = (self.worker + 1) * 1_000_000_000 + self.seq;
-        let weights: Vec<u32> = Kind::WEIGHTED.iter().map(|(_, w)| *w).collect();
+        let weights: Vec<u32> = Kind::WEIGHTED
+            .iter()
+            .map(|(k, w)| if self.dialect.allows(*k) { *w } else { 0 })
+            .collect();
         let mut kind = Kind::WEIGHTED[rng.weighted(&weights)].0;
         let pick = |recent: &VecDeque<LogicalInsert>, rng: &mut Rng, token: bool| {
             let c: Vec<&LogicalInsert> = recent
@@ -295,7 +366,8 @@ impl InsertGen {
 /// How one attempt ended.
 #[derive(Clone, Debug, PartialEq)]
 pub enum AttemptOutcome {
-    /// The server's `X-Drift-Insert` summary.
+    /// The server's `X-Drift-Insert` summary (null from a server that
+    /// sends none).
     Ok(Value),
     /// Definitely not applied: the code, if the server answered.
     Fail(Option<u64>, String),
@@ -307,8 +379,14 @@ pub enum AttemptOutcome {
 /// answered within `timeout` (else `info`); a quorum waits three quarters
 /// of it, so a quorum not reached is the server's 319 rather than the
 /// client's timeout.
-pub async fn attempt(http: &reqwest::Client, url: &str, l: &LogicalInsert, timeout: Duration) -> AttemptOutcome {
-    let (params, body) = l.request(timeout.mul_f64(0.75));
+pub async fn attempt(
+    http: &reqwest::Client,
+    url: &str,
+    l: &LogicalInsert,
+    timeout: Duration,
+    dialect: &Dialect,
+) -> AttemptOutcome {
+    let (params, body) = l.request(timeout.mul_f64(0.75), dialect);
     let sent = http
         .post(format!("{url}?{params}"))
         .body(body)
@@ -322,7 +400,19 @@ pub async fn attempt(http: &reqwest::Client, url: &str, l: &LogicalInsert, timeo
         Err(e) => return AttemptOutcome::Info(None, format!("no answer: {e}")),
     };
     let status = resp.status();
-    let code = resp
+    if resp
+        .headers()
+        .get("x-drift-proxy")
+        .is_some_and(|v| v == "connect-refused")
+    {
+        // drift's reply proxy could not reach the server: nothing did
+        let why = resp.text().await.unwrap_or_default();
+        return AttemptOutcome::Fail(
+            None,
+            format!("connection refused (through drift's proxy): {}", why.trim()),
+        );
+    }
+    let header_code = resp
         .headers()
         .get("x-clickhouse-exception-code")
         .and_then(|v| v.to_str().ok())
@@ -334,16 +424,28 @@ pub async fn attempt(http: &reqwest::Client, url: &str, l: &LogicalInsert, timeo
         .and_then(|v| serde_json::from_str::<Value>(v).ok());
     let text = match resp.text().await {
         Ok(t) => t,
-        Err(e) => return AttemptOutcome::Info(code, format!("the answer broke off: {e}")),
+        Err(e) => return AttemptOutcome::Info(header_code, format!("the answer broke off: {e}")),
     };
     if status.is_success() {
         return AttemptOutcome::Ok(summary.unwrap_or(Value::Null));
     }
     let msg = text.trim().chars().take(300).collect::<String>();
-    match code {
+    match header_code.or_else(|| error_code(&text)) {
         Some(c) if drift_checkers::dedup::definite_failure(c, l.blocks().len()) => AttemptOutcome::Fail(Some(c), msg),
         c => AttemptOutcome::Info(c, msg),
     }
+}
+
+/// The error code a ClickHouse error body starts with, in either wording:
+/// `Code: 319. DB::Exception: …` (drift's table, ClickHouse since 21.x)
+/// or `Code: 319, e.displayText() = DB::Exception: …` (before).
+pub fn error_code(body: &str) -> Option<u64> {
+    let rest = body.trim_start().strip_prefix("Code: ")?;
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if digits.is_empty() || !rest[digits.len()..].starts_with(['.', ',']) {
+        return None;
+    }
+    digits.parse().ok()
 }
 
 /// `SYSTEM SYNC REPLICA` on the replica at `url`, then all its rows.
@@ -355,7 +457,9 @@ pub async fn sync_and_read(http: &reqwest::Client, url: &str, timeout: Duration)
     }
     let r = http
         .post(format!("{url}?output_format_json_quote_64bit_integers=0"))
-        .body("SELECT id, p, tag FROM inserts ORDER BY id FORMAT JSONCompactEachRow")
+        // JSONEachRow: every ClickHouse has it (JSONCompactEachRow came
+        // in 19.x)
+        .body("SELECT id, p, tag FROM inserts ORDER BY id FORMAT JSONEachRow")
         .timeout(timeout)
         .send()
         .await
@@ -366,7 +470,13 @@ pub async fn sync_and_read(http: &reqwest::Client, url: &str, timeout: Duration)
     let text = r.text().await.map_err(|e| e.to_string())?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str::<Value>(l).map_err(|e| format!("a row {l:?}: {e}")))
+        .map(|l| {
+            let o = serde_json::from_str::<Value>(l).map_err(|e| format!("a row {l:?}: {e}"))?;
+            match (&o["id"], &o["p"], &o["tag"]) {
+                (Value::Number(id), Value::Number(p), Value::String(tag)) => Ok(json!([id, p, tag])),
+                _ => Err(format!("a row {l:?}: not {{id, p, tag}} of numbers and a string")),
+            }
+        })
         .collect()
 }
 
@@ -389,7 +499,11 @@ pub async fn replica_state(http: &reqwest::Client, url: &str) -> String {
             Err(e) => format!("no answer ({e})"),
         }
     };
-    let replica = q("SELECT is_readonly, readonly_reason, is_session_expired, queue_size, log_pointer FROM system.replicas FORMAT TabSeparated".into()).await;
+    let mut replica = q("SELECT is_readonly, readonly_reason, is_session_expired, queue_size, log_pointer FROM system.replicas FORMAT TabSeparated".into()).await;
+    if error_code(&replica).is_some() {
+        // a server without readonly_reason (ClickHouse before 21.x)
+        replica = q("SELECT is_readonly, 'n/a', is_session_expired, queue_size, log_pointer FROM system.replicas FORMAT TabSeparated".into()).await;
+    }
     let queue = q(format!(
         "SELECT type, new_part_name, num_tries, last_exception, postpone_reason FROM system.replication_queue LIMIT {STATE_QUEUE_ENTRIES_MAX} FORMAT TabSeparated"
     ))
@@ -400,6 +514,56 @@ pub async fn replica_state(http: &reqwest::Client, url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn error_codes_are_read_in_both_wordings_and_nothing_else() {
+        assert_eq!(
+            error_code("Code: 319. DB::Exception: Unknown status (UNKNOWN_STATUS_OF_INSERT)"),
+            Some(319)
+        );
+        assert_eq!(
+            error_code(
+                "Code: 242, e.displayText() = DB::Exception: Table is in readonly mode, e.what() = DB::Exception\n"
+            ),
+            Some(242)
+        );
+        assert_eq!(error_code("  Code: 286, e.displayText() = x"), Some(286));
+        for bad in ["", "Code: ", "Code: x1.", "Code: 12", "Error 500", "Code 242, nope"] {
+            assert_eq!(error_code(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_dialect_without_tokens_or_parallel_quorums_never_draws_them() {
+        let d = Dialect {
+            token: false,
+            quorum_parallel: false,
+            squash_off: true,
+        };
+        let mut g = InsertGen::for_dialect(1, d);
+        let mut rng = Rng::new(9);
+        let mut kinds = std::collections::BTreeSet::new();
+        for _ in 0..2000 {
+            let l = g.next(&mut rng);
+            assert!(l.token.is_none(), "{l:?}");
+            kinds.insert(l.kind.name());
+            let (params, _) = l.request(Duration::from_secs(1), &d);
+            assert!(!params.contains("insert_quorum_parallel"), "{params}");
+            assert!(!params.contains("insert_deduplication_token"), "{params}");
+            if l.max_block_rows.is_some() {
+                assert!(params.contains("min_insert_block_size_rows=0"), "{params}");
+            }
+        }
+        assert!(
+            kinds.contains("quorum-non-parallel") && kinds.contains("multi-block"),
+            "{kinds:?}"
+        );
+        for (left, _) in d.left_out() {
+            assert!(!kinds.contains(left), "{left} drawn: {kinds:?}");
+        }
+        let (params, _) = g.next(&mut rng).request(Duration::from_secs(1), &Dialect::DRIFT);
+        assert!(!params.contains("min_insert_block_size"), "{params}");
+    }
 
     #[test]
     fn inserts_mix_their_kinds_and_split_as_the_server_does() {
