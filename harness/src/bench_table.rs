@@ -135,6 +135,7 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             table: Some(&table),
             kv: None,
             zookeeper: *setup == TableSetup::Zookeeper,
+            clickhouse: None,
         });
         let running = Running { dir: dir.clone() };
         let config = config?;

@@ -429,6 +429,15 @@ pub enum TableArg {
 /// What coordinates a local cluster's table.
 pub type CoordinatorArg = plan::Coordinator;
 
+/// Who holds a local cluster's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClusterTarget {
+    /// drift's own nodes.
+    Drift,
+    /// Real ClickHouse servers, one per node.
+    Clickhouse,
+}
+
 #[derive(Args, Debug)]
 pub struct ClusterArgs {
     #[command(subcommand)]
@@ -468,6 +477,15 @@ pub enum ClusterAction {
         /// partitioned by p), to drive the workload's client by hand.
         #[arg(long, value_enum, default_value_t = TableArg::Events)]
         table: TableArg,
+        /// Who holds the table: drift's own nodes, or one real ClickHouse
+        /// server per node (`clickhouse-server` on the PATH or
+        /// `--clickhouse-bin`) replicating a ReplicatedMergeTree through the
+        /// coordinator (its HTTP on --http-port, native port 9000).
+        #[arg(long = "target", value_enum, default_value_t = ClusterTarget::Drift)]
+        target: ClusterTarget,
+        /// The ClickHouse server executable of `--target clickhouse`.
+        #[arg(long = "clickhouse-bin")]
+        clickhouse_bin: Option<PathBuf>,
         /// A setting of the table, `key = value` (repeatable), e.g.
         /// `replicated_deduplication_window = 5`.
         #[arg(long = "table-setting")]

@@ -197,21 +197,33 @@ pub struct ClickHouseCluster {
     supervise: bool,
 }
 
-/// A server's `config.xml` (ClickHouse's own format; 18.16 and later read
-/// it).
-fn config_xml(s: &Server, coordinators: &[SocketAddr], spec: &ChSpec<'_>) -> String {
-    let d = s.dir.display();
+/// What a server's `config.xml` says (ClickHouse's own format; 18.16 and
+/// later read it).
+pub struct ServerConfig<'a> {
+    pub id: u64,
+    pub dir: &'a Path,
+    pub http: SocketAddr,
+    pub interserver: SocketAddr,
+    pub tcp_port: u16,
+    pub coordinators: &'a [SocketAddr],
+    pub session_timeout_ms: u64,
+    /// `<merge_tree>` settings, `name = value`.
+    pub merge_tree: &'a [(String, String)],
+}
+
+fn config_xml(c: &ServerConfig<'_>) -> String {
+    let d = c.dir.display();
     let mut x = String::from("<?xml version=\"1.0\"?>\n<yandex>\n");
     x.push_str(&format!(
         "  <logger>\n    <level>information</level>\n    <log>{d}/clickhouse-server.log</log>\n    <errorlog>{d}/clickhouse-server.err.log</errorlog>\n    <size>100M</size>\n    <count>2</count>\n    <console>0</console>\n  </logger>\n"
     ));
-    x.push_str(&format!("  <listen_host>{}</listen_host>\n", s.http.ip()));
-    x.push_str(&format!("  <http_port>{}</http_port>\n", s.http.port()));
-    x.push_str(&format!("  <tcp_port>{}</tcp_port>\n", spec.tcp_port));
+    x.push_str(&format!("  <listen_host>{}</listen_host>\n", c.http.ip()));
+    x.push_str(&format!("  <http_port>{}</http_port>\n", c.http.port()));
+    x.push_str(&format!("  <tcp_port>{}</tcp_port>\n", c.tcp_port));
     x.push_str(&format!(
         "  <interserver_http_port>{}</interserver_http_port>\n  <interserver_http_host>{}</interserver_http_host>\n",
-        s.interserver.port(),
-        s.interserver.ip()
+        c.interserver.port(),
+        c.interserver.ip()
     ));
     x.push_str(&format!(
         "  <path>{d}/data/</path>\n  <tmp_path>{d}/data/tmp/</tmp_path>\n  <user_files_path>{d}/data/user_files/</user_files_path>\n  <format_schema_path>{d}/data/format_schemas/</format_schema_path>\n  <users_config>{d}/users.xml</users_config>\n"
@@ -220,7 +232,7 @@ fn config_xml(s: &Server, coordinators: &[SocketAddr], spec: &ChSpec<'_>) -> Str
     x.push_str("  <mark_cache_size>67108864</mark_cache_size>\n  <uncompressed_cache_size>67108864</uncompressed_cache_size>\n");
     x.push_str("  <max_concurrent_queries>200</max_concurrent_queries>\n");
     x.push_str("  <zookeeper>\n");
-    for (k, a) in coordinators.iter().enumerate() {
+    for (k, a) in c.coordinators.iter().enumerate() {
         x.push_str(&format!(
             "    <node index=\"{}\"><host>{}</host><port>{}</port></node>\n",
             k + 1,
@@ -230,19 +242,51 @@ fn config_xml(s: &Server, coordinators: &[SocketAddr], spec: &ChSpec<'_>) -> Str
     }
     x.push_str(&format!(
         "    <session_timeout_ms>{}</session_timeout_ms>\n    <operation_timeout_ms>{}</operation_timeout_ms>\n  </zookeeper>\n",
-        spec.session_timeout_ms,
-        spec.session_timeout_ms.min(10_000)
+        c.session_timeout_ms,
+        c.session_timeout_ms.min(10_000)
     ));
     x.push_str(&format!(
         "  <macros>\n    <shard>01</shard>\n    <replica>r{}</replica>\n  </macros>\n",
-        s.id
+        c.id
     ));
     x.push_str("  <merge_tree>\n");
-    for (k, v) in spec.merge_tree {
+    for (k, v) in c.merge_tree {
         x.push_str(&format!("    <{k}>{v}</{k}>\n"));
     }
     x.push_str("  </merge_tree>\n</yandex>\n");
     x
+}
+
+/// Writes a server's `config.xml` and `users.xml` into its directory.
+pub fn write_server_files(c: &ServerConfig<'_>) -> Result<(), String> {
+    std::fs::create_dir_all(c.dir).map_err(|e| format!("{}: {e}", c.dir.display()))?;
+    for (name, text) in [("config.xml", config_xml(c)), ("users.xml", USERS_XML.to_string())] {
+        let p = c.dir.join(name);
+        std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The HTTP address a written `config.xml` names.
+pub fn http_of_config(xml: &str) -> Option<SocketAddr> {
+    let tag = |t: &str| {
+        let open = format!("<{t}>");
+        let at = xml.find(&open)? + open.len();
+        Some(xml[at..at + xml[at..].find('<')?].trim().to_string())
+    };
+    format!("{}:{}", tag("listen_host")?, tag("http_port")?).parse().ok()
+}
+
+/// The command that runs the server whose files are in `dir`.
+pub fn server_command(bin: &Path, dir: &Path) -> Command {
+    let mut cmd = Command::new(bin);
+    // the multi-call binary names its role; clickhouse-server is one
+    if bin.file_name().is_some_and(|f| f == "clickhouse") {
+        cmd.arg("server");
+    }
+    cmd.arg(format!("--config-file={}", dir.join("config.xml").display()))
+        .current_dir(dir);
+    cmd
 }
 
 /// Every server's `users.xml`: the default user, no password, from
@@ -338,13 +382,16 @@ impl ClickHouseCluster {
                 restore: false,
                 cgroup: None,
             };
-            std::fs::create_dir_all(&s.dir).map_err(|e| format!("{}: {e}", s.dir.display()))?;
-            let write = |name: &str, text: &str| {
-                let p = s.dir.join(name);
-                std::fs::write(&p, text).map_err(|e| format!("{}: {e}", p.display()))
-            };
-            write("config.xml", &config_xml(&s, &coordinators, spec))?;
-            write("users.xml", USERS_XML)?;
+            write_server_files(&ServerConfig {
+                id: i,
+                dir: &s.dir,
+                http: s.http,
+                interserver: s.interserver,
+                tcp_port: spec.tcp_port,
+                coordinators: &coordinators,
+                session_timeout_ms: spec.session_timeout_ms,
+                merge_tree: spec.merge_tree,
+            })?;
             servers.push(s);
         }
         let proxies = match spec.proxy_port {
@@ -512,13 +559,7 @@ impl ClickHouseCluster {
             .append(true)
             .open(s.stderr())
             .map_err(|e| BackendError::io(s.stderr(), e))?;
-        let mut cmd = Command::new(&bin);
-        // the multi-call binary names its role; clickhouse-server is one
-        if bin.file_name().is_some_and(|f| f == "clickhouse") {
-            cmd.arg("server");
-        }
-        cmd.arg(format!("--config-file={}", s.dir.join("config.xml").display()))
-            .current_dir(&s.dir);
+        let cmd = server_command(&bin, &s.dir);
         let mut cmd = match &s.cgroup {
             Some(p) => crate::cgroup::in_cgroup(&cmd, p),
             None => cmd,
@@ -1059,33 +1100,19 @@ mod tests {
 
     #[test]
     fn a_servers_config_names_its_address_coordinators_macros_and_window() {
-        let s = Server {
+        let settings = [("replicated_deduplication_window".to_string(), "100".to_string())];
+        let coordinators: Vec<SocketAddr> = vec!["127.0.4.11:2281".parse().unwrap(), "127.0.4.12:2281".parse().unwrap()];
+        let x = config_xml(&ServerConfig {
             id: 2,
+            dir: Path::new("/run/nodes/ch2"),
             http: "127.0.4.12:2285".parse().unwrap(),
             interserver: "127.0.4.12:2286".parse().unwrap(),
-            dir: PathBuf::from("/run/nodes/ch2"),
-            child: None,
-            watcher: None,
-            paused: false,
-            restart_at: None,
-            restore: false,
-            cgroup: None,
-        };
-        let settings = [("replicated_deduplication_window".to_string(), "100".to_string())];
-        let spec = ChSpec {
-            bin: Path::new("/usr/sbin/clickhouse-server"),
-            block: Block(4),
-            http_port: 2285,
-            interserver_port: 2286,
             tcp_port: 2288,
-            proxy_port: Some(2289),
+            coordinators: &coordinators,
             session_timeout_ms: 4000,
             merge_tree: &settings,
-            partitions: false,
-        };
-        let coordinators: Vec<SocketAddr> =
-            vec!["127.0.4.11:2281".parse().unwrap(), "127.0.4.12:2281".parse().unwrap()];
-        let x = config_xml(&s, &coordinators, &spec);
+        });
+        assert_eq!(http_of_config(&x), Some("127.0.4.12:2285".parse().unwrap()));
         for want in [
             "<listen_host>127.0.4.12</listen_host>",
             "<http_port>2285</http_port>",

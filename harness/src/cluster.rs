@@ -219,7 +219,38 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             no_kv,
             kv_port,
             kv_settings,
+            target,
+            clickhouse_bin,
         } => {
+            if target == crate::cli::ClusterTarget::Clickhouse {
+                let bin = crate::clickhouse::find_bin(clickhouse_bin.as_deref()).map_err(Failure::new)?;
+                if no_table || table_replicas.is_some() || !table_settings.is_empty() || which != TableArg::Events {
+                    return Err(Failure::new(
+                        "--target clickhouse holds the table `events` on every node: --no-table, --table, --table-replicas and --table-setting are for drift's table",
+                    ));
+                }
+                let ch = ClickHouseUp {
+                    bin,
+                    http_port,
+                    interserver_port,
+                    tcp_port: CLICKHOUSE_TCP_PORT,
+                };
+                return up(UpSpec {
+                    nodes,
+                    dir: &dir,
+                    port,
+                    block,
+                    quorum_reads,
+                    fault_hooks,
+                    set: &set,
+                    table: None,
+                    kv: None,
+                    zookeeper: coordinator == crate::cli::CoordinatorArg::Zookeeper,
+                    clickhouse: Some(&ch),
+                });
+            } else if clickhouse_bin.is_some() {
+                return Err(Failure::new("--clickhouse-bin is for --target clickhouse"));
+            }
             let kv = if no_kv || coordinator == crate::cli::CoordinatorArg::Zookeeper {
                 None
             } else {
@@ -262,6 +293,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                 table: table.as_ref(),
                 kv: kv.as_ref(),
                 zookeeper: coordinator == crate::cli::CoordinatorArg::Zookeeper,
+                clickhouse: None,
             })
         }
         ClusterAction::Stop { dir, node } => stop_node(&dir, node),
@@ -423,10 +455,36 @@ pub struct UpSpec<'a> {
     /// Apache ZooKeeper on the peers' client addresses instead of the
     /// keeper (the nodes then run their tables only).
     pub zookeeper: bool,
+    /// Real ClickHouse servers hold the table (then no drift table, and no
+    /// drift node beside a ZooKeeper ensemble).
+    pub clickhouse: Option<&'a ClickHouseUp>,
 }
+
+/// The ClickHouse servers of `drift cluster up --target clickhouse`.
+pub struct ClickHouseUp {
+    pub bin: PathBuf,
+    pub http_port: u16,
+    pub interserver_port: u16,
+    pub tcp_port: u16,
+}
+
+/// ClickHouse's native protocol port (clickhouse-client's default).
+pub const CLICKHOUSE_TCP_PORT: u16 = 9000;
+/// The table of a ClickHouse cluster to play with: `events`, as on drift's.
+pub const CLICKHOUSE_EVENTS_DDL: &str = "CREATE TABLE IF NOT EXISTS events (id UInt64, key String, value Int64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/events', '{replica}') PARTITION BY intDiv(id, 1000) ORDER BY id";
+/// Where a ClickHouse cluster records its servers' PIDs.
+const CH_PIDS: &str = "ch-pids";
 
 fn up(spec: UpSpec<'_>) -> Result<i32, Failure> {
     let config = start_cluster(&spec)?;
+    if let Some(ch) = spec.clickhouse {
+        let urls: Vec<String> = config
+            .peers
+            .iter()
+            .map(|p| format!("http://{}:{}/", p.client.ip(), ch.http_port))
+            .collect();
+        eprintln!("ClickHouse servers (table events) on {}", urls.join(" "));
+    }
     if !config.tables.is_empty() {
         let urls = config.table_urls();
         let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
@@ -459,13 +517,14 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         table,
         kv,
         zookeeper,
+        clickhouse,
     } = *spec;
     if zookeeper && !crate::local::zookeeper_installed() {
         return Err(Failure::new(
             "--coordinator zookeeper needs Apache ZooKeeper (apt install zookeeper)",
         ));
     }
-    if zookeeper && table.is_none() {
+    if zookeeper && table.is_none() && clickhouse.is_none() {
         return Err(Failure::new(
             "--coordinator zookeeper coordinates the table: not with --no-table",
         ));
@@ -519,9 +578,11 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         start_zookeeper(&dir, &config, claim.block, nodes, port, &claim)?;
     }
     // each pid is recorded as soon as its node runs, so `down` can end
-    // whatever started even if a later node fails to
+    // whatever started even if a later node fails to; beside ZooKeeper,
+    // ClickHouse servers need no drift node
     let mut pids = Vec::new();
-    for i in 1..=nodes {
+    write_pids(&dir, &pids)?;
+    for i in (1..=nodes).filter(|_| !(zookeeper && clickhouse.is_some())) {
         let pid = spawn_node(&dir, i, true, Some(&claim))?.id();
         pids.push((i, pid));
         write_pids(&dir, &pids)?;
@@ -541,6 +602,9 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         wait_until(deadline, &dir, "the tables' replicas were not all ready", || {
             tables_writable(&https)
         })?;
+    }
+    if let Some(ch) = clickhouse {
+        start_clickhouse(&dir, &config, ch, &claim, deadline)?;
     }
     let kvs: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.kv).collect();
     if !kvs.is_empty() {
@@ -573,6 +637,67 @@ fn wait_until(deadline: Instant, dir: &Path, what: &str, mut ready: impl FnMut()
             )));
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// The ClickHouse servers of `--target clickhouse`: one per node on its
+/// address, holding the address block's claim, recorded in `<dir>/ch-pids`;
+/// answers awaited, then the table `events` created on each.
+fn start_clickhouse(
+    dir: &Path,
+    config: &ClusterConfig,
+    ch: &ClickHouseUp,
+    claim: &Claim,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    let coordinators: Vec<SocketAddr> = config.peers.iter().map(|p| p.client).collect();
+    let mut pids = Vec::new();
+    let mut https = Vec::new();
+    for p in &config.peers {
+        let server_dir = dir.join(format!("ch{}", p.id));
+        let http = SocketAddr::new(p.client.ip(), ch.http_port);
+        crate::clickhouse::write_server_files(&crate::clickhouse::ServerConfig {
+            id: p.id,
+            dir: &server_dir,
+            http,
+            interserver: SocketAddr::new(p.client.ip(), ch.interserver_port),
+            tcp_port: ch.tcp_port,
+            coordinators: &coordinators,
+            session_timeout_ms: 30_000,
+            merge_tree: &[],
+        })
+        .map_err(Failure::new)?;
+        let log_path = server_dir.join("stderr.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Failure::new(format!("{}: {e}", log_path.display())))?;
+        let stdin = Stdio::from(
+            claim
+                .share()
+                .map_err(|e| Failure::new(format!("the address block's lock: {e}")))?,
+        );
+        let child = crate::clickhouse::server_command(&ch.bin, &server_dir)
+            .stdin(stdin)
+            .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| Failure::new(format!("starting ClickHouse server {}: {e}", p.id)))?;
+        pids.push((p.id, child.id()));
+        let text: String = pids.iter().map(|(i, p)| format!("{i} {p}\n")).collect();
+        std::fs::write(dir.join(CH_PIDS), text).map_err(|e| Failure::new(e.to_string()))?;
+        https.push((p.id, http));
+    }
+    for (i, http) in &https {
+        wait_until(deadline, dir, &format!("ClickHouse server {i} did not answer on {http}"), || {
+            http_get(*http, "/ping").is_some_and(|(c, _)| c == 200)
+        })?;
+    }
+    for (i, http) in &https {
+        crate::clickhouse::query(*http, CLICKHOUSE_EVENTS_DDL)
+            .map_err(|e| Failure::new(format!("creating the table on ClickHouse server {i}: {e}")))?;
     }
     Ok(())
 }
@@ -882,6 +1007,26 @@ fn status(dir: &Path) -> Result<i32, Failure> {
         );
     }
     out!("connect: {}", config.connect_string());
+    let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let ch_path = dir.join(CH_PIDS);
+    if ch_path.exists() {
+        let text = std::fs::read_to_string(&ch_path).map_err(|e| Failure::new(e.to_string()))?;
+        out!("{:<5} {:<8} {:<9} clickhouse", "node", "pid", "alive");
+        for l in text.lines() {
+            let mut w = l.split_whitespace();
+            let (Some(id), Some(pid)) = (w.next(), w.next().and_then(|p| p.parse::<u32>().ok())) else {
+                continue;
+            };
+            let alive = cmdline_has(pid, &dir.display().to_string());
+            let http = std::fs::read_to_string(dir.join(format!("ch{id}/config.xml")))
+                .ok()
+                .and_then(|x| crate::clickhouse::http_of_config(&x));
+            let version = http
+                .and_then(|a| crate::clickhouse::query(a, "SELECT version()").ok())
+                .map_or_else(|| "no answer".to_string(), |v| format!("{} on http://{}/", v.trim(), http.expect("asked")));
+            out!("{:<5} {:<8} {:<9} {}", id, pid, alive, version);
+        }
+    }
     Ok(0)
 }
 
@@ -908,7 +1053,24 @@ pub fn stop_cluster(dir: &Path) -> Result<usize, Failure> {
         ended += end_processes(&zk, &dir.join("data").display().to_string());
         std::fs::remove_file(&zk_path).map_err(|e| Failure::new(e.to_string()))?;
     }
+    let ch_path = dir.join(CH_PIDS);
+    if ch_path.exists() {
+        // a ClickHouse server is ours when its command line names a
+        // config in this directory; the servers go before their
+        // coordinators would have, had they been first
+        ended += end_processes(&pid_list(&ch_path)?, &dir.display().to_string());
+        std::fs::remove_file(&ch_path).map_err(|e| Failure::new(e.to_string()))?;
+    }
     Ok(ended)
+}
+
+/// The PIDs of a `<id> <pid>` file.
+fn pid_list(path: &Path) -> Result<Vec<u32>, Failure> {
+    let text = std::fs::read_to_string(path).map_err(|e| Failure::new(format!("{}: {e}", path.display())))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect())
 }
 
 fn signal(pids: &[u32], sig: &str) {
