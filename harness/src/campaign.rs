@@ -344,7 +344,11 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         out!("  servers on {}, addresses {}", cluster.name(), claim.block);
     }
     if partitions {
-        out!("  partitions via {}", partitioner.name());
+        if clickhouse {
+            out!("  partitions via nftables rules on each process's cgroup");
+        } else {
+            out!("  partitions via {}", partitioner.name());
+        }
     }
     cluster.start_all()?;
     wait_ready(cluster.as_mut())?;

@@ -1101,7 +1101,8 @@ mod tests {
     #[test]
     fn a_servers_config_names_its_address_coordinators_macros_and_window() {
         let settings = [("replicated_deduplication_window".to_string(), "100".to_string())];
-        let coordinators: Vec<SocketAddr> = vec!["127.0.4.11:2281".parse().unwrap(), "127.0.4.12:2281".parse().unwrap()];
+        let coordinators: Vec<SocketAddr> =
+            vec!["127.0.4.11:2281".parse().unwrap(), "127.0.4.12:2281".parse().unwrap()];
         let x = config_xml(&ServerConfig {
             id: 2,
             dir: Path::new("/run/nodes/ch2"),

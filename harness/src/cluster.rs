@@ -691,9 +691,12 @@ fn start_clickhouse(
         https.push((p.id, http));
     }
     for (i, http) in &https {
-        wait_until(deadline, dir, &format!("ClickHouse server {i} did not answer on {http}"), || {
-            http_get(*http, "/ping").is_some_and(|(c, _)| c == 200)
-        })?;
+        wait_until(
+            deadline,
+            dir,
+            &format!("ClickHouse server {i} did not answer on {http}"),
+            || http_get(*http, "/ping").is_some_and(|(c, _)| c == 200),
+        )?;
     }
     for (i, http) in &https {
         crate::clickhouse::query(*http, CLICKHOUSE_EVENTS_DDL)
@@ -1023,7 +1026,10 @@ fn status(dir: &Path) -> Result<i32, Failure> {
                 .and_then(|x| crate::clickhouse::http_of_config(&x));
             let version = http
                 .and_then(|a| crate::clickhouse::query(a, "SELECT version()").ok())
-                .map_or_else(|| "no answer".to_string(), |v| format!("{} on http://{}/", v.trim(), http.expect("asked")));
+                .map_or_else(
+                    || "no answer".to_string(),
+                    |v| format!("{} on http://{}/", v.trim(), http.expect("asked")),
+                );
             out!("{:<5} {:<8} {:<9} {}", id, pid, alive, version);
         }
     }

@@ -989,10 +989,11 @@ pub fn run_schedule(
         }
         step.applied = apply(cluster, p, &step);
         let raw = RawStep::from(step.clone());
-        r.event(
-            &format!("start-{}", raw.fault),
-            json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied}),
-        );
+        let mut event = json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied});
+        if !raw.part.is_empty() {
+            event["part"] = json!(raw.part);
+        }
+        r.event(&format!("start-{}", raw.fault), event);
         if let Ok(mut a) = applied.lock() {
             a.push(step.clone());
         }

@@ -106,6 +106,37 @@ fn kazoo_client_passes_its_checks() {
     assert!(text.contains("ok: ephemeral gone after its session expired"), "{text}");
 }
 
+/// kazoo's pipelined async calls on one session, against every server of
+/// a default cluster (reads served locally) and of a `--quorum-reads` one:
+/// the answers come in request order and each read sees its session's
+/// earlier writes (kazoo drops its connection on an answer out of order).
+#[test]
+fn a_sessions_pipelined_requests_are_answered_in_order_on_every_server() {
+    if !have_kazoo() {
+        return;
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/kazoo_pipeline.py");
+    for (tag, port, extra) in [
+        ("pipe-local", 21530, &[][..]),
+        ("pipe-quorum", 21540, &["--quorum-reads"][..]),
+    ] {
+        let c = Cluster::up(tag, port, extra);
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(&c.connect)
+            .arg("20")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{tag}: pipelined session checks failed:\n{text}");
+        assert_eq!(text.matches("ok: ").count(), 3, "{tag}: every server checked:\n{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_killed_a_new_leader_takes_over_and_no_acknowledged_write_is_lost() {
     let c = Cluster::up("leaderkill", 21120, &[]);

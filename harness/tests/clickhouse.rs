@@ -1,0 +1,263 @@
+//! Real ClickHouse servers (Debian's `clickhouse-server`) coordinating a
+//! ReplicatedMergeTree through drift's keeper, unchanged — and the same
+//! scenario on Apache ZooKeeper, the coordinator ClickHouse was built for.
+//! `drift cluster up --target clickhouse` starts them as a user would;
+//! the test speaks ClickHouse's HTTP interface, as its users do.
+//!
+//! Without `clickhouse-server` these tests say so and pass only outside
+//! CI: under `DRIFT_REQUIRE_DEPS` (ci/test, which installs it) they fail.
+
+mod common;
+
+use common::cluster::{wait_for, Cluster};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Inserts spread over the replicas.
+const INSERTS: u64 = 1000;
+/// Inserts the stream goes on for once the leader is killed (acknowledged
+/// ones), and for at most how long.
+const ACKED_AFTER_KILL: usize = 100;
+const STREAM_AFTER_KILL_MAX: Duration = Duration::from_secs(150);
+
+fn have_clickhouse() -> bool {
+    let found = ["/usr/sbin/clickhouse-server", "/usr/bin/clickhouse-server"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    if !found {
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "clickhouse-server is not installed, and DRIFT_REQUIRE_DEPS is set"
+        );
+        eprintln!("NOT RUN: clickhouse-server is not installed (apt install clickhouse-server)");
+    }
+    found
+}
+
+/// One HTTP/1.0 POST; the status and the body, or None without an answer.
+fn post(addr: SocketAddr, target: &str, body: &str, timeout: Duration) -> Option<(u16, String)> {
+    request(addr, "POST", target, body, timeout)
+}
+
+fn request(addr: SocketAddr, method: &str, target: &str, body: &str, timeout: Duration) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+    s.set_read_timeout(Some(timeout)).ok()?;
+    let head = format!(
+        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).ok()?;
+    s.write_all(body.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        code,
+        out.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or_default(),
+    ))
+}
+
+struct Replicas(Vec<SocketAddr>);
+
+impl Replicas {
+    fn of(c: &Cluster) -> Replicas {
+        Replicas((1..=3).map(|i| SocketAddr::new(c.client_addr(i).ip(), 8123)).collect())
+    }
+
+    fn query(&self, k: usize, sql: &str) -> String {
+        match post(self.0[k], "/", sql, Duration::from_secs(120)) {
+            Some((200, body)) => body,
+            other => panic!("{sql} on replica {}: {other:?}", k + 1),
+        }
+    }
+
+    /// One insert of `rows` (JSONEachRow) into `events` on replica `k`:
+    /// whether it was acknowledged.
+    fn insert(&self, k: usize, rows: &str) -> bool {
+        matches!(
+            post(
+                self.0[k],
+                "/?query=INSERT%20INTO%20events%20FORMAT%20JSONEachRow",
+                rows,
+                Duration::from_secs(30)
+            ),
+            Some((200, _))
+        )
+    }
+
+    /// Waits until every replica has a coordinator session again and
+    /// takes writes (`/replicas_status` answers 200), then syncs each.
+    fn sync_all(&self) {
+        for k in 0..self.0.len() {
+            let ok = wait_for(Duration::from_secs(120), || {
+                request(self.0[k], "GET", "/replicas_status", "", Duration::from_secs(5))
+                    .filter(|(code, _)| *code == 200)
+                    .map(|_| ())
+            });
+            assert!(ok.is_some(), "replica {} never took writes again", k + 1);
+            self.query(k, "SYSTEM SYNC REPLICA events");
+        }
+    }
+
+    /// The ids tagged `key` on replica `k`, in order, repeats kept.
+    fn ids(&self, k: usize, key: &str) -> Vec<u64> {
+        self.query(
+            k,
+            &format!("SELECT id FROM events WHERE key = '{key}' ORDER BY id FORMAT TabSeparated"),
+        )
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+    }
+
+    /// Every replica synced: each id of `ids` once on every replica, and
+    /// nothing else tagged `key`.
+    fn assert_exactly(&self, key: &str, ids: &[u64]) {
+        self.sync_all();
+        let mut want = ids.to_vec();
+        want.sort_unstable();
+        for k in 0..self.0.len() {
+            assert_eq!(
+                self.ids(k, key),
+                want,
+                "replica {}: every {key} row exactly once",
+                k + 1
+            );
+        }
+    }
+
+    /// Every replica synced: each id of `ids` once on every replica (rows
+    /// tagged `key` that are not among them may be anywhere: their inserts
+    /// were not acknowledged).
+    fn assert_each_once(&self, key: &str, ids: &[u64]) {
+        self.sync_all();
+        for k in 0..self.0.len() {
+            let got = self.ids(k, key);
+            for id in ids {
+                let n = got.iter().filter(|g| *g == id).count();
+                assert_eq!(n, 1, "replica {}: acknowledged insert {id} is there {n} times", k + 1);
+            }
+        }
+    }
+}
+
+fn row(id: u64, key: &str) -> String {
+    format!("{{\"id\":{id},\"key\":\"{key}\",\"value\":{}}}\n", id as i64 * 7)
+}
+
+/// The scenario, on whichever coordinator `c` has; `kill_leader` SIGKILLs
+/// the coordinator's leader (and restarts it where it can), with the
+/// leader's id.
+fn replicate_dedup_and_survive_a_leader_kill(c: &Cluster, kill_leader: &dyn Fn(u64)) {
+    let r = Replicas::of(c);
+    // 1,000 single-row inserts over the three replicas
+    let ids: Vec<u64> = (1..=INSERTS).collect();
+    for &id in &ids {
+        let k = (id % 3) as usize;
+        assert!(r.insert(k, &row(id, "spread")), "insert {id} on replica {}", k + 1);
+    }
+    r.assert_exactly("spread", &ids);
+    // the same insert to two replicas: deduplicated by its content
+    let twice = row(1_000_000, "twice") + &row(1_000_001, "twice");
+    assert!(r.insert(0, &twice) && r.insert(1, &twice));
+    r.assert_exactly("twice", &[1_000_000, 1_000_001]);
+    // a stream of inserts while the coordinator's leader is killed: every
+    // acknowledged row is present once on every replica afterwards, and
+    // the table takes inserts again after the kill
+    let acked = Arc::new(Mutex::new(Vec::new()));
+    let killed_at = Arc::new(Mutex::new(None::<usize>));
+    let writer = {
+        let (acked, killed_at, addrs) = (acked.clone(), killed_at.clone(), r.0.clone());
+        std::thread::spawn(move || {
+            let r = Replicas(addrs);
+            let deadline = std::time::Instant::now() + STREAM_AFTER_KILL_MAX;
+            for id in 2_000_000u64.. {
+                let after = killed_at.lock().unwrap().map(|at| acked.lock().unwrap().len() - at);
+                if after.is_some_and(|n| n >= ACKED_AFTER_KILL) || std::time::Instant::now() > deadline {
+                    break;
+                }
+                if r.insert((id % 3) as usize, &row(id, "stream")) {
+                    acked.lock().unwrap().push(id);
+                } else {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        })
+    };
+    wait_for(Duration::from_secs(60), || {
+        (acked.lock().unwrap().len() >= 50).then_some(())
+    })
+    .expect("the stream runs");
+    let leader = c.wait_leader(Duration::from_secs(20));
+    kill_leader(leader);
+    *killed_at.lock().unwrap() = Some(acked.lock().unwrap().len());
+    writer.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+    let before = killed_at.lock().unwrap().expect("killed");
+    assert!(
+        acked.len() > before,
+        "the table took no insert in {}s after its coordinator's leader was killed",
+        STREAM_AFTER_KILL_MAX.as_secs()
+    );
+    r.assert_each_once("stream", &acked);
+}
+
+#[test]
+fn clickhouse_replicates_through_the_keeper_dedups_and_survives_its_leaders_kill() {
+    if !have_clickhouse() {
+        return;
+    }
+    let c = Cluster::up_raw("ch-keeper", 21600, &["--target", "clickhouse"]);
+    replicate_dedup_and_survive_a_leader_kill(&c, &|leader| {
+        c.kill(leader);
+        c.start(leader);
+    });
+    // the keepers agree on the tree they coordinated
+    let digests = wait_for(Duration::from_secs(30), || {
+        let d: Vec<String> = (1..=3).filter_map(|i| c.field(i, "dgst", "digest")).collect();
+        let applied: Vec<String> = (1..=3).filter_map(|i| c.field(i, "dgst", "applied_index")).collect();
+        (d.len() == 3 && d.iter().all(|x| *x == d[0]) && applied.iter().all(|a| *a == applied[0])).then_some(d)
+    });
+    assert!(digests.is_some(), "the keepers' digests agree at the end");
+}
+
+#[test]
+fn clickhouse_does_the_same_on_apache_zookeeper() {
+    if !have_clickhouse() {
+        return;
+    }
+    if !Path::new("/usr/share/java/zookeeper.jar").exists() {
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "zookeeper is not installed, and DRIFT_REQUIRE_DEPS is set"
+        );
+        eprintln!("NOT RUN: Apache ZooKeeper is not installed");
+        return;
+    }
+    let c = Cluster::up_raw(
+        "ch-zookeeper",
+        21620,
+        &["--target", "clickhouse", "--coordinator", "zookeeper"],
+    );
+    let zk_pid = |i: u64| -> u32 {
+        let text = std::fs::read_to_string(c.dir.join("zk-pids")).unwrap();
+        text.lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next()? == i.to_string()).then(|| w.next()?.parse().ok())?
+            })
+            .unwrap()
+    };
+    replicate_dedup_and_survive_a_leader_kill(&c, &|leader| {
+        // two of three go on; the killed server is not started again
+        let _ = Command::new("kill")
+            .args(["-KILL", &zk_pid(leader).to_string()])
+            .status();
+    });
+}
