@@ -5,7 +5,17 @@
 //! * `keeper` — the keeper coordinates, two round trips per insert;
 //! * `naive` — the same, with the naive path (an existence check, the
 //!   lock, the commit: three round trips);
-//! * `zookeeper` — Apache ZooKeeper coordinates, two round trips.
+//! * `zookeeper` — Apache ZooKeeper coordinates, two round trips;
+//! * `clickhouse-keeper` — real ClickHouse servers (one per node, their
+//!   ReplicatedMergeTree `bench`), drift's keeper nodes coordinating;
+//! * `clickhouse-zookeeper` — the same ClickHouse on Apache ZooKeeper.
+//!
+//! `--target clickhouse` runs the last two and `keeper` (drift's own table
+//! on its keeper) in one sitting. For each cell the coordinator's
+//! processes are measured too: CPU seconds (utime + stime from
+//! `/proc/<pid>/stat`) per 1,000 inserts and their resident memory at the
+//! cell's end. drift's nodes hold the keeper and the table in one process,
+//! so for `keeper` and `naive` that is both.
 //!
 //! All setups' clusters run through the sitting and the cells interleave
 //! (per client count, each round visits every setup), with merges off;
@@ -14,7 +24,10 @@
 //! Every insert carries `--rows` fresh rows (one block: the bench table has
 //! one partition), so none is a duplicate. Round trips per insert are read
 //! from the replicas' own counters (`InsertKeeperRoundTrips` over
-//! `InsertedBlocks`), not assumed.
+//! `InsertedBlocks`; on ClickHouse, every coordinator request its servers
+//! made — `ZooKeeperTransactions`, background work included — over
+//! `InsertQuery`), not assumed. ClickHouse keeps merging (with its limits
+//! on parts lifted, it never throttles the inserts).
 
 use crate::cli::{BenchTableArgs, TableSetup};
 use crate::cluster::{start_cluster, stop_cluster, LocalTable, UpSpec};
@@ -44,6 +57,10 @@ struct Cell {
     /// Coordinator time per insert (its round trips), as the replicas
     /// measured it.
     keeper_ms_per_insert: f64,
+    /// The coordinator processes' CPU seconds per 1,000 inserts.
+    coordinator_cpu_s_per_1000: f64,
+    /// Their resident memory at the cell's end (MB, summed).
+    coordinator_rss_mb: f64,
 }
 
 fn name(s: TableSetup) -> &'static str {
@@ -51,7 +68,62 @@ fn name(s: TableSetup) -> &'static str {
         TableSetup::Keeper => "keeper",
         TableSetup::Naive => "naive",
         TableSetup::Zookeeper => "zookeeper",
+        TableSetup::ClickhouseKeeper => "clickhouse-keeper",
+        TableSetup::ClickhouseZookeeper => "clickhouse-zookeeper",
     }
+}
+
+fn is_clickhouse(s: TableSetup) -> bool {
+    matches!(s, TableSetup::ClickhouseKeeper | TableSetup::ClickhouseZookeeper)
+}
+
+/// ClickHouse's table of the sitting: one partition, as drift's.
+const CH_TABLE_DDL: &str = "CREATE TABLE IF NOT EXISTS bench (id UInt64, key String, value Int64) ENGINE = ReplicatedMergeTree('/clickhouse/tables/bench', '{replica}') PARTITION BY tuple() ORDER BY id";
+
+/// The PIDs of a cluster's coordinator: its ZooKeeper JVMs, else its
+/// drift nodes.
+fn coordinator_pids(dir: &std::path::Path) -> Vec<u32> {
+    let zk = dir.join("zk-pids");
+    let file = if zk.exists() { zk } else { dir.join("pids") };
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect()
+}
+
+/// Clock ticks per second of `/proc/<pid>/stat`'s times.
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// (CPU seconds so far, resident MB) summed over `pids`.
+fn cpu_and_rss(pids: &[u32], ticks: f64) -> (f64, f64) {
+    let mut cpu = 0.0;
+    let mut rss = 0.0;
+    for p in pids {
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            // the fields after the command's closing parenthesis
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let t = |k: usize| f.get(k).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+            cpu += (t(11) + t(12)) / ticks;
+        }
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{p}/status")) {
+            rss += status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                .unwrap_or(0.0)
+                / 1024.0;
+        }
+    }
+    (cpu, rss)
 }
 
 /// Ends the cluster when dropped, error or not.
@@ -66,8 +138,26 @@ impl Drop for Running {
     }
 }
 
-pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
-    if args.setups.contains(&TableSetup::Zookeeper) && !crate::local::zookeeper_installed() {
+pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
+    if args.target.is_some() {
+        args.setups = vec![
+            TableSetup::ClickhouseKeeper,
+            TableSetup::ClickhouseZookeeper,
+            TableSetup::Keeper,
+        ];
+    }
+    let ch_bin = if args.setups.iter().any(|s| is_clickhouse(*s)) {
+        Some(crate::clickhouse::find_bin(args.clickhouse_bin.as_deref()).map_err(Failure::new)?)
+    } else {
+        None
+    };
+    let ticks = clock_ticks();
+    if args
+        .setups
+        .iter()
+        .any(|s| matches!(s, TableSetup::Zookeeper | TableSetup::ClickhouseZookeeper))
+        && !crate::local::zookeeper_installed()
+    {
         return Err(Failure::new(
             "the zookeeper setup needs Apache ZooKeeper (apt install zookeeper), or --setups keeper,naive",
         ));
@@ -93,7 +183,7 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             args.rounds
         );
         out!(
-            "{:<10} {:>7} {:>10} {:>11} {:>8} {:>8} {:>9} {:>10} {:>7}",
+            "{:<20} {:>7} {:>10} {:>11} {:>8} {:>8} {:>9} {:>10} {:>12} {:>9} {:>7}",
             "setup",
             "clients",
             "inserts/s",
@@ -102,6 +192,8 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             "p99 ms",
             "RT/insert",
             "keeper ms",
+            "coord CPU s/k",
+            "coord MB",
             "errors"
         );
     }
@@ -124,6 +216,20 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             interserver_port: 9009,
             declaration,
         };
+        let clickhouse = ch_bin
+            .as_ref()
+            .filter(|_| is_clickhouse(*setup))
+            .map(|bin| crate::cluster::ClickHouseUp {
+                bin: bin.clone(),
+                http_port: 8123,
+                interserver_port: 9009,
+                tcp_port: crate::cluster::CLICKHOUSE_TCP_PORT,
+                // no insert waits or fails for the parts it makes
+                merge_tree: vec![
+                    ("parts_to_delay_insert".into(), "1000000".into()),
+                    ("parts_to_throw_insert".into(), "1000000".into()),
+                ],
+            });
         let config = start_cluster(&UpSpec {
             nodes: 3,
             dir: &dir,
@@ -132,23 +238,39 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             quorum_reads: false,
             fault_hooks: false,
             set: &[],
-            table: Some(&table),
+            table: clickhouse.is_none().then_some(&table),
             kv: None,
-            zookeeper: *setup == TableSetup::Zookeeper,
-            clickhouse: None,
+            zookeeper: matches!(setup, TableSetup::Zookeeper | TableSetup::ClickhouseZookeeper),
+            clickhouse: clickhouse.as_ref(),
         });
         let running = Running { dir: dir.clone() };
         let config = config?;
-        let urls = config.table_urls();
+        let urls: Vec<String> = match &clickhouse {
+            Some(ch) => {
+                let addrs: Vec<std::net::SocketAddr> = config
+                    .peers
+                    .iter()
+                    .map(|p| std::net::SocketAddr::new(p.client.ip(), ch.http_port))
+                    .collect();
+                for a in &addrs {
+                    crate::clickhouse::query(*a, CH_TABLE_DDL).map_err(Failure::new)?;
+                }
+                addrs.iter().map(|a| format!("http://{a}/")).collect()
+            }
+            None => config.table_urls(),
+        };
         let next_id = Arc::new(AtomicU64::new(0));
         rt.block_on(drive(&http, &urls, 4, WARMUP, args.rows as usize, &next_id));
-        clusters.push((*setup, urls, next_id, running));
+        let pids = coordinator_pids(&dir);
+        clusters.push((*setup, urls, next_id, running, pids));
     }
     let mut samples: Vec<Cell> = Vec::new();
     for &clients in &args.clients {
         for _ in 0..args.rounds {
-            for (setup, urls, next_id, _) in &clusters {
-                let before = rt.block_on(counters(&http, urls))?;
+            for (setup, urls, next_id, _, pids) in &clusters {
+                let ch = is_clickhouse(*setup);
+                let before = rt.block_on(counters(&http, urls, ch))?;
+                let (cpu_before, _) = cpu_and_rss(pids, ticks);
                 let (n, errors, hist, secs) = rt.block_on(drive(
                     &http,
                     urls,
@@ -157,7 +279,8 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
                     args.rows as usize,
                     next_id,
                 ));
-                let after = rt.block_on(counters(&http, urls))?;
+                let after = rt.block_on(counters(&http, urls, ch))?;
+                let (cpu_after, rss) = cpu_and_rss(pids, ticks);
                 let blocks = after.1.saturating_sub(before.1);
                 samples.push(Cell {
                     setup: name(*setup),
@@ -171,6 +294,8 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
                     p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
                     round_trips_per_insert: after.0.saturating_sub(before.0) as f64 / blocks.max(1) as f64,
                     keeper_ms_per_insert: after.2.saturating_sub(before.2) as f64 / 1000.0 / blocks.max(1) as f64,
+                    coordinator_cpu_s_per_1000: (cpu_after - cpu_before) * 1000.0 / n.max(1) as f64,
+                    coordinator_rss_mb: rss,
                 });
             }
         }
@@ -192,7 +317,7 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             let cell = runs[runs.len() / 2].clone();
             if !args.json {
                 out!(
-                    "{:<10} {:>7} {:>10.0} {:>11.0} {:>8.2} {:>8.2} {:>9.3} {:>10.2} {:>7}   ({:.0}–{:.0})",
+                    "{:<20} {:>7} {:>10.0} {:>11.0} {:>8.2} {:>8.2} {:>9.3} {:>10.2} {:>12.3} {:>9.0} {:>7}   ({:.0}–{:.0})",
                     cell.setup,
                     cell.clients,
                     cell.inserts_per_s,
@@ -201,6 +326,8 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
                     cell.p99_ms,
                     cell.round_trips_per_insert,
                     cell.keeper_ms_per_insert,
+                    cell.coordinator_cpu_s_per_1000,
+                    cell.coordinator_rss_mb,
                     cell.errors,
                     spread.0.unwrap_or(0.0),
                     spread.1.unwrap_or(0.0)
@@ -209,29 +336,39 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
             cells.push(cell);
         }
     }
-    let ratio = |a: &str, b: &str, c: u64| {
-        let f = |s: &str| {
-            cells
-                .iter()
-                .find(|x| x.setup == s && x.clients == c)
-                .map(|x| x.inserts_per_s)
-        };
+    let of = |a: &str, b: &str, c: u64, v: fn(&Cell) -> f64| {
+        let f = |s: &str| cells.iter().find(|x| x.setup == s && x.clients == c).map(v);
         Some(f(a)? / f(b)?.max(1e-9))
     };
+    let ratio = |a: &str, b: &str, c: u64| of(a, b, c, |x| x.inserts_per_s);
     let mut ratios = Vec::new();
     for &c in &args.clients {
         ratios.push(serde_json::json!({
             "clients": c,
             "keeper_over_naive": ratio("keeper", "naive", c),
             "keeper_over_zookeeper": ratio("keeper", "zookeeper", c),
+            "clickhouse_keeper_over_zookeeper": ratio("clickhouse-keeper", "clickhouse-zookeeper", c),
+            "clickhouse_keeper_over_zookeeper_cpu": of("clickhouse-keeper", "clickhouse-zookeeper", c, |x| x.coordinator_cpu_s_per_1000),
+            "clickhouse_keeper_over_zookeeper_rss": of("clickhouse-keeper", "clickhouse-zookeeper", c, |x| x.coordinator_rss_mb),
+            "drift_table_over_clickhouse_keeper": ratio("keeper", "clickhouse-keeper", c),
         }));
         if !args.json {
             let show = |r: Option<f64>| r.map(|v| format!("{v:.2}×")).unwrap_or_else(|| "-".into());
-            out!(
-                "{c:>3} clients: keeper/naive {}   keeper/zookeeper {}",
-                show(ratio("keeper", "naive", c)),
-                show(ratio("keeper", "zookeeper", c))
-            );
+            if args.setups.iter().any(|s| is_clickhouse(*s)) {
+                out!(
+                    "{c:>3} clients: ClickHouse on keeper/on ZooKeeper: inserts/s {}, coordinator CPU per insert {}, its memory {}   drift's table/ClickHouse, both on the keeper: inserts/s {}",
+                    show(ratio("clickhouse-keeper", "clickhouse-zookeeper", c)),
+                    show(of("clickhouse-keeper", "clickhouse-zookeeper", c, |x| x.coordinator_cpu_s_per_1000)),
+                    show(of("clickhouse-keeper", "clickhouse-zookeeper", c, |x| x.coordinator_rss_mb)),
+                    show(ratio("keeper", "clickhouse-keeper", c))
+                );
+            } else {
+                out!(
+                    "{c:>3} clients: keeper/naive {}   keeper/zookeeper {}",
+                    show(ratio("keeper", "naive", c)),
+                    show(ratio("keeper", "zookeeper", c))
+                );
+            }
         }
     }
     if args.json {
@@ -245,15 +382,24 @@ pub fn table(args: BenchTableArgs) -> Result<i32, Failure> {
 }
 
 /// Sums of `InsertKeeperRoundTrips`, `InsertedBlocks` and
-/// `InsertKeeperMicros` over the replicas.
-async fn counters(http: &reqwest::Client, urls: &[String]) -> Result<(u64, u64, u64), Failure> {
+/// `InsertKeeperMicros` over the replicas (on ClickHouse: every
+/// coordinator request, the inserts, and the time spent waiting on the
+/// coordinator).
+async fn counters(http: &reqwest::Client, urls: &[String], clickhouse: bool) -> Result<(u64, u64, u64), Failure> {
     let mut rt = 0;
     let mut blocks = 0;
     let mut micros = 0;
+    let (rt_name, blocks_name, micros_name) = if clickhouse {
+        ("ZooKeeperTransactions", "InsertQuery", "ZooKeeperWaitMicroseconds")
+    } else {
+        ("InsertKeeperRoundTrips", "InsertedBlocks", "InsertKeeperMicros")
+    };
     for u in urls {
         let body = http
             .post(u)
-            .body("SELECT event, value FROM system.events WHERE event IN ('InsertKeeperRoundTrips', 'InsertedBlocks', 'InsertKeeperMicros')")
+            .body(format!(
+                "SELECT event, value FROM system.events WHERE event IN ('{rt_name}', '{blocks_name}', '{micros_name}') FORMAT TabSeparated"
+            ))
             .send()
             .await
             .map_err(|e| Failure::new(format!("{u}: {e}")))?
@@ -263,9 +409,9 @@ async fn counters(http: &reqwest::Client, urls: &[String]) -> Result<(u64, u64, 
         for line in body.lines() {
             let mut w = line.split('\t');
             match (w.next(), w.next().and_then(|v| v.parse::<u64>().ok())) {
-                (Some("InsertKeeperRoundTrips"), Some(v)) => rt += v,
-                (Some("InsertedBlocks"), Some(v)) => blocks += v,
-                (Some("InsertKeeperMicros"), Some(v)) => micros += v,
+                (Some(e), Some(v)) if e == rt_name => rt += v,
+                (Some(e), Some(v)) if e == blocks_name => blocks += v,
+                (Some(e), Some(v)) if e == micros_name => micros += v,
                 _ => {}
             }
         }

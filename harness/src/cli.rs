@@ -642,6 +642,16 @@ pub enum TableSetup {
     Naive,
     /// Apache ZooKeeper, two round trips per insert.
     Zookeeper,
+    /// Real ClickHouse servers, their ReplicatedMergeTree on drift's keeper.
+    ClickhouseKeeper,
+    /// Real ClickHouse servers on Apache ZooKeeper.
+    ClickhouseZookeeper,
+}
+
+/// `drift bench table --target`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchTableTarget {
+    Clickhouse,
 }
 
 #[derive(Args, Debug)]
@@ -661,6 +671,15 @@ pub struct BenchTableArgs {
     /// Setups to run, in this order (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [TableSetup::Keeper, TableSetup::Naive, TableSetup::Zookeeper])]
     pub setups: Vec<TableSetup>,
+    /// `clickhouse`: real ClickHouse on drift's keeper against ClickHouse on
+    /// Apache ZooKeeper, with drift's own table on its keeper beside them
+    /// (the setups clickhouse-keeper, clickhouse-zookeeper, keeper).
+    #[arg(long, value_enum, conflicts_with = "setups")]
+    pub target: Option<BenchTableTarget>,
+    /// The ClickHouse server executable (default: `clickhouse-server` on
+    /// the PATH).
+    #[arg(long = "clickhouse-bin")]
+    pub clickhouse_bin: Option<PathBuf>,
     /// The clusters' client port (each setup claims its own address block).
     #[arg(long, default_value_t = 23100, value_parser = clap::value_parser!(u16).range(1024..=65530))]
     pub port: u16,

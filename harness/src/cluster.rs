@@ -234,6 +234,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                     http_port,
                     interserver_port,
                     tcp_port: CLICKHOUSE_TCP_PORT,
+                    merge_tree: Vec::new(),
                 };
                 return up(UpSpec {
                     nodes,
@@ -466,6 +467,8 @@ pub struct ClickHouseUp {
     pub http_port: u16,
     pub interserver_port: u16,
     pub tcp_port: u16,
+    /// `<merge_tree>` settings of every server.
+    pub merge_tree: Vec<(String, String)>,
 }
 
 /// ClickHouse's native protocol port (clickhouse-client's default).
@@ -665,7 +668,7 @@ fn start_clickhouse(
             tcp_port: ch.tcp_port,
             coordinators: &coordinators,
             session_timeout_ms: 30_000,
-            merge_tree: &[],
+            merge_tree: &ch.merge_tree,
         })
         .map_err(Failure::new)?;
         let log_path = server_dir.join("stderr.log");

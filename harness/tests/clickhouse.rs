@@ -261,3 +261,67 @@ fn clickhouse_does_the_same_on_apache_zookeeper() {
             .status();
     });
 }
+
+/// A finding on ClickHouse 18.16, reproduced deterministically: an
+/// insert whose commit never reaches the coordinator (the keeper's
+/// `lose-multi` hook drops the commit multi and closes the session, as a
+/// lost connection does) is answered 319 "Unknown status, client must
+/// retry" — and the server keeps the part it wrote, serving its rows,
+/// although no other replica will ever have them and `SYSTEM SYNC
+/// REPLICA` does not remove them (18.16 checks such a part five minutes
+/// later). The retry the error asks for then commits the rows anew: the
+/// writer's replica holds them twice, the others once. The insert-retry
+/// campaigns report it as `diverged`.
+#[test]
+fn a_commit_lost_on_its_way_leaves_clickhouse_a_part_only_its_writer_serves() {
+    if !have_clickhouse() {
+        return;
+    }
+    let c = Cluster::up_raw("ch-lost-commit", 21640, &["--target", "clickhouse", "--fault-hooks"]);
+    let r = Replicas::of(&c);
+    let version = r.query(0, "SELECT version()");
+    if !version.starts_with("18.") {
+        eprintln!(
+            "NOT RUN: the finding is of ClickHouse 18.16, this is {}",
+            version.trim()
+        );
+        return;
+    }
+    let count = |k: usize| -> u64 {
+        r.query(k, "SELECT count() FROM events WHERE key = 'lost'")
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    for i in 1..=3 {
+        assert_eq!(c.admin(i, "lose-multi /clickhouse/tables/events/log/log-").trim(), "ok");
+    }
+    let sent = post(
+        r.0[0],
+        "/?query=INSERT%20INTO%20events%20FORMAT%20JSONEachRow",
+        &row(7, "lost"),
+        Duration::from_secs(30),
+    );
+    let (code, body) = sent.expect("an answer");
+    assert!(code != 200 && body.starts_with("Code: 319"), "{code}: {body}");
+    for i in 1..=3 {
+        c.admin(i, "lose-multi off");
+    }
+    let lost = (1..=3).filter(|&i| c.log(i).contains("multi_lost_by_hook")).count();
+    assert_eq!(lost, 1, "exactly one commit was lost");
+    r.sync_all();
+    assert_eq!(
+        (count(0), count(1), count(2)),
+        (1, 0, 0),
+        "the writer serves a part no other replica has"
+    );
+    // the retry a 319 asks for: nothing stops it, the block id never
+    // reached the coordinator
+    assert!(r.insert(0, &row(7, "lost")), "the retry is acknowledged");
+    r.sync_all();
+    assert_eq!(
+        (count(0), count(1), count(2)),
+        (2, 1, 1),
+        "the writer holds the retried rows twice, the others once"
+    );
+}

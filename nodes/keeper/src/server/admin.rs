@@ -72,10 +72,18 @@ impl<D: Disk> KeeperServer<D> {
                 self.log("heal", serde_json::json!({}));
                 Reply("ok".into())
             }
+            (Some("lose-multi"), Some("off")) => {
+                self.lose_multi = None;
+                Reply("ok".into())
+            }
+            (Some("lose-multi"), Some(fragment)) => {
+                self.lose_multi = Some(fragment.to_string());
+                Reply("ok".into())
+            }
             (Some("status"), _) => Reply(self.four_letter(b"dgst")),
             (Some("table"), _) => AdminAnswer::Table(rest()),
             (Some("kv"), _) => AdminAnswer::Kv(rest()),
-            _ => Reply("error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | status | table <hook> | kv <hook>)".into()),
+            _ => Reply("error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | lose-multi <path part>|off | status | table <hook> | kv <hook>)".into()),
         }
     }
 

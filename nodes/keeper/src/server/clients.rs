@@ -139,6 +139,16 @@ impl<D: Disk> KeeperServer<D> {
                 PendingKind::Close { xid: req.xid, seq },
                 behind_read,
             ),
+            ClientRequest::Write(w) if self.loses(&w) => {
+                // the lose-multi hook: the write never reaches the log
+                self.lose_multi = None;
+                self.log(
+                    "multi_lost_by_hook",
+                    serde_json::json!({"session": session, "xid": req.xid}),
+                );
+                self.drop_conn(conn);
+                return;
+            }
             ClientRequest::Write(w) => {
                 // an auth is answered under the xid it came with, as
                 // ZooKeeper does: kazoo sends -4, other clients their own
@@ -230,6 +240,16 @@ impl<D: Disk> KeeperServer<D> {
         };
         c.queue.push_back(Slot { seq, state });
         self.pump(conn);
+    }
+
+    /// Whether the `lose-multi` hook takes `w`: a multi creating a path
+    /// that contains the hook's fragment.
+    fn loses(&self, w: &Write) -> bool {
+        let (Some(fragment), Write::Multi(ops)) = (&self.lose_multi, w) else {
+            return false;
+        };
+        ops.iter()
+            .any(|op| matches!(op, crate::request::Op::Create(c) if c.path.contains(fragment.as_str())))
     }
 
     /// The queue slot of a write: submitted now, or held behind a read.

@@ -434,6 +434,10 @@ pub struct KeeperServer<D: Disk> {
     alive: BTreeSet<i64>,
     watches: WatchManager,
     diverge_next: bool,
+    /// The `lose-multi` fault hook: the next multi that creates a path
+    /// containing this is never submitted, and its client's connection is
+    /// closed (a write lost on its way to the log: the client cannot know).
+    lose_multi: Option<String>,
     clock_offset_ms: i64,
     ticks: u64,
     received: u64,
@@ -598,6 +602,7 @@ impl<D: Disk> KeeperServer<D> {
             alive: BTreeSet::new(),
             watches: WatchManager::new(),
             diverge_next: false,
+            lose_multi: None,
             clock_offset_ms: 0,
             ticks: 0,
             received: 0,
