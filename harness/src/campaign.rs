@@ -795,7 +795,9 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
     let first = c.plan.concurrency;
     if let Some(client) = &env.inserts {
         let (r, client) = (main.recorder.clone(), client.clone());
-        let per_read = TABLE_FINAL_PHASE_TIMEOUT / 3;
+        // each replica's share of the phase: a replica still recovering its
+        // coordinator session is read again until its share runs out
+        let per_read = TABLE_FINAL_PHASE_TIMEOUT / client.replicas.0.len().max(1) as u32;
         bounded_final(
             env,
             main,

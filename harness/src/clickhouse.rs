@@ -215,7 +215,7 @@ fn config_xml(c: &ServerConfig<'_>) -> String {
     let d = c.dir.display();
     let mut x = String::from("<?xml version=\"1.0\"?>\n<yandex>\n");
     x.push_str(&format!(
-        "  <logger>\n    <level>information</level>\n    <log>{d}/clickhouse-server.log</log>\n    <errorlog>{d}/clickhouse-server.err.log</errorlog>\n    <size>100M</size>\n    <count>2</count>\n    <console>0</console>\n  </logger>\n"
+        "  <logger>\n    <level>debug</level>\n    <log>{d}/clickhouse-server.log</log>\n    <errorlog>{d}/clickhouse-server.err.log</errorlog>\n    <size>100M</size>\n    <count>2</count>\n    <console>0</console>\n  </logger>\n"
     ));
     x.push_str(&format!("  <listen_host>{}</listen_host>\n", c.http.ip()));
     x.push_str(&format!("  <http_port>{}</http_port>\n", c.http.port()));

@@ -32,8 +32,12 @@ use std::time::{Duration, Instant};
 /// The operation name of an insert attempt and of a replica's final read.
 pub const INSERT_F: &str = "insert";
 pub const READ_F: &str = "read";
-/// Tries a replica's final read gets before the phase records it failed.
-const FINAL_READ_TRIES: u32 = 10;
+/// Most tries of a replica's final read (a bound on the history it adds;
+/// its time share usually ends it first).
+const FINAL_READ_TRIES_MAX: u32 = 200;
+/// The pause between two of them, and the least time one gets.
+const FINAL_READ_PAUSE: Duration = Duration::from_secs(1);
+const FINAL_READ_TIMEOUT_MIN: Duration = Duration::from_secs(5);
 /// A retry after an indeterminate outcome waits between these (ms): long
 /// enough for a restarted replica or a new session, short enough that a
 /// retry usually lands inside the window.
@@ -165,17 +169,21 @@ pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<InsertClient>) 
 }
 
 /// The final phase: every replica synced and read, each read retried
-/// until it answers; a replica that never does is an event (the dedup
-/// checker then says which replica went unread).
-pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: u64, per_read: Duration) {
+/// (a second apart) until it answers or `per_replica` has passed since its
+/// first try — a replica that lost its coordinator session in the last
+/// fault can take many seconds to get a new one (ClickHouse 18.16's
+/// restarting thread tries every ten); a replica that never answers is an
+/// event (the dedup checker then says which replica went unread).
+pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: u64, per_replica: Duration) {
     let Ok(http) = reqwest::Client::builder().build() else {
         r.event("final-op-failed", json!({"f": READ_F, "why": "no HTTP client"}));
         return;
     };
     let mut process = 1_000_000 + first_process;
     for (name, url) in &client.replicas.0 {
+        let deadline = Instant::now() + per_replica;
         let mut done = false;
-        for _ in 0..FINAL_READ_TRIES {
+        for _ in 0..FINAL_READ_TRIES_MAX {
             r.record(
                 Process::Client(process),
                 OpType::Invoke,
@@ -185,7 +193,10 @@ pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: 
                 Some(name.clone()),
                 None,
             );
-            let got = table::sync_and_read(&http, url, per_read).await;
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(FINAL_READ_TIMEOUT_MIN);
+            let got = table::sync_and_read(&http, url, left).await;
             let (kind, value, error) = match got {
                 Ok(rows) => (OpType::Ok, Value::Array(rows), None),
                 // a read changes nothing: a failed one did not happen; say
@@ -209,10 +220,83 @@ pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: 
                 done = true;
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            if Instant::now() + FINAL_READ_PAUSE >= deadline {
+                break;
+            }
+            tokio::time::sleep(FINAL_READ_PAUSE).await;
         }
         if !done {
             r.event("final-op-failed", json!({"f": READ_F, "key": name}));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A replica that answers every query `Code: 999 … Session expired`
+    /// for `sick`, then syncs and reads one row: what a ClickHouse server
+    /// whose coordinator session is being renewed does.
+    fn recovering_replica(sick: Duration) -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let since = Instant::now();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { continue };
+                let mut buf = vec![0u8; 64 << 10];
+                let n = s.read(&mut buf).unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                let (status, body) = if since.elapsed() < sick {
+                    ("500 Internal Server Error", "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception\n".to_string())
+                } else if req.contains("SELECT id, p, tag") {
+                    ("200 OK", "{\"id\":16,\"p\":1,\"tag\":\"L1\"}\n".to_string())
+                } else {
+                    ("200 OK", String::new())
+                };
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_replica_renewing_its_session_is_read_once_it_has_one() {
+        let addr = recovering_replica(Duration::from_secs(6));
+        let dir = std::env::temp_dir().join(format!("drift-final-reads-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("history.jsonl");
+        let (r, handle) = Recorder::start(&path, Instant::now()).unwrap();
+        let client = Arc::new(InsertClient {
+            replicas: Replicas(vec![("r1".into(), format!("http://{addr}/"))]),
+            op_timeout: Duration::from_secs(2),
+            attempts_max: 1,
+            delayed_retry: Duration::from_secs(1),
+            dialect: Dialect::DRIFT,
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(final_reads(r.clone(), client, 0, Duration::from_secs(30)));
+        drop(r);
+        handle.finish().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let reads: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|o| o["f"] == READ_F && o["type"] != "invoke")
+            .collect();
+        assert!(reads.len() > 1, "it failed first: {text}");
+        assert_eq!(reads.last().unwrap()["type"], "ok", "{text}");
+        assert_eq!(reads.last().unwrap()["value"], json!([[16, 1, "L1"]]));
+        assert!(!text.contains("final-op-failed"), "{text}");
     }
 }

@@ -128,8 +128,13 @@ impl<D: Disk> KeeperServer<D> {
         };
         let seq = c.next_seq;
         c.next_seq += 1;
-        // a write waits while a read before it is unanswered
-        let behind_read = c.queue.iter().any(|s| matches!(s.state, SlotState::Read(_)));
+        // with quorum reads, a write waits while a read before it is
+        // unanswered: the read is servable only once its read-index round
+        // is back, which may be after this write applied. A local read is
+        // servable as soon as it reaches the head — when the write before
+        // it applies, so before any later write of its session does — and
+        // writes go on behind it at once, as ZooKeeper pipelines them.
+        let behind_read = self.cfg.quorum_reads && c.queue.iter().any(|s| matches!(s.state, SlotState::Read(_)));
         let state = match req.body {
             ClientRequest::Ping => unreachable!("answered above"),
             ClientRequest::Write(Write::CloseSession) => self.write_slot(

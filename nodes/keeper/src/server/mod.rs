@@ -282,9 +282,11 @@ struct Conn {
     /// them (a pipelining client such as kazoo pairs each answer with its
     /// oldest request): an answer leaves only once every request before it
     /// has been answered, a read is served only at the head (so after the
-    /// session's earlier writes applied here), and a write behind an
-    /// unanswered read is held back until that read is served (so no read
-    /// sees a later write of its own session). At most
+    /// session's earlier writes applied here), and with quorum reads a
+    /// write behind an unanswered read is held back until that read is
+    /// served (so no read sees a later write of its own session; a local
+    /// read is served when the write before it applies, before any later
+    /// one). At most
     /// [`SESSION_QUEUE_MAX`] entries: a client past it is cut off.
     queue: VecDeque<Slot>,
     /// The sequence number of the session's next request on this connection.
