@@ -303,7 +303,7 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
             &["--workload", "insert-retry", "--target", "zookeeper", "--nemesis", "kill"],
             "workload insert-retry runs on the drift target only",
         ),
-        (&["--target", "etcd"], "[possible values: drift, zookeeper]"),
+        (&["--target", "etcd"], "[possible values: drift, zookeeper, clickhouse]"),
         (
             &["--target", "zookeeper", "--nemesis", "partition"],
             "nemesis partition is not available on the zookeeper target",
@@ -351,7 +351,8 @@ fn test_help_lists_every_allowed_value_of_every_enumerated_option() {
     let help = String::from_utf8_lossy(&out.stdout);
     for values in [
         "[possible values: register, unique-ids, counter, total-queue, ephemeral, insert-retry, delete]",
-        "[possible values: drift, zookeeper]",
+        "[possible values: drift, zookeeper, clickhouse]",
+        "[possible values: keeper, zookeeper]",
         "[possible values: none, partition, kill, pause, corrupt, diverge, clock, drop-reply, stop-fetches, keeper-cut, keeper-restart, wipe, gc-tombstones, skip-repair]",
         "[possible values: skip-dedup, no-block-id, lose-part, repair-overwrites]",
         "[possible values: time, repair]",
