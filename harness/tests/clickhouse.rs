@@ -80,15 +80,21 @@ impl Replicas {
     /// One insert of `rows` (JSONEachRow) into `events` on replica `k`:
     /// whether it was acknowledged.
     fn insert(&self, k: usize, rows: &str) -> bool {
-        matches!(
-            post(
-                self.0[k],
-                "/?query=INSERT%20INTO%20events%20FORMAT%20JSONEachRow",
-                rows,
-                Duration::from_secs(30)
-            ),
-            Some((200, _))
-        )
+        self.insert_why(k, rows).is_ok()
+    }
+
+    /// [`Replicas::insert`], with what the server answered when it failed.
+    fn insert_why(&self, k: usize, rows: &str) -> Result<(), String> {
+        match post(
+            self.0[k],
+            "/?query=INSERT%20INTO%20events%20FORMAT%20JSONEachRow",
+            rows,
+            Duration::from_secs(30),
+        ) {
+            Some((200, _)) => Ok(()),
+            Some((code, body)) => Err(format!("{code}: {body}")),
+            None => Err("no answer within 30 s".into()),
+        }
     }
 
     /// Waits until every replica has a coordinator session again and
@@ -160,7 +166,9 @@ fn replicate_dedup_and_survive_a_leader_kill(c: &Cluster, kill_leader: &dyn Fn(u
     let ids: Vec<u64> = (1..=INSERTS).collect();
     for &id in &ids {
         let k = (id % 3) as usize;
-        assert!(r.insert(k, &row(id, "spread")), "insert {id} on replica {}", k + 1);
+        if let Err(why) = r.insert_why(k, &row(id, "spread")) {
+            panic!("insert {id} on replica {}: {why}", k + 1);
+        }
     }
     r.assert_exactly("spread", &ids);
     // the same insert to two replicas: deduplicated by its content

@@ -191,7 +191,16 @@ impl<D: Disk> KeeperServer<D> {
                     self.next_req += 1;
                     self.raw.read_index(ctx.to_be_bytes().to_vec());
                     read.until_index = u64::MAX;
-                    self.read_index_wait.insert(ctx, (conn, seq, self.env.now_us));
+                    let now = self.env.now_us;
+                    self.read_index_wait.insert(
+                        ctx,
+                        super::ReadRound {
+                            conn,
+                            seq,
+                            since_us: now,
+                            sent_us: now,
+                        },
+                    );
                 }
                 SlotState::Read(read)
             }

@@ -68,8 +68,25 @@ pub const DIGEST_ABORT_EXIT: i32 = 86;
 /// How long a request may wait for its commit before the client is told
 /// the connection was lost.
 const PENDING_TIMEOUT_US: u64 = 30_000_000;
-/// A read-index round unanswered this long was dropped by raft.
-const READ_INDEX_TIMEOUT_US: u64 = 3_000_000;
+/// A read-index round unanswered this long is asked again: raft drops a
+/// round when there is no leader or one that has not committed in its term,
+/// and a round's message or its answer may be lost on the way.
+const READ_INDEX_RETRY_US: u64 = 500_000;
+/// A quorum read whose rounds went unanswered this long: its client is
+/// told the connection was lost (it reconnects, perhaps to a server that
+/// sees a leader).
+const READ_INDEX_TIMEOUT_US: u64 = 6_000_000;
+/// A quorum read's read-index round in flight.
+#[derive(Debug, Clone, Copy)]
+struct ReadRound {
+    /// The read's connection and its place in the connection's queue.
+    conn: u64,
+    seq: u64,
+    /// When the read came, and when its latest round was asked for.
+    since_us: u64,
+    sent_us: u64,
+}
+
 /// ZooKeeper's dynamic configuration node.
 const CONFIG_NODE: &str = "/zookeeper/config";
 /// Most containers / TTL nodes reaped per scan.
@@ -428,9 +445,8 @@ pub struct KeeperServer<D: Disk> {
     /// Preprocessed, uncommitted entries, in log order.
     preprocessed: VecDeque<Preprocessed>,
     applied_index: u64,
-    /// Quorum reads waiting for their read-index round: ctx → (the read's
-    /// connection, its place in the connection's queue, when it came).
-    read_index_wait: BTreeMap<u64, (u64, u64, u64)>,
+    /// Quorum reads waiting for their read-index round, by the round's ctx.
+    read_index_wait: BTreeMap<u64, ReadRound>,
     tracker: SessionTracker,
     closing: BTreeSet<i64>,
     alive: BTreeSet<i64>,

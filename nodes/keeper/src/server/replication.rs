@@ -3,8 +3,9 @@
 //! checks, snapshots made and installed.
 
 use super::{
-    context, older_than, parse_context, ConnState, KeeperServer, Pending, PendingKind, Preprocessed, Writing,
-    BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_TIMEOUT_US, REAP_PER_SCAN_MAX,
+    context, older_than, parse_context, ConnState, KeeperServer, Pending, PendingKind, Preprocessed, ReadRound,
+    Writing, BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_RETRY_US, READ_INDEX_TIMEOUT_US,
+    REAP_PER_SCAN_MAX,
 };
 use crate::disk::Disk;
 use crate::entry::{check_digest, Entry as KEntry, Phase};
@@ -487,11 +488,27 @@ impl<D: Disk> KeeperServer<D> {
         }
         let now_us = self.env.now_us;
         // read-index rounds raft dropped (no leader, or one that has not
-        // committed in its term yet) never answer: the client reconnects
-        for ctx in older_than(&self.read_index_wait, READ_INDEX_TIMEOUT_US, now_us, |r| r.2) {
-            if let Some((conn, _, _)) = self.read_index_wait.remove(&ctx) {
-                self.drop_conn(conn);
+        // committed in its term yet) or whose messages were lost never
+        // answer: asked again under a new ctx, until the read's time is up
+        // and its client is told the connection was lost
+        for ctx in older_than(&self.read_index_wait, READ_INDEX_RETRY_US, now_us, |r| r.sent_us) {
+            let Some(round) = self.read_index_wait.remove(&ctx) else {
+                continue;
+            };
+            if now_us.saturating_sub(round.since_us) >= READ_INDEX_TIMEOUT_US {
+                self.drop_conn(round.conn);
+                continue;
             }
+            let again = self.next_req;
+            self.next_req += 1;
+            self.raw.read_index(again.to_be_bytes().to_vec());
+            self.read_index_wait.insert(
+                again,
+                ReadRound {
+                    sent_us: now_us,
+                    ..round
+                },
+            );
         }
         // requests waiting too long: tell the client
         for r in older_than(&self.pending, PENDING_TIMEOUT_US, now_us, |p| p.since_us) {
@@ -597,8 +614,8 @@ impl<D: Disk> KeeperServer<D> {
                     .and_then(|b| b.try_into().ok())
                     .unwrap_or([0; 8]),
             );
-            if let Some((conn, seq, _)) = self.read_index_wait.remove(&ctx) {
-                self.read_index_done(conn, seq, rs.index);
+            if let Some(round) = self.read_index_wait.remove(&ctx) {
+                self.read_index_done(round.conn, round.seq, rs.index);
             }
         }
         let mut light = self.raw.advance(rd);
@@ -638,9 +655,10 @@ impl<D: Disk> KeeperServer<D> {
         for r in orphaned {
             self.fail_pending(r);
         }
-        // read-index rounds in flight are lost with the old leader
-        for (_, (conn, _, _)) in std::mem::take(&mut self.read_index_wait) {
-            self.drop_conn(conn);
+        // read-index rounds in flight are lost with the old leader: asked
+        // again at the next tick, of the new one
+        for round in self.read_index_wait.values_mut() {
+            round.sent_us = 0;
         }
         if role == StateRole::Leader {
             // every known session gets a fresh deadline under this leader

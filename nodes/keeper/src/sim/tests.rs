@@ -625,3 +625,47 @@ fn a_sessions_pipelined_requests_are_answered_in_order_reads_included() {
         }
     }
 }
+
+/// A quorum read whose read-index round is lost on its way (the link from
+/// its server to the leader cut for a second) is asked again, and is
+/// answered once the link heals: the client's connection stays up. (A
+/// lost round used to end the connection after three seconds.)
+#[test]
+fn a_quorum_read_whose_round_is_lost_is_asked_again_and_answered() {
+    for seed in SEEDS {
+        let mut cfg = config(seed);
+        cfg.server.quorum_reads = true;
+        let mut c = Cluster::new(cfg);
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        let mut s = open(&mut c, &mut inbox, f, 10_000).expect("session");
+        let r = call(&mut c, &mut inbox, &mut s, create("/q", "v"), 5 * S).expect("create");
+        assert_eq!(r.err, ZkError::Ok, "seed {seed}");
+        // the read's round goes to the leader over the cut link: lost
+        c.cut(&[(f, l)]);
+        s.xid += 1;
+        let xid = s.xid;
+        let get = ClientOp::GetData { path: "/q".into() };
+        c.send(s.conn, client::encode_request(xid, &get));
+        let t = c.now_us() + S;
+        inbox.run_until(&mut c, t);
+        assert!(
+            inbox.0.get(&s.conn).is_none_or(VecDeque::is_empty),
+            "seed {seed}: answered with its round cut off"
+        );
+        c.heal();
+        let deadline = c.now_us() + 4 * S;
+        let p = inbox.wait(&mut c, s.conn, deadline);
+        let p = p.unwrap_or_else(|e| panic!("seed {seed}: the read was not answered after the heal: {e}"));
+        assert_eq!(client::reply_xid(&p), Ok(xid), "seed {seed}");
+        let reply = client::decode_reply(&p, get.opcode()).expect("decodes");
+        assert_eq!(reply.err, ZkError::Ok, "seed {seed}");
+        assert!(
+            matches!(&reply.body, ReplyBody::Data(d, _) if d == b"v"),
+            "seed {seed}: {:?}",
+            reply.body
+        );
+        assert_clean(&mut c, seed);
+    }
+}

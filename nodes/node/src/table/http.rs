@@ -474,6 +474,13 @@ impl Replica {
                 format!("Table is in readonly mode: {why}"),
             ));
         }
+        // the log as the coordinator's leader has it now, not as this
+        // session's server last heard: a server that reads locally may
+        // lag an entry another replica already committed
+        self.coord
+            .sync(&self.paths.log())
+            .await
+            .map_err(|e| TableError::new(super::error::KEEPER_EXCEPTION, format!("syncing the log: {e}")))?;
         self.pull_log()
             .await
             .map_err(|e| TableError::new(super::error::KEEPER_EXCEPTION, format!("pulling the log: {e}")))?;
