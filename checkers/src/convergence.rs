@@ -82,10 +82,14 @@ impl Version {
         })
     }
 
-    fn describe(&self) -> String {
+    /// The version for a finding: its time as seconds since `base` (the
+    /// run's start on the stamping server's clock), its raw timestamp
+    /// beside, to find it in the servers' logs.
+    fn describe(&self, base: u64) -> String {
+        let at = since(self.ts, base);
         match &self.value {
-            Some(v) => format!("{v:?} at ts {}", self.ts),
-            None => format!("a tombstone at ts {}", self.ts),
+            Some(v) => format!("{v:?} stamped at {at} (ts {})", self.ts),
+            None => format!("a tombstone stamped at {at} (ts {})", self.ts),
         }
     }
 }
@@ -121,11 +125,20 @@ struct Read {
     got: Option<Version>,
 }
 
+/// A server timestamp (µs since the Unix epoch) as seconds since `base`.
+fn since(ts: u64, base: u64) -> String {
+    let d = ts as i128 - base as i128;
+    format!("{}{:.3} s", if d < 0 { "-" } else { "" }, d.unsigned_abs() as f64 / 1e6)
+}
+
 #[derive(Debug, Default)]
 struct Params {
     rf: u64,
     w: u64,
     r: u64,
+    /// The run's start on the controller's clock, µs since the epoch (the
+    /// `kv-config` event's `start_ts_us`), when the history says.
+    start_ts_us: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -214,6 +227,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     rf: v["rf"].as_u64().unwrap_or(3),
                     w: v["w"].as_u64().unwrap_or(2),
                     r: v["r"].as_u64().unwrap_or(2),
+                    start_ts_us: v["start_ts_us"].as_u64(),
                 };
             }
             REPAIR_F => {
@@ -282,7 +296,12 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
         }
     }
     if !configured {
-        m.params = Params { rf: 3, w: 2, r: 2 };
+        m.params = Params {
+            rf: 3,
+            w: 2,
+            r: 2,
+            start_ts_us: None,
+        };
     }
     for o in &h.operations {
         let inv = h.invoke_op(o);
@@ -378,6 +397,12 @@ impl Checker for Convergence {
                 Value::Null,
             ));
         }
+        // times in findings count from the run's start, else from the
+        // first timestamp any write got
+        let base = m
+            .params
+            .start_ts_us
+            .unwrap_or_else(|| m.writes.values().flatten().filter_map(|w| w.ts).min().unwrap_or(0));
         let mut found: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
         let mut add = |kind: &'static str, f: Value| found.entry(kind).or_default().push(f);
         let mut unknown: Vec<String> = Vec::new();
@@ -405,7 +430,8 @@ impl Checker for Convergence {
                     let diff: Vec<String> = keys
                         .iter()
                         .map(|k| {
-                            let d = |r: &RangeRead| r.entries.get(*k).map_or("nothing".to_string(), Version::describe);
+                            let d =
+                                |r: &RangeRead| r.entries.get(*k).map_or("nothing".to_string(), |v| v.describe(base));
                             format!(
                                 "{k}: server {} holds {}, server {} holds {}",
                                 first.server,
@@ -476,8 +502,8 @@ impl Checker for Convergence {
                                 vec![prev.at, w.at],
                                 format!(
                                     "key {key}: a write finished before another began, yet carries the larger timestamp ({} > {}): the later write loses, as LWW over skewed clocks allows",
-                                    prev.ts.unwrap_or_default(),
-                                    w.ts.unwrap_or_default()
+                                    since(prev.ts.unwrap_or_default(), base),
+                                    since(w.ts.unwrap_or_default(), base)
                                 ),
                             ),
                         );
@@ -505,7 +531,7 @@ impl Checker for Convergence {
                                     vec![*at],
                                     format!(
                                         "key {key}: no replica holds it at the end, but the newest acknowledged write put {}",
-                                        v.describe()
+                                        v.describe(base)
                                     ),
                                 ),
                             );
@@ -533,7 +559,7 @@ impl Checker for Convergence {
                                 Some(key),
                                 Some(range),
                                 vec![],
-                                format!("key {key} holds {} at the end: {why}", f.describe()),
+                                format!("key {key} holds {} at the end: {why}", f.describe(base)),
                             ),
                         );
                         continue;
@@ -564,8 +590,8 @@ impl Checker for Convergence {
                                 vec![newest_at],
                                 format!(
                                     "key {key} was deleted ({}, acknowledged) but holds {} at the end{}",
-                                    newest.describe(),
-                                    f.describe(),
+                                    newest.describe(base),
+                                    f.describe(base),
                                     if expected {
                                         ": a time-based GC pass could purge the tombstone before two rounds of repair of its range had finished after the delete"
                                     } else {
@@ -584,8 +610,8 @@ impl Checker for Convergence {
                                 vec![newest_at],
                                 format!(
                                     "key {key} holds {} at the end, older than the acknowledged write of {}",
-                                    f.describe(),
-                                    newest.describe()
+                                    f.describe(base),
+                                    newest.describe(base)
                                 ),
                             ),
                         );
@@ -663,8 +689,8 @@ impl Checker for Convergence {
                                 vec![w.at, rd.at],
                                 format!(
                                     "key {key}: a read after the delete ({}) returned {}, after a time-based GC pass could purge the tombstone",
-                                    want.describe(),
-                                    rd.got.as_ref().map_or("nothing".to_string(), Version::describe)
+                                    want.describe(base),
+                                    rd.got.as_ref().map_or("nothing".to_string(), |v| v.describe(base))
                                 ),
                             ),
                         );
@@ -681,8 +707,8 @@ impl Checker for Convergence {
                                     m.params.r,
                                     m.params.w,
                                     m.params.rf,
-                                    want.describe(),
-                                    rd.got.as_ref().map_or("nothing".to_string(), Version::describe)
+                                    want.describe(base),
+                                    rd.got.as_ref().map_or("nothing".to_string(), |v| v.describe(base))
                                 ),
                             ),
                         );
@@ -718,7 +744,17 @@ impl Checker for Convergence {
             "unknown": unknown,
         });
         let (verdict, reason) = if invalid {
-            (Verdict::Invalid, None)
+            // the why: how many of each finding, and the first one's words
+            let first = BAD
+                .iter()
+                .find_map(|k| found.get(k).and_then(|v| v.first()))
+                .and_then(|f| f["explanation"].as_str())
+                .unwrap_or_default();
+            let tally: Vec<String> = BAD
+                .iter()
+                .filter_map(|k| counts.get(k).map(|n| format!("{k} {n}")))
+                .collect();
+            (Verdict::Invalid, Some(format!("{}: {first}", tally.join(", "))))
         } else if !unknown.is_empty() {
             (Verdict::Unknown, Some(unknown.join("; ")))
         } else {

@@ -102,7 +102,12 @@ impl Checker for Counter {
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,
-            reason: None,
+            reason: errors.first().map(|e| {
+                format!(
+                    "{error_count} reads out of bounds; the first ({}) read {} where only {}..={} could be",
+                    e["line"], e["value"], e["lower"], e["upper"]
+                )
+            }),
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "adds": adds.len(), "reads": reads.len(),

@@ -906,13 +906,16 @@ impl Checker for Dedup {
                             &[r],
                             attempts_json(),
                             format!(
-                                "key {} appears {count}× on {r}; its {} attempts allow at most {pairs_removable} removals of its id between them (window {} ids, {} s, ε {} ms), so at most {} copies are allowed",
+                                "key {} appears {count}× on {r}; its {} attempts allow at most {pairs_removable} removals of its id between them (window {} ids, {} s, ε {} ms), so at most {}",
                                 k.label,
                                 live,
                                 params.window,
                                 params.window_ns as f64 / 1e9,
                                 params.epsilon_ns as f64 / 1e6,
-                                1 + pairs_removable
+                                match 1 + pairs_removable {
+                                    1 => "1 copy is allowed".to_string(),
+                                    n => format!("{n} copies are allowed"),
+                                }
                             ),
                         ),
                     );

@@ -97,7 +97,13 @@ impl Checker for DigestChecker {
         Ok(CheckResult {
             checker: self.name().into(),
             verdict: Verdict::valid_if(problems.is_empty()),
-            reason: None,
+            reason: problems.first().map(|p| {
+                if problems.len() > 1 {
+                    format!("{} problems; the first: {p}", problems.len())
+                } else {
+                    p.clone()
+                }
+            }),
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "divergences_injected": injected, "divergences_applied": diverged, "aborts": aborts,

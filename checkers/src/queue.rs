@@ -87,10 +87,25 @@ impl Checker for TotalQueue {
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,
-            reason: (verdict == Verdict::Unknown).then(|| {
-                "no drain completed ok (emptied the queue): a lost element cannot be told from one still queued"
-                    .to_string()
-            }),
+            reason: match verdict {
+                Verdict::Unknown => Some(
+                    "no drain completed ok (emptied the queue): a lost element cannot be told from one still queued"
+                        .to_string(),
+                ),
+                Verdict::Invalid => Some(
+                    [
+                        (!unexpected.is_empty())
+                            .then(|| format!("{} dequeued that no enqueue attempted", unexpected.len())),
+                        (!duplicated.is_empty()).then(|| format!("{} dequeued more than once", duplicated.len())),
+                        (!lost.is_empty()).then(|| format!("{} acknowledged enqueues never dequeued", lost.len())),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                ),
+                Verdict::Valid => None,
+            },
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "attempted": attempted.len(), "acknowledged": acked.len(),

@@ -72,7 +72,17 @@ impl Checker for SetChecker {
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,
-            reason: None,
+            reason: (verdict == Verdict::Invalid).then(|| {
+                let first = |s: &BTreeSet<String>| s.iter().next().cloned().unwrap_or_default();
+                match (lost.len(), unexpected.len()) {
+                    (0, u) => format!("{u} elements read that no add attempted (the first: {})", first(&unexpected)),
+                    (l, 0) => format!("{l} acknowledged adds missing from the final read (the first: {})", first(&lost)),
+                    (l, u) => format!(
+                        "{l} acknowledged adds missing from the final read (the first: {}), {u} elements no add attempted",
+                        first(&lost)
+                    ),
+                }
+            }),
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "attempted": attempted.len(),

@@ -59,7 +59,14 @@ impl Checker for UniqueIds {
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,
-            reason: (verdict == Verdict::Unknown).then(|| "no id was acknowledged: nothing to judge".to_string()),
+            reason: match verdict {
+                Verdict::Unknown => Some("no id was acknowledged: nothing to judge".to_string()),
+                Verdict::Invalid => Some(format!(
+                    "{duplicated_count} ids acknowledged more than once (the first: {})",
+                    duplicated.first().map_or(Value::Null, |d| d["id"].clone())
+                )),
+                Verdict::Valid => None,
+            },
             elapsed_ms: elapsed_ms(started),
             details: json!({
                 "attempted": attempted,

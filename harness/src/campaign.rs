@@ -46,6 +46,7 @@ use drift_workloads::zkclient::{ClientSpec, ZkClient};
 use drift_workloads::{Outcome, Rng, Workload};
 use serde_json::{json, Value};
 use std::io::{BufRead, Seek};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -75,15 +76,17 @@ const CLOCK_FAULT_SKEW_MS: u64 = 10_000;
 
 /// `drift test`.
 pub fn run(args: TestArgs) -> Result<i32, Failure> {
-    let campaign = validate(&args)?;
+    let mut campaign = validate(&args)?;
+    campaign.junit = args.junit.clone();
     execute(campaign, Store::new(&args.store))
 }
 
 /// `drift replay <run dir>`: the same campaign again — its plan, seed and
 /// nemesis schedule as applied — into a new run of the same store.
-pub fn replay(dir: &std::path::Path) -> Result<i32, Failure> {
+pub fn replay(dir: &std::path::Path, junit: Option<PathBuf>) -> Result<i32, Failure> {
     let stored = RunDir::open(dir).map_err(Failure::new)?;
-    let campaign = Campaign::load(&stored.run_json())?;
+    let mut campaign = Campaign::load(&stored.run_json())?;
+    campaign.junit = junit;
     // <store>/<test>/<run>, with `latest` and relative paths resolved
     let real = dir
         .canonicalize()
@@ -130,7 +133,14 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     }
     let run_started = Instant::now();
     let (run, mut info) = create_run(&c, &store)?;
-    let env = setup(&c, &run, &mut info)?;
+    let env = match setup(&c, &run, &mut info) {
+        Ok(env) => env,
+        Err(e) => {
+            discard_refused(&run);
+            return Err(e);
+        }
+    };
+    out!("  run dir {}", run.path.display());
     let main = main_phase(&c, &run, &env)?;
     heal(&env, &main);
     final_reads(&c, &env, &main);
@@ -182,7 +192,6 @@ pub(crate) fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo
             "  local reads: a server answers from its own tree, so stale reads under partitions are expected findings"
         );
     }
-    out!("  run dir {}", run.path.display());
     let info = RunInfo {
         test,
         kind: "test".into(),
@@ -197,6 +206,34 @@ pub(crate) fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo
     };
     write_run_json(&run, &info)?;
     Ok((run, info))
+}
+
+/// A set-up that failed: its run directory goes when it holds nothing
+/// but `run.json` (nothing started: a refusal), and is kept, and named,
+/// when servers left their logs there.
+fn discard_refused(run: &RunDir) {
+    fn files(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
+    }
+    let left = files(&run.path);
+    if left.iter().all(|p| p == &run.run_json()) {
+        let _ = std::fs::remove_dir_all(&run.path);
+        // the test's folder too, when this was its only run
+        if let Some(test_dir) = run.path.parent() {
+            let _ = std::fs::remove_dir(test_dir);
+        }
+    } else {
+        out!("  the failed set-up left its logs in {}", run.path.display());
+    }
 }
 
 pub(crate) fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
@@ -768,6 +805,8 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
 /// converged (or the event says they did not).
 fn heal(env: &Env, main: &Main) {
     out!("\n  healing: every fault stopped, dead servers restarted");
+    main.recorder
+        .set_phase("heal: every fault stopped, dead servers restarted");
     let note = nemesis::heal_all(
         &env.cluster,
         &main.recorder,
@@ -775,6 +814,7 @@ fn heal(env: &Env, main: &Main) {
         env.inserts.is_some(),
         env.kv.is_some(),
     );
+    main.recorder.set_phase("the servers to converge after the heal");
     let converged = wait_converged(&env.cluster, main.watchdog);
     main.recorder
         .event("healed", json!({"converged": converged.is_ok(), "note": note}));
@@ -790,6 +830,8 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             "  waiting {:.1}s for abandoned sessions to expire",
             settle.as_secs_f64()
         );
+        main.recorder
+            .set_phase(format!("abandoned sessions to expire ({:.1}s)", settle.as_secs_f64()));
         std::thread::sleep(settle);
     }
     let first = c.plan.concurrency;
@@ -843,9 +885,11 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             ..env.spec.clone()
         };
         let r = main.recorder.clone();
+        r.set_phase("the workload's final operations");
         bounded_final(env, main, FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, first));
     }
     // the final phase wrote too: compare digests once the servers agree
+    main.recorder.set_phase("the servers' digests to agree");
     let converged = wait_converged(&env.cluster, main.watchdog);
     let dgst = final_digests(&env.cluster);
     main.recorder.event(
@@ -1023,44 +1067,83 @@ fn observe(node: u64, line: &str, r: &Recorder) {
     }
 }
 
+/// How often the progress line is written where stderr is not a terminal
+/// (a log file, a CI job): one line each time, never redrawn.
+const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
+
 fn spawn_progress(
     r: Recorder,
     applied: Arc<Mutex<Vec<Step>>>,
     stop: Arc<AtomicBool>,
     started: Instant,
 ) -> std::thread::JoinHandle<()> {
+    use std::io::IsTerminal;
+    let tty = std::io::stderr().is_terminal();
     std::thread::spawn(move || {
         let mut last = 0u64;
-        while !stop.load(Ordering::Relaxed) {
+        let mut last_line = Instant::now();
+        let mut last_phase = None;
+        loop {
             std::thread::sleep(Duration::from_secs(1));
+            // the last line is written in any case: where the run ended
+            let last_round = stop.load(Ordering::Relaxed);
+            let phase = r.counts.phase.lock().ok().and_then(|p| p.clone());
+            let changed = phase != last_phase;
+            if !tty && !changed && !last_round && last_line.elapsed() < PROGRESS_LOG_EVERY {
+                continue;
+            }
             let c = &r.counts;
             let invoked = c.invoked.load(Ordering::Relaxed);
             let now_ms = started.elapsed().as_millis() as u64;
-            let active: Vec<String> = applied
-                .lock()
-                .map(|a| {
-                    a.iter()
-                        .filter(|s| s.start_ms <= now_ms && now_ms < s.stop_ms)
-                        .map(|s| format!("{} {:?}", s.fault.kind().name(), s.nodes))
-                        .collect()
-                })
-                .unwrap_or_default();
-            eprint!(
-                "\r  [{:>6.1}s] ops {invoked} ({}/s)  ok {}  fail {}  info {}  faults: {}        ",
+            let state = match &phase {
+                Some(p) => format!("waiting for: {p}"),
+                None => {
+                    let active: Vec<String> = applied
+                        .lock()
+                        .map(|a| {
+                            a.iter()
+                                .filter(|s| s.start_ms <= now_ms && now_ms < s.stop_ms)
+                                .map(|s| format!("{} {:?}", s.fault.kind().name(), s.nodes))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    format!(
+                        "faults: {}",
+                        if active.is_empty() {
+                            "none".to_string()
+                        } else {
+                            active.join(", ")
+                        }
+                    )
+                }
+            };
+            let per_s = (invoked - last) as f64 / last_line.elapsed().as_secs_f64().max(0.001);
+            let line = format!(
+                "  [{:>6.1}s] ops {invoked} ({per_s:.0}/s)  ok {}  fail {}  info {}  {state}",
                 started.elapsed().as_secs_f64(),
-                invoked - last,
                 c.ok.load(Ordering::Relaxed),
                 c.fail.load(Ordering::Relaxed),
                 c.info.load(Ordering::Relaxed),
-                if active.is_empty() {
-                    "none".to_string()
-                } else {
-                    active.join(", ")
-                }
             );
+            if tty {
+                // redrawn in place; a phase change keeps the line before it
+                if changed && last_phase.is_some() {
+                    eprintln!();
+                }
+                eprint!("\r{line}\x1b[K");
+            } else {
+                eprintln!("{line}");
+            }
             last = invoked;
+            last_line = Instant::now();
+            last_phase = phase;
+            if last_round {
+                break;
+            }
         }
-        eprintln!();
+        if tty {
+            eprintln!();
+        }
     })
 }
 
@@ -1109,6 +1192,18 @@ fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problem
     }
     if results.verdict != Verdict::Valid {
         out!("reproduce: drift replay {}   (seed {})", run.path.display(), c.seed);
+    }
+    if let Some(path) = &c.junit {
+        let suite = crate::junit::Suite {
+            name: &c.plan.test_name(),
+            results,
+            run_dir: &run.path,
+            reproduce: Some(format!("drift replay {}", run.path.display())),
+        };
+        match crate::junit::write(path, &suite) {
+            Ok(()) => out!("junit    {}", path.display()),
+            Err(e) => out!("  junit problem (verdict unaffected): {e}"),
+        }
     }
 }
 

@@ -73,6 +73,21 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
     if let Err(e) = &judged.report {
         out!("problem  {e} (the verdict stands)");
     }
+    if let Some(path) = &args.junit {
+        let name = out
+            .path
+            .parent()
+            .and_then(|p| p.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "check".into());
+        let suite = crate::junit::Suite {
+            name: &name,
+            results: &judged.results,
+            run_dir: &out.path,
+            reproduce: Some(format!("drift check {}", args.input.display())),
+        };
+        crate::junit::write(path, &suite).map_err(Failure::new)?;
+    }
     Ok(judged.results.verdict.exit_code())
 }
 

@@ -125,13 +125,13 @@ pub enum Command {
     Replay(ReplayArgs),
     /// Compare stored runs: versions, config, verdicts, and throughput and latency per op and fault window.
     Compare(CompareArgs),
-    /// Benchmarks: `drift bench checker [DIR]`.
+    /// Benchmarks: checker, repair, keeper, harness, table, sim.
     Bench(BenchArgs),
     /// Serve the result store over HTTP: runs, verdicts, reports, comparisons.
     Serve(ServeArgs),
     /// Run one node of the replicated stack.
     Node(NodeArgs),
-    /// Run a local cluster to play with: up, status, down.
+    /// Run a local cluster to play with: up, env, status, stop, start, restart, down.
     Cluster(ClusterArgs),
     /// Run kv repair sessions now on a running cluster and print their reports.
     Repair(RepairArgs),
@@ -147,6 +147,7 @@ pub struct BenchSimArgs {
     /// Seeds to run, from `--from`.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub seeds: u64,
+    /// The first seed.
     #[arg(long, default_value_t = 1)]
     pub from: u64,
     /// The campaign each seed runs (`--backend` is sim).
@@ -248,6 +249,9 @@ pub struct CompareArgs {
 pub struct ReplayArgs {
     /// A run directory of `drift test`.
     pub run: PathBuf,
+    /// Write the verdict as JUnit XML to FILE too (a test case per checker).
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -255,6 +259,10 @@ pub struct ReplayArgs {
     after_help = "Reads are linearizable by default (a read-index round on drift, a sync first on ZooKeeper); with --local-reads a server answers from its own tree, and stale reads under partitions are expected findings of the linearizability checker."
 )]
 pub struct TestArgs {
+    /// What the clients do: CAS registers, unique ids, a counter, a queue,
+    /// ephemeral znodes (all through the ZooKeeper protocol), inserts into
+    /// the replicated table retried under faults, or puts and deletes on
+    /// the kv service.
     #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
     pub workload: WorkloadKind,
     /// The system under test: drift (its own keeper), zookeeper (Apache
@@ -263,6 +271,7 @@ pub struct TestArgs {
     /// keeper or ZooKeeper; insert-retry only).
     #[arg(long, value_enum, default_value_t = Target::Drift)]
     pub target: Target,
+    /// Servers in the cluster (server i binds 127.0.B.(10+i)).
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
     pub nodes: u64,
     /// Keys of the register workload.
@@ -332,6 +341,9 @@ pub struct TestArgs {
     /// Client operation timeout; past it the op is recorded `info`.
     #[arg(long = "op-timeout-ms", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=plan::TIMEOUT_MAX_MS))]
     pub op_timeout_ms: u64,
+    /// The clients' session timeout: a session not heard from this long
+    /// expires (its ephemerals go; a table replica cut from its keeper
+    /// goes read-only).
     #[arg(long = "session-timeout-ms", default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=plan::TIMEOUT_MAX_MS))]
     pub session_timeout_ms: u64,
     /// Time budget of the checkers, in seconds.
@@ -380,6 +392,11 @@ pub struct TestArgs {
     /// Root of the result store.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,
+    /// Write the verdict as JUnit XML to FILE too, for CI systems: a test
+    /// case per checker, an invalid one failed with its why and the
+    /// command that reproduces the run.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -448,6 +465,7 @@ pub struct ClusterArgs {
 pub enum ClusterAction {
     /// Start a local cluster in the background and print its connect string.
     Up {
+        /// Nodes in the cluster.
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=plan::NODES_MAX))]
         nodes: u64,
         /// Directory for the cluster file, data and logs.
@@ -459,8 +477,14 @@ pub enum ClusterAction {
         /// Address block B (default: the lowest no other cluster holds).
         #[arg(long, value_parser = clap::value_parser!(u8).range(0..=254))]
         block: Option<u8>,
-        #[arg(long)]
+        /// Linearizable reads (a read-index round before each read): the
+        /// default, as in `drift test`; kept for older command lines.
+        #[arg(long = "quorum-reads", conflicts_with = "local_reads")]
         quorum_reads: bool,
+        /// Reads served from the node's own tree, as ZooKeeper serves them:
+        /// faster, but a read may miss a write acknowledged elsewhere.
+        #[arg(long = "local-reads")]
+        local_reads: bool,
         /// Start each node with its fault hooks on; node i's admin endpoint
         /// is 127.0.B.(10+i):port+2 and the token is in <dir>/fault-token.
         #[arg(long = "fault-hooks")]
@@ -519,6 +543,7 @@ pub enum ClusterAction {
     },
     /// Stop one node of the cluster (SIGTERM, then SIGKILL).
     Stop {
+        /// The cluster's directory (as given to `drift cluster up`).
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
         /// The node's id.
@@ -527,25 +552,48 @@ pub enum ClusterAction {
     },
     /// Start one stopped node of the cluster again.
     Start {
+        /// The cluster's directory (as given to `drift cluster up`).
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
+        /// The node's id.
         #[arg(long)]
         node: u64,
     },
     /// Stop one node, then start it again.
     Restart {
+        /// The cluster's directory (as given to `drift cluster up`).
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
+        /// The node's id.
         #[arg(long)]
         node: u64,
     },
-    /// Show each node's role, zxid and digest.
-    Status {
+    /// Holds a cluster's address block from `up` to `down` (started by
+    /// `up`, servers running or not); exits once the cluster file is gone.
+    #[command(hide = true)]
+    Hold {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Print the cluster's addresses as shell variables, for
+    /// `eval "$(drift cluster env)"`: DRIFT_CONNECT (the connect string),
+    /// DRIFT_DIR, and per node i DRIFT_HOST_i, DRIFT_CLIENT_i,
+    /// DRIFT_ADMIN_PORT_i (with fault hooks), DRIFT_TABLE_i, DRIFT_KV_i and
+    /// DRIFT_CLICKHOUSE_i (URLs), for whatever address block it got.
+    Env {
+        /// The cluster's directory (as given to `drift cluster up`).
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
     },
-    /// Stop the cluster's nodes (SIGTERM, then SIGKILL).
+    /// Show each node's role, zxid and digest.
+    Status {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+    },
+    /// Stop the cluster's nodes (SIGTERM, then SIGKILL) and give up its address block.
     Down {
+        /// The cluster's directory (as given to `drift cluster up`).
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
     },
@@ -601,6 +649,10 @@ pub struct CheckArgs {
     /// Root of the result store.
     #[arg(long, default_value = "store")]
     pub store: PathBuf,
+    /// Write the verdict as JUnit XML to FILE too, for CI systems: a test
+    /// case per checker, an invalid one failed with its why.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -690,10 +742,13 @@ pub struct BenchTableArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchHarnessArgs {
+    /// Operations generated and recorded.
     #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub ops: u64,
+    /// The workload whose generator runs.
     #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
     pub workload: WorkloadKind,
+    /// Seed of the generator.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print one JSON document instead of the summary.

@@ -206,7 +206,8 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             dir,
             port,
             block,
-            quorum_reads,
+            quorum_reads: _,
+            local_reads,
             fault_hooks,
             set,
             no_table,
@@ -241,7 +242,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                     dir: &dir,
                     port,
                     block,
-                    quorum_reads,
+                    quorum_reads: !local_reads,
                     fault_hooks,
                     set: &set,
                     table: None,
@@ -288,7 +289,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                 dir: &dir,
                 port,
                 block,
-                quorum_reads,
+                quorum_reads: !local_reads,
                 fault_hooks,
                 set: &set,
                 table: table.as_ref(),
@@ -303,6 +304,8 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             stop_node(&dir, node)?;
             start_node(&dir, node)
         }
+        ClusterAction::Hold { dir } => hold(&dir),
+        ClusterAction::Env { dir } => env(&dir),
         ClusterAction::Status { dir } => status(&dir),
         ClusterAction::Down { dir } => down(&dir),
     }
@@ -577,6 +580,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
     } else {
         let _ = std::fs::remove_file(&token_path);
     }
+    spawn_holder(&dir, &claim)?;
     if zookeeper {
         start_zookeeper(&dir, &config, claim.block, nodes, port, &claim)?;
     }
@@ -837,6 +841,107 @@ fn spawn_node(dir: &Path, i: u64, bootstrap: bool, claim: Option<&Claim>) -> Res
         .map_err(|e| Failure::new(format!("starting node {i}: {e}")))
 }
 
+/// `drift cluster env`: the cluster's addresses as shell assignments.
+fn env(dir: &Path) -> Result<i32, Failure> {
+    let (dir, config_path) = cluster_dir(dir)?;
+    if !config_path.exists() {
+        return Err(Failure::new(format!(
+            "{}: no cluster here (no cluster.toml; `drift cluster up --dir {}` makes one)",
+            dir.display(),
+            dir.display()
+        )));
+    }
+    let config = ClusterConfig::load(&config_path)?;
+    for line in env_lines(&dir, &config) {
+        out!("{line}");
+    }
+    Ok(0)
+}
+
+/// [`env`]'s lines: `export NAME='value'`, values quoted for the shell.
+fn env_lines(dir: &Path, config: &ClusterConfig) -> Vec<String> {
+    let quote = |v: &str| format!("'{}'", v.replace('\'', r"'\''"));
+    let mut vars = vec![
+        ("DRIFT_CONNECT".to_string(), config.connect_string()),
+        ("DRIFT_DIR".to_string(), dir.display().to_string()),
+    ];
+    let hooks = dir.join("fault-token").exists();
+    for p in &config.peers {
+        let i = p.id;
+        vars.push((format!("DRIFT_HOST_{i}"), p.client.ip().to_string()));
+        vars.push((format!("DRIFT_CLIENT_{i}"), p.client.to_string()));
+        if hooks {
+            let admin = SocketAddr::new(p.client.ip(), p.client.port() + 2);
+            vars.push((format!("DRIFT_ADMIN_PORT_{i}"), admin.port().to_string()));
+        }
+        if let Some(a) = p.http {
+            vars.push((format!("DRIFT_TABLE_{i}"), format!("http://{a}")));
+        }
+        if let Some(a) = p.kv {
+            vars.push((format!("DRIFT_KV_{i}"), format!("http://{a}")));
+        }
+        let ch = std::fs::read_to_string(dir.join(format!("ch{i}/config.xml")))
+            .ok()
+            .and_then(|x| crate::clickhouse::http_of_config(&x));
+        if let Some(a) = ch {
+            vars.push((format!("DRIFT_CLICKHOUSE_{i}"), format!("http://{a}")));
+        }
+    }
+    vars.into_iter()
+        .map(|(k, v)| format!("export {k}={}", quote(&v)))
+        .collect()
+}
+
+/// Where `up` records the PID of the cluster's block holder.
+const HOLDER_PID: &str = "holder-pid";
+
+/// Starts the process that holds `claim` (as its stdin) until `down`, so
+/// that a cluster whose servers all stopped keeps its address block, and
+/// records its PID in `<dir>/holder-pid`.
+fn spawn_holder(dir: &Path, claim: &Claim) -> Result<(), Failure> {
+    let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+    let exe = std::env::current_exe().map_err(|e| Failure::new(e.to_string()))?;
+    let lock = claim
+        .share()
+        .map_err(|e| Failure::new(format!("the address block's lock: {e}")))?;
+    let child = Command::new(exe)
+        .args(["cluster", "hold", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::from(lock))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| Failure::new(format!("starting the address block's holder: {e}")))?;
+    let path = dir.join(HOLDER_PID);
+    std::fs::write(&path, format!("{}\n", child.id())).map_err(|e| Failure::new(format!("{}: {e}", path.display())))
+}
+
+/// The block holder's life: its standard input is the block's locked
+/// file; it waits, and ends when the cluster's file is gone (a directory
+/// removed without `down`) or when `down` ends it.
+fn hold(dir: &Path) -> Result<i32, Failure> {
+    let config = dir.join("cluster.toml");
+    while config.exists() {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    Ok(0)
+}
+
+/// Ends the block holder of the cluster in `dir`, if it runs.
+fn end_holder(dir: &Path) -> Result<(), Failure> {
+    let path = dir.join(HOLDER_PID);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    if let Ok(pid) = text.trim().parse::<u32>() {
+        // ours when its command line names `cluster hold` and this directory
+        if cmdline_has(pid, "hold") {
+            end_processes(&[pid], &dir.display().to_string());
+        }
+    }
+    std::fs::remove_file(&path).map_err(|e| Failure::new(format!("{}: {e}", path.display())))
+}
+
 /// Replaces `<dir>/pids` with `pids` (one `<id> <pid>` line each).
 fn write_pids(dir: &Path, pids: &[(u64, u32)]) -> Result<(), Failure> {
     let text: String = pids.iter().map(|(i, p)| format!("{i} {p}\n")).collect();
@@ -1070,6 +1175,8 @@ pub fn stop_cluster(dir: &Path) -> Result<usize, Failure> {
         ended += end_processes(&pid_list(&ch_path)?, &dir.display().to_string());
         std::fs::remove_file(&ch_path).map_err(|e| Failure::new(e.to_string()))?;
     }
+    // the block goes last, once nothing of the cluster runs
+    end_holder(&dir)?;
     Ok(ended)
 }
 

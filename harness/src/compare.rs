@@ -567,6 +567,15 @@ fn labelled(o: &mut String, heading: &str, lines: &[String]) {
     }
 }
 
+/// An option's value as the text comparison prints it: one a run did not
+/// store (made by a drift before the option existed) says so, not `null`.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Null => "(not stored)".into(),
+        v => v.to_string(),
+    }
+}
+
 fn print_comparison(o: &mut String, c: &Comparison) {
     if c.config_changes.is_empty() {
         ln!(o, "config   same options");
@@ -574,7 +583,7 @@ fn print_comparison(o: &mut String, c: &Comparison) {
     let changes: Vec<String> = c
         .config_changes
         .iter()
-        .map(|ch| format!("{}: {} → {}", ch.option, ch.baseline, ch.run))
+        .map(|ch| format!("{}: {} → {}", ch.option, shown(&ch.baseline), shown(&ch.run)))
         .collect();
     labelled(o, "config   ", &changes);
     if !c.checkers.is_empty() {

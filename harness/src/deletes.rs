@@ -42,8 +42,15 @@ const FINAL_TRIES: u32 = 5;
 /// The `kv-config` line: its name and value.
 pub const CONFIG_EVENT: &str = CONFIG_F;
 
+/// The `kv-config` event, recorded as the main phase starts: the service's
+/// parameters and the controller's clock then (`start_ts_us`, µs since the
+/// epoch), from which findings count their times.
 pub fn config_event(rf: u64, w: u64, r: u64, gc: &str, gc_grace_ms: u64, repair_interval_ms: u64) -> Value {
-    json!({"rf": rf, "w": w, "r": r, "gc": gc, "gc_grace_ms": gc_grace_ms, "repair_interval_ms": repair_interval_ms})
+    let start_ts_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    json!({"rf": rf, "w": w, "r": r, "gc": gc, "gc_grace_ms": gc_grace_ms, "repair_interval_ms": repair_interval_ms,
+        "start_ts_us": start_ts_us})
 }
 
 /// One client process of the workload, until `pace.until`.
@@ -123,6 +130,14 @@ async fn call(
 /// `kv-repair` line of pass `pass`.
 async fn repair_all(http: &reqwest::Client, r: &Recorder, client: &KvClient, rounds: u32, pass: u64) {
     for (node, base) in &client.servers {
+        r.set_phase(format!(
+            "repair pass {pass} of 2 ({}), on server {node}",
+            if pass == 1 {
+                "two rounds over every range"
+            } else {
+                "must find nothing"
+            }
+        ));
         match call(
             http,
             "POST",
@@ -156,6 +171,7 @@ pub async fn final_phase(r: Recorder, client: Arc<KvClient>) {
     };
     repair_all(&http, &r, &client, 2, 1).await;
     for (node, base) in &client.servers {
+        r.set_phase(format!("final read of server {node}'s content and Merkle roots"));
         match call(&http, "GET", base, "/dump", client.op_timeout * 5).await {
             Ok(v) => r.event(REPLICA_F, v),
             Err(e) => r.event("final-op-failed", json!({"f": "dump", "node": node, "why": e})),

@@ -139,6 +139,9 @@ fn nsenter(pid: u32, args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// The fault token's file in the nodes' directory (`/data` inside).
+const FAULT_TOKEN_FILE: &str = "fault-token";
+
 impl DockerCluster {
     /// Writes the cluster file, builds (or finds) the image and creates
     /// the network; no server runs yet.
@@ -191,8 +194,14 @@ impl DockerCluster {
         let (network_id, k) =
             created.ok_or_else(|| format!("no free 10.213.k.0/24 for the run's network: {last_err}"))?;
         let ip = |i: u64| Ipv4Addr::new(SUBNET_PREFIX[0], SUBNET_PREFIX[1], k, 10 + i as u8);
-        let base = run_dir.join("nodes");
+        // a bind mount takes an absolute host path (a relative one is read
+        // as the name of a volume)
+        let base = std::path::absolute(run_dir.join("nodes")).map_err(|e| format!("{}: {e}", run_dir.display()))?;
         std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+        // the fault token goes in as a file of the mounted directory, never
+        // as an argument or environment variable of `docker run` (both show
+        // in `ps` and `docker inspect`)
+        crate::cluster::write_private(&base.join(FAULT_TOKEN_FILE), token)?;
         let mut lines = vec![
             format!("digest = {:?}", digest.name()),
             "snapshot_distance = 2000".to_string(),
@@ -320,11 +329,13 @@ impl Db for DockerCluster {
             i.to_string(),
             "--admin".into(),
             n.admin.to_string(),
+            "--fault-token-file".into(),
+            format!("/data/{FAULT_TOKEN_FILE}"),
         ];
         if !n.started_before {
             args.push("--bootstrap".into());
         }
-        let mut env = vec![(crate::cluster::FAULT_TOKEN_ENV.to_string(), self.token.clone())];
+        let mut env = Vec::new();
         if let Some(d) = &self.defect {
             env.push((drift_node::table::hooks::DEFECT_ENV.to_string(), d.clone()));
         }

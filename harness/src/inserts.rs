@@ -182,6 +182,7 @@ pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: 
     let mut process = 1_000_000 + first_process;
     for (name, url) in &client.replicas.0 {
         let deadline = Instant::now() + per_replica;
+        r.set_phase(format!("sync and final read of replica {name}"));
         let mut done = false;
         for _ in 0..FINAL_READ_TRIES_MAX {
             r.record(

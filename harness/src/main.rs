@@ -33,6 +33,7 @@ mod hosts;
 mod image;
 mod inserts;
 mod judge;
+mod junit;
 mod local;
 mod nemesis;
 mod plan;
@@ -69,7 +70,7 @@ fn main() {
             BenchWhat::Sim(args) => sim::sweep::bench(args),
         },
         Command::Test(args) => campaign::run(args),
-        Command::Replay(args) => campaign::replay(&args.run),
+        Command::Replay(args) => campaign::replay(&args.run, args.junit),
         Command::Compare(args) => compare::run(args),
         Command::Serve(args) => serve::serve(args),
         Command::Node(args) => cluster::node(args),

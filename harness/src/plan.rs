@@ -454,6 +454,8 @@ pub struct Campaign {
     pub plan: Plan,
     pub seed: u64,
     pub schedule: Vec<Step>,
+    /// Where the verdict goes as JUnit XML too (`--junit`); not stored.
+    pub junit: Option<std::path::PathBuf>,
 }
 
 impl Plan {
@@ -803,7 +805,12 @@ impl Campaign {
         if plan.target == Target::Clickhouse {
             nemesis::assign_parts(&mut schedule, seed);
         }
-        Campaign { plan, seed, schedule }
+        Campaign {
+            plan,
+            seed,
+            schedule,
+            junit: None,
+        }
     }
 
     /// The campaign a stored `run.json` describes, checked: an error
@@ -840,7 +847,12 @@ impl Campaign {
         if plan.nodes < 2 && !schedule.is_empty() {
             return Err(at("nemesis_schedule: faults need at least two nodes".into()));
         }
-        Ok(Campaign { plan, seed, schedule })
+        Ok(Campaign {
+            plan,
+            seed,
+            schedule,
+            junit: None,
+        })
     }
 
     /// `run.json`'s `config` value.

@@ -24,6 +24,9 @@ pub struct Counts {
     pub ok: AtomicU64,
     pub fail: AtomicU64,
     pub info: AtomicU64,
+    /// What the run waits for past its main phase (the progress line
+    /// shows it): healing, a replica's sync, a repair pass, final reads.
+    pub phase: std::sync::Mutex<Option<String>>,
 }
 
 #[derive(Clone)]
@@ -48,6 +51,13 @@ impl RecorderHandle {
 }
 
 impl Recorder {
+    /// Says what the run waits for now, for the progress line.
+    pub fn set_phase(&self, what: impl Into<String>) {
+        if let Ok(mut p) = self.counts.phase.lock() {
+            *p = Some(what.into());
+        }
+    }
+
     pub fn start(path: &Path, start: Instant) -> std::io::Result<(Recorder, RecorderHandle)> {
         let mut w = HistoryWriter::create(path)?;
         let (tx, rx) = mpsc::channel::<Op>();

@@ -143,6 +143,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         431 => "Request Header Fields Too Large",
@@ -267,6 +268,7 @@ fn route(root: &Path, target: &str) -> Response {
         return compare_page(root, query);
     }
     match inside(root, &path) {
+        Some(p) if holds_secret(&p) => Response::text(403, &format!("{path}: holds a secret, not served")),
         Some(p) if p.is_dir() => Response::html(listing(root, &p)),
         Some(p) if p.is_file() => match std::fs::File::open(&p).and_then(|f| Ok((f.metadata()?.len(), f))) {
             Ok((len, f)) => Response {
@@ -308,6 +310,20 @@ fn inside(root: &Path, url_path: &str) -> Option<PathBuf> {
     }
     let real = std::fs::canonicalize(root.join(rel)).ok()?;
     real.starts_with(root).then_some(real)
+}
+
+/// Files a run keeps that hold the cluster's peer secret or its fault
+/// token: the cluster files and token files by name, and anything drift
+/// wrote readable by its owner alone (`write_private`). Never served nor
+/// listed.
+fn holds_secret(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    const SECRET_NAMES: [&str; 2] = ["cluster.toml", "fault-token"];
+    let named = p
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| SECRET_NAMES.contains(&n));
+    named || std::fs::metadata(p).is_ok_and(|m| m.permissions().mode() & 0o077 == 0)
 }
 
 fn content_type(p: &Path) -> &'static str {
@@ -372,7 +388,10 @@ fn index(root: &Path) -> String {
     }
     let mut any = false;
     for test in tests {
-        let mut runs = store::runs_of(&test).unwrap_or_default();
+        // campaign runs hold their history; `drift check` runs of a file
+        // outside the store hold its results only
+        let mut runs = store::entries(&test).unwrap_or_default();
+        runs.retain(|p| store::is_run(p) || p.join(store::RESULTS_JSON).is_file());
         if runs.is_empty() {
             continue;
         }
@@ -400,13 +419,16 @@ fn index(root: &Path) -> String {
             } else {
                 String::new()
             };
-            let previous = runs.get(k + 1).map_or(String::new(), |prev| {
-                format!(
-                    r#"<a href="/compare?base={}&amp;run={}">compare with the run before</a>"#,
-                    url(root, prev).trim_start_matches('/'),
-                    url(root, run).trim_start_matches('/')
-                )
-            });
+            let previous = runs
+                .get(k + 1)
+                .filter(|p| store::is_run(p) && store::is_run(run))
+                .map_or(String::new(), |prev| {
+                    format!(
+                        r#"<a href="/compare?base={}&amp;run={}">compare with the run before</a>"#,
+                        url(root, prev).trim_start_matches('/'),
+                        url(root, run).trim_start_matches('/')
+                    )
+                });
             let _ = write!(
                 body,
                 r#"<tr><td><a href="{}/">{}</a></td><td class="{verdict}">{verdict}</td><td>{}</td><td>{}</td><td>{}</td><td>{report}</td><td>{previous}</td></tr>"#,
@@ -437,7 +459,7 @@ fn listing(root: &Path, dir: &Path) -> String {
         r#"<h1>{}</h1><p><a href="/">all runs</a></p><table><tr><th>name</th><th>bytes</th></tr>"#,
         esc(&url(root, dir))
     );
-    for e in entries {
+    for e in entries.into_iter().filter(|e| !holds_secret(e)) {
         let name = e
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -547,6 +569,43 @@ mod tests {
         assert_eq!(inside(&root, "/../etc/passwd"), None);
         assert_eq!(inside(&root, "/out/passwd"), None, "a symlink out of the store");
         assert_eq!(inside(&root, "//etc/passwd"), None);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn files_holding_a_secret_are_neither_served_nor_listed() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = std::env::temp_dir().join(format!("drift-serve-secret-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("t/r/nodes")).unwrap();
+        std::fs::write(root.join("t/r/run.json"), "{}").unwrap();
+        crate::cluster::write_private(&root.join("t/r/cluster.toml"), "secret = \"s3cr3t\"").unwrap();
+        // by name even where the mode was widened
+        std::fs::write(root.join("t/r/nodes/fault-token"), "t0k3n").unwrap();
+        std::fs::set_permissions(
+            root.join("t/r/nodes/fault-token"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        crate::cluster::write_private(&root.join("t/r/nodes/other.key"), "k3y").unwrap();
+        let root = std::fs::canonicalize(&root).unwrap();
+        for path in ["/t/r/cluster.toml", "/t/r/nodes/fault-token", "/t/r/nodes/other.key"] {
+            let r = route(&root, path);
+            assert_eq!(r.status, 403, "{path}");
+            let Body::Bytes(body) = r.body else {
+                panic!("{path}: a file was served")
+            };
+            let body = String::from_utf8(body).unwrap();
+            assert!(!body.contains("s3cr3t") && !body.contains("t0k3n"), "{body}");
+        }
+        assert_eq!(route(&root, "/t/r/run.json").status, 200);
+        for dir in ["t/r", "t/r/nodes"] {
+            let page = listing(&root, &root.join(dir));
+            for name in ["cluster.toml", "fault-token", "other.key"] {
+                assert!(!page.contains(name), "{dir} lists {name}: {page}");
+            }
+        }
+        assert!(listing(&root, &root.join("t/r")).contains("run.json"));
         std::fs::remove_dir_all(&root).unwrap();
     }
 

@@ -14,6 +14,11 @@ use std::net::TcpStream;
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// Files from this size on are uploaded with progress on stderr.
+const UPLOAD_PROGRESS_MIN: usize = 4 << 20;
+/// The piece an upload writes at a time.
+const UPLOAD_CHUNK: usize = 1 << 20;
+
 /// How long any one SSH operation may block.
 const OP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long connecting may take.
@@ -129,7 +134,9 @@ impl Remote {
         }
     }
 
-    /// Writes `bytes` to `path` on the host (replacing it), with `mode`.
+    /// Writes `bytes` to `path` on the host (replacing it), with `mode`:
+    /// through `<path>.part`, renamed once whole; a large file with its
+    /// progress on stderr.
     pub fn write_file(&self, path: &str, bytes: &[u8], mode: i32) -> Result<(), String> {
         let addr = self.host.ssh_addr();
         self.with(|s| {
@@ -143,7 +150,24 @@ impl Remote {
                     ssh2::OpenType::File,
                 )
                 .map_err(|e| format!("sftp {addr}: {tmp}: {e}"))?;
-            f.write_all(bytes).map_err(|e| format!("sftp {addr}: {tmp}: {e}"))?;
+            if bytes.len() < UPLOAD_PROGRESS_MIN {
+                f.write_all(bytes).map_err(|e| format!("sftp {addr}: {tmp}: {e}"))?;
+            } else {
+                // a large file (the executable): say how far it got, in
+                // tenths, one line each
+                let started = std::time::Instant::now();
+                let mut told = 0;
+                eprint!("  uploading {path} to {addr} ({:.1} MB):", bytes.len() as f64 / 1e6);
+                for (k, chunk) in bytes.chunks(UPLOAD_CHUNK).enumerate() {
+                    f.write_all(chunk).map_err(|e| format!("sftp {addr}: {tmp}: {e}"))?;
+                    let tenths = ((k + 1) * UPLOAD_CHUNK).min(bytes.len()) * 10 / bytes.len();
+                    if tenths > told {
+                        told = tenths;
+                        eprint!(" {}%", tenths * 10);
+                    }
+                }
+                eprintln!(" in {:.1}s", started.elapsed().as_secs_f64());
+            }
             drop(f);
             let _ = sftp.unlink(std::path::Path::new(path));
             sftp.rename(std::path::Path::new(&tmp), std::path::Path::new(path), None)

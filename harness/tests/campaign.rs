@@ -24,6 +24,12 @@ fn only_run(store: &Path) -> PathBuf {
 /// asserts it ends valid (exit 0); returns its stdout, the run directory
 /// and the store.
 fn valid_campaign(tag: &str, args: &str) -> (String, PathBuf, PathBuf) {
+    let (stdout, _, run, store) = valid_campaign_err(tag, args);
+    (stdout, run, store)
+}
+
+/// [`valid_campaign`], with its stderr (the progress lines) too.
+fn valid_campaign_err(tag: &str, args: &str) -> (String, String, PathBuf, PathBuf) {
     let store = fresh_path(tag);
     let out = drift()
         .arg("test")
@@ -40,7 +46,7 @@ fn valid_campaign(tag: &str, args: &str) -> (String, PathBuf, PathBuf) {
         String::from_utf8_lossy(&out.stderr)
     );
     let run = only_run(&store);
-    (stdout, run, store)
+    (stdout, String::from_utf8_lossy(&out.stderr).to_string(), run, store)
 }
 
 fn json_file(path: PathBuf) -> serde_json::Value {
@@ -343,6 +349,30 @@ fn bad_campaign_arguments_exit_3_and_say_what_is_wrong() {
     assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8_lossy(&out.stderr).contains("65535 is not in 1024..=65533"));
     assert!(!store.exists(), "nothing started, nothing written");
+    // a set-up refused before any server started leaves no run behind
+    let out = drift()
+        .args([
+            "test",
+            "--workload",
+            "delete",
+            "--nemesis",
+            "partition",
+            "--partitioner",
+            "proxies",
+        ])
+        .args(["--time-limit", "1", "--port", "22981", "--store"])
+        .arg(&store)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("need iptables"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("run dir"), "{stdout}");
+    let runs: Vec<_> = std::fs::read_dir(&store)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(runs.is_empty(), "a refused set-up left {runs:?}");
 }
 
 #[test]
@@ -743,9 +773,20 @@ fn a_table_defect_makes_an_insert_retry_campaign_invalid_with_the_finding_named(
 
 #[test]
 fn a_delete_campaign_under_kills_and_partitions_is_valid_and_its_second_final_repair_finds_nothing() {
-    let (stdout, run, store) = valid_campaign(
+    let (stdout, stderr, run, store) = valid_campaign_err(
         "delete",
         "--workload delete --nemesis kill,partition,clock --nemesis-interval 4 --time-limit 14 --nodes 3 --port 23681",
+    );
+    // stderr is a pipe here, not a terminal: progress comes as whole
+    // lines, never redrawn, and the last says what the run waited for
+    assert!(!stderr.contains('\r'), "{stderr}");
+    let progress: Vec<&str> = stderr.lines().filter(|l| l.contains(" ops ")).collect();
+    assert!(progress.iter().any(|l| l.contains("faults: ")), "{stderr}");
+    assert!(
+        progress
+            .last()
+            .is_some_and(|l| l.contains("waiting for: the servers' digests to agree")),
+        "{stderr}"
     );
     let conv = checker_results(&run, "convergence").unwrap();
     assert_eq!(conv["verdict"], "valid", "{conv}");

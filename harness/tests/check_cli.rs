@@ -13,10 +13,11 @@ fn etcd_dir() -> Option<PathBuf> {
     if dir.join("EXPECTED.tsv").is_file() {
         Some(dir)
     } else {
-        // ci/test sets DRIFT_REQUIRE_DEPS: there a missing input fails
+        // the histories live beside the clone, not in it: a fresh clone says
+        // NOT RUN; CI (`CI=true`), which has them, fails without them
         assert!(
-            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
-            "{} is absent, and DRIFT_REQUIRE_DEPS is set",
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{} is absent, and CI=true: CI must have the etcd histories beside the clone",
             dir.display()
         );
         eprintln!(
@@ -658,6 +659,20 @@ fn serve_lists_runs_serves_their_files_and_compares_them_and_nothing_outside_the
     make_run(&store.join("made/20261130T000001.000Z"), &made("valid", 10, 2));
     make_run(&store.join("made/20261130T000002.000Z"), &made("invalid", 10, 2));
     std::fs::write(root.join("secret"), "not served").unwrap();
+    // a `drift check` run of a file outside the store: results, no history
+    let check = store.join("check-foreign/20261130T000003.000Z");
+    std::fs::create_dir_all(&check).unwrap();
+    std::fs::copy(
+        store.join("made/20261130T000001.000Z/results.json"),
+        check.join("results.json"),
+    )
+    .unwrap();
+    // a run's cluster file holds the peers' secret
+    std::fs::write(
+        store.join("made/20261130T000001.000Z/cluster.toml"),
+        "secret = \"peer-secret\"",
+    )
+    .unwrap();
     let mut child = Reaped(
         drift()
             .args(["serve", "--listen", "127.0.0.1:0", "--store"])
@@ -686,6 +701,15 @@ fn serve_lists_runs_serves_their_files_and_compares_them_and_nothing_outside_the
             && index.contains(r#"class="valid">valid"#),
         "{index}"
     );
+    assert!(
+        index.contains("<h2>check-foreign</h2>"),
+        "check runs are listed: {index}"
+    );
+    let (status, body) = get(&addr, "/made/20261130T000001.000Z/cluster.toml");
+    assert_eq!(status, 403);
+    assert!(!body.contains("peer-secret"), "{body}");
+    let (_, listing) = get(&addr, "/made/20261130T000001.000Z/");
+    assert!(!listing.contains("cluster.toml"), "{listing}");
     let (status, body) = get(&addr, "/made/20261130T000001.000Z/results.json");
     assert_eq!(status, 200);
     assert_eq!(
@@ -948,4 +972,63 @@ fn an_empty_history_is_unknown_not_valid() {
     assert_eq!(code, 2, "{stdout}");
     assert!(stdout.contains("nothing to judge"), "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `drift check --junit`: a test case per checker, the invalid one a
+/// failure carrying its why, in the shape CI systems read (checked with
+/// Python's own XML parser, not by matching strings).
+#[test]
+fn check_writes_junit_xml_a_ci_system_reads() {
+    let root = scratch("junit");
+    // write 1, then a read of 2 after it: not linearizable
+    let history = root.join("bad.jsonl");
+    std::fs::write(
+        &history,
+        [
+            r#"{"index":0,"time":0,"process":0,"type":"invoke","f":"write","value":1}"#,
+            r#"{"index":1,"time":10,"process":0,"type":"ok","f":"write","value":1}"#,
+            r#"{"index":2,"time":20,"process":1,"type":"invoke","f":"read","value":null}"#,
+            r#"{"index":3,"time":30,"process":1,"type":"ok","f":"read","value":2}"#,
+        ]
+        .join("\n")
+            + "\n",
+    )
+    .unwrap();
+    let xml = root.join("junit.xml");
+    let (code, stdout, stderr) = run(drift()
+        .arg("check")
+        .arg(&history)
+        .args(["--checker", "linearizable", "--checker", "stats", "--store"])
+        .arg(root.join("store"))
+        .arg("--junit")
+        .arg(&xml));
+    assert_eq!(code, 1, "{stdout}{stderr}");
+    let script = r#"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites", root.tag
+suites = root.findall("testsuite")
+assert len(suites) == 1
+s = suites[0]
+for el in (root, s):
+    for a in ("tests", "failures", "errors", "time"):
+        assert a in el.attrib, (el.tag, a)
+cases = s.findall("testcase")
+assert int(s.get("tests")) == len(cases) == 2, s.attrib
+failed = [c for c in cases if c.find("failure") is not None]
+assert int(s.get("failures")) == len(failed) == 1
+f = failed[0]
+assert f.get("name") == "linearizable" and f.get("classname"), f.attrib
+print("why:", f.find("failure").get("message"))
+print("text:", f.find("failure").text)
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(&xml)
+        .output()
+        .expect("python3 runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("why: 1 of 1 keys not linearizable"), "{text}");
+    assert!(text.contains("reproduce: drift check"), "{text}");
 }

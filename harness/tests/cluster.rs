@@ -107,7 +107,7 @@ fn kazoo_client_passes_its_checks() {
 }
 
 /// kazoo's pipelined async calls on one session, against every server of
-/// a default cluster (reads served locally) and of a `--quorum-reads` one:
+/// a `--local-reads` cluster and of a default (linearizable reads) one:
 /// the answers come in request order and each read sees its session's
 /// earlier writes (kazoo drops its connection on an answer out of order).
 #[test]
@@ -117,8 +117,8 @@ fn a_sessions_pipelined_requests_are_answered_in_order_on_every_server() {
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/kazoo_pipeline.py");
     for (tag, port, extra) in [
-        ("pipe-local", 21530, &[][..]),
-        ("pipe-quorum", 21540, &["--quorum-reads"][..]),
+        ("pipe-local", 21530, &["--local-reads"][..]),
+        ("pipe-quorum", 21540, &[][..]),
     ] {
         let c = Cluster::up(tag, port, extra);
         let out = Command::new("python3")
@@ -286,13 +286,14 @@ async fn read_on_a_cut_off_follower(c: &Cluster) -> Option<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_reads_never_return_a_stale_value_and_local_reads_can() {
-    let quorum = Cluster::up("quorumreads", 21170, &["--quorum-reads", "--fault-hooks"]);
+    // linearizable reads are the default
+    let quorum = Cluster::up("quorumreads", 21170, &["--fault-hooks"]);
     let seen = read_on_a_cut_off_follower(&quorum).await;
     assert!(seen.is_none(), "a cut-off follower answered a quorum read: {seen:?}");
     // the control: local reads on a cut-off follower do return the stale
     // value — the test above would notice a quorum read that did not
     // really go through a read-index round
-    let local = Cluster::up("localreads", 21180, &["--fault-hooks"]);
+    let local = Cluster::up("localreads", 21180, &["--local-reads", "--fault-hooks"]);
     assert_eq!(read_on_a_cut_off_follower(&local).await.as_deref(), Some(&b"old"[..]));
 }
 
@@ -545,6 +546,63 @@ fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
         stderr.contains("is held by drift cluster in") && stderr.contains(&a.dir.display().to_string()),
         "{stderr}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A cluster keeps its address block from `up` to `down`: with every
+/// server stopped, another `cluster up` passes over the block (and is
+/// refused it by name), and the stopped servers start again on it.
+#[test]
+fn a_cluster_whose_servers_all_stopped_keeps_its_block() {
+    let a = Cluster::up_nodes("keepblock-a", 21550, 1, &["--no-table", "--no-kv"]);
+    a.wait_leader(Duration::from_secs(10));
+    let pid = a.pid(1);
+    a.stop(1);
+    assert!(!a.alive_pid(pid), "node 1 stopped");
+    let ia = a.client_addr(1).ip();
+    let b = Cluster::up_nodes("keepblock-b", 21550, 1, &["--no-table", "--no-kv"]);
+    assert_ne!(b.client_addr(1).ip(), ia, "the stopped cluster's block was given away");
+    let block = match ia {
+        std::net::IpAddr::V4(ip) => ip.octets()[2],
+        std::net::IpAddr::V6(_) => unreachable!("loopback v4"),
+    };
+    let dir = common::fresh_path("keepblock-c");
+    let out = common::drift()
+        .args([
+            "cluster",
+            "up",
+            "--nodes",
+            "1",
+            "--port",
+            "21550",
+            "--block",
+            &block.to_string(),
+            "--dir",
+        ])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains(&a.dir.display().to_string()), "{stderr}");
+    assert!(!dir.join("pids").exists(), "nothing started");
+    a.start(1);
+    a.wait_leader(Duration::from_secs(10));
+    // `down` gives the block up: its holder ends with the cluster
+    let holder: u32 = std::fs::read_to_string(a.dir.join("holder-pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(a.alive_pid(holder));
+    let down = common::drift()
+        .args(["cluster", "down", "--dir"])
+        .arg(&a.dir)
+        .output()
+        .unwrap();
+    assert!(down.status.success());
+    assert!(!a.alive_pid(holder), "the block's holder outlived `down`");
+    assert!(!a.dir.join("holder-pid").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -66,7 +66,12 @@ fn a_campaign_in_containers_is_valid_and_leaves_no_container_or_network() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(drift) = static_drift() else { return };
     let store = fresh_path("docker");
-    let out = Command::new(&drift)
+    // the store as the README's example gives it: relative (a bind mount
+    // needs an absolute path; drift makes it one)
+    let parent = store.parent().unwrap().to_path_buf();
+    let relative = store.file_name().unwrap().to_os_string();
+    let child = Command::new(&drift)
+        .current_dir(&parent)
         .args(["test", "--backend", "docker", "--workload", "register"])
         // seed 2's schedule: a kill, a partition, a pause
         .args([
@@ -78,16 +83,68 @@ fn a_campaign_in_containers_is_valid_and_leaves_no_container_or_network() {
             "2",
         ])
         .args(["--time-limit", "16", "--nodes", "3", "--rate", "40", "--store"])
-        .arg(&store)
-        .output()
+        .arg(&relative)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut child = common::Reaped(child);
+    // while it runs: no secret in any container's arguments or environment
+    let owner = format!("label=io.drift.owner={}", child.0.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let inspected = loop {
+        let ps = Command::new("docker")
+            .args(["ps", "-q", "--filter", &owner])
+            .output()
+            .unwrap();
+        let ids: Vec<String> = String::from_utf8_lossy(&ps.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        if let Some(id) = ids.first() {
+            let out = Command::new("docker")
+                .args([
+                    "inspect",
+                    "-f",
+                    "{{json .Config.Env}} {{json .Args}} {{json .Mounts}}",
+                    id,
+                ])
+                .output()
+                .unwrap();
+            if out.status.success() {
+                break String::from_utf8_lossy(&out.stdout).to_string();
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "no container of the run came up");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(!inspected.contains("DRIFT_FAULT_TOKEN"), "{inspected}");
+    assert!(inspected.contains("--fault-token-file"), "{inspected}");
+    let token_file = std::fs::read_dir(store.join("register-drift"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("nodes/fault-token"))
+        .find(|p| p.exists())
+        .expect("the token's file in the run's nodes directory");
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert!(token.len() >= 16 && !inspected.contains(token.trim()), "{inspected}");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&token_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o077, 0, "the token's file is its owner's alone");
+    }
+    let mut stdout_pipe = child.0.stdout.take().unwrap();
+    let mut stderr_pipe = child.0.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr_pipe, &mut s);
+        s
+    });
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut stdout_pipe, &mut stdout).unwrap();
+    let status = child.0.wait().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert_eq!(status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(stdout.contains("docker containers"), "{stdout}");
     // the partition really cut: some faults' windows saw failures
     let history = std::fs::read_dir(store.join("register-drift"))

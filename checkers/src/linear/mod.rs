@@ -388,7 +388,28 @@ impl Linearizable {
         report.explain_ms = elapsed_ms(explaining);
 
         let (verdict, reason) = if report.keys_invalid > 0 {
-            (Verdict::Invalid, None)
+            let first = match report.violations.first() {
+                Some(v) => format!(
+                    "; the first: key {}, {} {} ({}, line {}) returns what no order of the ops before it allows",
+                    v.key.as_deref().unwrap_or("unkeyed"),
+                    v.failing.process,
+                    v.failing.desc,
+                    v.failing.outcome,
+                    v.failing.line
+                ),
+                None => report
+                    .invalid_keys
+                    .first()
+                    .map(|k| format!("; the first: key {}", k.as_deref().unwrap_or("unkeyed")))
+                    .unwrap_or_default(),
+            };
+            (
+                Verdict::Invalid,
+                Some(format!(
+                    "{} of {} keys not linearizable{first}",
+                    report.keys_invalid, report.keys
+                )),
+            )
         } else if report.keys_unknown > 0 {
             let names: Vec<String> = report
                 .unknown

@@ -723,6 +723,7 @@ fn write_run(run: &drift_results::store::RunDir, sim: &Simulated) -> Result<(), 
 pub fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     let started = std::time::Instant::now();
     let (run, mut info) = campaign::create_run(&c, &store)?;
+    out!("  run dir {}", run.path.display());
     out!("  servers simulated in one thread (backend sim): the seed replays this run exactly");
     let planted = c.plan.sim.as_ref().map(|s| s.bugs.as_slice()).unwrap_or_default();
     if !planted.is_empty() {
