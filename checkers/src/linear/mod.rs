@@ -775,9 +775,14 @@ impl Linearizable {
 /// The ops a window holds, cut at the failing return: ok ops invoked
 /// after the cut that ends part `from - 1` (all, for part 0) and before
 /// the failing return — those still open at it made indeterminate (or
-/// dropped, if read-only) — and the indeterminate ops that may act in it.
-/// The failing return is the window's last: a search of it fails there
-/// or passes.
+/// dropped, if read-only) — and every indeterminate op invoked before the
+/// failing return. The failing return is the window's last: a search of
+/// it fails there or passes.
+///
+/// Indeterminate ops are kept even where the whole history has no use for
+/// them (`Plan::matters_until`): the shrink weakens ok ops, and a weakened
+/// op (an ok cas made indeterminate, free of its return) can need a value
+/// only such an op leaves. Each trial drops what is useless to it.
 fn window_ops(ops: &[LinOp], plan: &Plan, from: usize, failing: u32) -> Vec<LinOp> {
     let after = if from == 0 { None } else { Some(plan.cuts[from - 1]) };
     let end = ops[failing as usize].ret.expect("failing op is ok");
@@ -787,10 +792,7 @@ fn window_ops(ops: &[LinOp], plan: &Plan, from: usize, failing: u32) -> Vec<LinO
             Some(_) if after.is_some_and(|a| o.invoke <= a) => None,
             Some(r) if r > end => (!o.read_only).then_some(LinOp { ret: None, ..*o }),
             Some(_) => Some(*o),
-            None => {
-                let until = plan.matters_until[o.id as usize];
-                (until > 0 && after.is_none_or(|a| until > a)).then_some(*o)
-            }
+            None => Some(*o),
         })
         .collect()
 }
