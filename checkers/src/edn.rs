@@ -105,18 +105,29 @@ fn key_text(k: &Value) -> String {
 /// Every operation of `text`, one top-level form each (or the elements of
 /// one top-level vector); (line, reason) on the first error.
 fn parse(text: &str) -> Result<Vec<Raw>, (u64, String)> {
+    // an error at the end of the text is on its last line, not on the
+    // empty one after its final newline
+    let last_line = text.lines().count().max(1) as u64;
+    parse_lines(text).map_err(|(line, reason)| (line.min(last_line), reason))
+}
+
+fn parse_lines(text: &str) -> Result<Vec<Raw>, (u64, String)> {
     let mut out = Vec::new();
     let mut rest = skip_blank(text);
+    let mut lines = Lines::new(text);
+    let opened_on = lines.at(rest);
     let wrapped = rest.starts_with('[');
     if wrapped {
         rest = skip_blank(&rest[1..]);
     }
-    let mut lines = Lines::new(text);
     loop {
         let line = lines.at(rest);
         if rest.is_empty() {
             if wrapped {
-                return Err((line, "unbalanced bracket: the history's `[` is never closed".into()));
+                return Err((
+                    opened_on,
+                    format!("unbalanced bracket: the history's `[` (line {opened_on}) is never closed"),
+                ));
             }
             return Ok(out);
         }
@@ -352,6 +363,10 @@ mod tests {
         assert!(e.reason.contains("unknown tag #foo/bar"), "{e}");
         let e = read_str("[{:type :invoke :f :read :value nil :process 0}\n").unwrap_err();
         assert!(e.reason.contains("unbalanced"), "{e}");
+        assert_eq!(e.at.line, 1, "the line of the `[`, not the one past the end: {e}");
+        // a form cut off by the end of a file that ends in a newline
+        let e = read_str("{:type :invoke :f :read :value nil :process 0}\n{:type :ok :f :read\n").unwrap_err();
+        assert_eq!(e.at.line, 2, "{e}");
         let e = read_str("{:type :begin :f :read :process 0}").unwrap_err();
         assert!(e.reason.contains("`:type`"), "{e}");
     }
