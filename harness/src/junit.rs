@@ -94,30 +94,20 @@ pub fn write(path: &Path, suite: &Suite<'_>) -> Result<(), String> {
     std::fs::write(path, render(suite)).map_err(|e| format!("--junit {}: {e}", path.display()))
 }
 
-/// `s` as element text: markup escaped, and characters XML 1.0 cannot
-/// hold (controls other than tab and newline) dropped.
+/// `s` as element text: characters XML 1.0 cannot hold (controls other
+/// than tab and newline) dropped, markup escaped as the report escapes it.
 fn text(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '\t' | '\n' => out.push(ch),
-            c if (c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}' => {}
-            c => out.push(c),
-        }
-    }
-    out
+    let kept: String = s
+        .chars()
+        .filter(|&c| matches!(c, '\t' | '\n') || !((c as u32) < 0x20 || c == '\u{FFFE}' || c == '\u{FFFF}'))
+        .collect();
+    drift_results::picture::esc(&kept)
 }
 
-/// `s` as an attribute value (double-quoted): [`text`], quotes escaped,
-/// line breaks as character references.
+/// `s` as an attribute value (double-quoted): [`text`], line breaks as
+/// character references.
 fn attr(s: &str) -> String {
-    text(s)
-        .replace('"', "&quot;")
-        .replace('\n', "&#10;")
-        .replace('\t', "&#9;")
+    text(s).replace('\n', "&#10;").replace('\t', "&#9;")
 }
 
 #[cfg(test)]

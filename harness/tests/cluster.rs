@@ -522,10 +522,7 @@ fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
     b.wait_leader(Duration::from_secs(10));
     // a third cluster asked for the first one's block is refused, naming
     // the cluster that holds it
-    let block = match ia {
-        std::net::IpAddr::V4(ip) => ip.octets()[2],
-        std::net::IpAddr::V6(_) => unreachable!("loopback v4"),
-    };
+    let block = block_of(ia);
     let dir = common::fresh_path("twin-c");
     let out = common::drift()
         .args([
@@ -549,6 +546,14 @@ fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The address block B of a server address 127.0.B.x.
+fn block_of(ip: std::net::IpAddr) -> u8 {
+    match ip {
+        std::net::IpAddr::V4(ip) => ip.octets()[2],
+        std::net::IpAddr::V6(_) => unreachable!("loopback v4"),
+    }
+}
+
 /// A cluster keeps its address block from `up` to `down`: with every
 /// server stopped, another `cluster up` passes over the block (and is
 /// refused it by name), and the stopped servers start again on it.
@@ -562,10 +567,7 @@ fn a_cluster_whose_servers_all_stopped_keeps_its_block() {
     let ia = a.client_addr(1).ip();
     let b = Cluster::up_nodes("keepblock-b", 21550, 1, &["--no-table", "--no-kv"]);
     assert_ne!(b.client_addr(1).ip(), ia, "the stopped cluster's block was given away");
-    let block = match ia {
-        std::net::IpAddr::V4(ip) => ip.octets()[2],
-        std::net::IpAddr::V6(_) => unreachable!("loopback v4"),
-    };
+    let block = block_of(ia);
     let dir = common::fresh_path("keepblock-c");
     let out = common::drift()
         .args([
