@@ -61,9 +61,9 @@
 //! they lose and add no rows.
 
 use crate::checker::{elapsed_ms, CheckContext, CheckResult, Checker, Verdict};
-use crate::fxhash::FxBuild;
 use crate::history::HistoryError;
 use crate::pairing::{History, Outcome};
+use rustc_hash::FxBuildHasher as FxBuild;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Instant;

@@ -112,19 +112,12 @@ impl fmt::Display for Location {
 }
 
 /// A history that cannot be read: what is wrong and where.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {reason}")]
 pub struct HistoryError {
     pub at: Location,
     pub reason: String,
 }
-
-impl fmt::Display for HistoryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.at, self.reason)
-    }
-}
-
-impl std::error::Error for HistoryError {}
 
 /// Streams validated [`Op`]s out of a JSONL history file.
 ///

@@ -25,7 +25,6 @@ pub mod dedup;
 pub mod digest;
 pub mod edn;
 pub mod ephemeral;
-mod fxhash;
 pub mod history;
 pub mod linear;
 pub mod pairing;

@@ -266,7 +266,7 @@ impl History {
     pub fn by_key(&self) -> BTreeMap<Option<String>, Vec<usize>> {
         // group by borrowed key first: cloning a key per op costs more
         // than the grouping
-        let mut index: HashMap<Option<&str>, usize, crate::fxhash::FxBuild> = HashMap::default();
+        let mut index: HashMap<Option<&str>, usize, rustc_hash::FxBuildHasher> = HashMap::default();
         let mut groups: Vec<(Option<&str>, Vec<usize>)> = Vec::new();
         for (i, o) in self.operations.iter().enumerate() {
             let key = self.ops[o.invoke].key.as_deref();

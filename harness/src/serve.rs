@@ -3,31 +3,40 @@
 //! results.json, history.jsonl, pictures, node logs), and `drift compare`
 //! of any two runs as a page.
 //!
-//! A small HTTP/1.1 server on std sockets: GET and HEAD only, one thread
-//! per connection up to [`CONNECTIONS_MAX`], every response closes its
-//! connection. Paths are resolved inside the store and refused when they
-//! lead out of it (`..`, a symlink pointing elsewhere). It binds where
-//! `--listen` says, loopback by default, and runs until it is stopped.
+//! hyper's HTTP/1.1 server on a tokio runtime of its own: GET and HEAD
+//! only, at most [`CONNECTIONS_MAX`] connections at once (past it a new one
+//! gets 503), a request head of at most [`HEAD_BYTES_MAX`] that must arrive
+//! within [`IDLE`] (hyper answers 431 and 400 to what it cannot read),
+//! every response closing its connection. Pages are built and files opened
+//! on tokio's blocking pool; a file is streamed as it is read. Paths are
+//! resolved inside the store and refused when they lead out of it (`..`, a
+//! symlink pointing elsewhere). It binds where `--listen` says, loopback
+//! by default, and runs until it is stopped.
 
 use crate::cli::ServeArgs;
 use crate::compare::{self, Limits};
 use crate::fail::Failure;
+use bytes::Bytes;
 use drift_results::files::{ResultsFile, RunInfo};
 use drift_results::picture::esc;
 use drift_results::store;
+use hyper::body::{Body as HttpBody, Frame, Incoming};
+use hyper::{Request, Response as HttpResponse};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use std::fmt::Write as _;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::AsyncRead;
 
 /// Connections served at once; past it a new one gets 503.
 const CONNECTIONS_MAX: usize = 64;
 /// Longest request head accepted (request line + headers).
 const HEAD_BYTES_MAX: usize = 16 << 10;
-/// A client that sends nothing for this long is dropped.
+/// The whole request head must arrive within this.
 const IDLE: Duration = Duration::from_secs(10);
 /// Connections being served now, against [`CONNECTIONS_MAX`].
 static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
@@ -42,27 +51,68 @@ pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
     if !root.is_dir() {
         return Err(Failure::new(format!("{}: not a directory", args.store.display())));
     }
-    let listener =
-        TcpListener::bind(&args.listen).map_err(|e| Failure::new(format!("--listen {}: {e}", args.listen)))?;
-    let addr = listener.local_addr().map_err(|e| Failure::new(e.to_string()))?;
-    out!("serving {} at http://{addr}/", root.display());
-    let root = Arc::new(root);
-    for conn in listener.incoming() {
-        let Ok(mut stream) = conn else { continue };
-        let Some(slot) = Slot::take(&CONNECTIONS, CONNECTIONS_MAX) else {
-            let _ = respond(&mut stream, false, Response::text(503, "too many connections"));
-            linger(stream, Duration::from_millis(100));
-            continue;
-        };
-        let root = root.clone();
-        // the slot goes back when the thread ends, however it ends (or
-        // at once, with the closure, if the thread cannot start)
-        let _ = std::thread::Builder::new().name("serve".into()).spawn(move || {
-            let _slot = slot;
-            handle(stream, &root);
-        });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("serve")
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(format!("the server's runtime: {e}")))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .map_err(|e| Failure::new(format!("--listen {}: {e}", args.listen)))?;
+        let addr = listener.local_addr().map_err(|e| Failure::new(e.to_string()))?;
+        out!("serving {} at http://{addr}/", root.display());
+        let root = Arc::new(root);
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            };
+            let slot = Slot::take(&CONNECTIONS, CONNECTIONS_MAX);
+            let root = root.clone();
+            tokio::spawn(async move {
+                // the slot goes back when the connection ends, however
+                let full = slot.is_none();
+                let _slot = slot;
+                let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                    let root = root.clone();
+                    async move {
+                        let r = if full {
+                            Response::text(503, "too many connections")
+                        } else {
+                            answer(root, req.method().clone(), req.uri().clone()).await
+                        };
+                        Ok::<_, std::convert::Infallible>(r.into_http())
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(IDLE)
+                    .max_buf_size(HEAD_BYTES_MAX)
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    })
+}
+
+/// One request's response: the page or file, built on the blocking pool.
+async fn answer(root: Arc<PathBuf>, method: hyper::Method, uri: hyper::Uri) -> Response {
+    let head_only = method == hyper::Method::HEAD;
+    if method != hyper::Method::GET && !head_only {
+        return Response::text(405, &format!("{method}: only GET and HEAD are served"));
     }
-    Ok(0)
+    let target = uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    let mut r = tokio::task::spawn_blocking(move || route(&root, &target))
+        .await
+        .unwrap_or_else(|e| Response::text(500, &format!("the request's task: {e}")));
+    r.head_only = head_only;
+    r
 }
 
 /// One of a bounded number of places, given back when dropped.
@@ -87,32 +137,12 @@ impl Drop for Slot {
 /// Comparisons running at once: each loads two whole histories.
 const COMPARES_MAX: usize = 2;
 
-/// Reads from a socket until one deadline for the whole exchange, however
-/// the bytes trickle in.
-struct Deadline<'a> {
-    stream: &'a TcpStream,
-    until: Instant,
-}
-
-impl Read for Deadline<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let left = self.until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::TimedOut,
-                "request deadline passed",
-            ));
-        }
-        self.stream.set_read_timeout(Some(left))?;
-        let mut s = self.stream;
-        s.read(buf)
-    }
-}
-
 struct Response {
     status: u16,
     content_type: &'static str,
     body: Body,
+    /// A HEAD request's: the length of the body, and no body.
+    head_only: bool,
 }
 
 enum Body {
@@ -127,6 +157,7 @@ impl Response {
             status,
             content_type: "text/plain; charset=utf-8",
             body: Body::Bytes(format!("{body}\n").into_bytes()),
+            head_only: false,
         }
     }
 
@@ -135,123 +166,81 @@ impl Response {
             status: 200,
             content_type: "text/html; charset=utf-8",
             body: Body::Bytes(body.into_bytes()),
+            head_only: false,
         }
     }
-}
 
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Unknown",
+    fn into_http(self) -> HttpResponse<Streamed> {
+        let len = match &self.body {
+            Body::Bytes(b) => b.len() as u64,
+            Body::File(_, len) => *len,
+        };
+        let body = match self.body {
+            _ if self.head_only => Streamed::Empty,
+            Body::Bytes(b) => Streamed::Bytes(Some(Bytes::from(b))),
+            Body::File(f, len) => Streamed::File {
+                file: tokio::fs::File::from_std(f),
+                left: len,
+            },
+        };
+        HttpResponse::builder()
+            .status(self.status)
+            .header("Content-Type", self.content_type)
+            .header("Content-Length", len)
+            .header("Cache-Control", "no-store")
+            .body(body)
+            .expect("a valid response")
     }
 }
 
-fn respond(stream: &mut TcpStream, head_only: bool, r: Response) -> std::io::Result<()> {
-    let len = match &r.body {
-        Body::Bytes(b) => b.len() as u64,
-        Body::File(_, len) => *len,
-    };
-    let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {len}\r\nConnection: close\r\nCache-Control: no-store\r\n\r\n",
-        r.status,
-        reason(r.status),
-        r.content_type,
-    );
-    stream.write_all(head.as_bytes())?;
-    if !head_only {
-        match r.body {
-            Body::Bytes(b) => stream.write_all(&b)?,
-            Body::File(f, len) => {
-                std::io::copy(&mut f.take(len), stream)?;
+/// A response body: bytes, or a file read 64 KiB at a time as the client
+/// takes it, up to the length the head announced.
+enum Streamed {
+    Empty,
+    Bytes(Option<Bytes>),
+    File { file: tokio::fs::File, left: u64 },
+}
+
+impl HttpBody for Streamed {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        match self.get_mut() {
+            Streamed::Empty => Poll::Ready(None),
+            Streamed::Bytes(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            Streamed::File { file, left } => {
+                if *left == 0 {
+                    return Poll::Ready(None);
+                }
+                let mut buf = vec![0u8; (*left).min(64 << 10) as usize];
+                let mut rb = tokio::io::ReadBuf::new(&mut buf);
+                match Pin::new(file).poll_read(cx, &mut rb) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+                    Poll::Ready(Ok(())) => {
+                        let n = rb.filled().len();
+                        if n == 0 {
+                            // the file is shorter than it was when opened
+                            return Poll::Ready(Some(Err(std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                "the file shrank while it was sent",
+                            ))));
+                        }
+                        *left -= n as u64;
+                        buf.truncate(n);
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(buf)))))
+                    }
+                }
             }
         }
     }
-    stream.flush()
-}
 
-/// Reads one request head; `Err` is the response to send instead.
-fn read_head(stream: &TcpStream) -> Result<(String, String), Response> {
-    let until = Instant::now() + IDLE;
-    let mut reader = BufReader::new(Deadline { stream, until }.take(HEAD_BYTES_MAX as u64 + 1));
-    let mut request_line = String::new();
-    let mut total = 0;
-    match reader.read_line(&mut request_line) {
-        Ok(n) if n > HEAD_BYTES_MAX => return Err(Response::text(431, "request line too long")),
-        Ok(n) if n > 0 => total += n,
-        _ => return Err(Response::text(400, "no request line")),
-    }
-    // the headers: nothing here needs them, but they must end
-    loop {
-        let mut line = String::new();
-        match reader.read_line(&mut line) {
-            Ok(0) => return Err(Response::text(400, "the request head ended before its blank line")),
-            Ok(n) => total += n,
-            Err(_) => return Err(Response::text(400, "the request head is not text")),
-        }
-        if total > HEAD_BYTES_MAX {
-            return Err(Response::text(431, "request head too large"));
-        }
-        if line == "\r\n" || line == "\n" {
-            break;
-        }
-    }
-    let mut parts = request_line.split_whitespace();
-    match (parts.next(), parts.next(), parts.next(), parts.next()) {
-        (Some(method), Some(target), Some(version), None) if version.starts_with("HTTP/1.") => {
-            Ok((method.to_string(), target.to_string()))
-        }
-        _ => Err(Response::text(
-            400,
-            &format!("bad request line {:?}", request_line.trim_end()),
-        )),
-    }
-}
-
-fn handle(mut stream: TcpStream, root: &Path) {
-    // a client that takes no bytes for this long is let go
-    let _ = stream.set_write_timeout(Some(IDLE));
-    let (method, target) = match read_head(&stream) {
-        Ok(r) => r,
-        Err(response) => {
-            let _ = respond(&mut stream, false, response);
-            linger(stream, LINGER);
-            return;
-        }
-    };
-    let head_only = method == "HEAD";
-    let response = if method != "GET" && !head_only {
-        Response::text(405, &format!("{method}: only GET and HEAD are served"))
-    } else {
-        route(root, &target)
-    };
-    let _ = respond(&mut stream, head_only, response);
-    linger(stream, LINGER);
-}
-
-/// Longest a closing connection is drained.
-const LINGER: Duration = Duration::from_secs(1);
-
-/// Closes after the response: the writing side first, then what the
-/// client still sends (an unread body, an oversized head) is drained for
-/// at most `for_at_most`, so the client reads the response instead of a
-/// reset.
-fn linger(stream: TcpStream, for_at_most: Duration) {
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    let mut drain = Deadline {
-        stream: &stream,
-        until: Instant::now() + for_at_most,
-    };
-    let mut sink = [0u8; 8192];
-    while let Ok(n) = drain.read(&mut sink) {
-        if n == 0 {
-            break;
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Streamed::Empty => true,
+            Streamed::Bytes(b) => b.is_none(),
+            Streamed::File { left, .. } => *left == 0,
         }
     }
 }
@@ -275,6 +264,7 @@ fn route(root: &Path, target: &str) -> Response {
                 status: 200,
                 content_type: content_type(&p),
                 body: Body::File(f, len),
+                head_only: false,
             },
             Err(e) => Response::text(500, &format!("{path}: {e}")),
         },
@@ -525,6 +515,7 @@ fn compare_page(root: &Path, query: &str) -> Response {
             status: 200,
             content_type: "application/json",
             body: Body::Bytes(text.into_bytes()),
+            head_only: false,
         },
         Ok(body) => Response::html(page(
             "drift compare",

@@ -333,3 +333,134 @@ fn a_commit_lost_on_its_way_leaves_clickhouse_a_part_only_its_writer_serves() {
         "the writer holds the retried rows twice, the others once"
     );
 }
+
+/// The same block X inserted three times into a table whose dedup window
+/// is 3 s and whose cleanup runs every second: at t=0; again at once after
+/// the cleanup removed X's id (it left the window); and a third time
+/// inside the second insert's window. Returns the copies of X, and the
+/// age of X's re-created id by the coordinator's ctime.
+fn insert_a_block_again_right_after_its_cleanup(c: &Cluster) -> (u64, Duration) {
+    let r = Replicas::of(c);
+    for k in 0..3 {
+        r.query(
+            k,
+            "CREATE TABLE repro (id UInt64, s String) ENGINE = ReplicatedMergeTree('/clickhouse/tables/repro', '{replica}') \
+             ORDER BY id SETTINGS replicated_deduplication_window = 100, replicated_deduplication_window_seconds = 3, \
+             cleanup_delay_period = 1, cleanup_delay_period_random_add = 0",
+        );
+    }
+    let insert = |rows: &str| {
+        let sent = post(
+            r.0[0],
+            "/?query=INSERT%20INTO%20repro%20FORMAT%20TabSeparated",
+            rows,
+            Duration::from_secs(30),
+        );
+        assert!(matches!(sent, Some((200, _))), "insert {rows:?}: {sent:?}");
+    };
+    let ids = || -> Vec<String> {
+        r.query(
+            0,
+            "SELECT name FROM system.zookeeper WHERE path = '/clickhouse/tables/repro/blocks' FORMAT TabSeparated",
+        )
+        .lines()
+        .map(str::to_string)
+        .collect()
+    };
+    let mut other = 0u64;
+    let mut another = || {
+        other += 1;
+        insert(&format!("{}\ty\n", 1000 + other));
+    };
+    insert("1\tx\n");
+    let x = ids().pop().expect("X's block id");
+    // other blocks meanwhile, so the newest block moves on
+    let gone = |another: &mut dyn FnMut(), limit: Duration| {
+        wait_for(limit, || {
+            another();
+            (!ids().contains(&x)).then_some(())
+        })
+    };
+    assert!(
+        gone(&mut another, Duration::from_secs(20)).is_some(),
+        "X's id left the window"
+    );
+    insert("1\tx\n");
+    let made = std::time::SystemTime::now();
+    let ctime = r.query(
+        0,
+        &format!(
+            "SELECT toUnixTimestamp(ctime) FROM system.zookeeper WHERE path = '/clickhouse/tables/repro/blocks' AND name = '{x}'"
+        ),
+    );
+    let ctime = Duration::from_secs(ctime.trim().parse().expect("X's id is there again, with a ctime"));
+    let age = made
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .saturating_sub(ctime);
+    // inside the window of the second insert (3 s), whether or not the
+    // cleanup removed X's id again
+    let _ = gone(&mut another, Duration::from_millis(2200));
+    insert("1\tx\n");
+    let copies = r
+        .query(0, "SELECT count() FROM repro WHERE id = 1")
+        .trim()
+        .parse()
+        .unwrap();
+    (copies, age)
+}
+
+/// A finding on ClickHouse 18.16, reproduced on both coordinators: its
+/// cleanup keeps each block id's creation time in a cache, and a block id
+/// made again right after the pass that removed it is judged by the old
+/// time on the next pass — removed inside its window, so a retry then is
+/// not deduplicated (3 copies where the window allows 2). The id's own
+/// ctime is fresh on drift's keeper as on ZooKeeper: the coordinators
+/// agree, the stale time is the server's. (Upstream fixed the cache in
+/// 19.x.) It is what the insert-retry campaigns' `duplicate` findings on
+/// `--target clickhouse` were read down to.
+#[test]
+fn clickhouse_18_16_removes_a_block_id_made_again_right_after_its_cleanup_on_either_coordinator() {
+    if !have_clickhouse() {
+        return;
+    }
+    let have_zk = Path::new("/usr/share/java/zookeeper.jar").exists();
+    assert!(
+        have_zk || std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+        "zookeeper is not installed, and DRIFT_REQUIRE_DEPS is set"
+    );
+    let c = Cluster::up_raw("ch-recreated", 21660, &["--target", "clickhouse"]);
+    let version = Replicas::of(&c).query(0, "SELECT version()");
+    if !version.starts_with("18.") {
+        eprintln!(
+            "NOT RUN: the finding is of ClickHouse 18.16, this is {}",
+            version.trim()
+        );
+        return;
+    }
+    let (copies, age) = insert_a_block_again_right_after_its_cleanup(&c);
+    assert!(
+        age <= Duration::from_secs(2),
+        "the keeper's ctime of the re-made id is fresh: {age:?} old"
+    );
+    assert_eq!(
+        copies, 3,
+        "ClickHouse 18.16 on the keeper: the third insert is not deduplicated"
+    );
+    drop(c);
+    if !have_zk {
+        eprintln!("NOT RUN (the ZooKeeper half): Apache ZooKeeper is not installed");
+        return;
+    }
+    let z = Cluster::up_raw(
+        "ch-recreated-zk",
+        21680,
+        &["--target", "clickhouse", "--coordinator", "zookeeper"],
+    );
+    let (copies, age) = insert_a_block_again_right_after_its_cleanup(&z);
+    assert!(
+        age <= Duration::from_secs(2),
+        "ZooKeeper's ctime of the re-made id: {age:?} old"
+    );
+    assert_eq!(copies, 3, "ClickHouse 18.16 on ZooKeeper does the same");
+}

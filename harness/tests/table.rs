@@ -607,6 +607,37 @@ fn bad_queries_get_clickhouse_errors() {
     t.assert_rows_everywhere(&[1, 2, 3], &["7:v:-1", "8:t:2"]);
 }
 
+/// clickhouse-connect, ClickHouse's own Python client, with its defaults:
+/// it connects, reads the settings, describes the table, inserts in
+/// Native (lz4, zstd and plain bodies), and reads in Native, JSON,
+/// RowBinary and TabSeparated (`ci/clickhouse_connect_check.py`).
+#[test]
+fn clickhouse_connect_connects_inserts_and_queries_unchanged() {
+    if !common::cluster::have_python_module("clickhouse_connect") {
+        return;
+    }
+    let t = Table::up("tbl-chconnect", 22290, &[]);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/clickhouse_connect_check.py");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(t.http_addr(1).to_string())
+        .arg(t.http_addr(2).to_string())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "clickhouse-connect checks failed:\n{text}");
+    assert_eq!(text.matches("ok: ").count(), 15, "every check ran:\n{text}");
+    // what the client sent was stored as written: read it back by hand
+    t.assert_rows_everywhere(
+        &[1, 2, 3],
+        &["1:a:-1", "2:b\\tc:2", &format!("3::{}", i64::MIN), "10:z:10", "11:p:11"],
+    );
+}
+
 #[test]
 fn the_table_runs_the_same_on_apache_zookeeper() {
     if !common::have_zookeeper() {

@@ -13,7 +13,7 @@
 //! cleared to the head of a list, in one pool, of the indeterminate-bit
 //! sets recorded for it.
 
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher as FxBuild;
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 

@@ -103,7 +103,7 @@ struct Values {
     ids: HashMap<String, u32>,
     /// Integers seen, by value: most histories' values are integers, and
     /// this spares writing and hashing their text.
-    ints: HashMap<i64, u32, crate::fxhash::FxBuild>,
+    ints: HashMap<i64, u32, rustc_hash::FxBuildHasher>,
     shown: Vec<Shown>,
 }
 
@@ -158,7 +158,7 @@ impl Values {
 
 /// Interned ops of one model.
 struct Ops<T> {
-    ids: HashMap<T, u32, crate::fxhash::FxBuild>,
+    ids: HashMap<T, u32, rustc_hash::FxBuildHasher>,
     list: Vec<T>,
 }
 

@@ -18,7 +18,7 @@
 
 use super::model::Shape;
 use super::problem::LinOp;
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher as FxBuild;
 use std::collections::HashMap;
 
 /// Most ops leaving the value a proof lists beside it.

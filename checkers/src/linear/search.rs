@@ -150,7 +150,7 @@ fn run<M: Model, const W: usize>(p: &Problem, m: &mut M, starts: &[Start], limit
         states: Vec::new(),
     };
     let mut ends: Vec<Start> = Vec::new();
-    let mut end_seen: std::collections::HashSet<(u32, [u64; W]), crate::fxhash::FxBuild> = Default::default();
+    let mut end_seen: std::collections::HashSet<(u32, [u64; W]), rustc_hash::FxBuildHasher> = Default::default();
     let info_bits = p.info_invoke.len() as u32;
     let unknown = |reason: String, deepest: &Deepest, configurations: u64| Search {
         outcome: Outcome::Unknown {

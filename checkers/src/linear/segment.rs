@@ -34,7 +34,7 @@
 use super::model::{Model, Shape};
 use super::problem::{LinOp, Problem};
 use super::search::{search_from, Limits, Outcome, Start};
-use crate::fxhash::FxBuild;
+use rustc_hash::FxBuildHasher as FxBuild;
 use std::collections::HashMap;
 
 /// Fewest ok ops a part holds before a cut ends it: small parts cost a
@@ -303,7 +303,7 @@ pub(crate) fn starts_for(p: &Problem, ops: &[LinOp], entries: &[Entry]) -> Vec<S
             })
             .collect();
     }
-    let mut bit_of: HashMap<u32, u32, FxBuild> = HashMap::with_capacity_and_hasher(p.info_op.len(), FxBuild::default());
+    let mut bit_of: HashMap<u32, u32, FxBuild> = HashMap::with_capacity_and_hasher(p.info_op.len(), FxBuild);
     for (j, &local) in p.info_op.iter().enumerate() {
         bit_of.insert(ops[local as usize].id, j as u32);
     }

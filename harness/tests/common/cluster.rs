@@ -264,12 +264,18 @@ pub fn persistent() -> zk::CreateOptions<'static> {
 /// and fails instead where `DRIFT_REQUIRE_DEPS` is set (ci/test installs
 /// kazoo, so there a missing kazoo is a broken set-up).
 pub fn have_kazoo() -> bool {
+    have_python_module("kazoo")
+}
+
+/// Whether python3 can import `module` (a client ci/test installs), as
+/// [`have_kazoo`] judges it.
+pub fn have_python_module(module: &str) -> bool {
     let have = Command::new("python3")
-        .args(["-c", "import kazoo"])
+        .args(["-c", &format!("import {module}")])
         .status()
         .is_ok_and(|s| s.success());
     if !have {
-        let why = "python3 with kazoo is missing (ci/test installs it)";
+        let why = format!("python3 with {module} is missing (ci/test installs it)");
         assert!(
             std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
             "{why}, and DRIFT_REQUIRE_DEPS is set"

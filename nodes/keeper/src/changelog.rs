@@ -19,7 +19,6 @@
 
 use crate::disk::Disk;
 use std::collections::VecDeque;
-use std::fmt;
 
 pub const PREFIX: &str = "changelog_";
 const SUFFIX: &str = ".bin";
@@ -60,35 +59,21 @@ impl Default for Config {
     }
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ChangelogError {
+    #[error("changelog {file}: {error}")]
     Io {
         file: String,
+        #[source]
         error: std::io::Error,
     },
     /// Damage that cannot be a torn tail.
-    Corrupt {
-        file: String,
-        offset: u64,
-        reason: String,
-    },
+    #[error("changelog {file} is corrupt at offset {offset}: {reason}")]
+    Corrupt { file: String, offset: u64, reason: String },
     /// A caller error: a gap, an overwrite below the start, an oversized entry.
+    #[error("changelog: {0}")]
     Invalid(String),
 }
-
-impl fmt::Display for ChangelogError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ChangelogError::Io { file, error } => write!(f, "changelog {file}: {error}"),
-            ChangelogError::Corrupt { file, offset, reason } => {
-                write!(f, "changelog {file} is corrupt at offset {offset}: {reason}")
-            }
-            ChangelogError::Invalid(s) => write!(f, "changelog: {s}"),
-        }
-    }
-}
-
-impl std::error::Error for ChangelogError {}
 
 /// A torn tail found and cut off at open.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,22 +3,13 @@
 //! with bounds so malformed input is an error, never a panic or a huge
 //! allocation.
 
-use std::fmt;
-
 /// Why bytes could not be decoded, and where (offset into the input).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("at byte {offset}: {reason}")]
 pub struct DecodeError {
     pub offset: usize,
     pub reason: String,
 }
-
-impl fmt::Display for DecodeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "at byte {}: {}", self.offset, self.reason)
-    }
-}
-
-impl std::error::Error for DecodeError {}
 
 #[derive(Default)]
 pub struct Writer {

@@ -10,7 +10,6 @@
 
 use crate::acl::{Acl, Id};
 use crate::node::Stat;
-use std::fmt;
 
 /// Largest frame accepted: ZooKeeper's default `jute.maxbuffer` (1 MiB)
 /// plus room for the request around the data.
@@ -18,19 +17,12 @@ pub const FRAME_BYTES_MAX: usize = (1 << 20) + (64 << 10);
 /// Most items in one vector (children, ACL entries, watches, multi ops).
 pub const VECTOR_ITEMS_MAX: usize = 1 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed packet at byte {offset}: {reason}")]
 pub struct JuteError {
     pub offset: usize,
     pub reason: String,
 }
-
-impl fmt::Display for JuteError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "malformed packet at byte {}: {}", self.offset, self.reason)
-    }
-}
-
-impl std::error::Error for JuteError {}
 
 pub type Result<T> = std::result::Result<T, JuteError>;
 

@@ -16,7 +16,6 @@ use crate::acl::{Acl, ACL_ENTRIES_MAX, ACL_ID_BYTES_MAX};
 use crate::node::DATA_BYTES_MAX;
 use crate::path::PATH_BYTES_MAX;
 use crate::request::{Op, Write, MULTI_OPS_MAX};
-use std::fmt;
 
 /// Most bytes one write's log encoding may take: twice the largest client
 /// frame, so nothing a client can send comes near it, and well inside a
@@ -25,21 +24,14 @@ use std::fmt;
 pub const WRITE_BYTES_MAX: usize = 2 * crate::jute::FRAME_BYTES_MAX;
 
 /// A field of a write over its limit.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field} of {len} exceeds the limit of {max}")]
 pub struct OverLimit {
     /// What is too large: `path`, `data`, `acl entries`, `acl id`, …
     pub field: &'static str,
     pub len: usize,
     pub max: usize,
 }
-
-impl fmt::Display for OverLimit {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} of {} exceeds the limit of {}", self.field, self.len, self.max)
-    }
-}
-
-impl std::error::Error for OverLimit {}
 
 fn within(field: &'static str, len: usize, max: usize) -> Result<(), OverLimit> {
     if len > max {

@@ -24,55 +24,19 @@ use std::cell::Cell;
 
 /// The Raft log's storage failed: the changelog, the hard state file, or
 /// the entries it holds.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    Changelog(ChangelogError),
-    Io {
-        file: &'static str,
-        source: std::io::Error,
-    },
+    #[error("changelog: {0}")]
+    Changelog(#[from] ChangelogError),
+    #[error("{file}: {source}")]
+    Io { file: &'static str, source: std::io::Error },
+    #[error("{0} is corrupt")]
     Corrupt(&'static str),
     /// An entry read back from the log does not parse.
-    Entry {
-        index: u64,
-        reason: String,
-    },
-    Raft(raft::Error),
-}
-
-impl std::fmt::Display for StoreError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreError::Changelog(e) => write!(f, "changelog: {e}"),
-            StoreError::Io { file, source } => write!(f, "{file}: {source}"),
-            StoreError::Corrupt(file) => write!(f, "{file} is corrupt"),
-            StoreError::Entry { index, reason } => write!(f, "log entry {index}: {reason}"),
-            StoreError::Raft(e) => write!(f, "raft: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            StoreError::Changelog(e) => Some(e),
-            StoreError::Io { source, .. } => Some(source),
-            StoreError::Raft(e) => Some(e),
-            _ => None,
-        }
-    }
-}
-
-impl From<ChangelogError> for StoreError {
-    fn from(e: ChangelogError) -> Self {
-        StoreError::Changelog(e)
-    }
-}
-
-impl From<raft::Error> for StoreError {
-    fn from(e: raft::Error) -> Self {
-        StoreError::Raft(e)
-    }
+    #[error("log entry {index}: {reason}")]
+    Entry { index: u64, reason: String },
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
 }
 
 pub const HARD_STATE: &str = "raft_state";

@@ -29,7 +29,6 @@ use crate::path::{self, PATH_BYTES_MAX};
 use crate::request::decode_acl;
 use crate::state::{Session, State};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::Arc;
 
 pub const PREFIX: &str = "snapshot_";
@@ -55,49 +54,31 @@ pub struct SnapshotMeta {
     pub digest: Digest,
 }
 
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    #[error("snapshot {file}: {error}")]
     Io {
         file: String,
+        #[source]
         error: std::io::Error,
     },
-    Corrupt {
-        file: String,
-        offset: u64,
-        reason: String,
-    },
-    UnsupportedVersion {
-        file: String,
-        version: u8,
-    },
+    #[error("snapshot {file} is corrupt at offset {offset}: {reason}")]
+    Corrupt { file: String, offset: u64, reason: String },
+    #[error(
+        "snapshot {file} has format version {version}, newer than this build reads ({}); refusing to load it",
+        FORMAT_VERSION
+    )]
+    UnsupportedVersion { file: String, version: u8 },
+    #[error(
+        "snapshot {file} carries digest {:#018x} but its tree hashes to {computed:#018x}; refusing to load it",
+        .stored.value
+    )]
     DigestMismatch {
         file: String,
         stored: Digest,
         computed: u64,
     },
 }
-
-impl fmt::Display for SnapshotError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SnapshotError::Io { file, error } => write!(f, "snapshot {file}: {error}"),
-            SnapshotError::Corrupt { file, offset, reason } => {
-                write!(f, "snapshot {file} is corrupt at offset {offset}: {reason}")
-            }
-            SnapshotError::UnsupportedVersion { file, version } => write!(
-                f,
-                "snapshot {file} has format version {version}, newer than this build reads ({FORMAT_VERSION}); refusing to load it"
-            ),
-            SnapshotError::DigestMismatch { file, stored, computed } => write!(
-                f,
-                "snapshot {file} carries digest {:#018x} but its tree hashes to {computed:#018x}; refusing to load it",
-                stored.value
-            ),
-        }
-    }
-}
-
-impl std::error::Error for SnapshotError {}
 
 pub fn file_name(last_index: u64, last_term: u64) -> String {
     format!("{PREFIX}{last_index:020}_{last_term:020}{SUFFIX}")

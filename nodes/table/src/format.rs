@@ -16,6 +16,27 @@
 //! or on the wire — is refused before a part is decoded, never installed.
 
 use crate::block::{Block, ColumnData};
+
+/// Why a part's files are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartError {
+    /// A file the part must have is not there.
+    #[error("file {0} is missing")]
+    Missing(String),
+    /// A file no part of the schema has.
+    #[error("unexpected file {0}")]
+    Unexpected(String),
+    /// A file whose bytes are not what they must be.
+    #[error("{file}: {why}")]
+    Bad { file: String, why: String },
+}
+
+fn bad(file: &str, why: impl Into<String>) -> PartError {
+    PartError::Bad {
+        file: file.to_string(),
+        why: why.into(),
+    }
+}
 use crate::hash::{sip128, Sip128};
 use crate::schema::{ColumnType, Schema};
 use std::collections::BTreeMap;
@@ -73,10 +94,10 @@ impl Checksums {
         s.into_bytes()
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<Checksums, String> {
-        let text = std::str::from_utf8(bytes).map_err(|_| format!("{CHECKSUMS}: not UTF-8"))?;
+    pub fn decode(bytes: &[u8]) -> Result<Checksums, PartError> {
+        let text = std::str::from_utf8(bytes).map_err(|_| bad(CHECKSUMS, "not UTF-8"))?;
         let Some(body_end) = text.rfind("total: ") else {
-            return Err(format!("{CHECKSUMS}: no total line (truncated?)"));
+            return Err(bad(CHECKSUMS, "no total line (truncated?)"));
         };
         let (body, total) = text.split_at(body_end);
         let want = total
@@ -84,19 +105,19 @@ impl Checksums {
             .and_then(|t| t.strip_suffix('\n'))
             .filter(|t| t.len() == 32)
             .and_then(|t| u128::from_str_radix(t, 16).ok())
-            .ok_or(format!("{CHECKSUMS}: bad total line"))?;
+            .ok_or_else(|| bad(CHECKSUMS, "bad total line"))?;
         if sip128(body.as_bytes()) != want {
-            return Err(format!("{CHECKSUMS}: its total does not match its lines"));
+            return Err(bad(CHECKSUMS, "its total does not match its lines"));
         }
         let mut lines = body.lines();
         if lines.next() != Some("checksums format version: 1") {
-            return Err(format!("{CHECKSUMS}: unknown format version"));
+            return Err(bad(CHECKSUMS, "unknown format version"));
         }
         let count: usize = lines
             .next()
             .and_then(|l| l.strip_suffix(" files:"))
             .and_then(|n| n.parse().ok())
-            .ok_or(format!("{CHECKSUMS}: bad file count line"))?;
+            .ok_or_else(|| bad(CHECKSUMS, "bad file count line"))?;
         let mut files = BTreeMap::new();
         for line in lines {
             let f: Vec<&str> = line.split('\t').collect();
@@ -108,11 +129,11 @@ impl Checksums {
                     .map(|(size, hash)| (name.to_string(), FileSum { size, hash })),
                 _ => None,
             };
-            let (name, sum) = parsed.ok_or_else(|| format!("{CHECKSUMS}: bad line {line:?}"))?;
+            let (name, sum) = parsed.ok_or_else(|| bad(CHECKSUMS, format!("bad line {line:?}")))?;
             files.insert(name, sum);
         }
         if files.len() != count {
-            return Err(format!("{CHECKSUMS}: says {count} files, lists {}", files.len()));
+            return Err(bad(CHECKSUMS, format!("says {count} files, lists {}", files.len())));
         }
         Ok(Checksums { files })
     }
@@ -158,9 +179,9 @@ fn encode_column(c: &ColumnData) -> Vec<u8> {
     out
 }
 
-fn decode_column(name: &str, ty: ColumnType, bytes: &[u8], rows: usize) -> Result<ColumnData, String> {
-    let bad = |why: String| format!("{}: {why}", column_file(name));
-    let fixed = |width: usize| -> Result<Vec<[u8; 8]>, String> {
+fn decode_column(name: &str, ty: ColumnType, bytes: &[u8], rows: usize) -> Result<ColumnData, PartError> {
+    let bad = |why: String| bad(&column_file(name), why);
+    let fixed = |width: usize| -> Result<Vec<[u8; 8]>, PartError> {
         if bytes.len() != rows * width {
             return Err(bad(format!("{} bytes for {rows} rows", bytes.len())));
         }
@@ -238,40 +259,47 @@ pub fn part_file_names(schema: &Schema) -> Vec<String> {
 
 /// Checks that `files` are exactly a part of `schema` whose every file
 /// matches `checksums.txt`; returns the checksums.
-pub fn verify(schema: &Schema, files: &BTreeMap<String, Vec<u8>>) -> Result<Checksums, String> {
-    let sums = Checksums::decode(files.get(CHECKSUMS).ok_or(format!("no {CHECKSUMS}"))?)?;
+pub fn verify(schema: &Schema, files: &BTreeMap<String, Vec<u8>>) -> Result<Checksums, PartError> {
+    let sums = Checksums::decode(
+        files
+            .get(CHECKSUMS)
+            .ok_or_else(|| PartError::Missing(CHECKSUMS.into()))?,
+    )?;
     let expected = part_file_names(schema);
     let listed: Vec<&String> = sums.files.keys().collect();
     let want: Vec<&String> = expected.iter().filter(|n| n.as_str() != CHECKSUMS).collect();
     if listed != want {
-        return Err(format!("{CHECKSUMS} lists {listed:?}, the schema has {want:?}"));
+        return Err(bad(CHECKSUMS, format!("lists {listed:?}, the schema has {want:?}")));
     }
     for (name, sum) in &sums.files {
-        let bytes = files.get(name).ok_or(format!("file {name} is missing"))?;
+        let bytes = files.get(name).ok_or_else(|| PartError::Missing(name.clone()))?;
         if bytes.len() as u64 != sum.size {
-            return Err(format!("{name}: {} bytes, {CHECKSUMS} says {}", bytes.len(), sum.size));
+            return Err(bad(
+                name,
+                format!("{} bytes, {CHECKSUMS} says {}", bytes.len(), sum.size),
+            ));
         }
         if sip128(bytes) != sum.hash {
-            return Err(format!("{name}: checksum mismatch"));
+            return Err(bad(name, "checksum mismatch"));
         }
     }
     if let Some(extra) = files.keys().find(|n| !expected.contains(n)) {
-        return Err(format!("unexpected file {extra}"));
+        return Err(PartError::Unexpected(extra.clone()));
     }
     if files[COLUMNS] != encode_columns(schema) {
-        return Err(format!("{COLUMNS} does not match the table's columns"));
+        return Err(bad(COLUMNS, "does not match the table's columns"));
     }
     Ok(sums)
 }
 
 /// Verifies and decodes a part's rows.
-pub fn decode_part(schema: &Schema, files: &BTreeMap<String, Vec<u8>>) -> Result<Block, String> {
+pub fn decode_part(schema: &Schema, files: &BTreeMap<String, Vec<u8>>) -> Result<Block, PartError> {
     verify(schema, files)?;
     let rows: usize = std::str::from_utf8(&files[COUNT])
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .filter(|&n| n <= ROWS_MAX)
-        .ok_or(format!("{COUNT}: not a row count"))?;
+        .ok_or_else(|| bad(COUNT, "not a row count"))?;
     let mut columns = Vec::with_capacity(schema.columns.len());
     for c in &schema.columns {
         columns.push(decode_column(&c.name, c.ty, &files[&column_file(&c.name)], rows)?);

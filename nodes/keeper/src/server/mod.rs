@@ -231,51 +231,22 @@ impl SnapshotJob {
 }
 
 /// Why a server could not open its storage.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum OpenError {
+    #[error("node id {0} is not in the cluster")]
     UnknownId(u64),
-    Store(StoreError),
-    Snapshot(SnapshotError),
-    Raft(raft::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
     /// The hard state says entries are committed past the log's end: the
     /// log lost entries this server counted as committed.
-    LostCommitted {
-        commit: u64,
-        last: u64,
-    },
-}
-
-impl std::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            OpenError::UnknownId(id) => write!(f, "node id {id} is not in the cluster"),
-            OpenError::Store(e) => write!(f, "{e}"),
-            OpenError::Snapshot(e) => write!(f, "{e}"),
-            OpenError::Raft(e) => write!(f, "raft: {e}"),
-            OpenError::LostCommitted { commit, last } => write!(
-                f,
-                "the hard state has entries committed to index {commit}, the log and snapshot end at {last}: committed entries are missing"
-            ),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
-
-impl From<StoreError> for OpenError {
-    fn from(e: StoreError) -> Self {
-        OpenError::Store(e)
-    }
-}
-impl From<SnapshotError> for OpenError {
-    fn from(e: SnapshotError) -> Self {
-        OpenError::Snapshot(e)
-    }
-}
-impl From<raft::Error> for OpenError {
-    fn from(e: raft::Error) -> Self {
-        OpenError::Raft(e)
-    }
+    #[error(
+        "the hard state has entries committed to index {commit}, the log and snapshot end at {last}: committed entries are missing"
+    )]
+    LostCommitted { commit: u64, last: u64 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,31 +22,24 @@ use zookeeper_client as zk;
 /// How long one request may take before its outcome counts as unknown.
 pub const OP_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ZkErr {
+    #[error("no node")]
     NoNode,
+    #[error("node exists")]
     NodeExists,
+    #[error("bad version")]
     BadVersion,
+    #[error("node not empty")]
     NotEmpty,
     /// The outcome is unknown.
+    #[error("outcome unknown: {0}")]
     Lost(String),
     /// No live session.
+    #[error("no coordinator session")]
     NoSession,
+    #[error("{0}")]
     Other(String),
-}
-
-impl std::fmt::Display for ZkErr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ZkErr::NoNode => f.write_str("no node"),
-            ZkErr::NodeExists => f.write_str("node exists"),
-            ZkErr::BadVersion => f.write_str("bad version"),
-            ZkErr::NotEmpty => f.write_str("node not empty"),
-            ZkErr::Lost(why) => write!(f, "outcome unknown: {why}"),
-            ZkErr::NoSession => f.write_str("no coordinator session"),
-            ZkErr::Other(why) => f.write_str(why),
-        }
-    }
 }
 
 impl From<zk::Error> for ZkErr {

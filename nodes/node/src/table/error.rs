@@ -6,8 +6,6 @@
 //! the dedup checker, which tells definite failures from indeterminate
 //! ones by code) reads them the same way.
 
-use std::fmt;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Code(pub u32, pub &'static str);
 
@@ -22,6 +20,7 @@ pub const UNKNOWN_TABLE: Code = Code(60, "UNKNOWN_TABLE");
 pub const SYNTAX_ERROR: Code = Code(62, "SYNTAX_ERROR");
 pub const UNKNOWN_FORMAT: Code = Code(73, "UNKNOWN_FORMAT");
 pub const UNKNOWN_DATABASE: Code = Code(81, "UNKNOWN_DATABASE");
+pub const UNKNOWN_COMPRESSION_METHOD: Code = Code(89, "UNKNOWN_COMPRESSION_METHOD");
 pub const UNKNOWN_SETTING: Code = Code(115, "UNKNOWN_SETTING");
 pub const INCORRECT_DATA: Code = Code(117, "INCORRECT_DATA");
 pub const TIMEOUT_EXCEEDED: Code = Code(159, "TIMEOUT_EXCEEDED");
@@ -29,12 +28,14 @@ pub const READONLY: Code = Code(164, "READONLY");
 pub const NO_ZOOKEEPER: Code = Code(225, "NO_ZOOKEEPER");
 pub const NO_REPLICA_HAS_PART: Code = Code(234, "NO_REPLICA_HAS_PART");
 pub const TABLE_IS_READ_ONLY: Code = Code(242, "TABLE_IS_READ_ONLY");
+pub const CANNOT_DECOMPRESS: Code = Code(271, "CANNOT_DECOMPRESS");
 pub const TOO_FEW_LIVE_REPLICAS: Code = Code(285, "TOO_FEW_LIVE_REPLICAS");
 pub const UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE: Code = Code(286, "UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE");
 pub const UNKNOWN_STATUS_OF_INSERT: Code = Code(319, "UNKNOWN_STATUS_OF_INSERT");
 pub const KEEPER_EXCEPTION: Code = Code(999, "KEEPER_EXCEPTION");
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Code: {}. {message} ({})", .code.0, .code.1)]
 pub struct TableError {
     pub code: Code,
     pub message: String,
@@ -54,6 +55,7 @@ impl TableError {
             27 | 36 | 43 | 62 | 117 => 400,
             164 => 403,
             47 | 60 | 73 | 81 | 115 => 404,
+            89 | 271 => 400,
             48 => 501,
             _ => 500,
         }
@@ -70,14 +72,6 @@ impl TableError {
         )
     }
 }
-
-impl fmt::Display for TableError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Code: {}. {} ({})", self.code.0, self.message, self.code.1)
-    }
-}
-
-impl std::error::Error for TableError {}
 
 pub type TResult<T> = Result<T, TableError>;
 

@@ -1,12 +1,16 @@
-//! Rows in and out, in ClickHouse's text formats.
+//! Rows in and out, in ClickHouse's formats.
 //!
 //! In: `JSONEachRow` (one object per line; omitted columns take their
 //! type's default; an unknown key is an error, as ClickHouse does without
-//! `input_format_skip_unknown_fields`; numbers may come quoted) and
-//! `TabSeparated` (ClickHouse's escapes: `\t \n \\ \0 \' \b \f \r`).
-//! Out: `JSONEachRow`, `JSONCompactEachRow`, `TabSeparated`,
-//! `TabSeparatedWithNames`, `CSV`. 64-bit integers are quoted in JSON
-//! unless `output_format_json_quote_64bit_integers=0`, as in ClickHouse.
+//! `input_format_skip_unknown_fields`; numbers may come quoted),
+//! `JSONCompactEachRow`, `TabSeparated` (ClickHouse's escapes:
+//! `\t \n \\ \0 \' \b \f \r`), `TabSeparatedWithNames`, `CSV`, and the
+//! binary `Native`, `RowBinary` and `RowBinaryWithNamesAndTypes`
+//! (`binary.rs`).
+//! Out: the same, and `TabSeparatedWithNamesAndTypes` and `JSON` (the
+//! object with `meta`, `data` and `rows` that clients read a result's
+//! column types from). 64-bit integers are quoted in JSON unless
+//! `output_format_json_quote_64bit_integers=0`, as in ClickHouse.
 
 use super::error::{TResult, TableError, CANNOT_PARSE_INPUT, INCORRECT_DATA, UNKNOWN_FORMAT};
 use drift_table::schema::{ColumnType, Schema, Value};
@@ -20,7 +24,12 @@ pub enum Format {
     JsonCompactEachRow,
     TabSeparated,
     TabSeparatedWithNames,
+    TabSeparatedWithNamesAndTypes,
     Csv,
+    Json,
+    Native,
+    RowBinary,
+    RowBinaryWithNamesAndTypes,
 }
 
 impl Format {
@@ -30,20 +39,48 @@ impl Format {
             "JSONCompactEachRow" => Format::JsonCompactEachRow,
             "TabSeparated" | "TSV" => Format::TabSeparated,
             "TabSeparatedWithNames" | "TSVWithNames" => Format::TabSeparatedWithNames,
+            "TabSeparatedWithNamesAndTypes" | "TSVWithNamesAndTypes" => Format::TabSeparatedWithNamesAndTypes,
             "CSV" => Format::Csv,
+            "JSON" => Format::Json,
+            "Native" => Format::Native,
+            "RowBinary" => Format::RowBinary,
+            "RowBinaryWithNamesAndTypes" => Format::RowBinaryWithNamesAndTypes,
             other => {
                 return Err(TableError::new(
                     UNKNOWN_FORMAT,
-                    format!("Unknown format {other} (drift has JSONEachRow, JSONCompactEachRow, TabSeparated, TabSeparatedWithNames, CSV)"),
+                    format!(
+                        "Unknown format {other} (drift has JSONEachRow, JSONCompactEachRow, JSON, TabSeparated, \
+                         TabSeparatedWithNames, TabSeparatedWithNamesAndTypes, CSV, Native, RowBinary, \
+                         RowBinaryWithNamesAndTypes)"
+                    ),
                 ))
             }
         })
     }
 
+    /// The name ClickHouse gives the format (the `X-ClickHouse-Format`
+    /// header of a result).
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::JsonEachRow => "JSONEachRow",
+            Format::JsonCompactEachRow => "JSONCompactEachRow",
+            Format::TabSeparated => "TabSeparated",
+            Format::TabSeparatedWithNames => "TabSeparatedWithNames",
+            Format::TabSeparatedWithNamesAndTypes => "TabSeparatedWithNamesAndTypes",
+            Format::Csv => "CSV",
+            Format::Json => "JSON",
+            Format::Native => "Native",
+            Format::RowBinary => "RowBinary",
+            Format::RowBinaryWithNamesAndTypes => "RowBinaryWithNamesAndTypes",
+        }
+    }
+
     pub fn content_type(self) -> &'static str {
         match self {
             Format::JsonEachRow | Format::JsonCompactEachRow => "application/x-ndjson; charset=UTF-8",
+            Format::Json => "application/json; charset=UTF-8",
             Format::Csv => "text/csv; charset=UTF-8",
+            Format::Native | Format::RowBinary | Format::RowBinaryWithNamesAndTypes => "application/octet-stream",
             _ => "text/tab-separated-values; charset=UTF-8",
         }
     }
@@ -122,7 +159,29 @@ fn check_rows(n: usize) -> TResult<()> {
 }
 
 /// Parses an insert's data into full rows (omitted columns defaulted).
-pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &str) -> TResult<Vec<Vec<Value>>> {
+pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8]) -> TResult<Vec<Vec<Value>>> {
+    match format {
+        Format::Native => return super::binary::read_native(schema, columns, data),
+        Format::RowBinary => return super::binary::read_row_binary(schema, columns, data, false),
+        Format::RowBinaryWithNamesAndTypes => return super::binary::read_row_binary(schema, columns, data, true),
+        Format::Json | Format::TabSeparatedWithNamesAndTypes => {
+            return Err(TableError::new(
+                super::error::NOT_IMPLEMENTED,
+                format!("drift reads no inserts in {} (it writes results in it)", format.name()),
+            ))
+        }
+        _ => {}
+    }
+    let data = std::str::from_utf8(data).map_err(|e| {
+        TableError::new(
+            CANNOT_PARSE_INPUT,
+            format!(
+                "Cannot parse input: {} data is not UTF-8 (at byte {})",
+                format.name(),
+                e.valid_up_to()
+            ),
+        )
+    })?;
     let blank = || -> Vec<Value> { schema.columns.iter().map(|c| default_of(c.ty)).collect() };
     let mut rows = Vec::new();
     match format {
@@ -172,7 +231,8 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &str
                 rows.push(row);
             }
         }
-        Format::TabSeparated | Format::TabSeparatedWithNames | Format::Csv => {
+        // TabSeparated, TabSeparatedWithNames, CSV: the others returned above
+        _ => {
             let mut lines = data.split('\n').enumerate().filter(|(_, l)| !l.is_empty()).peekable();
             if format == Format::TabSeparatedWithNames {
                 lines.next();
@@ -283,6 +343,18 @@ fn csv_fields(line: &str) -> Result<Vec<String>, String> {
 #[derive(Clone, Copy, Debug)]
 pub struct OutputOptions {
     pub quote_64bit: bool,
+    /// The client's protocol revision (`client_protocol_version`; 0 when
+    /// it names none): what a `Native` block carries besides the columns.
+    pub revision: u64,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        OutputOptions {
+            quote_64bit: true,
+            revision: 0,
+        }
+    }
 }
 
 fn json_cell(v: &Value, o: OutputOptions) -> serde_json::Value {
@@ -295,23 +367,56 @@ fn json_cell(v: &Value, o: OutputOptions) -> serde_json::Value {
     }
 }
 
-/// Writes a result: `names` are the output columns, `rows` their values.
-pub fn write_rows(format: Format, names: &[String], rows: &[Vec<Value>], o: OutputOptions) -> String {
+fn json_object(names: &[String], r: &[Value], o: OutputOptions, out: &mut String) {
+    // by hand: the columns keep their order (a JSON map would sort them)
+    out.push('{');
+    for (i, (n, v)) in names.iter().zip(r).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::Value::String(n.clone()).to_string());
+        out.push(':');
+        out.push_str(&json_cell(v, o).to_string());
+    }
+    out.push('}');
+}
+
+fn tsv_line(cells: impl Iterator<Item = String>, out: &mut String) {
+    for (i, c) in cells.enumerate() {
+        if i > 0 {
+            out.push('\t');
+        }
+        escape_tsv(&c, out);
+    }
+    out.push('\n');
+}
+
+/// Writes a result: `names` are the output columns, `types` their types,
+/// `rows` their values.
+pub fn write_rows(
+    format: Format,
+    names: &[String],
+    types: &[ColumnType],
+    rows: &[Vec<Value>],
+    o: OutputOptions,
+) -> TResult<Vec<u8>> {
     let mut out = String::new();
     match format {
+        Format::Native => {
+            let mut bytes = Vec::new();
+            super::binary::write_native(names, types, rows, o.revision, &mut bytes)?;
+            return Ok(bytes);
+        }
+        Format::RowBinary | Format::RowBinaryWithNamesAndTypes => {
+            let mut bytes = Vec::new();
+            let header = format == Format::RowBinaryWithNamesAndTypes;
+            super::binary::write_row_binary(names, types, rows, header, &mut bytes)?;
+            return Ok(bytes);
+        }
         Format::JsonEachRow => {
-            // by hand: the columns keep their order (a JSON map would sort them)
             for r in rows {
-                out.push('{');
-                for (i, (n, v)) in names.iter().zip(r).enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&serde_json::Value::String(n.clone()).to_string());
-                    out.push(':');
-                    out.push_str(&json_cell(v, o).to_string());
-                }
-                out.push_str("}\n");
+                json_object(names, r, o, &mut out);
+                out.push('\n');
             }
         }
         Format::JsonCompactEachRow => {
@@ -321,26 +426,32 @@ pub fn write_rows(format: Format, names: &[String], rows: &[Vec<Value>], o: Outp
                 out.push('\n');
             }
         }
-        Format::TabSeparated | Format::TabSeparatedWithNames => {
-            if format == Format::TabSeparatedWithNames {
-                let mut line = String::new();
-                for (i, n) in names.iter().enumerate() {
-                    if i > 0 {
-                        line.push('\t');
-                    }
-                    escape_tsv(n, &mut line);
-                }
-                out.push_str(&line);
-                out.push('\n');
+        Format::Json => {
+            out.push_str("{\n\t\"meta\":\n\t[");
+            for (i, (n, t)) in names.iter().zip(types).enumerate() {
+                out.push_str(if i > 0 { ",\n\t\t" } else { "\n\t\t" });
+                out.push_str(&serde_json::json!({"name": n, "type": t.name()}).to_string());
+            }
+            out.push_str("\n\t],\n\t\"data\":\n\t[");
+            for (i, r) in rows.iter().enumerate() {
+                out.push_str(if i > 0 { ",\n\t\t" } else { "\n\t\t" });
+                json_object(names, r, o, &mut out);
+            }
+            out.push_str(&format!(
+                "\n\t],\n\t\"rows\": {},\n\t\"statistics\": {{\"elapsed\": 0, \"rows_read\": {}, \"bytes_read\": 0}}\n}}\n",
+                rows.len(),
+                rows.len()
+            ));
+        }
+        Format::TabSeparated | Format::TabSeparatedWithNames | Format::TabSeparatedWithNamesAndTypes => {
+            if format != Format::TabSeparated {
+                tsv_line(names.iter().cloned(), &mut out);
+            }
+            if format == Format::TabSeparatedWithNamesAndTypes {
+                tsv_line(types.iter().map(|t| t.name().to_string()), &mut out);
             }
             for r in rows {
-                for (i, v) in r.iter().enumerate() {
-                    if i > 0 {
-                        out.push('\t');
-                    }
-                    escape_tsv(&v.to_string(), &mut out);
-                }
-                out.push('\n');
+                tsv_line(r.iter().map(|v| v.to_string()), &mut out);
             }
         }
         Format::Csv => {
@@ -357,7 +468,7 @@ pub fn write_rows(format: Format, names: &[String], rows: &[Vec<Value>], o: Outp
             }
         }
     }
-    out
+    Ok(out.into_bytes())
 }
 
 #[cfg(test)]
@@ -376,15 +487,15 @@ mod tests {
             &s,
             Format::JsonEachRow,
             &[0, 1],
-            "{\"id\":1,\"s\":\"a\"}\n{\"id\":\"2\"}\n",
+            b"{\"id\":1,\"s\":\"a\"}\n{\"id\":\"2\"}\n",
         )
         .unwrap();
         assert_eq!(rows[1], vec![Value::UInt64(2), Value::String(String::new())]);
-        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], "{\"id\":1,\"x\":2}").unwrap_err();
+        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], b"{\"id\":1,\"x\":2}").unwrap_err();
         assert_eq!(e.code, INCORRECT_DATA);
-        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], "{\"id\":-1}").unwrap_err();
+        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], b"{\"id\":-1}").unwrap_err();
         assert!(e.message.contains("row 1: column id"), "{}", e.message);
-        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], "{\"id\":1}\n{\"id\":").unwrap_err();
+        let e = parse_rows(&s, Format::JsonEachRow, &[0, 1], b"{\"id\":1}\n{\"id\":").unwrap_err();
         assert!(e.message.contains("row 2"), "{}", e.message);
     }
 
@@ -395,14 +506,16 @@ mod tests {
         let text = write_rows(
             Format::TabSeparated,
             &["id".into(), "s".into()],
+            &[ColumnType::UInt64, ColumnType::String],
             &rows,
-            OutputOptions { quote_64bit: false },
-        );
-        assert_eq!(text, "7\ta\\tb\\nc\\\\d\n");
+            OutputOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(text, b"7\ta\\tb\\nc\\\\d\n");
         assert_eq!(parse_rows(&s, Format::TabSeparated, &[0, 1], &text).unwrap(), rows);
-        let e = parse_rows(&s, Format::TabSeparated, &[0, 1], "1\n").unwrap_err();
+        let e = parse_rows(&s, Format::TabSeparated, &[0, 1], b"1\n").unwrap_err();
         assert!(e.message.contains("1 fields for 2 columns"), "{}", e.message);
-        let csv = parse_rows(&s, Format::Csv, &[0, 1], "3,\"x,\"\"y\"\"\"\n").unwrap();
+        let csv = parse_rows(&s, Format::Csv, &[0, 1], b"3,\"x,\"\"y\"\"\"\n").unwrap();
         assert_eq!(csv[0][1], Value::String("x,\"y\"".into()));
     }
 
@@ -410,13 +523,30 @@ mod tests {
     fn json_output_quotes_64bit_integers_unless_asked_not_to() {
         let rows = vec![vec![Value::UInt64(7), Value::String("x".into())]];
         let names = ["id".to_string(), "s".to_string()];
+        let types = [ColumnType::UInt64, ColumnType::String];
+        let write = |f, quote_64bit| {
+            let o = OutputOptions {
+                quote_64bit,
+                ..OutputOptions::default()
+            };
+            String::from_utf8(write_rows(f, &names, &types, &rows, o).unwrap()).unwrap()
+        };
+        assert_eq!(write(Format::JsonEachRow, true), "{\"id\":\"7\",\"s\":\"x\"}\n");
+        assert_eq!(write(Format::JsonEachRow, false), "{\"id\":7,\"s\":\"x\"}\n");
+        // JSON: the object a client reads the column types from
+        let json: serde_json::Value = serde_json::from_str(&write(Format::Json, true)).unwrap();
+        assert_eq!(json["meta"][1], serde_json::json!({"name": "s", "type": "String"}));
+        assert_eq!(json["data"][0]["id"], "7");
+        assert_eq!(json["rows"], 1);
         assert_eq!(
-            write_rows(Format::JsonEachRow, &names, &rows, OutputOptions { quote_64bit: true }),
-            "{\"id\":\"7\",\"s\":\"x\"}\n"
+            write(Format::TabSeparatedWithNamesAndTypes, true),
+            "id\ts\nUInt64\tString\n7\tx\n"
         );
-        assert_eq!(
-            write_rows(Format::JsonEachRow, &names, &rows, OutputOptions { quote_64bit: false }),
-            "{\"id\":7,\"s\":\"x\"}\n"
-        );
+    }
+
+    #[test]
+    fn text_inserts_that_are_not_utf8_are_refused_naming_the_byte() {
+        let e = parse_rows(&schema(), Format::TabSeparated, &[0, 1], b"1\t\xff\n").unwrap_err();
+        assert!(e.message.contains("not UTF-8 (at byte 2)"), "{}", e.message);
     }
 }

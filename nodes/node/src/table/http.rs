@@ -7,8 +7,8 @@
 //! interface serves parts to fetching replicas (`interserver.rs`).
 
 use super::error::{
-    TResult, TableError, BAD_ARGUMENTS, INCORRECT_DATA, READONLY, TABLE_IS_READ_ONLY, TIMEOUT_EXCEEDED,
-    UNKNOWN_SETTING, UNKNOWN_TABLE,
+    TResult, TableError, BAD_ARGUMENTS, CANNOT_DECOMPRESS, INCORRECT_DATA, READONLY, TABLE_IS_READ_ONLY,
+    TIMEOUT_EXCEEDED, UNKNOWN_SETTING, UNKNOWN_TABLE,
 };
 use super::formats::{insert_columns, parse_rows, write_rows, Format, OutputOptions};
 use super::hooks::Hooks;
@@ -19,7 +19,7 @@ use super::select::{self, Relation};
 use super::TableNode;
 use bytes::Bytes;
 use drift_table::block::Block;
-use drift_table::schema::Value;
+use drift_table::schema::{ColumnType, Value};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
@@ -48,6 +48,8 @@ const HARMLESS_PARAMS: &[&str] = &[
     "session_timeout",
     "compress",
     "decompress",
+    // accepted; results are sent uncompressed, which a client that asked
+    // for compression reads by the absent Content-Encoding
     "enable_http_compression",
     "wait_end_of_query",
     "send_progress_in_http_headers",
@@ -128,6 +130,16 @@ pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Resul
         _ => return Ok(text(404, format!("There is no handle {path}\n"))),
     }
     let method = req.method().clone();
+    let encoding = match req.headers().get(hyper::header::CONTENT_ENCODING).map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(v)) => Some(v.trim().to_ascii_lowercase()),
+        Some(Err(_)) => {
+            return Ok(error_response(&TableError::new(
+                BAD_ARGUMENTS,
+                "the Content-Encoding header is not text",
+            )))
+        }
+    };
     let params: Vec<(String, String)> = req
         .uri()
         .query()
@@ -142,11 +154,78 @@ pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Resul
             )))
         }
     };
+    let body = match decode_body(encoding.as_deref(), body) {
+        Ok(b) => b,
+        Err(e) => return Ok(error_response(&e)),
+    };
     match run(&node, &method, &params, &body).await {
         Ok(Answer::Reply(r)) => Ok(r),
         Ok(Answer::Drop) => Err(std::io::Error::other("reply dropped (fault hook)")),
         Err(e) => Ok(error_response(&e)),
     }
+}
+
+/// The request body with its `Content-Encoding` undone: `lz4` (the LZ4
+/// frame format) and `zstd`, the encodings ClickHouse's clients compress
+/// inserts with, bounded to [`BODY_BYTES_MAX`] decoded.
+fn decode_body(encoding: Option<&str>, body: Bytes) -> TResult<Bytes> {
+    use std::io::Read;
+    let mut decoded = Vec::new();
+    let read = match encoding {
+        None | Some("") | Some("identity") => return Ok(body),
+        Some("lz4") => lz4_flex::frame::FrameDecoder::new(&body[..])
+            .take(BODY_BYTES_MAX as u64 + 1)
+            .read_to_end(&mut decoded),
+        Some("zstd") => zstd::stream::read::Decoder::new(&body[..])
+            .and_then(|d| d.take(BODY_BYTES_MAX as u64 + 1).read_to_end(&mut decoded)),
+        Some(other) => {
+            return Err(TableError::new(
+                super::error::UNKNOWN_COMPRESSION_METHOD,
+                format!("Unknown Content-Encoding {other:?} (drift reads lz4 and zstd)"),
+            ))
+        }
+    };
+    let name = encoding.unwrap_or_default();
+    read.map_err(|e| {
+        TableError::new(
+            CANNOT_DECOMPRESS,
+            format!("the {name} request body does not decode: {e}"),
+        )
+    })?;
+    if decoded.len() > BODY_BYTES_MAX {
+        return Err(TableError::new(
+            INCORRECT_DATA,
+            format!("the {name} request body decodes to more than {BODY_BYTES_MAX} bytes"),
+        ));
+    }
+    Ok(Bytes::from(decoded))
+}
+
+/// Splits a request body that holds the query into the query's text and
+/// the insert's data after it. A body that is all UTF-8 is all query (an
+/// insert's data follows its `FORMAT <name>` inside it); otherwise the
+/// query is the UTF-8 text up to an insert's `FORMAT <name>` and one
+/// whitespace, and the rest is binary data.
+fn split_body(body: &[u8]) -> TResult<(String, &[u8])> {
+    let upto = match std::str::from_utf8(body) {
+        Ok(text) => return Ok((text.to_string(), &[])),
+        Err(e) => e.valid_up_to(),
+    };
+    let text = std::str::from_utf8(&body[..upto]).expect("valid up to here");
+    let Some((end, _)) = query::insert_format_end(text) else {
+        return Err(TableError::new(
+            INCORRECT_DATA,
+            format!("the request body is not UTF-8 (at byte {upto}) and holds no INSERT … FORMAT <name> before that"),
+        ));
+    };
+    let rest = &body[end..];
+    let rest = rest
+        .strip_prefix(b"\r\n")
+        .or_else(|| rest.strip_prefix(b"\n"))
+        .or_else(|| rest.strip_prefix(b" "))
+        .or_else(|| rest.strip_prefix(b"\t"))
+        .unwrap_or(rest);
+    Ok((text[..end].to_string(), rest))
 }
 
 enum Answer {
@@ -160,6 +239,7 @@ struct Settings {
     insert: InsertSettings,
     quote_64bit: bool,
     default_format: Option<Format>,
+    revision: u64,
 }
 
 fn settings(params: &[(String, String)]) -> TResult<Settings> {
@@ -167,6 +247,7 @@ fn settings(params: &[(String, String)]) -> TResult<Settings> {
         insert: InsertSettings::default(),
         quote_64bit: true,
         default_format: None,
+        revision: 0,
     };
     let number = |k: &str, v: &str| -> TResult<u64> {
         v.parse()
@@ -196,6 +277,17 @@ fn settings(params: &[(String, String)]) -> TResult<Settings> {
                 s.insert.max_block_rows = n.min(usize::MAX as u64) as usize;
             }
             "output_format_json_quote_64bit_integers" => s.quote_64bit = bool_setting(k, v)?,
+            "client_protocol_version" => s.revision = number(k, v)?,
+            // ClickHouse's own compressed framing of a body or a result,
+            // which drift does not write or read
+            "compress" | "decompress" if v != "0" => {
+                return Err(TableError::new(
+                    super::error::NOT_IMPLEMENTED,
+                    format!(
+                        "{k}={v}: ClickHouse's compressed framing is not supported (use Content-Encoding lz4 or zstd)"
+                    ),
+                ))
+            }
             k if HARMLESS_PARAMS.contains(&k) => {}
             other => {
                 return Err(TableError::new(
@@ -223,13 +315,11 @@ fn replica<'a>(node: &'a TableNode, table: &str) -> TResult<&'a Arc<Replica>> {
 async fn run(node: &TableNode, method: &Method, params: &[(String, String)], body: &Bytes) -> TResult<Answer> {
     let s = settings(params)?;
     let param_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.as_str());
-    let body_text =
-        std::str::from_utf8(body).map_err(|_| TableError::new(INCORRECT_DATA, "the request body is not UTF-8"))?;
     // the query is the parameter, else the body; with both, the body
     // continues the query (an insert's data)
-    let (query_text, rest) = match param_query {
-        Some(q) => (q.to_string(), body_text),
-        None => (body_text.to_string(), ""),
+    let (query_text, rest): (String, &[u8]) = match param_query {
+        Some(q) => (q.to_string(), &body[..]),
+        None => split_body(body)?,
     };
     if query_text.trim().is_empty() {
         return Err(TableError::new(BAD_ARGUMENTS, "Empty query"));
@@ -248,10 +338,10 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
             let columns = insert_columns(&r.schema, &ins.columns)?;
             let rows = match ins.data {
                 InsertData::Formatted { format, inline } => {
-                    let data = if inline.is_empty() {
-                        rest.to_string()
+                    let data: std::borrow::Cow<[u8]> = if inline.is_empty() {
+                        rest.into()
                     } else {
-                        format!("{inline}{rest}")
+                        [inline.as_bytes(), rest].concat().into()
                     };
                     parse_rows(&r.schema, format, &columns, &data)?
                 }
@@ -293,20 +383,24 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
         Command::Select(q) => {
             let format = q.format.or(s.default_format).unwrap_or(Format::TabSeparated);
             let rel = relation(node, &q).await?;
-            let (names, rows) = select::run(&q, rel)?;
-            let out = write_rows(
+            let out = select::run(&q, rel)?;
+            let bytes = write_rows(
                 format,
-                &names,
-                &rows,
+                &out.names,
+                &out.types,
+                &out.rows,
                 OutputOptions {
                     quote_64bit: s.quote_64bit,
+                    revision: s.revision,
                 },
-            );
+            )?;
             Ok(Answer::Reply(
                 Response::builder()
                     .status(StatusCode::OK)
                     .header("Content-Type", format.content_type())
-                    .body(Full::new(Bytes::from(out)))
+                    .header("X-ClickHouse-Format", format.name())
+                    .header("X-ClickHouse-Timezone", select::SERVER_TIMEZONE)
+                    .body(Full::new(Bytes::from(bytes)))
                     .expect("a valid response"),
             ))
         }
@@ -393,16 +487,20 @@ fn values_rows(
 /// The rows a SELECT reads.
 async fn relation(node: &TableNode, q: &SelectQuery) -> TResult<Relation> {
     match &q.from {
-        Source::None => Ok(Relation {
-            names: vec!["dummy".into()],
-            rows: vec![vec![Value::UInt64(0)]],
-        }),
+        Source::None => Ok(Relation::new(
+            &[("dummy", ColumnType::UInt64)],
+            vec![vec![Value::UInt64(0)]],
+        )),
         Source::Table(t) => {
             let r = replica(node, t)?;
             r.table_rows()
                 .map_err(|e| TableError::new(super::error::LOGICAL_ERROR, e))
         }
         Source::System(name) => super::system::table(node, name).await,
+        Source::Describe(t) => super::system::describe(node, t).await,
+        Source::Exists(t) => Ok(super::system::exists(node, t)),
+        Source::Tables(db) => super::system::show_tables(node, db),
+        Source::Databases => Ok(super::system::show_databases()),
     }
 }
 
@@ -461,6 +559,7 @@ impl Replica {
         }
         Ok(Relation {
             names: self.schema.columns.iter().map(|c| c.name.clone()).collect(),
+            types: self.schema.columns.iter().map(|c| c.ty).collect(),
             rows,
         })
     }

@@ -16,11 +16,12 @@
 //! * [`coord`] — the coordinator session and its round trips
 //! * [`store`] — parts on disk
 //! * [`interserver`] — parts between replicas
-//! * [`http`], [`query`], [`select`], [`formats`], [`system`], [`error`] —
-//!   ClickHouse's HTTP interface
+//! * [`http`], [`query`], [`select`], [`formats`], [`binary`], [`system`],
+//!   [`error`] — ClickHouse's HTTP interface
 //! * [`hooks`], [`events`] — fault hooks and counters
 //! * [`decl`] — `[[table]]` declarations as schemas
 
+pub mod binary;
 pub mod coord;
 pub mod decl;
 pub mod error;

@@ -7,6 +7,12 @@
 //!   system.replication_queue | system.events [WHERE …] [ORDER BY …]
 //!   [LIMIT n] [FORMAT fmt]` — columns, `*`, arithmetic, comparisons,
 //!   `intDiv`, and the aggregates `count() sum() min() max()`;
+//! * `SELECT` of constants and `version()`, `timezone()`,
+//!   `currentDatabase()` with no `FROM`, and of `system.settings`,
+//!   `system.tables`, `system.columns`, `system.databases`;
+//! * `DESCRIBE [TABLE] t`, `EXISTS [TABLE] t`, `SHOW TABLES [FROM db]`,
+//!   `SHOW DATABASES`, each with an optional `FORMAT fmt` — what
+//!   ClickHouse's clients ask a server when they connect and insert;
 //! * `SYSTEM SYNC REPLICA t`, `SYSTEM STOP|START FETCHES|MERGES t`;
 //! * `OPTIMIZE TABLE t [FINAL]`.
 //!
@@ -65,6 +71,14 @@ pub enum Source {
     None,
     Table(String),
     System(String),
+    /// `DESCRIBE TABLE t`: the table's columns.
+    Describe(String),
+    /// `EXISTS TABLE t`: one row, `result` 1 or 0.
+    Exists(String),
+    /// `SHOW TABLES [FROM db]`: the tables' names.
+    Tables(String),
+    /// `SHOW DATABASES`.
+    Databases,
 }
 
 #[derive(Debug)]
@@ -111,6 +125,19 @@ fn local_table(n: &ObjectName) -> TResult<String> {
             format!("Database {db} does not exist (drift's tables are in `default`)"),
         )),
     }
+}
+
+/// Where the `FORMAT <name>` of an `INSERT` in `q` ends, and the name.
+pub fn insert_format_end(q: &str) -> Option<(usize, &str)> {
+    let first = q
+        .trim_start()
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .next()
+        .unwrap_or("");
+    if !first.eq_ignore_ascii_case("INSERT") {
+        return None;
+    }
+    find_insert_format(q)
 }
 
 /// Where `FORMAT <name>` of an insert ends: outside quotes, the first
@@ -220,6 +247,50 @@ fn alter_command(q: &str) -> TResult<Command> {
     Ok(Command::DropPartition { table, partition })
 }
 
+/// `DESCRIBE`, `EXISTS` and `SHOW`, which ClickHouse writes in ways
+/// sqlparser does not read, as SELECTs of all a relation's columns.
+fn meta_command(q: &str) -> TResult<Command> {
+    let mut w = words(q)?;
+    let mut format = None;
+    if w.len() >= 2 && w[w.len() - 2].eq_ignore_ascii_case("FORMAT") {
+        format = Some(Format::parse(&w[w.len() - 1])?);
+        w.truncate(w.len() - 2);
+    }
+    let upper: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
+    let u: Vec<&str> = upper.iter().map(String::as_str).collect();
+    // `t`, `default.t` or `db.t`, after `skip` words
+    let table = |skip: usize| -> TResult<String> {
+        match &w[skip..] {
+            [t] => Ok(t.clone()),
+            [db, dot, t] if dot == "." && db == "default" => Ok(t.clone()),
+            [db, dot, t] if dot == "." && db == "system" => Ok(format!("system.{t}")),
+            [db, dot, _] if dot == "." => Err(TableError::new(
+                super::error::UNKNOWN_DATABASE,
+                format!("Database {db} does not exist (drift's tables are in `default`)"),
+            )),
+            _ => Err(syntax(format!("expected one table name in `{}`", w.join(" ")))),
+        }
+    };
+    let from = match u.as_slice() {
+        ["DESCRIBE" | "DESC", "TABLE", ..] => Source::Describe(table(2)?),
+        ["DESCRIBE" | "DESC", ..] => Source::Describe(table(1)?),
+        ["EXISTS", "TABLE", ..] => Source::Exists(table(2)?),
+        ["EXISTS", ..] => Source::Exists(table(1)?),
+        ["SHOW", "TABLES"] => Source::Tables("default".into()),
+        ["SHOW", "TABLES", "FROM" | "IN", _] => Source::Tables(w[3].clone()),
+        ["SHOW", "DATABASES"] => Source::Databases,
+        _ => return Err(unsupported(format!("`{}`", w.join(" ")))),
+    };
+    Ok(Command::Select(Box::new(SelectQuery {
+        from,
+        items: vec![SelectItem::Wildcard(Default::default())],
+        filter: None,
+        order_by: Vec::new(),
+        limit: None,
+        format,
+    })))
+}
+
 /// Parses a query. For an insert with a format, `inline` data is what
 /// followed the format name in `q` (the body continues it).
 pub fn parse(q: &str) -> TResult<Command> {
@@ -234,6 +305,9 @@ pub fn parse(q: &str) -> TResult<Command> {
     }
     if first == "ALTER" {
         return alter_command(trimmed);
+    }
+    if matches!(first.as_str(), "DESCRIBE" | "DESC" | "EXISTS" | "SHOW") {
+        return meta_command(trimmed);
     }
     let (sql, inline) = match (first.as_str(), find_insert_format(trimmed)) {
         ("INSERT", Some((end, _))) => {
@@ -447,5 +521,34 @@ mod tests {
             parse("INSERT INTO t FORMAT Parquet x").unwrap_err().code,
             super::super::error::UNKNOWN_FORMAT
         );
+    }
+
+    #[test]
+    fn describe_exists_and_show_read_as_clickhouse_clients_write_them() {
+        let from = |q: &str| match parse(q).unwrap() {
+            Command::Select(s) => (s.from, s.format),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            matches!(from("DESCRIBE TABLE `t`\n FORMAT Native"), (Source::Describe(ref t), Some(Format::Native)) if t == "t")
+        );
+        assert!(matches!(from("desc default.t"), (Source::Describe(ref t), None) if t == "t"));
+        assert!(matches!(from("DESCRIBE system.settings"), (Source::Describe(ref t), None) if t == "system.settings"));
+        assert!(
+            matches!(from("EXISTS TABLE t FORMAT TabSeparated"), (Source::Exists(ref t), Some(Format::TabSeparated)) if t == "t")
+        );
+        assert!(matches!(from("EXISTS t;"), (Source::Exists(ref t), None) if t == "t"));
+        assert!(matches!(from("SHOW TABLES"), (Source::Tables(ref d), None) if d == "default"));
+        assert!(matches!(from("show tables from system"), (Source::Tables(ref d), None) if d == "system"));
+        assert!(matches!(
+            from("SHOW DATABASES FORMAT JSON"),
+            (Source::Databases, Some(Format::Json))
+        ));
+        assert_eq!(
+            parse("DESCRIBE other.t").unwrap_err().code,
+            super::super::error::UNKNOWN_DATABASE
+        );
+        assert_eq!(parse("DESCRIBE").unwrap_err().code, SYNTAX_ERROR);
+        assert_eq!(parse("SHOW CREATE TABLE t").unwrap_err().code, NOT_IMPLEMENTED);
     }
 }

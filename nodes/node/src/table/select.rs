@@ -2,19 +2,50 @@
 //! system table built for the query. WHERE, ORDER BY and LIMIT over
 //! columns, literals, arithmetic, comparisons, `AND`/`OR`/`NOT`, `IN`,
 //! `BETWEEN`, `intDiv`, `modulo`; a projection of expressions or of the
-//! aggregates `count() sum() min() max()`. Integer arithmetic is exact
+//! aggregates `count() sum() min() max()`; the server's `version()`,
+//! `timezone()` and `currentDatabase()`. Integer arithmetic is exact
 //! (128-bit) and an out-of-range result is an error, never a wrap.
+//!
+//! Every output column has a type, as ClickHouse's binary formats and
+//! `JSON` state it: a column's declared type, and for an expression the
+//! type ClickHouse would give it among drift's three (a difference or a
+//! negation is `Int64`, a comparison `UInt64`, a string literal `String`).
 
 use super::decl::function_args;
 use super::error::{TResult, TableError, BAD_ARGUMENTS, ILLEGAL_TYPE_OF_ARGUMENT, NOT_IMPLEMENTED, UNKNOWN_IDENTIFIER};
 use super::query::SelectQuery;
-use drift_table::schema::Value;
+use drift_table::schema::{ColumnType, Value};
 use sqlparser::ast::{BinaryOperator, Expr, InTarget, SelectItem, UnaryOperator, Value as SqlValue};
 use std::cmp::Ordering;
 
-/// Rows with named columns.
+/// What `version()` answers: drift's own version.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// What `timezone()` answers: drift's tables hold no times.
+pub const SERVER_TIMEZONE: &str = "UTC";
+
+/// Rows with named, typed columns.
 pub struct Relation {
     pub names: Vec<String>,
+    pub types: Vec<ColumnType>,
+    pub rows: Vec<Vec<Value>>,
+}
+
+impl Relation {
+    /// A relation whose columns are given as (name, type) pairs.
+    pub fn new(columns: &[(&str, ColumnType)], rows: Vec<Vec<Value>>) -> Relation {
+        Relation {
+            names: columns.iter().map(|(n, _)| n.to_string()).collect(),
+            types: columns.iter().map(|(_, t)| *t).collect(),
+            rows,
+        }
+    }
+}
+
+/// A query's result: output column names, their types, the rows.
+#[derive(Debug)]
+pub struct Output {
+    pub names: Vec<String>,
+    pub types: Vec<ColumnType>,
     pub rows: Vec<Vec<Value>>,
 }
 
@@ -77,6 +108,7 @@ fn bool_cell(b: bool) -> Cell {
 
 struct Ctx<'a> {
     names: &'a [String],
+    types: &'a [ColumnType],
 }
 
 impl Ctx<'_> {
@@ -175,6 +207,9 @@ impl Ctx<'_> {
                 let args = function_args(&f.args).ok_or_else(|| unsupported(&name))?;
                 let vals: Vec<Cell> = args.iter().map(|a| self.eval(a, row)).collect::<TResult<_>>()?;
                 match (name.as_str(), vals.as_slice()) {
+                    ("version", []) => Cell::S(SERVER_VERSION.to_string()),
+                    ("timezone" | "timeZone" | "serverTimezone", []) => Cell::S(SERVER_TIMEZONE.to_string()),
+                    ("currentDatabase", []) => Cell::S("default".to_string()),
                     ("intDiv", [a, b]) => {
                         let (a, b) = (a.int("intDiv")?, b.int("intDiv")?);
                         if b == 0 {
@@ -199,6 +234,62 @@ impl Ctx<'_> {
             }
             other => return Err(unsupported(other)),
         })
+    }
+
+    /// The type of `e`'s values (an expression that cannot be evaluated
+    /// fails in `eval`, which runs on every row; with no rows, its type is
+    /// still given).
+    fn type_of(&self, e: &Expr) -> ColumnType {
+        let signed = |a: ColumnType, b: ColumnType| {
+            if a == ColumnType::Int64 || b == ColumnType::Int64 {
+                ColumnType::Int64
+            } else {
+                ColumnType::UInt64
+            }
+        };
+        match e {
+            Expr::Identifier(i) => self
+                .column(&i.value)
+                .map(|c| self.types[c])
+                .unwrap_or(ColumnType::String),
+            Expr::CompoundIdentifier(parts) => {
+                let last = parts.last().map(|p| p.value.as_str()).unwrap_or("");
+                self.column(last).map(|c| self.types[c]).unwrap_or(ColumnType::String)
+            }
+            Expr::Value(v) => match v.value {
+                SqlValue::SingleQuotedString(_) => ColumnType::String,
+                _ => ColumnType::UInt64,
+            },
+            Expr::Nested(e) => self.type_of(e),
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                ..
+            } => ColumnType::Int64,
+            Expr::UnaryOp {
+                op: UnaryOperator::Plus,
+                expr,
+            } => self.type_of(expr),
+            Expr::BinaryOp { left, op, right } => match op {
+                BinaryOperator::Minus => ColumnType::Int64,
+                BinaryOperator::Plus | BinaryOperator::Multiply | BinaryOperator::Divide | BinaryOperator::Modulo => {
+                    signed(self.type_of(left), self.type_of(right))
+                }
+                _ => ColumnType::UInt64,
+            },
+            Expr::Function(f) => {
+                let name = f.name.to_string();
+                let args = function_args(&f.args).unwrap_or_default();
+                match (name.as_str(), args.as_slice()) {
+                    ("version" | "timezone" | "timeZone" | "serverTimezone" | "currentDatabase" | "toString", _) => {
+                        ColumnType::String
+                    }
+                    ("intDiv" | "modulo", [a, b]) => signed(self.type_of(a), self.type_of(b)),
+                    ("sum" | "min" | "max", [a]) => self.type_of(a),
+                    _ => ColumnType::UInt64,
+                }
+            }
+            _ => ColumnType::UInt64,
+        }
     }
 }
 
@@ -343,9 +434,12 @@ fn output_name(item: &SelectItem) -> String {
     }
 }
 
-/// Runs `q` over `rel`: the output column names and rows.
-pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Value>>)> {
-    let ctx = Ctx { names: &rel.names };
+/// Runs `q` over `rel`.
+pub fn run(q: &SelectQuery, rel: Relation) -> TResult<Output> {
+    let ctx = Ctx {
+        names: &rel.names,
+        types: &rel.types,
+    };
     let mut rows = Vec::with_capacity(rel.rows.len());
     for row in rel.rows {
         let keep = match &q.filter {
@@ -404,7 +498,17 @@ pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Valu
             };
             out.push(v);
         }
-        return Ok((q.items.iter().map(output_name).collect(), vec![out]));
+        return Ok(Output {
+            names: q.items.iter().map(output_name).collect(),
+            types: exprs
+                .iter()
+                .map(|e| match aggregate_of(e) {
+                    Some(("count", _)) => ColumnType::UInt64,
+                    _ => ctx.type_of(e),
+                })
+                .collect(),
+            rows: vec![out],
+        });
     }
     if !q.order_by.is_empty() {
         let mut keyed: Vec<(Vec<Cell>, Vec<Value>)> = Vec::with_capacity(rows.len());
@@ -432,6 +536,7 @@ pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Valu
         rows.truncate(n.min(usize::MAX as u64) as usize);
     }
     let mut names = Vec::new();
+    let mut types = Vec::new();
     enum Out<'e> {
         Col(usize),
         Expr(&'e Expr),
@@ -442,6 +547,7 @@ pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Valu
             SelectItem::Wildcard(_) => {
                 for (i, n) in rel.names.iter().enumerate() {
                     names.push(n.clone());
+                    types.push(rel.types[i]);
                     outs.push(Out::Col(i));
                 }
             }
@@ -451,10 +557,13 @@ pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Valu
                 ..
             } => {
                 names.push(output_name(item));
-                outs.push(Out::Col(ctx.column(&i.value)?));
+                let c = ctx.column(&i.value)?;
+                types.push(rel.types[c]);
+                outs.push(Out::Col(c));
             }
             SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
                 names.push(output_name(item));
+                types.push(ctx.type_of(e));
                 outs.push(Out::Expr(e));
             }
             other => return Err(unsupported(other)),
@@ -471,7 +580,11 @@ pub fn run(q: &SelectQuery, rel: Relation) -> TResult<(Vec<String>, Vec<Vec<Valu
         }
         out_rows.push(o);
     }
-    Ok((names, out_rows))
+    Ok(Output {
+        names,
+        types,
+        rows: out_rows,
+    })
 }
 
 #[cfg(test)]
@@ -480,19 +593,24 @@ mod tests {
     use crate::table::query::{parse, Command};
 
     fn rel() -> Relation {
-        Relation {
-            names: vec!["id".into(), "s".into()],
-            rows: (1..=10u64)
+        Relation::new(
+            &[("id", ColumnType::UInt64), ("s", ColumnType::String)],
+            (1..=10u64)
                 .map(|i| vec![Value::UInt64(i), Value::String(format!("v{}", i % 3))])
                 .collect(),
-        }
+        )
     }
 
-    fn q(sql: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+    fn typed(sql: &str) -> Output {
         let Command::Select(s) = parse(sql).unwrap() else {
             panic!()
         };
         run(&s, rel()).unwrap()
+    }
+
+    fn q(sql: &str) -> (Vec<String>, Vec<Vec<Value>>) {
+        let o = typed(sql);
+        (o.names, o.rows)
     }
 
     #[test]
@@ -520,6 +638,26 @@ mod tests {
         assert_eq!(rows[0][0], Value::UInt64(7));
         let (_, rows) = q("SELECT id - 20 FROM t LIMIT 1");
         assert_eq!(rows[0][0], Value::Int64(-19));
+    }
+
+    #[test]
+    fn every_output_column_is_typed_rows_or_none() {
+        use ColumnType::*;
+        let o = typed("SELECT version(), timezone(), currentDatabase()");
+        assert_eq!(o.types, [String, String, String]);
+        assert_eq!(
+            o.rows[0],
+            [
+                Value::String(SERVER_VERSION.into()),
+                Value::String("UTC".into()),
+                Value::String("default".into())
+            ]
+        );
+        let o = typed("SELECT *, id - 1, id + 1, -id, id = 2, 'x', toString(id) FROM t WHERE id > 100");
+        assert!(o.rows.is_empty());
+        assert_eq!(o.types, [UInt64, String, Int64, UInt64, Int64, UInt64, String, String]);
+        let o = typed("SELECT count(), sum(id), min(s) FROM t WHERE id > 100");
+        assert_eq!(o.types, [UInt64, UInt64, String]);
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! `system.parts`, `system.replicas`, `system.replication_queue`,
-//! `system.events` and `system.detached_parts`, built for each query with
-//! ClickHouse's column names (the subset drift has).
+//! `system.events`, `system.detached_parts`, `system.settings`,
+//! `system.tables`, `system.columns` and `system.databases`, built for each
+//! query with ClickHouse's column names (the subset drift has); and the
+//! relations `DESCRIBE`, `EXISTS` and `SHOW` answer with.
 
 use super::error::{TResult, TableError, UNKNOWN_TABLE};
+use super::insert::InsertSettings;
 use super::select::Relation;
 use super::TableNode;
 use drift_table::entry::{format_time, EntryKind};
-use drift_table::schema::Value;
+use drift_table::schema::{ColumnType, PartitionKey, Value};
 use std::collections::BTreeMap;
 
 fn s(v: impl Into<String>) -> Value {
@@ -17,9 +20,21 @@ fn u(v: impl TryInto<u64>) -> Value {
     Value::UInt64(v.try_into().unwrap_or(u64::MAX))
 }
 
-fn names(n: &[&str]) -> Vec<String> {
-    n.iter().map(|x| x.to_string()).collect()
-}
+const S: ColumnType = ColumnType::String;
+const U: ColumnType = ColumnType::UInt64;
+
+/// The system tables drift has.
+pub const SYSTEM_TABLES: &[&str] = &[
+    "columns",
+    "databases",
+    "detached_parts",
+    "events",
+    "parts",
+    "replicas",
+    "replication_queue",
+    "settings",
+    "tables",
+];
 
 pub async fn table(node: &TableNode, name: &str) -> TResult<Relation> {
     match name {
@@ -28,11 +43,236 @@ pub async fn table(node: &TableNode, name: &str) -> TResult<Relation> {
         "replication_queue" => Ok(queue(node)),
         "events" => Ok(events(node)),
         "detached_parts" => Ok(detached(node)),
+        "settings" => Ok(settings()),
+        "tables" => Ok(tables(node)),
+        "columns" => Ok(columns(node)),
+        "databases" => Ok(databases()),
         other => Err(TableError::new(
             UNKNOWN_TABLE,
-            format!("Table system.{other} does not exist (drift has parts, replicas, replication_queue, events, detached_parts)"),
+            format!(
+                "Table system.{other} does not exist (drift has {})",
+                SYSTEM_TABLES.join(", ")
+            ),
         )),
     }
+}
+
+/// The settings a query may change by URL parameter, at their defaults
+/// (`readonly` 0: each may be changed; a setting not listed here is
+/// refused as unknown).
+fn settings() -> Relation {
+    let d = InsertSettings::default();
+    let b = |v: bool| if v { "1" } else { "0" }.to_string();
+    let list: Vec<(&str, String, &str, &str)> = vec![
+        (
+            "insert_deduplicate",
+            b(d.deduplicate),
+            "Bool",
+            "deduplicate inserted blocks by their content hash or token",
+        ),
+        (
+            "insert_deduplication_token",
+            String::new(),
+            "String",
+            "deduplicate by this token instead of by content",
+        ),
+        (
+            "insert_quorum",
+            "0".into(),
+            "UInt64Auto",
+            "replicas that must hold a part before an insert is acknowledged (auto: a majority)",
+        ),
+        (
+            "insert_quorum_timeout",
+            d.quorum_timeout.as_millis().to_string(),
+            "Milliseconds",
+            "how long an insert waits for its quorum",
+        ),
+        (
+            "insert_quorum_parallel",
+            b(d.quorum_parallel),
+            "Bool",
+            "several quorum inserts in flight at once",
+        ),
+        (
+            "max_insert_block_size",
+            d.max_block_rows.to_string(),
+            "UInt64",
+            "most rows per inserted block",
+        ),
+        (
+            "output_format_json_quote_64bit_integers",
+            "1".into(),
+            "Bool",
+            "64-bit integers as JSON strings",
+        ),
+        (
+            "default_format",
+            String::new(),
+            "String",
+            "the result format of a query that names none (TabSeparated)",
+        ),
+    ];
+    let rows = list
+        .into_iter()
+        .map(|(n, v, t, desc)| vec![s(n), s(v), u(0u64), s(desc), u(0u64), s(t)])
+        .collect();
+    Relation::new(
+        &[
+            ("name", S),
+            ("value", S),
+            ("changed", U),
+            ("description", S),
+            ("readonly", U),
+            ("type", S),
+        ],
+        rows,
+    )
+}
+
+fn tables(node: &TableNode) -> Relation {
+    let mut rows: Vec<Vec<Value>> = node
+        .replicas
+        .keys()
+        .map(|t| vec![s("default"), s(t.clone()), s("ReplicatedMergeTree"), u(0u64)])
+        .collect();
+    rows.extend(
+        SYSTEM_TABLES
+            .iter()
+            .map(|t| vec![s("system"), s(*t), s("SystemTable"), u(0u64)]),
+    );
+    Relation::new(
+        &[("database", S), ("name", S), ("engine", S), ("is_temporary", U)],
+        rows,
+    )
+}
+
+fn columns(node: &TableNode) -> Relation {
+    let mut rows = Vec::new();
+    for (t, r) in &node.replicas {
+        let sc = &r.schema;
+        for (i, c) in sc.columns.iter().enumerate() {
+            let in_partition = match sc.partition_key {
+                PartitionKey::None => false,
+                PartitionKey::Column(k) | PartitionKey::IntDiv(k, _) => k == i,
+            };
+            rows.push(vec![
+                s("default"),
+                s(t.clone()),
+                s(c.name.clone()),
+                s(c.ty.name()),
+                u(i + 1),
+                s(""),
+                s(""),
+                s(""),
+                u(in_partition as u64),
+                u(sc.order_key.contains(&i) as u64),
+            ]);
+        }
+    }
+    Relation::new(
+        &[
+            ("database", S),
+            ("table", S),
+            ("name", S),
+            ("type", S),
+            ("position", U),
+            ("default_kind", S),
+            ("default_expression", S),
+            ("comment", S),
+            ("is_in_partition_key", U),
+            ("is_in_sorting_key", U),
+        ],
+        rows,
+    )
+}
+
+fn databases() -> Relation {
+    Relation::new(
+        &[("name", S), ("engine", S)],
+        vec![vec![s("default"), s("Ordinary")], vec![s("system"), s("System")]],
+    )
+}
+
+/// `DESCRIBE TABLE t`, with ClickHouse's columns (drift's columns have no
+/// defaults, comments, codecs or TTLs).
+pub async fn describe(node: &TableNode, table: &str) -> TResult<Relation> {
+    let cols: Vec<(String, &'static str)> = match node.replicas.get(table) {
+        Some(r) => r.schema.columns.iter().map(|c| (c.name.clone(), c.ty.name())).collect(),
+        None => {
+            // a system table: its columns and their types
+            let Some(name) = table.strip_prefix("system.") else {
+                return Err(no_table(node, table));
+            };
+            if !SYSTEM_TABLES.contains(&name) {
+                return Err(no_table(node, table));
+            }
+            let rel = self::table(node, name).await?;
+            rel.names.into_iter().zip(rel.types.iter().map(|t| t.name())).collect()
+        }
+    };
+    let rows = cols
+        .into_iter()
+        .map(|(n, t)| vec![s(n), s(t), s(""), s(""), s(""), s(""), s("")])
+        .collect();
+    Ok(Relation::new(
+        &[
+            ("name", S),
+            ("type", S),
+            ("default_type", S),
+            ("default_expression", S),
+            ("comment", S),
+            ("codec_expression", S),
+            ("ttl_expression", S),
+        ],
+        rows,
+    ))
+}
+
+fn no_table(node: &TableNode, table: &str) -> TableError {
+    TableError::new(
+        UNKNOWN_TABLE,
+        format!(
+            "Table default.{table} does not exist (tables: {})",
+            node.replicas.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    )
+}
+
+/// `EXISTS TABLE t`.
+pub fn exists(node: &TableNode, table: &str) -> Relation {
+    let there = node.replicas.contains_key(table)
+        || table
+            .strip_prefix("system.")
+            .is_some_and(|t| SYSTEM_TABLES.contains(&t));
+    Relation::new(&[("result", U)], vec![vec![u(there as u64)]])
+}
+
+/// `SHOW TABLES [FROM db]`.
+pub fn show_tables(node: &TableNode, db: &str) -> TResult<Relation> {
+    let names: Vec<String> = match db {
+        "default" => node.replicas.keys().cloned().collect(),
+        "system" => SYSTEM_TABLES.iter().map(|t| t.to_string()).collect(),
+        other => {
+            return Err(TableError::new(
+                super::error::UNKNOWN_DATABASE,
+                format!("Database {other} does not exist (drift has default and system)"),
+            ))
+        }
+    };
+    Ok(Relation::new(
+        &[("name", S)],
+        names.into_iter().map(|n| vec![s(n)]).collect(),
+    ))
+}
+
+/// `SHOW DATABASES`.
+pub fn show_databases() -> Relation {
+    let d = databases();
+    Relation::new(
+        &[("name", S)],
+        d.rows.into_iter().map(|mut r| vec![r.swap_remove(0)]).collect(),
+    )
 }
 
 fn parts(node: &TableNode) -> Relation {
@@ -66,21 +306,21 @@ fn parts(node: &TableNode) -> Relation {
             ]);
         }
     }
-    Relation {
-        names: names(&[
-            "database",
-            "table",
-            "partition_id",
-            "name",
-            "active",
-            "rows",
-            "bytes_on_disk",
-            "level",
-            "min_block_number",
-            "max_block_number",
-        ]),
+    Relation::new(
+        &[
+            ("database", S),
+            ("table", S),
+            ("partition_id", S),
+            ("name", S),
+            ("active", U),
+            ("rows", U),
+            ("bytes_on_disk", U),
+            ("level", U),
+            ("min_block_number", U),
+            ("max_block_number", U),
+        ],
         rows,
-    }
+    )
 }
 
 async fn replicas(node: &TableNode) -> Relation {
@@ -128,27 +368,27 @@ async fn replicas(node: &TableNode) -> Relation {
             s(format_time(st.last_queue_update_ms / 1000)),
         ]);
     }
-    Relation {
-        names: names(&[
-            "database",
-            "table",
-            "replica_name",
-            "is_leader",
-            "is_readonly",
-            "readonly_reason",
-            "is_session_expired",
-            "queue_size",
-            "inserts_in_queue",
-            "merges_in_queue",
-            "log_pointer",
-            "total_replicas",
-            "active_replicas",
-            "zookeeper_path",
-            "replica_path",
-            "last_queue_update",
-        ]),
+    Relation::new(
+        &[
+            ("database", S),
+            ("table", S),
+            ("replica_name", S),
+            ("is_leader", U),
+            ("is_readonly", U),
+            ("readonly_reason", S),
+            ("is_session_expired", U),
+            ("queue_size", U),
+            ("inserts_in_queue", U),
+            ("merges_in_queue", U),
+            ("log_pointer", U),
+            ("total_replicas", U),
+            ("active_replicas", U),
+            ("zookeeper_path", S),
+            ("replica_path", S),
+            ("last_queue_update", S),
+        ],
         rows,
-    }
+    )
 }
 
 fn queue(node: &TableNode) -> Relation {
@@ -183,27 +423,27 @@ fn queue(node: &TableNode) -> Relation {
             ]);
         }
     }
-    Relation {
-        names: names(&[
-            "database",
-            "table",
-            "replica_name",
-            "position",
-            "node_name",
-            "type",
-            "create_time",
-            "required_quorum",
-            "source_replica",
-            "new_part_name",
-            "parts_to_merge",
-            "is_currently_executing",
-            "num_tries",
-            "last_exception",
-            "num_postponed",
-            "postpone_reason",
-        ]),
+    Relation::new(
+        &[
+            ("database", S),
+            ("table", S),
+            ("replica_name", S),
+            ("position", U),
+            ("node_name", S),
+            ("type", S),
+            ("create_time", S),
+            ("required_quorum", U),
+            ("source_replica", S),
+            ("new_part_name", S),
+            ("parts_to_merge", S),
+            ("is_currently_executing", U),
+            ("num_tries", U),
+            ("last_exception", S),
+            ("num_postponed", U),
+            ("postpone_reason", S),
+        ],
         rows,
-    }
+    )
 }
 
 fn events(node: &TableNode) -> Relation {
@@ -232,10 +472,7 @@ fn events(node: &TableNode) -> Relation {
         u(total),
         s("coordinator round trips of every kind (sessions, pulls, fetches, inserts)"),
     ]);
-    Relation {
-        names: names(&["event", "value", "description"]),
-        rows,
-    }
+    Relation::new(&[("event", S), ("value", U), ("description", S)], rows)
 }
 
 fn detached(node: &TableNode) -> Relation {
@@ -246,8 +483,5 @@ fn detached(node: &TableNode) -> Relation {
             rows.push(vec![s("default"), s(t.clone()), s(name), s(reason)]);
         }
     }
-    Relation {
-        names: names(&["database", "table", "name", "reason"]),
-        rows,
-    }
+    Relation::new(&[("database", S), ("table", S), ("name", S), ("reason", S)], rows)
 }
