@@ -176,8 +176,9 @@ impl<D: Disk> KeeperServer<D> {
                             u8::from(matches!(c.state, super::ConnState::Session(_))),
                             c.received,
                             c.sent,
-                            match c.state {
+                            match &c.state {
                                 super::ConnState::Session(s) => format!("{s:#x}"),
+                                super::ConnState::Revalidating(r) => format!("{:#x} (revalidating)", r.req.session_id),
                                 super::ConnState::Handshake => format!("conn {id}"),
                             }
                         ));

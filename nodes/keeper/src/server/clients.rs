@@ -37,6 +37,8 @@ impl<D: Disk> KeeperServer<D> {
                 Ok(req) => self.on_connect(conn, req),
                 Err(_) => self.drop_conn(conn),
             },
+            // a client sends nothing before its handshake is answered
+            ConnState::Revalidating(_) => self.drop_conn(conn),
             ConnState::Session(session) => match Request::decode(payload) {
                 Ok(req) => {
                     self.alive.insert(session);
@@ -74,6 +76,16 @@ impl<D: Disk> KeeperServer<D> {
             );
             return;
         }
+        self.resume(conn, req, false);
+    }
+
+    /// Answers the resumption of session `req.session_id`: accepted if this
+    /// server has it (and the password matches), expired if the leader (or,
+    /// after a revalidation, the leader's commit index applied here) says
+    /// it is gone; a follower that has not heard of it yet revalidates it
+    /// first (see [`ConnState::Revalidating`]).
+    fn resume(&mut self, conn: u64, req: ConnectRequest, revalidated: bool) {
+        let flagless = req.read_only.is_none();
         let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
         match known {
             Some(t) if req.passwd == self.passwd(req.session_id) => {
@@ -92,9 +104,34 @@ impl<D: Disk> KeeperServer<D> {
                 }
                 self.send_raw(conn, resp.encode());
             }
-            // a follower may not have applied the session yet: only the
-            // leader says a session is gone; here the client tries another
-            None if !self.is_leader() => self.drop_conn(conn),
+            // a follower may not have applied the session yet: it learns
+            // how far the leader has committed before it says
+            None if !self.is_leader() && !revalidated => {
+                let ctx = self.next_req;
+                self.next_req += 1;
+                self.raw.read_index(ctx.to_be_bytes().to_vec());
+                let now = self.env.now_us;
+                self.read_index_wait.insert(
+                    ctx,
+                    super::ReadRound {
+                        conn,
+                        seq: 0,
+                        connect: true,
+                        since_us: now,
+                        sent_us: now,
+                    },
+                );
+                self.log(
+                    "session_revalidating",
+                    serde_json::json!({"session": format!("{:#x}", req.session_id)}),
+                );
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    c.state = ConnState::Revalidating(super::Revalidation {
+                        req,
+                        until_index: u64::MAX,
+                    });
+                }
+            }
             _ => {
                 self.send_raw(conn, ConnectResponse::expired(!flagless).encode());
                 self.drop_conn(conn);
@@ -197,6 +234,7 @@ impl<D: Disk> KeeperServer<D> {
                         super::ReadRound {
                             conn,
                             seq,
+                            connect: false,
                             since_us: now,
                             sent_us: now,
                         },
@@ -478,8 +516,23 @@ impl<D: Disk> KeeperServer<D> {
         Some(frame)
     }
 
-    /// Serves the reads at the head of every queue that became servable.
+    /// Serves the reads at the head of every queue that became servable,
+    /// and answers the revalidated sessions whose index has applied.
     pub(super) fn serve_parked(&mut self) {
+        let applied = self.applied_index;
+        let ready: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| matches!(&c.state, ConnState::Revalidating(r) if r.until_index <= applied))
+            .map(|(id, _)| *id)
+            .collect();
+        for conn in ready {
+            let Some(c) = self.conns.get_mut(&conn) else { continue };
+            let ConnState::Revalidating(r) = std::mem::replace(&mut c.state, ConnState::Handshake) else {
+                continue;
+            };
+            self.resume(conn, r.req, true);
+        }
         let waiting: Vec<u64> = self
             .conns
             .iter()
@@ -493,10 +546,16 @@ impl<D: Disk> KeeperServer<D> {
 
     /// A quorum read's round came back: it may be served once `index` is
     /// applied.
-    pub(super) fn read_index_done(&mut self, conn: u64, seq: u64, index: u64) {
+    pub(super) fn read_index_done(&mut self, conn: u64, seq: u64, connect: bool, index: u64) {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
+        if connect {
+            if let ConnState::Revalidating(r) = &mut c.state {
+                r.until_index = index;
+            }
+            return;
+        }
         if let Some(Slot {
             state: SlotState::Read(r),
             ..

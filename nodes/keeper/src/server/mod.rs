@@ -82,6 +82,8 @@ struct ReadRound {
     /// The read's connection and its place in the connection's queue.
     conn: u64,
     seq: u64,
+    /// The round is a session's revalidation, not a read (`seq` unused).
+    connect: bool,
     /// When the read came, and when its latest round was asked for.
     since_us: u64,
     sent_us: u64,
@@ -249,10 +251,23 @@ pub enum OpenError {
     LostCommitted { commit: u64, last: u64 },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum ConnState {
     Handshake,
+    /// A follower that has not applied the session a client resumes asks
+    /// the leader's commit index (a read-index round) and answers once it
+    /// applied that far: the session then exists here, or it is gone.
+    Revalidating(Revalidation),
     Session(i64),
+}
+
+/// A resumed session a follower does not know yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Revalidation {
+    req: crate::proto::ConnectRequest,
+    /// The commit index to apply before answering; `u64::MAX` until the
+    /// round comes back.
+    until_index: u64,
 }
 
 struct Conn {

@@ -615,7 +615,7 @@ impl<D: Disk> KeeperServer<D> {
                     .unwrap_or([0; 8]),
             );
             if let Some(round) = self.read_index_wait.remove(&ctx) {
-                self.read_index_done(round.conn, round.seq, rs.index);
+                self.read_index_done(round.conn, round.seq, round.connect, rs.index);
             }
         }
         let mut light = self.raw.advance(rd);

@@ -669,3 +669,58 @@ fn a_quorum_read_whose_round_is_lost_is_asked_again_and_answered() {
         assert_clean(&mut c, seed);
     }
 }
+
+/// A client resuming its session on a follower that has not applied the
+/// session yet (the follower's links to the leader cut while the session
+/// was made): the follower asks the leader's commit index, keeps the
+/// connection while that round is lost, and once healed and caught up
+/// accepts the session; a session nobody made is answered expired after
+/// the same round. (The follower used to drop the connection at once,
+/// and a client that knows one server could not get back in.)
+#[test]
+fn a_follower_revalidates_a_session_it_has_not_applied_and_then_answers() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        c.cut(&[(l, f), (f, l)]);
+        let conn = c.connect(l);
+        c.send(conn, client::encode_connect(10_000, 0, &[0; 16], 0));
+        let deadline = c.now_us() + 5 * S;
+        let p = inbox.wait(&mut c, conn, deadline).expect("a session");
+        let made = client::decode_connected(&p).expect("decodes");
+        assert_ne!(made.session_id, 0, "seed {seed}");
+        // resumed on the cut-off follower: no answer yet, and no hang-up
+        let again = c.connect(f);
+        c.send(again, client::encode_connect(10_000, made.session_id, &made.passwd, 0));
+        let unknown = c.connect(f);
+        c.send(
+            unknown,
+            client::encode_connect(10_000, made.session_id ^ 0x5a5a, &made.passwd, 0),
+        );
+        let t = c.now_us() + S;
+        inbox.run_until(&mut c, t);
+        for x in [again, unknown] {
+            assert!(
+                inbox.0.get(&x).is_none_or(VecDeque::is_empty),
+                "seed {seed}: answered or closed while the follower cannot know"
+            );
+        }
+        c.heal();
+        let deadline = c.now_us() + 5 * S;
+        let p = inbox.wait(&mut c, again, deadline);
+        let p = p.unwrap_or_else(|e| panic!("seed {seed}: the resumed session was not answered: {e}"));
+        let got = client::decode_connected(&p).expect("decodes");
+        assert_eq!(got.session_id, made.session_id, "seed {seed}: the session is accepted");
+        let p = inbox.wait(&mut c, unknown, deadline);
+        let p = p.unwrap_or_else(|e| panic!("seed {seed}: the unknown session was not answered: {e}"));
+        let got = client::decode_connected(&p).expect("decodes");
+        assert_eq!(got.session_id, 0, "seed {seed}: a session nobody made is expired");
+        // the resumed session works on the follower
+        let mut s = Session { conn: again, xid: 0 };
+        let r = call(&mut c, &mut inbox, &mut s, create("/back", "v"), 5 * S).expect("create");
+        assert_eq!(r.err, ZkError::Ok, "seed {seed}");
+        assert_clean(&mut c, seed);
+    }
+}
