@@ -3,6 +3,8 @@
 //! these frames (sockets, the peers' handshake) is the driver's; the
 //! server core sends and receives [`PeerMsg`] values.
 
+use crate::codec::DecodeError;
+
 /// Largest peer frame other than a snapshot: a Raft append holds up to
 /// `max_size_per_msg` (1 MiB) of entries, or one larger entry of at most
 /// [`crate::limit::WRITE_BYTES_MAX`] (about 2 MiB) with its
@@ -89,12 +91,16 @@ impl PeerMsg {
         b
     }
 
-    pub fn decode(p: &[u8]) -> Result<PeerMsg, String> {
-        let (&tag, body) = p.split_first().ok_or("empty peer frame")?;
-        let word = |i: usize| -> Result<[u8; 8], String> {
+    pub fn decode(p: &[u8]) -> Result<PeerMsg, DecodeError> {
+        let bad = |offset: usize, reason: &str| DecodeError {
+            offset,
+            reason: format!("peer frame: {reason}"),
+        };
+        let (&tag, body) = p.split_first().ok_or_else(|| bad(0, "empty"))?;
+        let word = |i: usize| -> Result<[u8; 8], DecodeError> {
             body.get(i..i + 8)
                 .map(|s| s.try_into().expect("8 bytes"))
-                .ok_or_else(|| "peer frame too short".to_string())
+                .ok_or_else(|| bad(1 + i, &format!("too short ({} bytes)", p.len())))
         };
         Ok(match tag {
             TAG_RAFT => PeerMsg::Raft(body.to_vec()),
@@ -110,7 +116,7 @@ impl PeerMsg {
             },
             TAG_TOUCH => {
                 if body.len() % 8 != 0 {
-                    return Err("touch frame not a multiple of 8".into());
+                    return Err(bad(1, "a touch frame whose length is not a multiple of 8"));
                 }
                 PeerMsg::Touch {
                     sessions: body
@@ -119,7 +125,7 @@ impl PeerMsg {
                         .collect(),
                 }
             }
-            t => return Err(format!("unknown peer message tag {t}")),
+            t => return Err(bad(0, &format!("unknown message tag {t}"))),
         })
     }
 }

@@ -23,10 +23,28 @@ use raft::{RawNode, StateRole, Storage};
 /// `term + 1`.
 pub const TERM_JUMP_MAX: u64 = 1 << 32;
 
+/// A peer's Raft message refused before it is stepped.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{why}")]
+pub struct Refused {
+    /// The message's type and the peer whose connection carried it.
+    pub msg_type: MessageType,
+    pub from: u64,
+    pub why: String,
+}
+
 /// Whether `m`, received from the authenticated peer `from`, may be
 /// stepped into `raw`; else why not. `voters` is the cluster's fixed
 /// membership.
-pub fn check<S: Storage>(raw: &RawNode<S>, m: &Message, from: u64, voters: &[u64]) -> Result<(), String> {
+pub fn check<S: Storage>(raw: &RawNode<S>, m: &Message, from: u64, voters: &[u64]) -> Result<(), Refused> {
+    check_message(raw, m, from, voters).map_err(|why| Refused {
+        msg_type: m.msg_type,
+        from,
+        why,
+    })
+}
+
+fn check_message<S: Storage>(raw: &RawNode<S>, m: &Message, from: u64, voters: &[u64]) -> Result<(), String> {
     use MessageType::*;
     let r = &raw.raft;
     if m.from != from {

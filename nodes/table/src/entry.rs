@@ -17,6 +17,7 @@
 //! quorum: 2
 //! ```
 
+use crate::error::ParseError;
 use crate::part::PartInfo;
 use crate::schema::valid_name;
 
@@ -100,44 +101,45 @@ impl LogEntry {
         s
     }
 
-    pub fn decode(text: &str) -> Result<LogEntry, String> {
+    pub fn decode(text: &str) -> Result<LogEntry, ParseError> {
+        let bad = |why: String| ParseError::new("log entry", why);
         if text.len() > ENTRY_BYTES_MAX {
-            return Err(format!("log entry of {} bytes (most {ENTRY_BYTES_MAX})", text.len()));
+            return Err(bad(format!("of {} bytes (most {ENTRY_BYTES_MAX})", text.len())));
         }
         let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
-        let mut next = |want: &str| -> Result<(usize, &str), String> {
-            lines.next().ok_or_else(|| format!("log entry ends before {want}"))
+        let mut next = |want: &str| -> Result<(usize, &str), ParseError> {
+            lines.next().ok_or_else(|| bad(format!("ends before {want}")))
         };
-        let header = |(n, line): (usize, &str), key: &str| -> Result<String, String> {
+        let header = |(n, line): (usize, &str), key: &str| -> Result<String, ParseError> {
             line.strip_prefix(key)
                 .and_then(|r| r.strip_prefix(": ").or(if r == ":" { Some("") } else { None }))
                 .map(str::to_string)
-                .ok_or_else(|| format!("log entry line {n}: expected `{key}: …`, got {line:?}"))
+                .ok_or_else(|| bad(format!("line {n}: expected `{key}: …`, got {line:?}")))
         };
         let version_line = next("the format version")?;
         let version: u32 = header(version_line, "format version")?
             .parse()
-            .map_err(|_| format!("log entry line 1: bad format version {:?}", version_line.1))?;
+            .map_err(|_| bad(format!("line 1: bad format version {:?}", version_line.1)))?;
         if !(1..=FORMAT_VERSION).contains(&version) {
-            return Err(format!(
-                "log entry line 1: format version {version} is newer than this replica reads ({FORMAT_VERSION})"
-            ));
+            return Err(bad(format!(
+                "line 1: format version {version} is newer than this replica reads ({FORMAT_VERSION})"
+            )));
         }
         let time_line = next("create_time")?;
         let create_time_s = parse_time(&header(time_line, "create_time")?)
-            .ok_or_else(|| format!("log entry line {}: bad create_time", time_line.0))?;
+            .ok_or_else(|| bad(format!("line {}: bad create_time", time_line.0)))?;
         let source_replica = header(next("source replica")?, "source replica")?;
         if !valid_name(&source_replica) {
-            return Err(format!("log entry: bad source replica {source_replica:?}"));
+            return Err(bad(format!("bad source replica {source_replica:?}")));
         }
         let block_id = header(next("block_id")?, "block_id")?;
         if !block_id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
         {
-            return Err(format!("log entry: bad block_id {block_id:?}"));
+            return Err(bad(format!("bad block_id {block_id:?}")));
         }
-        let part = |(n, line): (usize, &str)| PartInfo::parse(line).map_err(|e| format!("log entry line {n}: {e}"));
+        let part = |(n, line): (usize, &str)| PartInfo::parse(line).map_err(|e| bad(format!("line {n}: {e}")));
         let (n, ty) = next("the entry type")?;
         let kind = match ty {
             "get" => {
@@ -145,7 +147,7 @@ impl LogEntry {
                 let mut quorum = 0;
                 for (n, line) in lines.by_ref() {
                     if let Some(q) = line.strip_prefix("quorum: ") {
-                        quorum = q.parse().map_err(|_| format!("log entry line {n}: bad quorum {q:?}"))?;
+                        quorum = q.parse().map_err(|_| bad(format!("line {n}: bad quorum {q:?}")))?;
                     }
                 }
                 EntryKind::GetPart {
@@ -162,20 +164,20 @@ impl LogEntry {
                         break;
                     }
                     if parts.len() == MERGE_PARTS_MAX {
-                        return Err(format!("log entry: a merge of more than {MERGE_PARTS_MAX} parts"));
+                        return Err(bad(format!("a merge of more than {MERGE_PARTS_MAX} parts")));
                     }
                     parts.push(part(l)?);
                 }
                 let into = part(next("the merged part")?)?;
                 if parts.len() < 2 || PartInfo::merged_checked(&parts).as_ref() != Some(&into) {
-                    return Err(format!("log entry: merge into {into} of parts that do not make it"));
+                    return Err(bad(format!("merge into {into} of parts that do not make it")));
                 }
                 EntryKind::MergeParts { parts, into }
             }
             "drop" => EntryKind::DropRange {
                 range: part(next("the range")?)?,
             },
-            other => return Err(format!("log entry line {n}: unknown entry type {other:?}")),
+            other => return Err(bad(format!("line {n}: unknown entry type {other:?}"))),
         };
         Ok(LogEntry {
             create_time_s,
@@ -303,7 +305,7 @@ mod tests {
             ),
         ] {
             let e = LogEntry::decode(&bad).unwrap_err();
-            assert!(e.contains(says), "{says}: {e}");
+            assert!(e.to_string().contains(says), "{says}: {e}");
         }
     }
 }

@@ -21,6 +21,7 @@
 //! * [`part`] — part names, containment, the set of active parts.
 //! * [`dedup`] — block ids and the deduplication window.
 //! * [`entry`] — the log entry text codec.
+//! * [`error`] — why a record of the coordinator does not parse.
 //! * [`quorum`] — the quorum znode's text codec.
 //! * [`queue`] — a replica's queue: selection, postponement, virtual parts.
 //! * [`merge`] — the leader's merge selection.
@@ -31,6 +32,7 @@ pub mod block;
 pub mod cleanup;
 pub mod dedup;
 pub mod entry;
+pub mod error;
 pub mod format;
 pub mod hash;
 pub mod merge;
@@ -42,5 +44,6 @@ pub mod zk;
 
 pub use block::{Block, ColumnData};
 pub use entry::{EntryKind, LogEntry};
+pub use error::ParseError;
 pub use part::{ActivePartSet, PartInfo};
 pub use schema::{Column, ColumnType, PartitionKey, Schema, TableSettings, Value};

@@ -12,6 +12,7 @@
 //! active — that would be two histories of the same blocks — so adding
 //! such a part is refused.
 
+use crate::error::ParseError;
 use crate::schema::valid_partition_id;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -40,15 +41,15 @@ impl PartInfo {
     }
 
     /// Parses `<partition>_<min>_<max>_<level>`.
-    pub fn parse(name: &str) -> Result<PartInfo, String> {
-        let bad = |why: &str| format!("part name {name:?}: {why}");
+    pub fn parse(name: &str) -> Result<PartInfo, ParseError> {
+        let bad = |why: &str| ParseError::new(format!("part name {name:?}"), why);
         let mut fields = name.rsplitn(4, '_');
         let (Some(level), Some(max), Some(min), Some(partition)) =
             (fields.next(), fields.next(), fields.next(), fields.next())
         else {
             return Err(bad("expected <partition>_<min>_<max>_<level>"));
         };
-        let num = |s: &str, what: &str| -> Result<u64, String> {
+        let num = |s: &str, what: &str| -> Result<u64, ParseError> {
             if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) || (s.len() > 1 && s.starts_with('0')) {
                 return Err(bad(&format!("{what} {s:?} is not a number")));
             }
@@ -245,7 +246,7 @@ mod tests {
             ("all_0_0_1000000000", "level too high"),
         ] {
             let e = PartInfo::parse(n).unwrap_err();
-            assert!(e.contains(why), "{n}: {e}");
+            assert!(e.to_string().contains(why), "{n}: {e}");
         }
     }
 

@@ -13,6 +13,7 @@
 //! r1
 //! ```
 
+use crate::error::ParseError;
 use crate::part::PartInfo;
 use crate::schema::valid_name;
 use std::collections::BTreeSet;
@@ -54,38 +55,39 @@ impl QuorumEntry {
         s
     }
 
-    pub fn decode(text: &str) -> Result<QuorumEntry, String> {
+    pub fn decode(text: &str) -> Result<QuorumEntry, ParseError> {
+        let bad = |why: String| ParseError::new("quorum entry", why);
         let mut lines = text.lines();
-        let mut field = |key: &str| -> Result<String, String> {
+        let mut field = |key: &str| -> Result<String, ParseError> {
             lines
                 .next()
                 .and_then(|l| l.strip_prefix(key))
                 .and_then(|l| l.strip_prefix(": "))
                 .map(str::to_string)
-                .ok_or_else(|| format!("quorum entry: expected `{key}: …`"))
+                .ok_or_else(|| bad(format!("expected `{key}: …`")))
         };
         if field("version")? != "1" {
-            return Err("quorum entry: unknown version".into());
+            return Err(bad("unknown version".into()));
         }
-        let part = PartInfo::parse(&field("part_name")?).map_err(|e| format!("quorum entry: {e}"))?;
+        let part = PartInfo::parse(&field("part_name")?).map_err(|e| bad(e.to_string()))?;
         let required: u32 = field("required_number_of_replicas")?
             .parse()
-            .map_err(|_| "quorum entry: bad required_number_of_replicas".to_string())?;
+            .map_err(|_| bad("bad required_number_of_replicas".into()))?;
         let actual: usize = field("actual_number_of_replicas")?
             .parse()
-            .map_err(|_| "quorum entry: bad actual_number_of_replicas".to_string())?;
+            .map_err(|_| bad("bad actual_number_of_replicas".into()))?;
         if lines.next() != Some("replicas:") {
-            return Err("quorum entry: expected `replicas:`".into());
+            return Err(bad("expected `replicas:`".into()));
         }
         let mut replicas = BTreeSet::new();
         for r in lines {
             if !valid_name(r) || replicas.len() == QUORUM_REPLICAS_MAX {
-                return Err(format!("quorum entry: bad replica {r:?}"));
+                return Err(bad(format!("bad replica {r:?}")));
             }
             replicas.insert(r.to_string());
         }
         if replicas.len() != actual || required == 0 {
-            return Err("quorum entry: counts do not match".into());
+            return Err(bad("counts do not match".into()));
         }
         Ok(QuorumEntry {
             part,
@@ -120,7 +122,7 @@ mod tests {
         let bad = q
             .encode()
             .replace("actual_number_of_replicas: 2", "actual_number_of_replicas: 3");
-        assert!(QuorumEntry::decode(&bad).unwrap_err().contains("counts"));
+        assert!(QuorumEntry::decode(&bad).unwrap_err().to_string().contains("counts"));
         assert_eq!(required_replicas(None, true, 3), 2);
         assert_eq!(required_replicas(Some(3), false, 3), 3);
     }

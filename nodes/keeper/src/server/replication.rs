@@ -131,7 +131,7 @@ impl<D: Disk> KeeperServer<D> {
                         if snapshot_frame { "snapshot" } else { "raft" }
                     ));
                 }
-                crate::peer_check::check(&self.raw, &msg, from, &self.voters)?;
+                crate::peer_check::check(&self.raw, &msg, from, &self.voters).map_err(|e| e.to_string())?;
                 if is_snapshot {
                     self.decode_incoming_snapshot(&msg)?;
                 }

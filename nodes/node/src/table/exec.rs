@@ -254,7 +254,7 @@ impl Replica {
             };
             let Ok(mut q) = std::str::from_utf8(&data)
                 .map_err(|e| e.to_string())
-                .and_then(QuorumEntry::decode)
+                .and_then(|t| QuorumEntry::decode(t).map_err(|e| e.to_string()))
             else {
                 continue;
             };
@@ -541,7 +541,7 @@ impl Replica {
             if let Some((data, stat)) = self.coord.get(&path).await? {
                 let q = std::str::from_utf8(&data)
                     .map_err(|e| e.to_string())
-                    .and_then(QuorumEntry::decode);
+                    .and_then(|t| QuorumEntry::decode(t).map_err(|e| e.to_string()));
                 if q.is_ok_and(|q| q.part == *part) {
                     quorum_node = Some((path, stat.version));
                     break;
@@ -636,5 +636,5 @@ impl Replica {
 pub fn decode_entry(data: &[u8]) -> Result<LogEntry, String> {
     std::str::from_utf8(data)
         .map_err(|e| e.to_string())
-        .and_then(LogEntry::decode)
+        .and_then(|t| LogEntry::decode(t).map_err(|e| e.to_string()))
 }

@@ -83,7 +83,7 @@ impl Replica {
         if let Some((d, _)) = self.coord.get(&self.paths.quorum_status()).await? {
             if let Ok(q) = std::str::from_utf8(&d)
                 .map_err(|e| e.to_string())
-                .and_then(QuorumEntry::decode)
+                .and_then(|t| QuorumEntry::decode(t).map_err(|e| e.to_string()))
             {
                 out.insert(q.part);
             }

@@ -647,7 +647,7 @@ impl Replica {
             let Some((d, _)) = d else { continue };
             match std::str::from_utf8(&d)
                 .map_err(|e| e.to_string())
-                .and_then(LogEntry::decode)
+                .and_then(|t| LogEntry::decode(t).map_err(|e| e.to_string()))
             {
                 Ok(entry) => obsolete.extend(q.push(k.clone(), entry)?),
                 Err(why) => self.log("queue_entry_unreadable", serde_json::json!({"entry": k, "why": why})),
@@ -716,7 +716,7 @@ impl Replica {
             for d in datas.into_iter().flatten() {
                 match std::str::from_utf8(&d.0)
                     .map_err(|e| e.to_string())
-                    .and_then(LogEntry::decode)
+                    .and_then(|t| LogEntry::decode(t).map_err(|e| e.to_string()))
                 {
                     Ok(e) => {
                         ops.push(KeeperOp::Create {
