@@ -1,7 +1,8 @@
 //! Jepsen's `history.edn`, read as a drift history.
 //!
 //! A Jepsen run stores its history as EDN: one operation map per line
-//! (or, in older files, one vector of them), with keywords for `:type`,
+//! (or, in older files and knossos's test data, one vector or list of
+//! them), with keywords for `:type`,
 //! `:f` and `:process :nemesis`, nanosecond `:time`, and values that are
 //! numbers, `nil`, strings, vectors (`[0 3]` for a cas) or maps. Keyed
 //! workloads (`jepsen.independent`) wrap every client value in a
@@ -40,7 +41,7 @@ pub fn is_edn(path: &Path, head: &[u8]) -> bool {
     }
     let text = String::from_utf8_lossy(head);
     let t = text.trim_start();
-    t.starts_with("{:") || t.starts_with('[') || t.starts_with("#jepsen") || t.starts_with(';')
+    t.starts_with("{:") || t.starts_with('[') || t.starts_with('(') || t.starts_with("#jepsen") || t.starts_with(';')
 }
 
 /// An operation map as read, before keyed values are unwrapped.
@@ -103,7 +104,8 @@ fn key_text(k: &Value) -> String {
 }
 
 /// Every operation of `text`, one top-level form each (or the elements of
-/// one top-level vector); (line, reason) on the first error.
+/// one top-level vector or list, as knossos's own files hold them, `;`
+/// comments among them); (line, reason) on the first error.
 fn parse(text: &str) -> Result<Vec<Raw>, (u64, String)> {
     // an error at the end of the text is on its last line, not on the
     // empty one after its final newline
@@ -116,25 +118,31 @@ fn parse_lines(text: &str) -> Result<Vec<Raw>, (u64, String)> {
     let mut rest = skip_blank(text);
     let mut lines = Lines::new(text);
     let opened_on = lines.at(rest);
-    let wrapped = rest.starts_with('[');
-    if wrapped {
+    // one top-level vector or list of operations, or operations one by one
+    let close = match rest.as_bytes().first() {
+        Some(b'[') => Some(']'),
+        Some(b'(') => Some(')'),
+        _ => None,
+    };
+    let open = if close == Some(']') { '[' } else { '(' };
+    if close.is_some() {
         rest = skip_blank(&rest[1..]);
     }
     loop {
         let line = lines.at(rest);
         if rest.is_empty() {
-            if wrapped {
+            if close.is_some() {
                 return Err((
                     opened_on,
-                    format!("unbalanced bracket: the history's `[` (line {opened_on}) is never closed"),
+                    format!("unbalanced bracket: the history's `{open}` (line {opened_on}) is never closed"),
                 ));
             }
             return Ok(out);
         }
-        if wrapped && rest.starts_with(']') {
+        if let Some(c) = close.filter(|c| rest.starts_with(*c)) {
             let after = skip_blank(&rest[1..]);
             if !after.is_empty() {
-                return Err((lines.at(after), "text after the history's closing `]`".into()));
+                return Err((lines.at(after), format!("text after the history's closing `{c}`")));
             }
             return Ok(out);
         }
@@ -351,6 +359,29 @@ mod tests {
         let (ops, _) =
             read_str("#jepsen.history.Op{:index 0 :time 5 :type :invoke :process 0 :f :write :value 3}").unwrap();
         assert_eq!(ops[0].value, serde_json::json!(3));
+    }
+
+    /// The shape of knossos's own test histories: one top-level list, `;`
+    /// comments between the operations (and a vector the same way).
+    #[test]
+    fn a_history_as_one_list_or_vector_with_comments_reads_like_one_map_per_line() {
+        let list = "({:type :invoke, :f :write, :value 0, :process 0}\n \
+                    {:type :ok, :f :write, :value 0, :process 0}\n \
+                    ; then a read, concurrent with nothing\n \
+                    {:type :invoke, :f :read, :value nil, :process 1}\n \
+                    ; it read what no one wrote\n \
+                    {:type :ok, :f :read, :value 3, :process 1}\n)\n";
+        let (ops, lines) = read_str(list).unwrap();
+        assert_eq!(ops.len(), 4);
+        assert_eq!(lines, [1, 2, 4, 6]);
+        assert_eq!((ops[3].kind, ops[3].value.clone()), (OpType::Ok, serde_json::json!(3)));
+        let (same, _) = read_str(&list.replacen('(', "[", 1).replace("\n)\n", "\n]\n")).unwrap();
+        assert_eq!(same, ops);
+        let e = read_str("({:type :invoke :f :read :value nil :process 0}\n").unwrap_err();
+        assert!(e.reason.contains("the history's `(` (line 1) is never closed"), "{e}");
+        let e = read_str("({:type :invoke :f :read :value nil :process 0})\n{:x 1}").unwrap_err();
+        assert!(e.reason.contains("text after the history's closing `)`"), "{e}");
+        assert!(is_edn(Path::new("h"), b"({:type :invoke"));
     }
 
     #[test]
