@@ -21,11 +21,14 @@
 //! 5. **lost** — a key with an `ok` attempt missing on a replica;
 //!    **lost-after-dedup** when every `ok` attempt was a retry after an
 //!    `info` one.
-//! 6. For attempts a before b of a key, removal of the id a created was
-//!    possible before b only if at least `window` other keys could have
-//!    been created between a's invoke and b's completion, or another block
-//!    could have been created after `a.invoke + window_seconds − ε` and
-//!    before b's completion. An attempt deduplicated against the id does
+//! 6. For two attempts of a key, in either order — X committing first, Y
+//!    passing its block-id check after X's id was removed — removal was
+//!    possible only if at least `window` other keys could have been
+//!    created between X's invoke and the latest moment Y could commit (its
+//!    completion when `ok`, unbounded when indeterminate), or another
+//!    key's block could have been created after `X.invoke + window_seconds
+//!    − ε` and before that moment (an empty interval allows nothing, and
+//!    only an attempt invoked before the moment counts). An attempt deduplicated against the id does
 //!    not renew it, so the pairs need not be consecutive: a key may appear
 //!    at most 1 + (removals) times, the removals counted along the longest
 //!    chain of attempts each allowing removal of the previous one's id
@@ -413,6 +416,23 @@ fn finding(kind: &str, key: Option<&Key>, replicas: &[&str], attempts: Vec<Value
     })
 }
 
+/// Rule 6 for one order of a pair: X's id committed first, and Y's
+/// commit came after its removal. Removal was possible if (i) at least
+/// `window` other keys could have been created between X's invoke and
+/// Y's latest commit, or (ii) some other key's block could have been
+/// created after `X.invoke + window_seconds − ε` and before Y's latest
+/// commit (an empty interval allows nothing; a block "could have been
+/// created" at t only by an attempt invoked before t).
+fn removal_possible(timeline: &Timeline, params: &Params, key: u32, x: &Attempt, y: &Attempt) -> bool {
+    if y.end <= x.start {
+        // Y was acknowledged before X was sent: not this order
+        return false;
+    }
+    let by_count = timeline.keys_in(x.start, y.end).saturating_sub(1) >= params.window;
+    let by_age = timeline.other_block_after(key, x.start.saturating_add(params.window_ns - params.epsilon_ns), y.end);
+    by_count || by_age
+}
+
 /// Answers "how many other keys could have been created in [a, b]" and
 /// "could another key's block have been created in (t, b)" in O(log n).
 struct Timeline {
@@ -479,6 +499,9 @@ impl Timeline {
     /// Whether a key other than `key` could have had a block created after
     /// `t` by an attempt invoked before `b`.
     fn other_block_after(&self, key: u32, t: i64, b: i64) -> bool {
+        if t >= b {
+            return false;
+        }
         let n = self.by_invoke.partition_point(|(s, _)| *s < b);
         if n == 0 {
             return false;
@@ -722,14 +745,10 @@ impl Checker for Dedup {
             let mut creator = 0usize;
             for i in 1..chain.len() {
                 let (a, b) = (chain[creator], chain[i]);
-                // both creations fall between a's invoke and the later of
-                // the two ends: an indeterminate a may commit after b
-                let b_end = a.end.max(b.end);
-                let others = timeline.keys_in(a.start, b_end).saturating_sub(1);
-                let by_count = others >= params.window;
-                let by_age =
-                    timeline.other_block_after(ki, a.start.saturating_add(params.window_ns - params.epsilon_ns), b_end);
-                if by_count || by_age {
+                // in either order: X commits first, Y passes its check
+                // after X's id was removed, by Y's latest commit (its
+                // completion when ok, never bounded when indeterminate)
+                if removal_possible(&timeline, &params, ki, a, b) || removal_possible(&timeline, &params, ki, b, a) {
                     pairs_removable += 1;
                     creator = i;
                 }

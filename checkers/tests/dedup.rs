@@ -309,6 +309,71 @@ fn rule_6_7_a_retry_inside_the_window_appears_once() {
     assert_eq!(f["attempts"].as_array().unwrap().len(), 2);
 }
 
+/// Rule 6 (ii) needs a non-empty interval and an attempt invoked inside
+/// it: an unrelated insert whose reply was lost long before does not
+/// excuse two equal inserts 30 ms apart, both stored.
+#[test]
+fn rule_6_an_earlier_info_of_another_key_does_not_excuse_a_duplicate_30_ms_apart() {
+    let mut rows = A.to_vec();
+    rows.extend_from_slice(A);
+    rows.extend_from_slice(B);
+    let (v, d) = H::new(1000, 5.0, &R)
+        .simple(2, 1, B, 0, 10, "info")
+        .simple(1, 1, A, 100, 110, "ok")
+        .simple(3, 1, A, 130, 140, "ok")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+    // the same, B's attempt invoked after the pair: it counts for neither
+    let (v, d) = H::new(1000, 5.0, &R)
+        .simple(1, 1, A, 100, 110, "ok")
+        .simple(3, 1, A, 130, 140, "ok")
+        .simple(2, 1, B, 200, 210, "info")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+    // B invoked 6 s after the first A, before the second: the age clause
+    // allows a removal (the window is 5 s)
+    let (v, d) = H::new(1000, 5.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .simple(2, 1, B, 6_000, 6_010, "info")
+        .simple(3, 1, A, 7_000, 7_010, "ok")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!((v, count(&d, "unknown-window")), (Verdict::Valid, 2), "{d}");
+}
+
+/// Rule 6 in either commit order: the later-invoked attempt may commit
+/// first when the earlier one is indeterminate, and the age clause then
+/// counts from its invoke.
+#[test]
+fn rule_6_either_commit_order() {
+    let mut rows = A.to_vec();
+    rows.extend_from_slice(A);
+    rows.extend_from_slice(B);
+    // a: info at 0; b: ok at 7 s; another key at 8 s. Order a-then-b: B
+    // came after 0 + 5 s and before b's commit? B is invoked at 8 s, after
+    // b's commit: no. Order b-then-a: a may commit until the end; B after
+    // 7 + 5 s? B's block may be created any time after 8 s (it is
+    // indeterminate): yes. Two copies are possible.
+    let (v, d) = H::new(1000, 5.0, &R)
+        .simple(1, 1, A, 0, 10, "info")
+        .simple(1, 2, A, 7_000, 7_010, "ok")
+        .simple(2, 1, B, 8_000, 8_010, "info")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!((v, count(&d, "unknown-window")), (Verdict::Valid, 2), "{d}");
+    // b ok, then a sent after b was acknowledged, within 5 s: only the
+    // order b-then-a exists, and it allows no removal
+    let (v, d) = H::new(1000, 5.0, &R)
+        .simple(1, 1, A, 0, 10, "ok")
+        .simple(1, 2, A, 1_000, 1_010, "ok")
+        .simple(2, 1, B, 8_000, 8_010, "info")
+        .read_all(&R, &rows)
+        .check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+}
+
 #[test]
 fn rule_6_8_beyond_the_window_a_second_copy_is_unknown_window_and_a_third_a_duplicate() {
     // window of 2 ids: three other keys land between the attempts
