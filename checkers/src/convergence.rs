@@ -26,8 +26,9 @@
 //!    passed the delete's timestamp) before two full rounds of repair of
 //!    the key's range had finished after the delete — the documented
 //!    cost of time-based GC with a grace shorter than repair takes.
-//! 4. **repair-not-idempotent** — the second final repair streamed
-//!    entries, or failed.
+//! 4. **repair-not-idempotent** — a session of the second final repair
+//!    found a range differing, streamed entries, or failed (also when
+//!    rule 1 finds the replicas diverged).
 //! 5. **stale-read** (only with R + W > RF and no `wipe` fault): a read
 //!    invoked after an `ok` write completed returns that version or a
 //!    newer one; reads of keys with an indeterminate write in between, or
@@ -149,6 +150,8 @@ struct Session {
     finished_ts: u64,
     ok: bool,
     streamed: u64,
+    /// Ranges the session found differing.
+    differing: u64,
     pass: Option<u64>,
 }
 
@@ -242,6 +245,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     finished_ts: n("finished_ts").unwrap_or(u64::MAX),
                     ok: v["error"].is_null(),
                     streamed: n("entries_to_peer").unwrap_or(0) + n("entries_from_peer").unwrap_or(0),
+                    differing: n("ranges_differing").unwrap_or(0),
                     pass: n("pass"),
                 });
             }
@@ -625,7 +629,9 @@ impl Checker for Convergence {
         if second.is_empty() {
             unknown.push("no second final repair recorded".into());
         }
-        for s in second.iter().filter(|s| !s.ok || s.streamed > 0) {
+        // a session of the second pass that differs at all, whether or not
+        // rule 1 also finds the replicas diverged
+        for s in second.iter().filter(|s| !s.ok || s.streamed > 0 || s.differing > 0) {
             add(
                 "repair-not-idempotent",
                 finding(
@@ -635,8 +641,8 @@ impl Checker for Convergence {
                     vec![],
                     if s.ok {
                         format!(
-                            "the second final repair of range {} between servers {} and {} streamed {} entries",
-                            s.range, s.pair.0, s.pair.1, s.streamed
+                            "the second final repair of range {} between servers {} and {} found {} ranges differing and streamed {} entries",
+                            s.range, s.pair.0, s.pair.1, s.differing, s.streamed
                         )
                     } else {
                         format!(

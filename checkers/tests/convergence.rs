@@ -304,6 +304,45 @@ fn rule_4_a_second_repair_that_streams_anything_is_not_idempotent() {
     assert_eq!((v, count(&d, "repair-not-idempotent")), (Verdict::Invalid, 1), "{d}");
 }
 
+/// Rule 4 as revised: a session of the second pass that reports a
+/// differing range is not idempotent even when it streamed nothing and the
+/// replicas are also found diverged (rule 1).
+#[test]
+fn rule_4_a_second_pass_reporting_a_differing_range_is_not_idempotent_also_when_diverged() {
+    let a: &[Held] = &[("k", 5, Some("v"))];
+    let b: &[Held] = &[("k", 4, Some("u"))];
+    let mut h = H::new("time");
+    h.put("k", "v", 5, 0, 10, "ok").put("k", "u", 4, 0, 10, "info");
+    h.repair(900_000, 1, 2, 900, 901, 0, Some(1));
+    let dump = |server: u64, held: &[Held]| {
+        let entries: Vec<Value> = held.iter().map(|(k, ts, v)| json!([k, ts, v])).collect();
+        json!({"server": server, "ranges": [{"range": 0, "replicas": [1, 2], "root": format!("{entries:?}"),
+            "count": held.len(), "entries": entries}]})
+    };
+    h.event(900_100, "kv-replica", dump(1, a));
+    h.event(900_100, "kv-replica", dump(2, b));
+    h.event(
+        900_200,
+        "kv-repair",
+        json!({"node": 1, "peer": 2, "range": 0, "started_ts": 902, "finished_ts": 903,
+            "entries_to_peer": 0, "entries_from_peer": 0, "ranges_differing": 1, "error": null, "pass": 2}),
+    );
+    let (v, d) = h.check();
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert_eq!(count(&d, "diverged"), 1, "{d}");
+    assert_eq!(count(&d, "repair-not-idempotent"), 1, "{d}");
+    let f = d["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "repair-not-idempotent")
+        .unwrap();
+    assert!(
+        f["explanation"].as_str().unwrap().contains("found 1 ranges differing and streamed 0 entries"),
+        "{f}"
+    );
+}
+
 #[test]
 fn rule_5_a_quorum_read_after_an_acknowledged_write_sees_it_or_newer() {
     let held: &[Held] = &[("k", 9, Some("b"))];
