@@ -23,9 +23,14 @@
 //! 3. A key whose newest `ok` write is a delete must not hold an older
 //!    value at the end: **resurrected**, or **resurrected-expected** when
 //!    a time-based GC pass could have purged the tombstone (its horizon
-//!    passed the delete's timestamp) before two full rounds of repair of
-//!    the key's range had finished after the delete — the documented
-//!    cost of time-based GC with a grace shorter than repair takes.
+//!    passed the delete's timestamp) before repair covered the delete —
+//!    the documented cost of time-based GC with a grace shorter than
+//!    repair takes. One completed session over the key's range after the
+//!    delete, between a replica that missed it (did not acknowledge it)
+//!    and one that acknowledged it, covers that replica; every replica
+//!    that missed it must be covered. (A history whose deletes do not name
+//!    the servers that acknowledged them needs two full rounds of repair
+//!    of the range instead.)
 //! 4. **repair-not-idempotent** — a session of the second final repair
 //!    found a range differing, streamed entries, or failed (also when
 //!    rule 1 finds the replicas diverged).
@@ -107,6 +112,9 @@ struct Write {
     value: Option<String>,
     /// The system's timestamp, known for `ok` writes.
     ts: Option<u64>,
+    /// The servers that acknowledged an `ok` write, where the history
+    /// says (the others may have missed it).
+    acked: Option<Vec<u64>>,
 }
 
 impl Write {
@@ -340,6 +348,10 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     ),
                     _ => None,
                 };
+                let acked = done
+                    .filter(|_| o.outcome == Outcome::Ok)
+                    .and_then(|d| d.value["replicas"].as_array())
+                    .map(|a| a.iter().filter_map(Value::as_u64).collect());
                 m.writes.entry(key).or_default().push(Write {
                     at: o.invoke,
                     invoke: inv.time,
@@ -347,6 +359,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     outcome: o.outcome,
                     value,
                     ts,
+                    acked,
                 });
             }
             "get" if o.outcome == Outcome::Ok => {
@@ -367,6 +380,37 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
 
 fn finding(kind: &str, key: Option<&str>, range: Option<u64>, ops: Vec<usize>, explanation: String) -> Value {
     json!({"kind": kind, "key": key, "range": range, "ops": ops, "explanation": explanation})
+}
+
+/// Rule 3: whether repair brought a delete's tombstone to every replica of
+/// `range` that missed it, before `by_ts`. With the servers that
+/// acknowledged the delete known, one completed session over the range,
+/// started after the delete, between a replica that missed it and one
+/// that acknowledged it covers that replica; a delete every replica
+/// acknowledged needed no repair. Without them (a history from before
+/// deletes named their servers), [`COVERING_ROUNDS`] full rounds.
+fn delete_covered(m: &Model, range: u64, acked: Option<&[u64]>, after_ts: u64, by_ts: u64) -> bool {
+    let Some(acked) = acked else {
+        return covered(m, range, after_ts, by_ts);
+    };
+    let replicas: Vec<u64> = m
+        .finals
+        .get(&range)
+        .and_then(|reads| reads.first())
+        .map(|r| r.replicas.clone())
+        .unwrap_or_default();
+    replicas.iter().filter(|r| !acked.contains(r)).all(|&missed| {
+        m.sessions.iter().any(|s| {
+            let other = if s.pair.0 == missed {
+                s.pair.1
+            } else if s.pair.1 == missed {
+                s.pair.0
+            } else {
+                return false;
+            };
+            s.range == range && s.ok && s.started_ts >= after_ts && s.finished_ts <= by_ts && acked.contains(&other)
+        })
+    })
 }
 
 /// Whether `range` had [`COVERING_ROUNDS`] full rounds of repair that
@@ -574,8 +618,14 @@ impl Checker for Convergence {
                     }
                     if newest.value.is_none() && f.value.is_some() {
                         // rule 3: the delete came undone
+                        let acked = writes
+                            .iter()
+                            .find(|w| w.at == newest_at)
+                            .and_then(|w| w.acked.as_deref());
                         let expected = m.gcs.iter().any(|g| {
-                            g.time_based && g.horizon_ts > newest.ts && !covered(&m, range, newest.ts, g.at_ts)
+                            g.time_based
+                                && g.horizon_ts > newest.ts
+                                && !delete_covered(&m, range, acked, newest.ts, g.at_ts)
                         });
                         let kind = if expected {
                             "resurrected-expected"
@@ -597,7 +647,7 @@ impl Checker for Convergence {
                                     newest.describe(base),
                                     f.describe(base),
                                     if expected {
-                                        ": a time-based GC pass could purge the tombstone before two rounds of repair of its range had finished after the delete"
+                                        ": a time-based GC pass could purge the tombstone before a repair session brought it to a replica that missed the delete"
                                     } else {
                                         ": no GC pass could have purged the tombstone before repair brought it to every replica"
                                     }

@@ -294,6 +294,73 @@ fn rule_3_a_deleted_key_holding_its_old_value_is_resurrected_unless_gc_outran_re
     assert_eq!((v, count(&d, "resurrected")), (Verdict::Invalid, 1), "{d}");
 }
 
+/// Rule 3 as revised: where the delete names the servers that
+/// acknowledged it, one completed session after it between the replica
+/// that missed it and one that acknowledged it covers the delete; a
+/// session between two that both acknowledged it covers nothing.
+#[test]
+fn rule_3_one_session_from_a_holder_to_the_replica_that_missed_the_delete_covers_it() {
+    let back: &[Held] = &[("k", 5, Some("v"))];
+    let gc = json!({"node": 1, "grace_ms": 0, "horizon_ts": 10, "purged": 1, "mode": "time"});
+    // range 0's replicas are servers 1 and 2 (see `finals`); 1 acknowledged
+    let run = |sessions: &[(u64, u64)]| {
+        let mut h = H::new("time");
+        h.put("k", "v", 5, 0, 10, "ok").op(
+            "k",
+            "delete",
+            Value::Null,
+            20,
+            30,
+            "ok",
+            json!({"ts": 8, "replicas": [1]}),
+        );
+        for (i, (a, b)) in sessions.iter().enumerate() {
+            h.repair(31 + i as i64, *a, *b, 9, 9, 1, None);
+        }
+        h.event(40, "kv-gc", gc.clone()).finals(back, back, 0).check()
+    };
+    // one session between 2 (missed it) and 1 (holds it): covered, so the
+    // value coming back is a bug
+    let (v, d) = run(&[(2, 1)]);
+    assert_eq!((v, count(&d, "resurrected")), (Verdict::Invalid, 1), "{d}");
+    // no session: expected under time-based GC
+    let (v, d) = run(&[]);
+    assert_eq!((v, count(&d, "resurrected-expected")), (Verdict::Valid, 1), "{d}");
+    // every replica acknowledged it: nothing to cover, the value back is a bug
+    let (v, d) = H::new("time")
+        .put("k", "v", 5, 0, 10, "ok")
+        .op(
+            "k",
+            "delete",
+            Value::Null,
+            20,
+            30,
+            "ok",
+            json!({"ts": 8, "replicas": [2, 1]}),
+        )
+        .event(40, "kv-gc", gc.clone())
+        .finals(back, back, 0)
+        .check();
+    assert_eq!((v, count(&d, "resurrected")), (Verdict::Invalid, 1), "{d}");
+    // a session that started before the delete covers nothing
+    let (v, d) = {
+        let mut h = H::new("time");
+        h.put("k", "v", 5, 0, 10, "ok")
+            .op(
+                "k",
+                "delete",
+                Value::Null,
+                20,
+                30,
+                "ok",
+                json!({"ts": 8, "replicas": [1]}),
+            )
+            .repair(31, 2, 1, 7, 9, 1, None);
+        h.event(40, "kv-gc", gc.clone()).finals(back, back, 0).check()
+    };
+    assert_eq!((v, count(&d, "resurrected-expected")), (Verdict::Valid, 1), "{d}");
+}
+
 #[test]
 fn rule_4_a_second_repair_that_streams_anything_is_not_idempotent() {
     let held: &[Held] = &[("k", 5, Some("v"))];
@@ -338,7 +405,10 @@ fn rule_4_a_second_pass_reporting_a_differing_range_is_not_idempotent_also_when_
         .find(|f| f["kind"] == "repair-not-idempotent")
         .unwrap();
     assert!(
-        f["explanation"].as_str().unwrap().contains("found 1 ranges differing and streamed 0 entries"),
+        f["explanation"]
+            .as_str()
+            .unwrap()
+            .contains("found 1 ranges differing and streamed 0 entries"),
         "{f}"
     );
 }

@@ -109,7 +109,8 @@ pub async fn execute(http: &reqwest::Client, base: &str, op: &OpSpec, timeout: D
     let why = || format!("{status}: {}", body["error"].as_str().unwrap_or("no reason given"));
     match (op.f, status.as_u16()) {
         ("put", 200) => Outcome::Ok(json!({"value": op.value["value"], "ts": body["ts"]})),
-        ("delete", 200) => Outcome::Ok(json!({"ts": body["ts"]})),
+        // the servers that acknowledged: the others may have missed it
+        ("delete", 200) => Outcome::Ok(json!({"ts": body["ts"], "replicas": body["replicas"]})),
         ("get", 200) => Outcome::Ok(json!({"value": body["value"], "ts": body["ts"], "tombstone": body["tombstone"]})),
         (_, 400..=499) => Outcome::Fail(why()),
         ("get", _) => Outcome::Fail(why()),

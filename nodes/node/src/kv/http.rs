@@ -3,7 +3,8 @@
 //!
 //! Clients (any server coordinates):
 //! * `PUT /kv/<key>` with the value as the body, `DELETE /kv/<key>`
-//!   (`?w=N` overrides W): `200 {"key","ts","acks","w"}` once W replicas
+//!   (`?w=N` overrides W): `200 {"key","ts","acks","replicas","w"}` (the
+//!   servers that acknowledged) once W replicas
 //!   synced it; `503 {"error","ts","acks","w"}` when fewer did in time —
 //!   the write may still have happened (an indeterminate outcome);
 //!   `400` for a request that was never applied anywhere.
@@ -238,7 +239,8 @@ async fn client(
             };
             let res = node.write(key, value, w).await;
             let status = if res.acks >= w { 200 } else { 503 };
-            let mut v = serde_json::json!({"key": key_text, "ts": res.ts, "acks": res.acks, "w": w});
+            let mut v =
+                serde_json::json!({"key": key_text, "ts": res.ts, "acks": res.acks, "replicas": res.acked, "w": w});
             if status != 200 {
                 v["error"] = format!("{} of {w} replicas acknowledged: {}", res.acks, res.errors.join("; ")).into();
             }

@@ -124,6 +124,8 @@ impl SessionReport {
 pub struct WriteResult {
     pub ts: u64,
     pub acks: usize,
+    /// The replicas that acknowledged, in the order they did.
+    pub acked: Vec<u64>,
     pub wanted: usize,
     pub errors: Vec<String>,
 }
@@ -317,11 +319,12 @@ impl KvNode {
         for r in self.ring.replicas(j) {
             let me = self.clone();
             let e = e.clone();
-            set.spawn(async move { me.merge_on(r, e).await });
+            set.spawn(async move { (r, me.merge_on(r, e).await) });
         }
         let mut res = WriteResult {
             ts,
             acks: 0,
+            acked: Vec::new(),
             wanted: w,
             errors: Vec::new(),
         };
@@ -331,8 +334,11 @@ impl KvNode {
             tokio::select! {
                 next = set.join_next() => match next {
                     None => break,
-                    Some(Ok(Ok(()))) => res.acks += 1,
-                    Some(Ok(Err(e))) => res.errors.push(e),
+                    Some(Ok((r, Ok(())))) => {
+                        res.acks += 1;
+                        res.acked.push(r);
+                    }
+                    Some(Ok((_, Err(e)))) => res.errors.push(e),
                     Some(Err(e)) => res.errors.push(format!("replica task: {e}")),
                 },
                 _ = &mut deadline => {
