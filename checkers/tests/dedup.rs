@@ -1,7 +1,7 @@
 //! The dedup checker, rule by rule: for each, a history that keeps the rule
 //! and one that breaks it, written by hand.
 
-use drift_checkers::dedup::Dedup;
+use drift_checkers::dedup::{self, Dedup};
 use drift_checkers::history::{Op, OpType, Process};
 use drift_checkers::{CheckContext, Checker, History, Verdict};
 use serde_json::{json, Value};
@@ -87,7 +87,7 @@ impl H {
             Process::Client(p),
             OpType::Invoke,
             "insert",
-            json!({"insert": l, "attempt": n, "replica": "r1", "token": token, "blocks": blocks}),
+            json!({"insert": l, "attempt": n, "query_id": format!("q{l}-{n}"), "replica": "r1", "token": token, "blocks": blocks}),
             None,
             None,
         );
@@ -110,6 +110,50 @@ impl H {
     /// A simple single-block attempt in partition "0".
     fn simple(&mut self, l: u64, n: u64, rows: &[Row], invoke_ms: i64, end_ms: i64, outcome: &str) -> &mut Self {
         self.attempt(l, n, None, &[("0", rows)], invoke_ms, end_ms, outcome, None)
+    }
+
+    /// Rule 6a: a history whose coordinator witnessed its block ids.
+    fn with_witness(window: u64, window_s: f64, replicas: &[&str]) -> H {
+        let mut h = H::default();
+        h.push(
+            -1,
+            Process::Nemesis,
+            OpType::Info,
+            "dedup-window",
+            json!({"window": window, "window_seconds": window_s, "epsilon_ms": 100, "replicas": replicas, "witness": true}),
+            None,
+            None,
+        );
+        h
+    }
+
+    /// The server logged block id `id` for attempt `n` of `l`.
+    fn logged(&mut self, l: u64, n: u64, id: &str, t_ms: i64) -> &mut Self {
+        self.push(
+            t_ms,
+            Process::Nemesis,
+            OpType::Info,
+            dedup::BLOCK_OF_F,
+            json!({"query_id": format!("q{l}-{n}"), "block_id": id}),
+            None,
+            None,
+        );
+        self
+    }
+
+    /// The coordinator created (`ctime_ms` Some) or removed block id `id`.
+    fn witnessed(&mut self, id: &str, zxid: i64, ctime_ms: Option<i64>, t_ms: i64) -> &mut Self {
+        let op = if ctime_ms.is_some() { "create" } else { "remove" };
+        self.push(
+            t_ms,
+            Process::Nemesis,
+            OpType::Info,
+            dedup::WITNESS_F,
+            json!({"op": op, "path": format!("/t/blocks/{id}"), "zxid": zxid, "ctime_ms": ctime_ms}),
+            None,
+            None,
+        );
+        self
     }
 
     fn read(&mut self, replica: &str, rows: &[Row], t_ms: i64) -> &mut Self {
@@ -676,4 +720,84 @@ fn rule_18_nothing_to_judge_or_an_unread_replica_is_unknown() {
         .read("r1", A, 100)
         .check();
     assert_eq!(v, Verdict::Unknown, "{d}");
+}
+
+/// Rule 6a: a retry after a dropped reply, both stored. From the client's
+/// side the indeterminate first attempt could have committed at any time
+/// up to the end, after enough other ids to free its own: unknown-window.
+/// The witness shows its id created once and never removed: the second
+/// copy passed the check with the id present, a duplicate inside the
+/// window.
+#[test]
+fn rule_6a_the_witness_makes_a_retry_after_a_dropped_reply_a_duplicate_in_window() {
+    let mut twice = A.to_vec();
+    twice.extend_from_slice(A);
+    let others: Vec<(u64, Row)> = (0..4).map(|i| (10 + i, (100 + i, "o", 1))).collect();
+    let build = |h: &mut H| {
+        h.simple(1, 1, A, 0, 10, "info").logged(1, 1, "0_1_1", 5);
+        for (l, row) in &others {
+            let t = 20 + *l as i64 * 10;
+            h.simple(*l, 1, std::slice::from_ref(row), t, t + 5, "ok");
+        }
+        h.simple(1, 2, A, 500, 510, "ok").logged(1, 2, "0_1_1", 505);
+    };
+    let mut rows = twice.clone();
+    rows.extend(others.iter().map(|(_, r)| *r));
+    // window of 2 ids: the client cannot rule a removal out
+    let mut client = H::new(2, 600.0, &R);
+    build(&mut client);
+    let (v, d) = client.read_all(&R, &rows).check();
+    assert_eq!((v, count(&d, "unknown-window")), (Verdict::Valid, 2), "{d}");
+    assert_eq!(d["bound"]["kind"], "client", "{d}");
+    // the coordinator made the id once and kept it
+    let mut exact = H::with_witness(2, 600.0, &R);
+    build(&mut exact);
+    exact.witnessed("0_1_1", 1, Some(5), 6);
+    let (v, d) = exact.read_all(&R, &rows).check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+    assert_eq!(count(&d, "unknown-window"), 0, "{d}");
+    let why = d["findings"]["duplicate-in-window"][0]["explanation"].as_str().unwrap();
+    assert!(why.contains("created 1× in the coordinator"), "{why}");
+    assert_eq!(d["bound"]["kind"], "witness", "{d}");
+}
+
+/// Rule 6a: a second copy after a removal the window allowed is valid,
+/// and not merely "unknown-window"; after a removal inside the window (an
+/// id freed early, whoever freed it) it is a duplicate.
+#[test]
+fn rule_6a_a_removal_is_judged_against_the_window_when_it_was_applied() {
+    let mut twice = A.to_vec();
+    twice.extend_from_slice(A);
+    let mut rows = twice.clone();
+    rows.extend_from_slice(B);
+    let build = |h: &mut H, b_ctime: i64| {
+        h.simple(1, 1, A, 0, 10, "ok")
+            .logged(1, 1, "0_1_1", 5)
+            .witnessed("0_1_1", 1, Some(5), 6)
+            .simple(2, 1, B, 20, 30, "ok")
+            .logged(2, 1, "0_2_2", 25)
+            .witnessed("0_2_2", 2, Some(b_ctime), 26)
+            .witnessed("0_1_1", 3, None, 40)
+            .simple(3, 1, A, 50, 60, "ok")
+            .logged(3, 1, "0_1_1", 55)
+            .witnessed("0_1_1", 4, Some(55), 56);
+    };
+    // window 1 id: B is as new as A, so A's removal was the window's
+    let mut h = H::with_witness(1, 600.0, &R);
+    build(&mut h, 25);
+    let (v, d) = h.read_all(&R, &rows).check();
+    assert_eq!((v, count(&d, "unknown-window")), (Verdict::Valid, 0), "{d}");
+    // window 5 ids and 10 s: A removed with one newer id, 20 ms older
+    let mut h = H::with_witness(5, 10.0, &R);
+    build(&mut h, 25);
+    let (v, d) = h.read_all(&R, &rows).check();
+    assert_eq!((v, count(&d, "duplicate-in-window")), (Verdict::Invalid, 2), "{d}");
+    assert_eq!(d["bound"]["removals_inside_the_window"], 1, "{d}");
+    let why = d["findings"]["duplicate-in-window"][0]["explanation"].as_str().unwrap();
+    assert!(why.contains("removed at zxid 0x3"), "{why}");
+    // the same window, B created 11 s after A: the age clause allowed it
+    let mut h = H::with_witness(5, 10.0, &R);
+    build(&mut h, 11_005);
+    let (v, d) = h.read_all(&R, &rows).check();
+    assert_eq!(v, Verdict::Valid, "{d}");
 }

@@ -259,6 +259,14 @@ pub trait TableHttp {
     fn deduplicated_blocks(&self) -> Option<Vec<(String, u64)>> {
         None
     }
+
+    /// The block ids each server computed for a query, as its log says
+    /// (`(query id, block id)` in log order), where the servers do not
+    /// log them where the campaign's monitor reads (real ClickHouse): the
+    /// dedup witness ties an attempt to its ids by these.
+    fn logged_block_ids(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
 }
 
 /// Everything a campaign drives.

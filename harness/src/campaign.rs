@@ -307,10 +307,13 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
     };
     // a replica cut from its keeper loses its session (and its locks)
     // after the campaign's session timeout
-    let extra: Vec<String> = table
+    let mut extra: Vec<String> = table
         .iter()
         .map(|_| format!("table_session_timeout_ms = {}", plan.session_timeout_ms))
         .collect();
+    if plan.witness() {
+        extra.push(crate::plan::WITNESS_LINE.into());
+    }
     let spec = LocalSpec {
         nodes: plan.nodes,
         block: claim.block,
@@ -735,7 +738,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         let epsilon_ms = CLOCK_SKEW_MS + if clock { CLOCK_FAULT_SKEW_MS } else { 0 };
         recorder.event(
             drift_checkers::dedup::PARAMS_F,
-            inserts::window_event(w, w_s, epsilon_ms, &client.replicas),
+            inserts::window_event(w, w_s, epsilon_ms, &client.replicas, plan.witness()),
         );
     }
     if let Some(k) = &plan.kv {
@@ -846,6 +849,15 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
             TABLE_FINAL_PHASE_TIMEOUT,
             inserts::final_reads(r, client, first, per_read),
         );
+        // the ids a server logs where the monitor does not read (real
+        // ClickHouse's own log), for the dedup witness
+        let logged = env.cluster.lock().map(|c| c.logged_block_ids()).unwrap_or_default();
+        for (query_id, block_id) in logged {
+            main.recorder.event(
+                drift_checkers::dedup::BLOCK_OF_F,
+                json!({"query_id": query_id, "block_id": block_id}),
+            );
+        }
         let counted = env.cluster.lock().ok().and_then(|c| c.deduplicated_blocks());
         if let Some(counts) = counted {
             let total: u64 = counts.iter().map(|(_, n)| n).sum();
@@ -1003,6 +1015,7 @@ fn spawn_monitor(
     std::thread::spawn(move || {
         let logs: Vec<(u64, std::path::PathBuf)> = cluster.lock().map(|c| c.log_files()).unwrap_or_default();
         let mut offsets = vec![0u64; logs.len()];
+        let mut seen = Witnessed::default();
         loop {
             let last_pass = stop.load(Ordering::Relaxed);
             for (k, (node, path)) in logs.iter().enumerate() {
@@ -1017,7 +1030,7 @@ fn spawn_monitor(
                         break;
                     }
                     offsets[k] += line.len() as u64;
-                    observe(*node, &line, &r);
+                    observe(*node, &line, &r, &mut seen);
                     line.clear();
                 }
             }
@@ -1029,12 +1042,34 @@ fn spawn_monitor(
     })
 }
 
-fn observe(node: u64, line: &str, r: &Recorder) {
+/// The dedup witness's lines already recorded: every keeper replica logs
+/// each block id's creation and removal, and a restarted one logs again
+/// what it replays; one history line each.
+#[derive(Default)]
+struct Witnessed(std::collections::BTreeSet<(i64, String, String)>);
+
+fn observe(node: u64, line: &str, r: &Recorder, seen: &mut Witnessed) {
     let Ok(v) = serde_json::from_str::<Value>(line.trim()) else {
         return;
     };
     let index = v["log_index"].as_u64().unwrap_or(0);
     match v["event"].as_str() {
+        Some("block_id") => {
+            let (Some(zxid), Some(op), Some(path)) = (v["zxid"].as_i64(), v["op"].as_str(), v["path"].as_str()) else {
+                return;
+            };
+            if seen.0.insert((zxid, op.to_string(), path.to_string())) {
+                r.event(
+                    drift_checkers::dedup::WITNESS_F,
+                    json!({"op": op, "path": path, "zxid": zxid, "ctime_ms": v["ctime_ms"], "session": v["session"],
+                        "data": v["data"]}),
+                );
+            }
+        }
+        Some("insert_block") => r.event(
+            drift_checkers::dedup::BLOCK_OF_F,
+            json!({"query_id": v["query_id"], "block_id": v["block_id"], "node": node}),
+        ),
         Some("digest_mismatch") => {
             r.event(
                 "digest-abort",
@@ -1237,8 +1272,20 @@ fn dedup_line(d: &Value) -> String {
         .as_object()
         .map(|c| c.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
         .unwrap_or_default();
+    let b = &d["bound"];
+    let bound = match b["kind"].as_str() {
+        Some("witness") => format!(
+            "; retried keys judged by the keeper's witness {}, from the client {}; ids removed inside the window {}",
+            b["keys_judged_by_witness"], b["keys_judged_from_the_client"], b["removals_inside_the_window"]
+        ),
+        Some(_) => format!(
+            "; retried keys judged from the client {} (no witness)",
+            b["keys_judged_from_the_client"]
+        ),
+        None => String::new(),
+    };
     format!(
-        "{} logical inserts, {} attempts (ok {} fail {} info {}), {} blocks deduplicated by the table, {} block copies exactly once{}",
+        "{} logical inserts, {} attempts (ok {} fail {} info {}), {} blocks deduplicated by the table, {} block copies exactly once{bound}{}",
         d["logical_inserts"],
         d["attempts"],
         d["ok"],

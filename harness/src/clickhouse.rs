@@ -928,6 +928,34 @@ impl TableHttp for ClickHouseCluster {
     fn deduplicated_blocks(&self) -> Option<Vec<(String, u64)>> {
         Some(self.dedup_counts())
     }
+
+    fn logged_block_ids(&self) -> Vec<(String, String)> {
+        self.servers
+            .iter()
+            .flat_map(|s| {
+                // the rotated log first (it holds the older lines)
+                let mut text = std::fs::read_to_string(s.log().with_extension("log.0")).unwrap_or_default();
+                text.push_str(&std::fs::read_to_string(s.log()).unwrap_or_default());
+                block_ids_in_log(&text)
+            })
+            .collect()
+    }
+}
+
+/// The `(query id, block id)` pairs of a ClickHouse server's log, from its
+/// lines `… {<query id>} <Debug> db.table (Replicated OutputStream): Wrote
+/// block with ID '<id>', N rows`: the server writes each block of an
+/// insert, logs its id, then commits it (or finds it already there).
+pub fn block_ids_in_log(text: &str) -> Vec<(String, String)> {
+    const WROTE: &str = "Wrote block with ID '";
+    text.lines()
+        .filter_map(|l| {
+            let at = l.find(WROTE)?;
+            let id = l[at + WROTE.len()..].split('\'').next()?;
+            let q = l[..at].split_once(" {")?.1.split_once("} ")?.0;
+            (!q.is_empty() && !id.is_empty()).then(|| (q.to_string(), id.to_string()))
+        })
+        .collect()
 }
 
 impl Backend for ClickHouseCluster {
@@ -1035,7 +1063,11 @@ pub fn deploy(
         proxies: false,
         table: None,
         kv: None,
-        extra: Vec::new(),
+        extra: if plan.witness() {
+            vec![crate::plan::WITNESS_LINE.into()]
+        } else {
+            Vec::new()
+        },
         defect: None,
     };
     let coord = LocalCluster::new(run_dir, spec).map_err(Failure::new)?;
@@ -1097,6 +1129,17 @@ impl ClickHouseCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_ids_are_read_from_the_servers_log_under_their_query_id() {
+        let log = "2026.12.03 10:23:42.400138 [ 20 ] {drift-8000000001-1} <Debug> default.inserts (Replicated OutputStream): Wrote block with ID '0_127_138', 2 rows\n\
+            2026.12.03 10:23:43.146665 [ 20 ] {drift-1000000007-1} <Information> default.inserts (Replicated OutputStream): Block with ID 6_1_2 already exists; ignoring it.\n\
+            2026.12.03 10:23:43.2 [ 21 ] {} <Debug> default.inserts (Replicated OutputStream): Wrote block with ID '1_2_3', 1 rows\n";
+        assert_eq!(
+            block_ids_in_log(log),
+            vec![("drift-8000000001-1".to_string(), "0_127_138".to_string())]
+        );
+    }
 
     #[test]
     fn a_servers_config_names_its_address_coordinators_macros_and_window() {

@@ -965,17 +965,37 @@ fn end_nodes(pids: &[u32], config_path: &Path) -> usize {
 }
 
 /// Ends the processes of `pids` whose command line still names `marker`
-/// (so never a recycled PID): SIGTERM, up to 5 s, then SIGKILL.
+/// (so never a recycled PID): SIGTERM, up to 5 s, then SIGKILL, and
+/// returns once each has exited (a zombie or gone). A process's command
+/// line empties as it starts to exit, before it has released its files
+/// and ports: waiting on that alone returned with the process still
+/// running.
 fn end_processes(pids: &[u32], marker: &str) -> usize {
     let ours: Vec<u32> = pids.iter().copied().filter(|p| cmdline_has(*p, marker)).collect();
     signal(&ours, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline && ours.iter().any(|p| cmdline_has(*p, marker)) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let left: Vec<u32> = ours.iter().copied().filter(|p| cmdline_has(*p, marker)).collect();
+    let running = |deadline: Instant| {
+        while Instant::now() < deadline && ours.iter().any(|p| still_running(*p)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        ours.iter().copied().filter(|p| still_running(*p)).collect::<Vec<u32>>()
+    };
+    let left = running(Instant::now() + Duration::from_secs(5));
+    // only those still ours: a PID that exited may have been handed on
+    let left: Vec<u32> = left.into_iter().filter(|p| cmdline_has(*p, marker)).collect();
     signal(&left, "KILL");
+    running(Instant::now() + Duration::from_secs(5));
     ours.len()
+}
+
+/// Whether `pid` has not yet exited: its /proc entry exists and it is
+/// neither a zombie nor dead.
+fn still_running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) S ...`: the state follows the last `)`
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].trim_start().chars().next());
+    !matches!(state, Some('Z' | 'X' | 'x') | None)
 }
 
 fn cmdline_has(pid: u32, marker: &str) -> bool {

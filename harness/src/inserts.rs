@@ -67,13 +67,15 @@ pub struct InsertClient {
     pub dialect: Dialect,
 }
 
-/// The `dedup-window` line's value.
-pub fn window_event(window: u64, window_s: u64, epsilon_ms: u64, replicas: &Replicas) -> Value {
+/// The `dedup-window` line's value; `witness`: the coordinator records
+/// every block id it creates and removes (the checker's rule 6a).
+pub fn window_event(window: u64, window_s: u64, epsilon_ms: u64, replicas: &Replicas, witness: bool) -> Value {
     json!({
         "window": window,
         "window_seconds": window_s,
         "epsilon_ms": epsilon_ms,
         "replicas": replicas.names(),
+        "witness": witness,
     })
 }
 
@@ -136,7 +138,7 @@ pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<InsertClient>) 
         for n in 1..=client.attempts_max {
             let (name, url) = &replicas[at];
             record_attempt_invoke(&r, process, l.invoke_value(n, name), name);
-            let o = table::attempt(&http, url, &l, client.op_timeout, &client.dialect).await;
+            let o = table::attempt(&http, url, &l, n, client.op_timeout, &client.dialect).await;
             record_attempt_outcome(&r, process, name, &o);
             let wait = match &o {
                 AttemptOutcome::Ok(_) if l.delayed() && !delayed_sent => {

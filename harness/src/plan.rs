@@ -20,6 +20,10 @@ use drift_workloads::{Workload, WorkloadKind};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
+/// The cluster file's line that has the keeper log each block id it
+/// creates and removes (the dedup checker's witness).
+pub const WITNESS_LINE: &str = "witness_blocks = true";
+
 /// Most servers a local cluster has (their addresses 127.0.B.11..=19).
 pub const NODES_MAX: u64 = 9;
 /// Bounds of the numeric options, shared by the CLI's parsers and
@@ -553,6 +557,20 @@ impl Plan {
 
     pub fn workload(&self) -> Workload {
         Workload::new(self.workload, self.keys)
+    }
+
+    /// Whether the run records the dedup checker's witness (rule 6a):
+    /// the insert-retry workload on local processes, coordinated by
+    /// drift's keeper, which then logs every block id it creates and
+    /// removes (`witness_blocks` in the cluster file).
+    pub fn witness(&self) -> bool {
+        self.table.is_some()
+            && self.backend == BackendKind::Local
+            && match self.target {
+                Target::Drift => true,
+                Target::Zookeeper => false,
+                Target::Clickhouse => self.coordinator == Coordinator::Keeper,
+            }
     }
 
     /// The checkers that judge the run: the workload's, and the digest

@@ -111,7 +111,7 @@ impl Scn {
         let p = self.process().to_string();
         let name = format!("r{i}");
         self.record(&p, "invoke", "insert", l.invoke_value(n, &name), Some(&name), None);
-        let o = table::attempt(&self.http, &self.url(i), l, ATTEMPT_TIMEOUT, &table::Dialect::DRIFT).await;
+        let o = table::attempt(&self.http, &self.url(i), l, n, ATTEMPT_TIMEOUT, &table::Dialect::DRIFT).await;
         let (kind, value, error) = match &o {
             AttemptOutcome::Ok(s) => ("ok", s.clone(), None),
             AttemptOutcome::Fail(code, why) => ("fail", json!({"code": code}), Some(why.clone())),

@@ -212,17 +212,24 @@ impl LogicalInsert {
             .map(|(p, rows)| json!({"partition": p, "rows": rows.iter().map(Row::json).collect::<Vec<_>>()}))
             .collect();
         json!({
-            "insert": self.id, "attempt": n, "replica": replica, "kind": self.kind.name(),
+            "insert": self.id, "attempt": n, "query_id": self.query_id(n), "replica": replica, "kind": self.kind.name(),
             "token": self.token, "quorum": self.quorum, "quorum_parallel": self.quorum_parallel,
             "blocks": blocks,
         })
     }
 
-    /// The request to a server of `dialect`: URL parameters and the
-    /// JSONEachRow body. A quorum insert waits at most `quorum_timeout`
-    /// for its quorum (then 319).
-    pub fn request(&self, quorum_timeout: Duration, dialect: &Dialect) -> (String, String) {
+    /// The `query_id` attempt `n` is sent with: the server logs each
+    /// block's id under it, which ties the attempt to the ids it made.
+    pub fn query_id(&self, n: u32) -> String {
+        format!("drift-{}-{n}", self.id)
+    }
+
+    /// The request of attempt `n` to a server of `dialect`: URL parameters
+    /// and the JSONEachRow body. A quorum insert waits at most
+    /// `quorum_timeout` for its quorum (then 319).
+    pub fn request(&self, n: u32, quorum_timeout: Duration, dialect: &Dialect) -> (String, String) {
         let mut params = String::from("query=INSERT%20INTO%20inserts%20FORMAT%20JSONEachRow");
+        params.push_str(&format!("&query_id={}", self.query_id(n)));
         if let Some(t) = &self.token {
             params.push_str(&format!("&insert_deduplication_token={t}"));
         }
@@ -375,7 +382,7 @@ pub enum AttemptOutcome {
     Info(Option<u64>, String),
 }
 
-/// One attempt of `l` against the replica at `url` (`http://host:port/`),
+/// Attempt `n` of `l` against the replica at `url` (`http://host:port/`),
 /// answered within `timeout` (else `info`); a quorum waits three quarters
 /// of it, so a quorum not reached is the server's 319 rather than the
 /// client's timeout.
@@ -383,10 +390,11 @@ pub async fn attempt(
     http: &reqwest::Client,
     url: &str,
     l: &LogicalInsert,
+    n: u32,
     timeout: Duration,
     dialect: &Dialect,
 ) -> AttemptOutcome {
-    let (params, body) = l.request(timeout.mul_f64(0.75), dialect);
+    let (params, body) = l.request(n, timeout.mul_f64(0.75), dialect);
     let sent = http
         .post(format!("{url}?{params}"))
         .body(body)
@@ -547,7 +555,7 @@ mod tests {
             let l = g.next(&mut rng);
             assert!(l.token.is_none(), "{l:?}");
             kinds.insert(l.kind.name());
-            let (params, _) = l.request(Duration::from_secs(1), &d);
+            let (params, _) = l.request(1, Duration::from_secs(1), &d);
             assert!(!params.contains("insert_quorum_parallel"), "{params}");
             assert!(!params.contains("insert_deduplication_token"), "{params}");
             if l.max_block_rows.is_some() {
@@ -561,7 +569,7 @@ mod tests {
         for (left, _) in d.left_out() {
             assert!(!kinds.contains(left), "{left} drawn: {kinds:?}");
         }
-        let (params, _) = g.next(&mut rng).request(Duration::from_secs(1), &Dialect::DRIFT);
+        let (params, _) = g.next(&mut rng).request(1, Duration::from_secs(1), &Dialect::DRIFT);
         assert!(!params.contains("min_insert_block_size"), "{params}");
     }
 

@@ -153,6 +153,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             reserved_log_items: (sp.snapshot_distance / 2).max(1),
             rotate_interval: sp.snapshot_distance.max(16),
             quorum_reads: plan.quorum_reads,
+            witness_blocks: false,
             digest: drift_keeper::DigestMode::parse(plan.digest.name())
                 .unwrap_or(drift_keeper::DigestMode::Incremental),
             session_timeout_min_ms: 1_000,

@@ -7,6 +7,7 @@
 //! reserved_log_items = 10000
 //! rotate_interval = 100000
 //! quorum_reads = false
+//! witness_blocks = false           # log every block id's creation and removal (campaigns' dedup witness)
 //! digest = "incremental"           # off | incremental | full
 //! session_timeout_min_ms = 1000
 //! session_timeout_max_ms = 30000
@@ -217,6 +218,11 @@ pub struct ClusterConfig {
     pub rotate_interval: u64,
     #[serde(default)]
     pub quorum_reads: bool,
+    /// Log every creation and removal of a table's block id (a znode
+    /// under a `blocks` node) as it is applied: the witness an
+    /// insert-retry campaign's dedup checker judges by.
+    #[serde(default)]
+    pub witness_blocks: bool,
     #[serde(default = "d_digest")]
     pub digest: String,
     #[serde(default = "d_min_timeout")]
@@ -447,6 +453,7 @@ impl ClusterConfig {
             reserved_log_items: self.reserved_log_items,
             rotate_interval: self.rotate_interval,
             quorum_reads: self.quorum_reads,
+            witness_blocks: self.witness_blocks,
             digest: self.digest_mode(),
             session_timeout_min_ms: self.session_timeout_min_ms,
             session_timeout_max_ms: self.session_timeout_max_ms,

@@ -122,6 +122,10 @@ pub struct ServerConfig {
     pub reserved_log_items: u64,
     pub rotate_interval: u64,
     pub quorum_reads: bool,
+    /// Log each block id (a child of a node named `blocks`, as a
+    /// replicated table keeps them) created or removed by an applied
+    /// entry, with its zxid and ctime: the dedup checker's witness.
+    pub witness_blocks: bool,
     pub digest: DigestMode,
     pub session_timeout_min_ms: u64,
     pub session_timeout_max_ms: u64,

@@ -13,7 +13,7 @@ use crate::peer::PeerMsg;
 use crate::proto::{self, opcode, ConnectResponse};
 use crate::session::SessionTracker;
 use crate::snapshot::{self, SnapshotMeta};
-use crate::watch::WatchManager;
+use crate::watch::{EventType, WatchManager};
 use crate::{Create, Op, Response, Storage, Write, ZkError};
 use protobuf::Message as _;
 use raft::prelude::{Entry, EntryType, Message};
@@ -823,6 +823,35 @@ impl<D: Disk> KeeperServer<D> {
         }
     }
 
+    /// The dedup witness: one log line per block id (a child of a node
+    /// named `blocks`) the entry created or removed, with the entry's
+    /// zxid and, for a creation, the id's ctime (the time the cleanup
+    /// orders ids by). Every replica logs the same lines; the harness
+    /// keeps one per zxid and path.
+    fn witness_blocks(&mut self, c: &crate::Committed) {
+        for e in &c.events {
+            let op = match e.kind {
+                EventType::NodeCreated => "create",
+                EventType::NodeDeleted => "remove",
+                _ => continue,
+            };
+            let parent = crate::path::parent(&e.path);
+            if !(parent.ends_with("/blocks") && e.path.len() > parent.len() + 1) {
+                continue;
+            }
+            let node = self.ks.state().get(&e.path);
+            let (ctime, data) = match (op, node) {
+                ("create", Some(n)) => (Some(n.stat.ctime), Some(String::from_utf8_lossy(&n.data).into_owned())),
+                _ => (None, None),
+            };
+            self.log(
+                "block_id",
+                serde_json::json!({"op": op, "path": e.path, "zxid": c.zxid, "session": c.session,
+                    "ctime_ms": ctime, "data": data}),
+            );
+        }
+    }
+
     /// A committed entry that could not be applied: its client, if it is
     /// here, hears `MarshallingError` (or loses the connection for a
     /// session's open or close), as for a request over a limit.
@@ -847,6 +876,9 @@ impl<D: Disk> KeeperServer<D> {
     fn on_committed(&mut self, origin: u64, req: u64, c: crate::Committed) {
         for (session, event) in self.watches.trigger(&c.events) {
             self.deliver(session, c.zxid, &event);
+        }
+        if self.cfg.witness_blocks {
+            self.witness_blocks(&c);
         }
         let mine = if origin == self.id {
             self.pending.remove(&req)

@@ -24,6 +24,7 @@ fn config(seed: u64) -> SimConfig {
             reserved_log_items: 10_000,
             rotate_interval: 100_000,
             quorum_reads: true,
+            witness_blocks: false,
             digest: DigestMode::Incremental,
             session_timeout_min_ms: 1_000,
             session_timeout_max_ms: 10_000,

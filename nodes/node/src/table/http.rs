@@ -41,7 +41,6 @@ type Resp = Response<Full<Bytes>>;
 /// URL parameters that are not settings a query changes its result by,
 /// accepted and ignored as ClickHouse clients send them.
 const HARMLESS_PARAMS: &[&str] = &[
-    "query_id",
     "user",
     "password",
     "session_id",
@@ -234,6 +233,9 @@ enum Answer {
     Drop,
 }
 
+/// The longest `query_id` kept (longer ones are cut: it is only logged).
+const QUERY_ID_MAX: usize = 128;
+
 /// A query's settings from its URL parameters.
 struct Settings {
     insert: InsertSettings,
@@ -278,6 +280,7 @@ fn settings(params: &[(String, String)]) -> TResult<Settings> {
             }
             "output_format_json_quote_64bit_integers" => s.quote_64bit = bool_setting(k, v)?,
             "client_protocol_version" => s.revision = number(k, v)?,
+            "query_id" => s.insert.query_id = (!v.is_empty()).then(|| v.chars().take(QUERY_ID_MAX).collect()),
             // ClickHouse's own compressed framing of a body or a result,
             // which drift does not write or read
             "compress" | "decompress" if v != "0" => {

@@ -68,6 +68,9 @@ pub struct InsertSettings {
     pub quorum_timeout: Duration,
     pub quorum_parallel: bool,
     pub max_block_rows: usize,
+    /// The client's `query_id`, logged with each block's id so that a
+    /// campaign can tie an attempt to the block ids it made.
+    pub query_id: Option<String>,
 }
 
 impl Default for InsertSettings {
@@ -79,6 +82,7 @@ impl Default for InsertSettings {
             quorum_timeout: Duration::from_secs(600),
             quorum_parallel: true,
             max_block_rows: drift_table::block::MAX_INSERT_BLOCK_SIZE_DEFAULT,
+            query_id: None,
         }
     }
 }
@@ -126,6 +130,14 @@ impl Replica {
                 Some(t) => token_block_id(&partition, t, ordinal),
                 None => block_id(&partition, &sums),
             });
+            if let Some(id) = &id {
+                // as ClickHouse logs "Wrote block with ID …" under its query id
+                self.log(
+                    "insert_block",
+                    serde_json::json!({"query_id": s.query_id, "block_id": id, "ordinal": ordinal,
+                        "partition": partition}),
+                );
+            }
             let rows = block.rows() as u64;
             match self
                 .insert_block(&partition, block, &files, &sums, id.as_deref(), required, s)
