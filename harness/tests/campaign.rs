@@ -768,6 +768,40 @@ fn a_table_defect_makes_an_insert_retry_campaign_invalid_with_the_finding_named(
     let duplicates = counts["duplicate-in-window"].as_u64().unwrap_or(0) + counts["duplicate"].as_u64().unwrap_or(0);
     assert!(duplicates > 0, "the findings name the duplicates: {counts}");
     assert!(stdout.contains("duplicate"), "{stdout}");
+    // the keeper's witness judged it (rule 6a), and found every block the
+    // final reads hold twice or more: skip-dedup leaves no block id behind
+    let bound = &dedup["details"]["bound"];
+    assert_eq!(bound["kind"], "witness", "{bound}");
+    let history = std::fs::read_to_string(run.join("history.jsonl")).unwrap();
+    let ops: Vec<serde_json::Value> = history.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(
+        !ops.iter().any(|o| o["f"] == "block-id" && o["value"]["op"] == "create"),
+        "skip-dedup created no id"
+    );
+    assert!(
+        ops.iter().any(|o| o["f"] == "insert-block"),
+        "the servers logged the ids"
+    );
+    let mut firsts = std::collections::BTreeSet::new();
+    for o in ops.iter().filter(|o| o["f"] == "insert" && o["type"] == "invoke") {
+        for b in o["value"]["blocks"].as_array().unwrap() {
+            firsts.insert(b["rows"][0].to_string());
+        }
+    }
+    let mut proven = 0;
+    for o in ops.iter().filter(|o| o["f"] == "read" && o["type"] == "ok") {
+        let mut copies = std::collections::BTreeMap::new();
+        for r in o["value"].as_array().unwrap() {
+            *copies.entry(r.to_string()).or_insert(0u64) += 1;
+        }
+        proven += firsts.iter().filter(|f| copies.get(*f).is_some_and(|&n| n > 1)).count() as u64;
+    }
+    assert!(proven > 0, "the campaign stored some block twice");
+    // (a reused token's two data count as one key's two copies too)
+    assert!(
+        duplicates >= proven,
+        "every block held twice is reported: {proven} held, {counts}"
+    );
     let _ = std::fs::remove_dir_all(&store);
 }
 
