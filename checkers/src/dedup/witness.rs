@@ -122,6 +122,15 @@ impl Witness {
         }
         // a multi that removes and creates one path lists the removal first
         events.sort_by_key(|e| (e.0, e.1));
+        // a create and a remove of one id in one multi, the id absent
+        // after it (no ctime), is a check that the id is absent (as
+        // ClickHouse's block-number lock makes it), not an id's life
+        let checks: BTreeSet<(i64, String, String)> = events
+            .iter()
+            .filter(|e| e.1 && e.4.is_none())
+            .map(|e| (e.0, e.2.clone(), e.3.clone()))
+            .collect();
+        events.retain(|e| !checks.contains(&(e.0, e.2.clone(), e.3.clone())));
         w.events = events.len() as u64;
         // per table: the ids present, by name and by (ctime, name)
         let mut present: BTreeMap<String, Present> = BTreeMap::new();
@@ -273,6 +282,27 @@ mod tests {
         // 12 s window: not old enough
         let w = Witness::read(&h, 100, 12_000).unwrap();
         assert_eq!(w.allowance(&ids(&["a"])).copies, 1);
+    }
+
+    #[test]
+    fn a_create_and_remove_in_one_multi_is_a_check_not_a_creation() {
+        // ClickHouse's lock checks the id is absent by creating and
+        // removing it in one multi; the witness sees both, and no ctime
+        let lines: Vec<(u64, &str, &str, Value)> = [("create", 7, None), ("remove", 7, None), ("create", 9, Some(5))]
+            .iter()
+            .map(|(op, zxid, ctime)| {
+                (
+                    0,
+                    "nemesis",
+                    WITNESS_F,
+                    serde_json::json!({"op": op, "path": "/t/blocks/a", "zxid": zxid, "ctime_ms": ctime}),
+                )
+            })
+            .collect();
+        let w = Witness::read(&History::from_script(&lines).unwrap(), 1, 1000).unwrap();
+        let a = w.allowance(&ids(&["a"]));
+        assert_eq!((a.copies, a.created), (1, 1), "{}", a.why);
+        assert_eq!((w.events, w.premature), (1, 0));
     }
 
     #[test]
