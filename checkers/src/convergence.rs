@@ -429,6 +429,362 @@ fn covered(m: &Model, range: u64, after_ts: u64, by_ts: u64) -> bool {
     !per_pair.is_empty() && per_pair.values().all(|&n| n >= COVERING_ROUNDS)
 }
 
+/// The findings of one check, by kind.
+#[derive(Default)]
+struct Found(BTreeMap<&'static str, Vec<Value>>);
+
+impl Found {
+    fn add(&mut self, kind: &'static str, f: Value) {
+        self.0.entry(kind).or_default().push(f);
+    }
+}
+
+/// Rule 1: every replica of a range alike after the final repair. Returns
+/// each key's final version (and its range), as the first replica read
+/// holds it; a replica never read is a reason for unknown.
+fn rule_1_diverged(
+    m: &Model,
+    base: u64,
+    f: &mut Found,
+    unknown: &mut Vec<String>,
+) -> BTreeMap<String, (u64, Option<Version>)> {
+    let mut finals: BTreeMap<String, (u64, Option<Version>)> = BTreeMap::new();
+    for (&range, reads) in &m.finals {
+        let expected: BTreeSet<u64> = reads.iter().flat_map(|r| r.replicas.iter().copied()).collect();
+        let read: BTreeSet<u64> = reads.iter().map(|r| r.server).collect();
+        if let Some(missing) = expected.difference(&read).next() {
+            unknown.push(format!("server {missing}'s replica of range {range} was not read"));
+        }
+        let first = &reads[0];
+        for other in &reads[1..] {
+            if other.root != first.root || other.entries != first.entries {
+                let keys: Vec<&String> = first
+                    .entries
+                    .keys()
+                    .chain(other.entries.keys())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .filter(|k| first.entries.get(*k) != other.entries.get(*k))
+                    .take(5)
+                    .collect();
+                let diff: Vec<String> = keys
+                    .iter()
+                    .map(|k| {
+                        let d = |r: &RangeRead| r.entries.get(*k).map_or("nothing".to_string(), |v| v.describe(base));
+                        format!(
+                            "{k}: server {} holds {}, server {} holds {}",
+                            first.server,
+                            d(first),
+                            other.server,
+                            d(other)
+                        )
+                    })
+                    .collect();
+                f.add(
+                    "diverged",
+                    finding(
+                        "diverged",
+                        keys.first().map(|k| k.as_str()),
+                        Some(range),
+                        vec![],
+                        format!(
+                            "after the final repair, servers {} and {} disagree on range {range} (roots {} and {}){}{}",
+                            first.server,
+                            other.server,
+                            &first.root[..first.root.len().min(16)],
+                            &other.root[..other.root.len().min(16)],
+                            if diff.is_empty() { "" } else { ": " },
+                            diff.join("; ")
+                        ),
+                    ),
+                );
+            }
+        }
+        for (k, v) in &first.entries {
+            finals.insert(k.clone(), (range, Some(v.clone())));
+        }
+    }
+    if m.finals.is_empty() {
+        unknown.push("no final reads of the replicas".into());
+    }
+
+    finals
+}
+
+/// Rules 2 and 3: each key's final version against its writes (and rule
+/// 2's expected case, LWW over skewed clocks). Returns the keys whose
+/// resurrection was expected, which rule 5 leaves alone.
+fn rule_2_3_final_versions<'m>(
+    m: &'m Model,
+    finals: &BTreeMap<String, (u64, Option<Version>)>,
+    base: u64,
+    out: &mut Found,
+) -> BTreeSet<&'m str> {
+    let mut expected_resurrection: BTreeSet<&str> = BTreeSet::new();
+    for (key, writes) in &m.writes {
+        let (range, fin) = finals.get(key).cloned().unwrap_or((u64::MAX, None));
+        let ok: Vec<&Write> = writes.iter().filter(|w| w.outcome == Outcome::Ok).collect();
+        let newest = ok
+            .iter()
+            .filter_map(|w| w.version().map(|v| (v, w.at)))
+            .max_by(|a, b| a.0.lww_cmp(&b.0));
+        let info = |value: &Option<String>| {
+            writes
+                .iter()
+                .filter(|w| w.outcome.is_indeterminate() && &w.value == value)
+                .map(|w| w.at)
+                .next()
+        };
+        let any_info_delete = writes.iter().any(|w| w.outcome.is_indeterminate() && w.value.is_none());
+        // rule 2's expected case: LWW over skewed clocks
+        let mut by_complete: Vec<&&Write> = ok.iter().collect();
+        by_complete.sort_by_key(|w| w.complete);
+        let mut max_so_far: Option<&Write> = None;
+        for w in by_complete {
+            if let Some(prev) = max_so_far {
+                if prev.complete < w.invoke && prev.ts > w.ts {
+                    out.add(
+                        "skew-lost-update",
+                        finding(
+                            "skew-lost-update",
+                            Some(key),
+                            None,
+                            vec![prev.at, w.at],
+                            format!(
+                                "key {key}: a write finished before another began, yet carries the larger timestamp ({} > {}): the later write loses, as LWW over skewed clocks allows",
+                                since(prev.ts.unwrap_or_default(), base),
+                                since(w.ts.unwrap_or_default(), base)
+                            ),
+                        ),
+                    );
+                }
+            }
+            if max_so_far.is_none_or(|p| w.ts > p.ts) {
+                max_so_far = Some(w);
+            }
+        }
+        if m.finals.is_empty() {
+            // nothing read at the end: no final version to judge
+            continue;
+        }
+        match &fin {
+            None => {
+                // absent everywhere: never written, or a tombstone purged
+                if let Some((v, at)) = &newest {
+                    if v.value.is_some() && !any_info_delete {
+                        out.add(
+                            "lost-update",
+                            finding(
+                                "lost-update",
+                                Some(key),
+                                None,
+                                vec![*at],
+                                format!(
+                                    "key {key}: no replica holds it at the end, but the newest acknowledged write put {}",
+                                    v.describe(base)
+                                ),
+                            ),
+                        );
+                    }
+                }
+            }
+            Some(f) => {
+                // rule 2: some write produced it
+                let producer = match ok.iter().find(|w| w.value == f.value && w.ts == Some(f.ts)) {
+                    Some(w) => Some(w.at),
+                    None => info(&f.value),
+                };
+                if producer.is_none() {
+                    let why = match &f.value {
+                        Some(v) if ok.iter().any(|w| w.value.as_deref() == Some(v)) => {
+                            "the acknowledged put of that value got another timestamp"
+                        }
+                        Some(_) => "no put carried that value",
+                        None => "no delete of the key could have written it",
+                    };
+                    out.add(
+                        "phantom",
+                        finding(
+                            "phantom",
+                            Some(key),
+                            Some(range),
+                            vec![],
+                            format!("key {key} holds {} at the end: {why}", f.describe(base)),
+                        ),
+                    );
+                    continue;
+                }
+                let Some((newest, newest_at)) = newest else { continue };
+                if f.lww_cmp(&newest) != Ordering::Less {
+                    continue;
+                }
+                if newest.value.is_none() && f.value.is_some() {
+                    // rule 3: the delete came undone
+                    let acked = writes
+                        .iter()
+                        .find(|w| w.at == newest_at)
+                        .and_then(|w| w.acked.as_deref());
+                    let expected = m.gcs.iter().any(|g| {
+                        g.time_based && g.horizon_ts > newest.ts && !delete_covered(m, range, acked, newest.ts, g.at_ts)
+                    });
+                    let kind = if expected {
+                        "resurrected-expected"
+                    } else {
+                        "resurrected"
+                    };
+                    if expected {
+                        expected_resurrection.insert(key.as_str());
+                    }
+                    out.add(
+                        kind,
+                        finding(
+                            kind,
+                            Some(key),
+                            Some(range),
+                            vec![newest_at],
+                            format!(
+                                "key {key} was deleted ({}, acknowledged) but holds {} at the end{}",
+                                newest.describe(base),
+                                f.describe(base),
+                                if expected {
+                                    ": a time-based GC pass could purge the tombstone before a repair session brought it to a replica that missed the delete"
+                                } else {
+                                    ": no GC pass could have purged the tombstone before repair brought it to every replica"
+                                }
+                            ),
+                        ),
+                    );
+                } else {
+                    out.add(
+                        "lost-update",
+                        finding(
+                            "lost-update",
+                            Some(key),
+                            Some(range),
+                            vec![newest_at],
+                            format!(
+                                "key {key} holds {} at the end, older than the acknowledged write of {}",
+                                f.describe(base),
+                                newest.describe(base)
+                            ),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    expected_resurrection
+}
+
+/// Rule 4: a session of the second final repair that found a range
+/// differing, streamed entries or failed (whether or not rule 1 also
+/// finds the replicas diverged); none recorded is a reason for unknown.
+fn rule_4_repair_idempotent(m: &Model, f: &mut Found, unknown: &mut Vec<String>) {
+    let second: Vec<&Session> = m.sessions.iter().filter(|s| s.pass == Some(2)).collect();
+    if second.is_empty() {
+        unknown.push("no second final repair recorded".into());
+    }
+    // a session of the second pass that differs at all, whether or not
+    // rule 1 also finds the replicas diverged
+    for s in second.iter().filter(|s| !s.ok || s.streamed > 0 || s.differing > 0) {
+        f.add(
+            "repair-not-idempotent",
+            finding(
+                "repair-not-idempotent",
+                None,
+                Some(s.range),
+                vec![],
+                if s.ok {
+                    format!(
+                        "the second final repair of range {} between servers {} and {} found {} ranges differing and streamed {} entries",
+                        s.range, s.pair.0, s.pair.1, s.differing, s.streamed
+                    )
+                } else {
+                    format!(
+                        "the second final repair of range {} between servers {} and {} failed",
+                        s.range, s.pair.0, s.pair.1
+                    )
+                },
+            ),
+        );
+    }
+}
+
+/// Rule 5 (with R + W > RF and no wipe): a read sees every write
+/// acknowledged before it was invoked. Returns whether reads were judged.
+fn rule_5_stale_reads(m: &Model, expected_resurrection: &BTreeSet<&str>, base: u64, f: &mut Found) -> bool {
+    let reads_judged = m.params.r + m.params.w > m.params.rf && !m.wiped;
+    if reads_judged {
+        for (key, reads) in &m.reads {
+            if expected_resurrection.contains(key.as_str()) {
+                continue;
+            }
+            let writes = m.writes.get(key).map(Vec::as_slice).unwrap_or(&[]);
+            for rd in reads {
+                let before = writes
+                    .iter()
+                    .filter(|w| w.outcome == Outcome::Ok && w.complete < rd.invoke)
+                    .filter_map(|w| w.version().map(|v| (v, w)))
+                    .max_by(|a, b| a.0.lww_cmp(&b.0));
+                let Some((want, w)) = before else { continue };
+                let unsettled = writes
+                    .iter()
+                    .any(|x| x.outcome != Outcome::Ok && x.invoke < rd.complete && x.invoke >= w.invoke);
+                if unsettled {
+                    continue;
+                }
+                let fresh = rd.got.as_ref().is_some_and(|g| g.lww_cmp(&want) != Ordering::Less);
+                // a purged tombstone reads as nothing: as new as the delete
+                let purged = rd.got.is_none() && want.value.is_none();
+                // an older value back after a time-based GC pass could
+                // purge the delete's tombstone: the replica that missed
+                // the delete answered, as time-based GC allows
+                let gc_outran = want.value.is_none()
+                    && m.gcs
+                        .iter()
+                        .any(|g| g.time_based && g.horizon_ts > want.ts && g.at_ns < rd.complete);
+                if !fresh && !purged && gc_outran {
+                    f.add(
+                        "resurrected-expected",
+                        finding(
+                            "resurrected-expected",
+                            Some(key),
+                            None,
+                            vec![w.at, rd.at],
+                            format!(
+                                "key {key}: a read after the delete ({}) returned {}, after a time-based GC pass could purge the tombstone",
+                                want.describe(base),
+                                rd.got.as_ref().map_or("nothing".to_string(), |v| v.describe(base))
+                            ),
+                        ),
+                    );
+                } else if !fresh && !purged {
+                    f.add(
+                        "stale-read",
+                        finding(
+                            "stale-read",
+                            Some(key),
+                            None,
+                            vec![w.at, rd.at],
+                            format!(
+                                "key {key}: a read (R = {}, W = {}, RF = {}) invoked after the write of {} was acknowledged returned {}",
+                                m.params.r,
+                                m.params.w,
+                                m.params.rf,
+                                want.describe(base),
+                                rd.got.as_ref().map_or("nothing".to_string(), |v| v.describe(base))
+                            ),
+                        ),
+                    );
+                }
+            }
+        }
+    }
+
+    reads_judged
+}
+
 impl Checker for Convergence {
     fn name(&self) -> &str {
         "convergence"
@@ -451,328 +807,14 @@ impl Checker for Convergence {
             .params
             .start_ts_us
             .unwrap_or_else(|| m.writes.values().flatten().filter_map(|w| w.ts).min().unwrap_or(0));
-        let mut found: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
-        let mut add = |kind: &'static str, f: Value| found.entry(kind).or_default().push(f);
+        let mut f = Found::default();
         let mut unknown: Vec<String> = Vec::new();
-
-        // rule 1: every replica of a range alike
-        let mut finals: BTreeMap<String, (u64, Option<Version>)> = BTreeMap::new();
-        for (&range, reads) in &m.finals {
-            let expected: BTreeSet<u64> = reads.iter().flat_map(|r| r.replicas.iter().copied()).collect();
-            let read: BTreeSet<u64> = reads.iter().map(|r| r.server).collect();
-            if let Some(missing) = expected.difference(&read).next() {
-                unknown.push(format!("server {missing}'s replica of range {range} was not read"));
-            }
-            let first = &reads[0];
-            for other in &reads[1..] {
-                if other.root != first.root || other.entries != first.entries {
-                    let keys: Vec<&String> = first
-                        .entries
-                        .keys()
-                        .chain(other.entries.keys())
-                        .collect::<BTreeSet<_>>()
-                        .into_iter()
-                        .filter(|k| first.entries.get(*k) != other.entries.get(*k))
-                        .take(5)
-                        .collect();
-                    let diff: Vec<String> = keys
-                        .iter()
-                        .map(|k| {
-                            let d =
-                                |r: &RangeRead| r.entries.get(*k).map_or("nothing".to_string(), |v| v.describe(base));
-                            format!(
-                                "{k}: server {} holds {}, server {} holds {}",
-                                first.server,
-                                d(first),
-                                other.server,
-                                d(other)
-                            )
-                        })
-                        .collect();
-                    add(
-                        "diverged",
-                        finding(
-                            "diverged",
-                            keys.first().map(|k| k.as_str()),
-                            Some(range),
-                            vec![],
-                            format!(
-                                "after the final repair, servers {} and {} disagree on range {range} (roots {} and {}){}{}",
-                                first.server,
-                                other.server,
-                                &first.root[..first.root.len().min(16)],
-                                &other.root[..other.root.len().min(16)],
-                                if diff.is_empty() { "" } else { ": " },
-                                diff.join("; ")
-                            ),
-                        ),
-                    );
-                }
-            }
-            for (k, v) in &first.entries {
-                finals.insert(k.clone(), (range, Some(v.clone())));
-            }
-        }
-        if m.finals.is_empty() {
-            unknown.push("no final reads of the replicas".into());
-        }
-
-        // rules 2 and 3: each key's final version against its writes
-        let mut expected_resurrection: BTreeSet<&str> = BTreeSet::new();
-        for (key, writes) in &m.writes {
-            let (range, fin) = finals.get(key).cloned().unwrap_or((u64::MAX, None));
-            let ok: Vec<&Write> = writes.iter().filter(|w| w.outcome == Outcome::Ok).collect();
-            let newest = ok
-                .iter()
-                .filter_map(|w| w.version().map(|v| (v, w.at)))
-                .max_by(|a, b| a.0.lww_cmp(&b.0));
-            let info = |value: &Option<String>| {
-                writes
-                    .iter()
-                    .filter(|w| w.outcome.is_indeterminate() && &w.value == value)
-                    .map(|w| w.at)
-                    .next()
-            };
-            let any_info_delete = writes.iter().any(|w| w.outcome.is_indeterminate() && w.value.is_none());
-            // rule 2's expected case: LWW over skewed clocks
-            let mut by_complete: Vec<&&Write> = ok.iter().collect();
-            by_complete.sort_by_key(|w| w.complete);
-            let mut max_so_far: Option<&Write> = None;
-            for w in by_complete {
-                if let Some(prev) = max_so_far {
-                    if prev.complete < w.invoke && prev.ts > w.ts {
-                        add(
-                            "skew-lost-update",
-                            finding(
-                                "skew-lost-update",
-                                Some(key),
-                                None,
-                                vec![prev.at, w.at],
-                                format!(
-                                    "key {key}: a write finished before another began, yet carries the larger timestamp ({} > {}): the later write loses, as LWW over skewed clocks allows",
-                                    since(prev.ts.unwrap_or_default(), base),
-                                    since(w.ts.unwrap_or_default(), base)
-                                ),
-                            ),
-                        );
-                    }
-                }
-                if max_so_far.is_none_or(|p| w.ts > p.ts) {
-                    max_so_far = Some(w);
-                }
-            }
-            if m.finals.is_empty() {
-                // nothing read at the end: no final version to judge
-                continue;
-            }
-            match &fin {
-                None => {
-                    // absent everywhere: never written, or a tombstone purged
-                    if let Some((v, at)) = &newest {
-                        if v.value.is_some() && !any_info_delete {
-                            add(
-                                "lost-update",
-                                finding(
-                                    "lost-update",
-                                    Some(key),
-                                    None,
-                                    vec![*at],
-                                    format!(
-                                        "key {key}: no replica holds it at the end, but the newest acknowledged write put {}",
-                                        v.describe(base)
-                                    ),
-                                ),
-                            );
-                        }
-                    }
-                }
-                Some(f) => {
-                    // rule 2: some write produced it
-                    let producer = match ok.iter().find(|w| w.value == f.value && w.ts == Some(f.ts)) {
-                        Some(w) => Some(w.at),
-                        None => info(&f.value),
-                    };
-                    if producer.is_none() {
-                        let why = match &f.value {
-                            Some(v) if ok.iter().any(|w| w.value.as_deref() == Some(v)) => {
-                                "the acknowledged put of that value got another timestamp"
-                            }
-                            Some(_) => "no put carried that value",
-                            None => "no delete of the key could have written it",
-                        };
-                        add(
-                            "phantom",
-                            finding(
-                                "phantom",
-                                Some(key),
-                                Some(range),
-                                vec![],
-                                format!("key {key} holds {} at the end: {why}", f.describe(base)),
-                            ),
-                        );
-                        continue;
-                    }
-                    let Some((newest, newest_at)) = newest else { continue };
-                    if f.lww_cmp(&newest) != Ordering::Less {
-                        continue;
-                    }
-                    if newest.value.is_none() && f.value.is_some() {
-                        // rule 3: the delete came undone
-                        let acked = writes
-                            .iter()
-                            .find(|w| w.at == newest_at)
-                            .and_then(|w| w.acked.as_deref());
-                        let expected = m.gcs.iter().any(|g| {
-                            g.time_based
-                                && g.horizon_ts > newest.ts
-                                && !delete_covered(&m, range, acked, newest.ts, g.at_ts)
-                        });
-                        let kind = if expected {
-                            "resurrected-expected"
-                        } else {
-                            "resurrected"
-                        };
-                        if expected {
-                            expected_resurrection.insert(key.as_str());
-                        }
-                        add(
-                            kind,
-                            finding(
-                                kind,
-                                Some(key),
-                                Some(range),
-                                vec![newest_at],
-                                format!(
-                                    "key {key} was deleted ({}, acknowledged) but holds {} at the end{}",
-                                    newest.describe(base),
-                                    f.describe(base),
-                                    if expected {
-                                        ": a time-based GC pass could purge the tombstone before a repair session brought it to a replica that missed the delete"
-                                    } else {
-                                        ": no GC pass could have purged the tombstone before repair brought it to every replica"
-                                    }
-                                ),
-                            ),
-                        );
-                    } else {
-                        add(
-                            "lost-update",
-                            finding(
-                                "lost-update",
-                                Some(key),
-                                Some(range),
-                                vec![newest_at],
-                                format!(
-                                    "key {key} holds {} at the end, older than the acknowledged write of {}",
-                                    f.describe(base),
-                                    newest.describe(base)
-                                ),
-                            ),
-                        );
-                    }
-                }
-            }
-        }
-
-        // rule 4: the second final repair found nothing
-        let second: Vec<&Session> = m.sessions.iter().filter(|s| s.pass == Some(2)).collect();
-        if second.is_empty() {
-            unknown.push("no second final repair recorded".into());
-        }
-        // a session of the second pass that differs at all, whether or not
-        // rule 1 also finds the replicas diverged
-        for s in second.iter().filter(|s| !s.ok || s.streamed > 0 || s.differing > 0) {
-            add(
-                "repair-not-idempotent",
-                finding(
-                    "repair-not-idempotent",
-                    None,
-                    Some(s.range),
-                    vec![],
-                    if s.ok {
-                        format!(
-                            "the second final repair of range {} between servers {} and {} found {} ranges differing and streamed {} entries",
-                            s.range, s.pair.0, s.pair.1, s.differing, s.streamed
-                        )
-                    } else {
-                        format!(
-                            "the second final repair of range {} between servers {} and {} failed",
-                            s.range, s.pair.0, s.pair.1
-                        )
-                    },
-                ),
-            );
-        }
-
-        // rule 5: reads see every write acknowledged before them
-        let reads_judged = m.params.r + m.params.w > m.params.rf && !m.wiped;
-        if reads_judged {
-            for (key, reads) in &m.reads {
-                if expected_resurrection.contains(key.as_str()) {
-                    continue;
-                }
-                let writes = m.writes.get(key).map(Vec::as_slice).unwrap_or(&[]);
-                for rd in reads {
-                    let before = writes
-                        .iter()
-                        .filter(|w| w.outcome == Outcome::Ok && w.complete < rd.invoke)
-                        .filter_map(|w| w.version().map(|v| (v, w)))
-                        .max_by(|a, b| a.0.lww_cmp(&b.0));
-                    let Some((want, w)) = before else { continue };
-                    let unsettled = writes
-                        .iter()
-                        .any(|x| x.outcome != Outcome::Ok && x.invoke < rd.complete && x.invoke >= w.invoke);
-                    if unsettled {
-                        continue;
-                    }
-                    let fresh = rd.got.as_ref().is_some_and(|g| g.lww_cmp(&want) != Ordering::Less);
-                    // a purged tombstone reads as nothing: as new as the delete
-                    let purged = rd.got.is_none() && want.value.is_none();
-                    // an older value back after a time-based GC pass could
-                    // purge the delete's tombstone: the replica that missed
-                    // the delete answered, as time-based GC allows
-                    let gc_outran = want.value.is_none()
-                        && m.gcs
-                            .iter()
-                            .any(|g| g.time_based && g.horizon_ts > want.ts && g.at_ns < rd.complete);
-                    if !fresh && !purged && gc_outran {
-                        add(
-                            "resurrected-expected",
-                            finding(
-                                "resurrected-expected",
-                                Some(key),
-                                None,
-                                vec![w.at, rd.at],
-                                format!(
-                                    "key {key}: a read after the delete ({}) returned {}, after a time-based GC pass could purge the tombstone",
-                                    want.describe(base),
-                                    rd.got.as_ref().map_or("nothing".to_string(), |v| v.describe(base))
-                                ),
-                            ),
-                        );
-                    } else if !fresh && !purged {
-                        add(
-                            "stale-read",
-                            finding(
-                                "stale-read",
-                                Some(key),
-                                None,
-                                vec![w.at, rd.at],
-                                format!(
-                                    "key {key}: a read (R = {}, W = {}, RF = {}) invoked after the write of {} was acknowledged returned {}",
-                                    m.params.r,
-                                    m.params.w,
-                                    m.params.rf,
-                                    want.describe(base),
-                                    rd.got.as_ref().map_or("nothing".to_string(), |v| v.describe(base))
-                                ),
-                            ),
-                        );
-                    }
-                }
-            }
-        }
-
+        let finals = rule_1_diverged(&m, base, &mut f, &mut unknown);
+        let expected_resurrection = rule_2_3_final_versions(&m, &finals, base, &mut f);
+        rule_4_repair_idempotent(&m, &mut f, &mut unknown);
+        let reads_judged = rule_5_stale_reads(&m, &expected_resurrection, base, &mut f);
+        // rule 6: the verdict
+        let found = f.0;
         const BAD: [&str; 6] = [
             "diverged",
             "phantom",

@@ -249,9 +249,79 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
     }
 }
 
+/// A well-formed line, deserialized straight into its fields: no map of
+/// the line's keys is built, and the `type` is borrowed from the line.
+/// Anything this cannot take (a wrong type, a missing field, a repeated
+/// one) goes to [`parse_op_checked`], which says what is wrong.
+#[derive(Deserialize)]
+struct FastLine<'a> {
+    index: u64,
+    time: i64,
+    process: Value,
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    f: String,
+    value: Value,
+    #[serde(default)]
+    key: Option<Value>,
+    #[serde(default)]
+    node: Option<Value>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+/// The fast path of [`parse_op`]: `None` where the line needs the careful
+/// one (also for every line that is wrong, so errors read the same).
+fn parse_op_fast(text: &str, expected_index: u64) -> Option<Op> {
+    let l: FastLine = serde_json::from_str(text).ok()?;
+    if l.index != expected_index {
+        return None;
+    }
+    let process = match &l.process {
+        Value::Number(n) => Process::Client(n.as_u64()?),
+        Value::String(s) if s == "nemesis" => Process::Nemesis,
+        _ => return None,
+    };
+    let key = match l.key {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(_) => return None,
+    };
+    let node = match l.node {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(_) => return None,
+    };
+    let error = match l.error {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+    };
+    Some(Op {
+        index: l.index,
+        time: l.time,
+        process,
+        kind: OpType::parse(&l.kind)?,
+        f: l.f,
+        value: l.value,
+        key,
+        node,
+        error,
+    })
+}
+
 /// Parses and validates one non-empty line. `expected_index` is the dense
 /// position this op must carry.
 fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
+    match parse_op_fast(text, expected_index) {
+        Some(op) => Ok(op),
+        None => parse_op_checked(text, expected_index),
+    }
+}
+
+/// [`parse_op`] field by field, naming the first thing that is wrong.
+fn parse_op_checked(text: &str, expected_index: u64) -> Result<Op, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(mut m) = v else {
         return Err("not a JSON object".to_string());

@@ -564,6 +564,667 @@ fn attempt_json(m: &Model, h: &History, a: u32) -> Value {
     })
 }
 
+/// What the checker found, by kind: every finding counted, the first
+/// [`FINDINGS_LISTED_MAX`] of each kind listed.
+#[derive(Default)]
+struct Findings {
+    listed: BTreeMap<&'static str, Vec<Value>>,
+    counts: BTreeMap<&'static str, u64>,
+}
+
+impl Findings {
+    fn add(&mut self, kind: &'static str, f: Value) {
+        *self.counts.entry(kind).or_default() += 1;
+        let list = self.listed.entry(kind).or_default();
+        if list.len() < FINDINGS_LISTED_MAX {
+            list.push(f);
+        }
+    }
+
+    fn count(&self, kind: &str) -> u64 {
+        self.counts.get(kind).copied().unwrap_or(0)
+    }
+}
+
+/// Counts for the summary.
+#[derive(Default)]
+struct Tally {
+    /// (key, replica) pairs holding an acknowledged key exactly once.
+    exact: u64,
+    /// (key, replica) pairs with more than one copy the window allows.
+    unknown_window: u64,
+    /// Attempts beyond the first of each key.
+    retries_on_same_key: u64,
+    /// Retried keys judged by the witness (rule 6a) and from the client.
+    by_witness: u64,
+    by_client: u64,
+}
+
+/// Rule 6 along a key's chain of attempts.
+struct Removals {
+    /// Removals of the key's id possible along its chain.
+    pairs: u64,
+    /// Per attempt of the chain, the stretch (epoch) it falls in: a run no
+    /// removal could split. Kept only where rule 12 needs it.
+    epoch_of: Vec<u32>,
+}
+
+/// Everything judged per key on every replica.
+struct KeyJudgement<'k> {
+    key: &'k Key,
+    removals: Removals,
+    /// Rule 12: per variant, whether it may be visible.
+    allowed_variants: Vec<bool>,
+    /// Rule 6a's allowance, when the witness knows the key's ids.
+    allowance: Option<witness::Allowance>,
+    live: u64,
+    has_ok: bool,
+}
+
+/// Rule 1: a key's chain is its non-failed attempts in invoke order (a
+/// definitely failed attempt contributes nothing).
+fn rule_1_chains(m: &mut Model) {
+    for (i, a) in m.attempts.iter().enumerate() {
+        if a.class != Class::Fail {
+            for &k in &a.keys {
+                let chain = &mut m.keys[k as usize].chain;
+                if chain.last() != Some(&(i as u32)) {
+                    chain.push(i as u32);
+                }
+            }
+        }
+    }
+    for k in &mut m.keys {
+        let attempts = &m.attempts;
+        k.chain.sort_by_key(|&a| (attempts[a as usize].start, a));
+    }
+}
+
+/// Rule 13: the logical inserts whose attempts split their rows
+/// differently; their keys are marked. Returns (logical inserts, those).
+fn rule_13_nonidempotent_retries(m: &mut Model) -> (usize, BTreeSet<u64>) {
+    let mut splits: BTreeMap<u64, &[u32]> = BTreeMap::new();
+    let mut nonidempotent: BTreeSet<u64> = BTreeSet::new();
+    for a in &m.attempts {
+        match splits.get(&a.logical) {
+            None => {
+                splits.insert(a.logical, &a.keys);
+            }
+            Some(first) if *first != a.keys.as_slice() => {
+                nonidempotent.insert(a.logical);
+            }
+            _ => {}
+        }
+    }
+    let logical = splits.len();
+    for a in &m.attempts {
+        if nonidempotent.contains(&a.logical) {
+            for &k in &a.keys {
+                m.keys[k as usize].nonidempotent = true;
+            }
+        }
+    }
+    (logical, nonidempotent)
+}
+
+/// Rule 17: an `ok` drop of a partition resets its keys: attempts that
+/// ended before it are gone, keys with attempts overlapping it excused.
+fn rule_17_partition_drops(m: &mut Model) {
+    for (p, d_start, d_end) in m.drops.clone() {
+        for k in m.keys.iter_mut().filter(|k| k.partition == p) {
+            let attempts = &m.attempts;
+            let overlaps = k.chain.iter().any(|&a| {
+                let a = &attempts[a as usize];
+                a.start < d_end && a.end >= d_start
+            });
+            if overlaps {
+                k.excused = true;
+            }
+            k.dropped_before = k.dropped_before.max(d_start);
+        }
+    }
+    for k in &mut m.keys {
+        if k.dropped_before > i64::MIN {
+            let attempts = &m.attempts;
+            let cut = k.dropped_before;
+            k.chain.retain(|&a| attempts[a as usize].end >= cut);
+        }
+    }
+}
+
+/// Rule 18's precondition: the replicas to judge, each read at the end;
+/// else why the verdict is unknown.
+fn replicas_to_judge(params: &Params, m: &Model) -> Result<Vec<String>, String> {
+    let mut replicas: Vec<String> = params.replicas.clone();
+    for r in m.reads.keys() {
+        if !replicas.contains(r) {
+            replicas.push(r.clone());
+        }
+    }
+    let unread: Vec<&String> = replicas.iter().filter(|r| !m.reads.contains_key(*r)).collect();
+    if m.reads.is_empty() {
+        return Err("no replica was read at the end".to_string());
+    }
+    if !unread.is_empty() {
+        return Err(format!("replicas never read at the end: {unread:?}"));
+    }
+    Ok(replicas)
+}
+
+/// Rule 2: rows nobody inserted, or that only failed attempts carried.
+fn rule_2_phantoms(m: &Model, h: &History, f: &mut Findings) {
+    for (r, rows) in &m.unknown_rows {
+        for row in rows.iter().take(FINDINGS_LISTED_MAX) {
+            f.add(
+                "phantom",
+                finding(
+                    "phantom",
+                    None,
+                    &[r],
+                    vec![],
+                    format!("row {row} on {r} was carried by no insert attempt"),
+                ),
+            );
+        }
+    }
+    for (r, counts_r) in &m.reads {
+        for (&row, &n) in counts_r {
+            let keys = &m.row_keys[row as usize];
+            let carried = keys.iter().any(|&(k, v)| {
+                m.keys[k as usize].variants[v as usize]
+                    .attempts
+                    .iter()
+                    .any(|&a| m.attempts[a as usize].class != Class::Fail)
+            });
+            if !carried {
+                let attempts = keys
+                    .iter()
+                    .flat_map(|&(k, v)| m.keys[k as usize].variants[v as usize].attempts.clone())
+                    .map(|a| attempt_json(m, h, a))
+                    .collect();
+                f.add(
+                    "phantom",
+                    finding(
+                        "phantom",
+                        None,
+                        &[r],
+                        attempts,
+                        format!(
+                            "row {} appears {n}× on {r}, but every attempt that carried it failed definitely",
+                            m.row_text[row as usize]
+                        ),
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Rule 4: replicas that disagree after sync, each against the first.
+fn rule_4_diverged(m: &Model, replicas: &[String], f: &mut Findings) {
+    let reference = &replicas[0];
+    for r in replicas.iter().skip(1) {
+        let (a, b) = (&m.reads[reference], &m.reads[r]);
+        let mut diff: Vec<String> = Vec::new();
+        let all: BTreeSet<u32> = a.keys().chain(b.keys()).copied().collect();
+        for row in all {
+            let (x, y) = (a.get(&row).copied().unwrap_or(0), b.get(&row).copied().unwrap_or(0));
+            if x != y {
+                diff.push(format!("{} {reference}:{x} {r}:{y}", m.row_text[row as usize]));
+            }
+        }
+        let ua = m.unknown_rows.get(reference).map_or(0, Vec::len);
+        let ub = m.unknown_rows.get(r).map_or(0, Vec::len);
+        if !diff.is_empty() || ua != ub {
+            let n = diff.len();
+            diff.truncate(DIFF_ROWS_MAX);
+            f.add(
+                "diverged",
+                json!({
+                    "kind": "diverged", "replicas": [reference, r], "rows_differing": n, "diff": diff,
+                    "explanation": format!("after SYNC REPLICA, {reference} and {r} hold different rows ({n} rows differ in count)"),
+                }),
+            );
+        }
+    }
+}
+
+/// Keys sharing their rows: (the rows, the keys).
+type SharedRows = Vec<(Vec<u32>, Vec<u32>)>;
+
+/// Rules 10–11: keys over the same rows (equal content under distinct
+/// tokens) can only be counted together, since a row's copies may belong
+/// to either. The groups, and whether each key is in one.
+fn rule_10_11_shared_rows(m: &Model) -> (SharedRows, Vec<bool>) {
+    let mut by_rows: BTreeMap<&[u32], Vec<u32>> = BTreeMap::new();
+    for (ki, k) in m.keys.iter().enumerate() {
+        if let [v] = k.variants.as_slice() {
+            by_rows.entry(v.rows.as_slice()).or_default().push(ki as u32);
+        }
+    }
+    let groups: SharedRows = by_rows
+        .into_iter()
+        .filter(|(_, keys)| keys.len() > 1)
+        .map(|(rows, keys)| (rows.to_vec(), keys))
+        .collect();
+    let mut grouped = vec![false; m.keys.len()];
+    for (_, keys) in &groups {
+        for &k in keys {
+            grouped[k as usize] = true;
+        }
+    }
+    (groups, grouped)
+}
+
+/// Rule 6 along a key's chain: from the attempt that may have created
+/// the id, the earliest later attempt that could find it removed may
+/// create it again (a deduplicated attempt in between renews nothing), in
+/// either commit order; `track` keeps each attempt's epoch for rule 12.
+fn rule_6_removals(timeline: &Timeline, params: &Params, ki: u32, chain: &[&Attempt], track: bool) -> Removals {
+    let mut pairs = 0u64;
+    let mut epoch_of = if track { vec![0u32; chain.len()] } else { Vec::new() };
+    let mut creator = 0usize;
+    for i in 1..chain.len() {
+        let (a, b) = (chain[creator], chain[i]);
+        // X commits first, Y passes its check after X's id was removed,
+        // by Y's latest commit (its completion when ok, the end of the
+        // history when indeterminate)
+        if removal_possible(timeline, params, ki, a, b) || removal_possible(timeline, params, ki, b, a) {
+            pairs += 1;
+            creator = i;
+        }
+        if track {
+            epoch_of[i] = pairs as u32;
+        }
+    }
+    Removals { pairs, epoch_of }
+}
+
+/// Rule 12, per variant of a token key: whether an attempt of it could
+/// have committed before its epoch's first acknowledgement (an
+/// indeterminate attempt ends never, so whatever follows it is a new
+/// epoch). Empty where the key has one variant.
+fn rule_12_allowed_variants(m: &Model, k: &Key, chain: &[&Attempt], removals: &Removals) -> Vec<bool> {
+    if k.variants.len() <= 1 {
+        return Vec::new();
+    }
+    let epochs = removals.pairs as usize + 1;
+    let mut first_ok = vec![i64::MAX; epochs];
+    for (a, &e) in chain.iter().zip(&removals.epoch_of) {
+        if a.class == Class::Ok {
+            first_ok[e as usize] = first_ok[e as usize].min(a.end);
+        }
+    }
+    k.variants
+        .iter()
+        .map(|v| {
+            v.attempts.iter().any(|&a| {
+                let at = &m.attempts[a as usize];
+                let epoch = k
+                    .chain
+                    .iter()
+                    .position(|&c| c == a)
+                    .map_or(0, |p| removals.epoch_of[p] as usize);
+                at.class != Class::Fail && at.start < first_ok[epoch]
+            })
+        })
+        .collect()
+}
+
+/// The judge of one history: the model, the parameters, the replicas,
+/// and what it found so far.
+struct Judge<'a> {
+    h: &'a History,
+    m: &'a Model,
+    params: &'a Params,
+    replicas: &'a [String],
+    f: Findings,
+    tally: Tally,
+}
+
+impl Judge<'_> {
+    fn attempts_json(&self, k: &Key) -> Vec<Value> {
+        k.chain.iter().map(|&a| attempt_json(self.m, self.h, a)).collect()
+    }
+
+    /// Rule 3 per variant, and the key's copies on `r`: the variants
+    /// visible there and their total.
+    fn rule_3_torn_blocks(&mut self, k: &Key, r: &str) -> (u64, Vec<usize>) {
+        let (m, h) = (self.m, self.h);
+        let reads = &m.reads[r];
+        let mut count = 0u64;
+        let mut visible = Vec::new();
+        for (vi, v) in k.variants.iter().enumerate() {
+            let seen: Vec<u64> = v.rows.iter().map(|row| reads.get(row).copied().unwrap_or(0)).collect();
+            let lo = seen.iter().copied().min().unwrap_or(0);
+            // a row shared with another key (equal rows in two blocks) is
+            // judged through that key's count too: only rows owned by
+            // this key alone decide tearing
+            let own: Vec<u64> = v
+                .rows
+                .iter()
+                .zip(&seen)
+                .filter(|(row, _)| m.row_keys[**row as usize].len() == 1)
+                .map(|(_, n)| *n)
+                .collect();
+            if own.iter().min() != own.iter().max() {
+                self.f.add(
+                    "torn-block",
+                    finding(
+                        "torn-block",
+                        Some(k),
+                        &[r],
+                        v.attempts.iter().map(|&a| attempt_json(m, h, a)).collect(),
+                        format!(
+                            "block {} is torn on {r}: its rows appear between {} and {} times",
+                            k.label,
+                            own.iter().min().unwrap_or(&0),
+                            own.iter().max().unwrap_or(&0)
+                        ),
+                    ),
+                );
+            }
+            let c = own.iter().min().copied().unwrap_or(lo);
+            if c > 0 {
+                visible.push(vi);
+                count += c;
+            }
+        }
+        (count, visible)
+    }
+
+    /// Rule 12 on `r`: one variant per epoch, each of an attempt that
+    /// could have committed before its epoch's first acknowledgement.
+    fn rule_12_reused_token(&mut self, j: &KeyJudgement, r: &str, visible: &[usize]) {
+        if j.allowed_variants.is_empty() {
+            return;
+        }
+        let epochs = j.removals.pairs as usize + 1;
+        let bad_variants = visible.iter().filter(|&&vi| !j.allowed_variants[vi]).count();
+        if visible.len() > epochs || bad_variants > 0 {
+            let k = j.key;
+            self.f.add(
+                "phantom",
+                finding(
+                    "phantom",
+                    Some(k),
+                    &[r],
+                    self.attempts_json(k),
+                    format!(
+                        "token key {} shows {} different data on {r}: only the data of one attempt invoked before the key's first acknowledgement may be visible{}",
+                        k.label,
+                        visible.len(),
+                        if epochs > 1 {
+                            format!(" in each of the {epochs} stretches between which the window could have freed its id")
+                        } else {
+                            String::new()
+                        }
+                    ),
+                ),
+            );
+        }
+    }
+
+    /// Rule 5: an acknowledged key missing on `r` (lost-after-dedup when
+    /// every acknowledgement went to a retry of an indeterminate attempt).
+    fn rule_5_lost(&mut self, j: &KeyJudgement, r: &str) {
+        let m = self.m;
+        let k = j.key;
+        let after_info = k
+            .chain
+            .iter()
+            .map(|&a| &m.attempts[a as usize])
+            .filter(|a| a.class == Class::Ok)
+            .all(|ok| {
+                ok.n > 1
+                    && m.attempts
+                        .iter()
+                        .any(|x| x.logical == ok.logical && x.n < ok.n && x.class == Class::Info)
+            });
+        let kind = if after_info { "lost-after-dedup" } else { "lost" };
+        let why = if after_info {
+            format!(
+                "key {} was acknowledged only to retries after an indeterminate attempt, yet {r} does not hold it: the id survived, the data did not, and the retry was swallowed",
+                k.label
+            )
+        } else {
+            format!("key {} was acknowledged but {r} does not hold it", k.label)
+        };
+        self.f
+            .add(kind, finding(kind, Some(k), &[r], self.attempts_json(k), why));
+    }
+
+    /// Rule 6a on `r`: the witness allows what the coordinator did.
+    fn rule_6a_witness(&mut self, j: &KeyJudgement, a: &witness::Allowance, r: &str, count: u64) {
+        let k = j.key;
+        if count > a.copies {
+            self.f.add(
+                "duplicate-in-window",
+                finding(
+                    "duplicate-in-window",
+                    Some(k),
+                    &[r],
+                    self.attempts_json(k),
+                    format!(
+                        "key {} appears {count}× on {r}; {}, so at most {} (the coordinator's witness)",
+                        k.label,
+                        a.why,
+                        match a.copies {
+                            1 => "1 copy is allowed".to_string(),
+                            n => format!("{n} copies are allowed"),
+                        }
+                    ),
+                ),
+            );
+        } else if count == 1 && j.has_ok {
+            self.tally.exact += 1;
+        }
+    }
+
+    /// Rules 6–8 on `r` from the client's side: at most one copy plus
+    /// the removals the chain allows (rule 7: exactly one when none);
+    /// more copies a removal could explain are unknown-window (rule 8).
+    fn rule_6_8_window(&mut self, j: &KeyJudgement, r: &str, count: u64) {
+        let (k, pairs) = (j.key, j.removals.pairs);
+        if count > 1 + pairs {
+            let kind = if pairs == 0 { "duplicate-in-window" } else { "duplicate" };
+            self.f.add(
+                kind,
+                finding(
+                    kind,
+                    Some(k),
+                    &[r],
+                    self.attempts_json(k),
+                    format!(
+                        "key {} appears {count}× on {r}; its {} attempts allow at most {pairs} removals of its id between them (window {} ids, {} s, ε {} ms), so at most {}",
+                        k.label,
+                        j.live,
+                        self.params.window,
+                        self.params.window_ns as f64 / 1e9,
+                        self.params.epsilon_ns as f64 / 1e6,
+                        match 1 + pairs {
+                            1 => "1 copy is allowed".to_string(),
+                            n => format!("{n} copies are allowed"),
+                        }
+                    ),
+                ),
+            );
+        } else if count > 1 {
+            self.tally.unknown_window += 1;
+            self.f.add(
+                "unknown-window",
+                finding(
+                    "unknown-window",
+                    Some(k),
+                    &[r],
+                    self.attempts_json(k),
+                    format!(
+                        "key {} appears {count}× on {r}: its retries could have fallen outside the window, so this is allowed",
+                        k.label
+                    ),
+                ),
+            );
+        } else if count == 1 && j.has_ok {
+            self.tally.exact += 1;
+        }
+    }
+
+    /// One key (not in a group of shared rows) on every replica.
+    fn key(&mut self, j: &KeyJudgement) {
+        let k = j.key;
+        for r in self.replicas {
+            let (count, visible) = self.rule_3_torn_blocks(k, r);
+            self.rule_12_reused_token(j, r, &visible);
+            if count == 0 && j.has_ok && !k.excused {
+                self.rule_5_lost(j, r);
+                continue;
+            }
+            if count > j.live {
+                self.f.add(
+                    "duplicate",
+                    finding(
+                        "duplicate",
+                        Some(k),
+                        &[r],
+                        self.attempts_json(k),
+                        format!(
+                            "key {} appears {count}× on {r} but only {} attempt(s) could have inserted it",
+                            k.label, j.live
+                        ),
+                    ),
+                );
+                continue;
+            }
+            if k.nonidempotent || k.excused {
+                continue;
+            }
+            match &j.allowance {
+                Some(a) => self.rule_6a_witness(j, a, r, count),
+                None => self.rule_6_8_window(j, r, count),
+            }
+        }
+    }
+
+    /// Rules 10–11 for a group of keys over the same rows: counted
+    /// together against what their keys allow between them. `judged`
+    /// holds each key's (removals, non-failed attempts, acknowledged).
+    fn shared_rows(&mut self, rows: &[u32], keys: &[u32], judged: &[(u64, u64, bool)]) {
+        let (m, h) = (self.m, self.h);
+        let (mut need, mut allow, mut window_bound) = (0u64, 0u64, true);
+        for &k in keys {
+            let key = &m.keys[k as usize];
+            let (pairs, live, has_ok) = judged[k as usize];
+            if has_ok && !key.excused && !key.nonidempotent {
+                need += 1;
+            }
+            allow += if key.excused || key.nonidempotent {
+                live
+            } else {
+                live.min(1 + pairs)
+            };
+            window_bound &= pairs == 0;
+        }
+        let label = keys
+            .iter()
+            .map(|&k| m.keys[k as usize].label.clone())
+            .collect::<Vec<_>>()
+            .join(" + ");
+        let attempts = || -> Vec<Value> {
+            keys.iter()
+                .flat_map(|&k| {
+                    m.keys[k as usize]
+                        .chain
+                        .iter()
+                        .map(|&a| attempt_json(m, h, a))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        for r in self.replicas {
+            let reads = &m.reads[r];
+            let seen: Vec<u64> = rows.iter().map(|row| reads.get(row).copied().unwrap_or(0)).collect();
+            let total = seen.iter().copied().min().unwrap_or(0);
+            let first = Some(&m.keys[keys[0] as usize]);
+            if seen.iter().copied().max() != Some(total) {
+                self.f.add(
+                    "torn-block",
+                    finding(
+                        "torn-block",
+                        first,
+                        &[r],
+                        attempts(),
+                        format!("the block of keys {label} is torn on {r}"),
+                    ),
+                );
+            } else if total < need {
+                self.f.add(
+                    "lost",
+                    finding(
+                        "lost",
+                        first,
+                        &[r],
+                        attempts(),
+                        format!("keys {label} share their rows: {need} were acknowledged but {r} holds {total} copies"),
+                    ),
+                );
+            } else if total > allow {
+                let kind = if window_bound {
+                    "duplicate-in-window"
+                } else {
+                    "duplicate"
+                };
+                self.f.add(
+                    kind,
+                    finding(
+                        kind,
+                        first,
+                        &[r],
+                        attempts(),
+                        format!("keys {label} share their rows: at most {allow} copies are allowed, {r} holds {total}"),
+                    ),
+                );
+            } else if total > need.max(1) {
+                self.tally.unknown_window += 1;
+            } else if total >= 1 {
+                self.tally.exact += 1;
+            }
+        }
+    }
+
+    /// Rule 13's findings: one per logical insert retried with another split.
+    fn rule_13_findings(&mut self, nonidempotent: &BTreeSet<u64>) {
+        for logical in nonidempotent {
+            let attempts: Vec<Value> = self
+                .m
+                .attempts
+                .iter()
+                .enumerate()
+                .filter(|(_, a)| a.logical == *logical)
+                .map(|(i, _)| attempt_json(self.m, self.h, i as u32))
+                .collect();
+            self.f.add(
+                "nonidempotent-retry",
+                json!({
+                    "kind": "nonidempotent-retry", "insert": logical, "attempts": attempts,
+                    "explanation": format!("insert {logical} was retried with another block split: its retries are new keys, not retries"),
+                }),
+            );
+        }
+    }
+}
+
+/// Rule 18: the findings that make a history invalid.
+const INVALID: [&str; 8] = [
+    "phantom",
+    "torn-block",
+    "diverged",
+    "lost",
+    "lost-after-dedup",
+    "duplicate",
+    "duplicate-in-window",
+    "nonidempotent-retry",
+];
+
 impl Checker for Dedup {
     fn name(&self) -> &str {
         "dedup"
@@ -581,259 +1242,50 @@ impl Checker for Dedup {
                 Value::Null,
             ));
         }
-        // chains: non-failed attempts per key, in invoke order
-        for (i, a) in m.attempts.iter().enumerate() {
-            if a.class != Class::Fail {
-                for &k in &a.keys {
-                    let chain = &mut m.keys[k as usize].chain;
-                    if chain.last() != Some(&(i as u32)) {
-                        chain.push(i as u32);
-                    }
-                }
+        rule_1_chains(&mut m);
+        let (logical_inserts, nonidempotent) = rule_13_nonidempotent_retries(&mut m);
+        rule_17_partition_drops(&mut m);
+        let replicas = match replicas_to_judge(&params, &m) {
+            Ok(r) => r,
+            Err(why) => {
+                return Ok(CheckResult::unknown(
+                    self.name(),
+                    started,
+                    why,
+                    json!({"attempts": m.attempts.len(), "keys": m.keys.len()}),
+                ))
             }
-        }
-        for k in &mut m.keys {
-            let attempts = &m.attempts;
-            k.chain.sort_by_key(|&a| (attempts[a as usize].start, a));
-        }
-        // rule 13: a logical insert whose attempts split differently
-        let mut splits: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-        let mut nonidempotent: BTreeSet<u64> = BTreeSet::new();
-        for a in &m.attempts {
-            match splits.get(&a.logical) {
-                None => {
-                    splits.insert(a.logical, a.keys.clone());
-                }
-                Some(first) if *first != a.keys => {
-                    nonidempotent.insert(a.logical);
-                }
-                _ => {}
-            }
-        }
-        for a in &m.attempts {
-            if nonidempotent.contains(&a.logical) {
-                for &k in &a.keys {
-                    m.keys[k as usize].nonidempotent = true;
-                }
-            }
-        }
-        // rule 17: drops
-        for (p, d_start, d_end) in m.drops.clone() {
-            for k in m.keys.iter_mut().filter(|k| k.partition == p) {
-                let attempts = &m.attempts;
-                let overlaps = k.chain.iter().any(|&a| {
-                    let a = &attempts[a as usize];
-                    a.start < d_end && a.end >= d_start
-                });
-                if overlaps {
-                    k.excused = true;
-                }
-                k.dropped_before = k.dropped_before.max(d_start);
-            }
-        }
-        for k in &mut m.keys {
-            if k.dropped_before > i64::MIN {
-                let attempts = &m.attempts;
-                let cut = k.dropped_before;
-                k.chain.retain(|&a| attempts[a as usize].end >= cut);
-            }
-        }
+        };
         let timeline = Timeline::new(&m);
         // rule 6a: with the coordinator's witness, dedup is judged exactly
+        // (an empty witness is a witness: the coordinator created no id)
         let witness = if params.witness && params.window > 0 {
-            // an empty witness is a witness: the coordinator created no id
             Some(Witness::read(h, params.window, params.window_ns / 1_000_000)?)
         } else {
             None
         };
         let ids = witness.as_ref().map(|w| key_ids(&m, w)).unwrap_or_default();
-        let (mut by_witness, mut by_client) = (0u64, 0u64);
-
-        let mut findings: BTreeMap<&'static str, Vec<Value>> = BTreeMap::new();
-        let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-        let mut add = |kind: &'static str, f: Value| {
-            *counts.entry(kind).or_default() += 1;
-            let list = findings.entry(kind).or_default();
-            if list.len() < FINDINGS_LISTED_MAX {
-                list.push(f);
-            }
+        let mut judge = Judge {
+            h,
+            m: &m,
+            params: &params,
+            replicas: &replicas,
+            f: Findings::default(),
+            tally: Tally::default(),
         };
-
-        // the replicas to judge
-        let mut replicas: Vec<String> = params.replicas.clone();
-        for r in m.reads.keys() {
-            if !replicas.contains(r) {
-                replicas.push(r.clone());
-            }
-        }
-        let unread: Vec<&String> = replicas.iter().filter(|r| !m.reads.contains_key(*r)).collect();
-        if m.reads.is_empty() || !unread.is_empty() {
-            let why = if m.reads.is_empty() {
-                "no replica was read at the end".to_string()
-            } else {
-                format!("replicas never read at the end: {unread:?}")
-            };
-            return Ok(CheckResult::unknown(
-                self.name(),
-                started,
-                why,
-                json!({"attempts": m.attempts.len(), "keys": m.keys.len()}),
-            ));
-        }
-
-        // rule 2: rows nobody inserted, or only failed attempts carried
-        for (r, rows) in &m.unknown_rows {
-            for row in rows.iter().take(FINDINGS_LISTED_MAX) {
-                add(
-                    "phantom",
-                    finding(
-                        "phantom",
-                        None,
-                        &[r],
-                        vec![],
-                        format!("row {row} on {r} was carried by no insert attempt"),
-                    ),
-                );
-            }
-        }
-        for (r, counts_r) in &m.reads {
-            for (&row, &n) in counts_r {
-                let keys = &m.row_keys[row as usize];
-                let carried = keys.iter().any(|&(k, v)| {
-                    m.keys[k as usize].variants[v as usize]
-                        .attempts
-                        .iter()
-                        .any(|&a| m.attempts[a as usize].class != Class::Fail)
-                });
-                if !carried {
-                    let attempts = keys
-                        .iter()
-                        .flat_map(|&(k, v)| m.keys[k as usize].variants[v as usize].attempts.clone())
-                        .map(|a| attempt_json(&m, h, a))
-                        .collect();
-                    add(
-                        "phantom",
-                        finding(
-                            "phantom",
-                            None,
-                            &[r],
-                            attempts,
-                            format!(
-                                "row {} appears {n}× on {r}, but every attempt that carried it failed definitely",
-                                m.row_text[row as usize]
-                            ),
-                        ),
-                    );
-                }
-            }
-        }
-
-        // rule 4: replicas disagree
-        let reference = &replicas[0];
-        for r in replicas.iter().skip(1) {
-            let (a, b) = (&m.reads[reference], &m.reads[r]);
-            let mut diff: Vec<String> = Vec::new();
-            let all: BTreeSet<u32> = a.keys().chain(b.keys()).copied().collect();
-            for row in all {
-                let (x, y) = (a.get(&row).copied().unwrap_or(0), b.get(&row).copied().unwrap_or(0));
-                if x != y {
-                    diff.push(format!("{} {reference}:{x} {r}:{y}", m.row_text[row as usize]));
-                }
-            }
-            let ua = m.unknown_rows.get(reference).map_or(0, Vec::len);
-            let ub = m.unknown_rows.get(r).map_or(0, Vec::len);
-            if !diff.is_empty() || ua != ub {
-                let n = diff.len();
-                diff.truncate(DIFF_ROWS_MAX);
-                add(
-                    "diverged",
-                    json!({
-                        "kind": "diverged", "replicas": [reference, r], "rows_differing": n, "diff": diff,
-                        "explanation": format!("after SYNC REPLICA, {reference} and {r} hold different rows ({n} rows differ in count)"),
-                    }),
-                );
-            }
-        }
-
-        // per key: torn blocks, visible variants, counts against the rules
-        let mut summary = json!({});
-        let (mut exact, mut unknown_window, mut duplicates_avoided) = (0u64, 0u64, 0u64);
-        // keys with the same rows (equal content under distinct tokens) can
-        // only be counted together: a row's copies may belong to either
-        let mut by_rows: BTreeMap<&[u32], Vec<u32>> = BTreeMap::new();
-        for (ki, k) in m.keys.iter().enumerate() {
-            if let [v] = k.variants.as_slice() {
-                by_rows.entry(v.rows.as_slice()).or_default().push(ki as u32);
-            }
-        }
-        let groups: Vec<(Vec<u32>, Vec<u32>)> = by_rows
-            .into_iter()
-            .filter(|(_, keys)| keys.len() > 1)
-            .map(|(rows, keys)| (rows.to_vec(), keys))
-            .collect();
-        let mut grouped = vec![false; m.keys.len()];
-        for (_, keys) in &groups {
-            for &k in keys {
-                grouped[k as usize] = true;
-            }
-        }
-        // per key: (pairs allowing removal, non-failed attempts, acknowledged)
+        rule_2_phantoms(&m, h, &mut judge.f);
+        rule_4_diverged(&m, &replicas, &mut judge.f);
+        let (groups, grouped) = rule_10_11_shared_rows(&m);
+        // per key: (removals possible, non-failed attempts, acknowledged)
         let mut judged: Vec<(u64, u64, bool)> = Vec::with_capacity(m.keys.len());
         for (ki, k) in m.keys.iter().enumerate() {
             let ki = ki as u32;
             let chain: Vec<&Attempt> = k.chain.iter().map(|&a| &m.attempts[a as usize]).collect();
-            // removals possible along the chain (rule 6): from the attempt
-            // that may have created the id, the earliest later attempt
-            // that could find it removed may create it again (a
-            // deduplicated attempt in between renews nothing); an epoch is
-            // a run of the chain no removal could split
-            let mut pairs_removable = 0u64;
-            // kept only where rule 12 needs them (a token's data varies)
-            let track = k.variants.len() > 1;
-            let mut epoch_of = if track { vec![0u32; chain.len()] } else { Vec::new() };
-            let mut creator = 0usize;
-            for i in 1..chain.len() {
-                let (a, b) = (chain[creator], chain[i]);
-                // in either order: X commits first, Y passes its check
-                // after X's id was removed, by Y's latest commit (its
-                // completion when ok, never bounded when indeterminate)
-                if removal_possible(&timeline, &params, ki, a, b) || removal_possible(&timeline, &params, ki, b, a) {
-                    pairs_removable += 1;
-                    creator = i;
-                }
-                if track {
-                    epoch_of[i] = pairs_removable as u32;
-                }
-            }
-            // per epoch, its earliest acknowledgement (an indeterminate
-            // attempt ends never, so whatever follows it is a new epoch)
-            let epochs = pairs_removable as usize + 1;
-            let mut first_ok = if track { vec![i64::MAX; epochs] } else { Vec::new() };
-            for (a, &e) in chain.iter().zip(&epoch_of) {
-                if a.class == Class::Ok {
-                    first_ok[e as usize] = first_ok[e as usize].min(a.end);
-                }
-            }
-            // rule 12, per variant: whether an attempt of it could have
-            // committed before its epoch's first acknowledgement
-            let allowed: Vec<bool> = if track {
-                k.variants
-                    .iter()
-                    .map(|v| {
-                        v.attempts.iter().any(|&a| {
-                            let at = &m.attempts[a as usize];
-                            let epoch = k.chain.iter().position(|&c| c == a).map_or(0, |p| epoch_of[p] as usize);
-                            at.class != Class::Fail && at.start < first_ok[epoch]
-                        })
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let removals = rule_6_removals(&timeline, &params, ki, &chain, k.variants.len() > 1);
             let has_ok = chain.iter().any(|a| a.class == Class::Ok);
             let live = chain.len() as u64;
-            duplicates_avoided += live.saturating_sub(1);
-            judged.push((pairs_removable, live, has_ok));
+            judge.tally.retries_on_same_key += live.saturating_sub(1);
+            judged.push((removals.pairs, live, has_ok));
             if grouped[ki as usize] {
                 continue;
             }
@@ -843,339 +1295,47 @@ impl Checker for Dedup {
             };
             if live > 1 && !k.nonidempotent && !k.excused {
                 if allowance.is_some() {
-                    by_witness += 1;
+                    judge.tally.by_witness += 1;
                 } else {
-                    by_client += 1;
+                    judge.tally.by_client += 1;
                 }
             }
-            for r in &replicas {
-                let reads = &m.reads[r];
-                let mut count = 0u64;
-                let mut visible = Vec::new();
-                for (vi, v) in k.variants.iter().enumerate() {
-                    let seen: Vec<u64> = v.rows.iter().map(|row| reads.get(row).copied().unwrap_or(0)).collect();
-                    let (lo, hi) = (
-                        seen.iter().copied().min().unwrap_or(0),
-                        seen.iter().copied().max().unwrap_or(0),
-                    );
-                    // a row shared with another key (equal rows in two
-                    // blocks) is judged through that key's count too:
-                    // only rows owned by this key alone decide tearing
-                    let own: Vec<u64> = v
-                        .rows
-                        .iter()
-                        .zip(&seen)
-                        .filter(|(row, _)| m.row_keys[**row as usize].len() == 1)
-                        .map(|(_, n)| *n)
-                        .collect();
-                    if own.iter().min() != own.iter().max() {
-                        add(
-                            "torn-block",
-                            finding(
-                                "torn-block",
-                                Some(k),
-                                &[r],
-                                v.attempts.iter().map(|&a| attempt_json(&m, h, a)).collect(),
-                                format!(
-                                    "block {} is torn on {r}: its rows appear between {} and {} times",
-                                    k.label,
-                                    own.iter().min().unwrap_or(&0),
-                                    own.iter().max().unwrap_or(&0)
-                                ),
-                            ),
-                        );
-                    }
-                    let c = if own.is_empty() {
-                        lo.min(hi)
-                    } else {
-                        *own.iter().min().unwrap_or(&0)
-                    };
-                    if c > 0 {
-                        visible.push(vi);
-                        count += c;
-                    }
-                }
-                // rule 12: one variant per epoch (the window may have freed
-                // the id between epochs), of an attempt that could have
-                // committed before its epoch's first acknowledgement
-                if track {
-                    let bad_variants: Vec<usize> = visible.iter().copied().filter(|&vi| !allowed[vi]).collect();
-                    if visible.len() > epochs || !bad_variants.is_empty() {
-                        add(
-                            "phantom",
-                            finding(
-                                "phantom",
-                                Some(k),
-                                &[r],
-                                k.chain.iter().map(|&a| attempt_json(&m, h, a)).collect(),
-                                format!(
-                                    "token key {} shows {} different data on {r}: only the data of one attempt invoked before the key's first acknowledgement may be visible{}",
-                                    k.label,
-                                    visible.len(),
-                                    if epochs > 1 {
-                                        format!(" in each of the {epochs} stretches between which the window could have freed its id")
-                                    } else {
-                                        String::new()
-                                    }
-                                ),
-                            ),
-                        );
-                    }
-                }
-                let attempts_json = || -> Vec<Value> { k.chain.iter().map(|&a| attempt_json(&m, h, a)).collect() };
-                // rule 5
-                if count == 0 && has_ok && !k.excused {
-                    let after_info = chain.iter().filter(|a| a.class == Class::Ok).all(|ok| {
-                        ok.n > 1
-                            && m.attempts
-                                .iter()
-                                .any(|x| x.logical == ok.logical && x.n < ok.n && x.class == Class::Info)
-                    });
-                    let kind = if after_info { "lost-after-dedup" } else { "lost" };
-                    add(
-                        kind,
-                        finding(
-                            kind,
-                            Some(k),
-                            &[r],
-                            attempts_json(),
-                            if after_info {
-                                format!(
-                                    "key {} was acknowledged only to retries after an indeterminate attempt, yet {r} does not hold it: the id survived, the data did not, and the retry was swallowed",
-                                    k.label
-                                )
-                            } else {
-                                format!("key {} was acknowledged but {r} does not hold it", k.label)
-                            },
-                        ),
-                    );
-                    continue;
-                }
-                if count > live {
-                    add(
-                        "duplicate",
-                        finding(
-                            "duplicate",
-                            Some(k),
-                            &[r],
-                            attempts_json(),
-                            format!(
-                                "key {} appears {count}× on {r} but only {live} attempt(s) could have inserted it",
-                                k.label
-                            ),
-                        ),
-                    );
-                    continue;
-                }
-                if k.nonidempotent || k.excused {
-                    continue;
-                }
-                // rule 6a: what the coordinator did is known
-                if let Some(a) = &allowance {
-                    if count > a.copies {
-                        add(
-                            "duplicate-in-window",
-                            finding(
-                                "duplicate-in-window",
-                                Some(k),
-                                &[r],
-                                attempts_json(),
-                                format!(
-                                    "key {} appears {count}× on {r}; {}, so at most {} (the coordinator's witness)",
-                                    k.label,
-                                    a.why,
-                                    match a.copies {
-                                        1 => "1 copy is allowed".to_string(),
-                                        n => format!("{n} copies are allowed"),
-                                    }
-                                ),
-                            ),
-                        );
-                    } else if count == 1 && has_ok {
-                        exact += 1;
-                    }
-                    continue;
-                }
-                // rules 6–8
-                if count > 1 + pairs_removable {
-                    let kind = if pairs_removable == 0 {
-                        "duplicate-in-window"
-                    } else {
-                        "duplicate"
-                    };
-                    add(
-                        kind,
-                        finding(
-                            kind,
-                            Some(k),
-                            &[r],
-                            attempts_json(),
-                            format!(
-                                "key {} appears {count}× on {r}; its {} attempts allow at most {pairs_removable} removals of its id between them (window {} ids, {} s, ε {} ms), so at most {}",
-                                k.label,
-                                live,
-                                params.window,
-                                params.window_ns as f64 / 1e9,
-                                params.epsilon_ns as f64 / 1e6,
-                                match 1 + pairs_removable {
-                                    1 => "1 copy is allowed".to_string(),
-                                    n => format!("{n} copies are allowed"),
-                                }
-                            ),
-                        ),
-                    );
-                } else if count > 1 {
-                    unknown_window += 1;
-                    add(
-                        "unknown-window",
-                        finding(
-                            "unknown-window",
-                            Some(k),
-                            &[r],
-                            attempts_json(),
-                            format!(
-                                "key {} appears {count}× on {r}: its retries could have fallen outside the window, so this is allowed",
-                                k.label
-                            ),
-                        ),
-                    );
-                } else if count == 1 && has_ok {
-                    exact += 1;
-                }
-            }
+            let allowed_variants = rule_12_allowed_variants(&m, k, &chain, &removals);
+            judge.key(&KeyJudgement {
+                key: k,
+                removals,
+                allowed_variants,
+                allowance,
+                live,
+                has_ok,
+            });
         }
-        // groups of keys over the same rows, counted together
         for (rows, keys) in &groups {
-            let (mut need, mut allow, mut window_bound) = (0u64, 0u64, true);
-            for &k in keys {
-                let key = &m.keys[k as usize];
-                let (pairs, live, has_ok) = judged[k as usize];
-                if has_ok && !key.excused && !key.nonidempotent {
-                    need += 1;
-                }
-                allow += if key.excused || key.nonidempotent {
-                    live
-                } else {
-                    live.min(1 + pairs)
-                };
-                window_bound &= pairs == 0;
-            }
-            let label = keys
-                .iter()
-                .map(|&k| m.keys[k as usize].label.clone())
-                .collect::<Vec<_>>()
-                .join(" + ");
-            let attempts = || -> Vec<Value> {
-                keys.iter()
-                    .flat_map(|&k| {
-                        m.keys[k as usize]
-                            .chain
-                            .iter()
-                            .map(|&a| attempt_json(&m, h, a))
-                            .collect::<Vec<_>>()
-                    })
-                    .collect()
-            };
-            for r in &replicas {
-                let reads = &m.reads[r];
-                let seen: Vec<u64> = rows.iter().map(|row| reads.get(row).copied().unwrap_or(0)).collect();
-                let total = seen.iter().copied().min().unwrap_or(0);
-                let first = Some(&m.keys[keys[0] as usize]);
-                if seen.iter().copied().max() != Some(total) {
-                    add(
-                        "torn-block",
-                        finding(
-                            "torn-block",
-                            first,
-                            &[r],
-                            attempts(),
-                            format!("the block of keys {label} is torn on {r}"),
-                        ),
-                    );
-                } else if total < need {
-                    add(
-                        "lost",
-                        finding(
-                            "lost",
-                            first,
-                            &[r],
-                            attempts(),
-                            format!(
-                                "keys {label} share their rows: {need} were acknowledged but {r} holds {total} copies"
-                            ),
-                        ),
-                    );
-                } else if total > allow {
-                    let kind = if window_bound {
-                        "duplicate-in-window"
-                    } else {
-                        "duplicate"
-                    };
-                    add(
-                        kind,
-                        finding(
-                            kind,
-                            first,
-                            &[r],
-                            attempts(),
-                            format!(
-                                "keys {label} share their rows: at most {allow} copies are allowed, {r} holds {total}"
-                            ),
-                        ),
-                    );
-                } else if total > need.max(1) {
-                    unknown_window += 1;
-                } else if total >= 1 {
-                    exact += 1;
-                }
-            }
+            judge.shared_rows(rows, keys, &judged);
         }
-        for logical in &nonidempotent {
-            let attempts: Vec<Value> = m
-                .attempts
-                .iter()
-                .enumerate()
-                .filter(|(_, a)| a.logical == *logical)
-                .map(|(i, _)| attempt_json(&m, h, i as u32))
-                .collect();
-            add(
-                "nonidempotent-retry",
-                json!({
-                    "kind": "nonidempotent-retry", "insert": logical, "attempts": attempts,
-                    "explanation": format!("insert {logical} was retried with another block split: its retries are new keys, not retries"),
-                }),
-            );
-        }
-        let invalid = [
-            "phantom",
-            "torn-block",
-            "diverged",
-            "lost",
-            "lost-after-dedup",
-            "duplicate",
-            "duplicate-in-window",
-            "nonidempotent-retry",
-        ];
-        let verdict = Verdict::valid_if(!invalid.iter().any(|k| counts.get(k).copied().unwrap_or(0) > 0));
+        judge.rule_13_findings(&nonidempotent);
+        let Judge { f, tally, .. } = judge;
+        let verdict = Verdict::valid_if(!INVALID.iter().any(|k| f.count(k) > 0));
         let classes = |c: Class| m.attempts.iter().filter(|a| a.class == c).count();
+        let mut summary = json!({});
         summary["attempts"] = json!(m.attempts.len());
-        summary["logical_inserts"] = json!(splits.len());
+        summary["logical_inserts"] = json!(logical_inserts);
         summary["ok"] = json!(classes(Class::Ok));
         summary["fail"] = json!(classes(Class::Fail));
         summary["info"] = json!(classes(Class::Info));
         summary["keys"] = json!(m.keys.len());
         summary["replicas"] = json!(replicas);
-        summary["exactly_once_per_replica"] = json!(exact);
-        summary["unknown_window"] = json!(unknown_window);
-        summary["retries_on_same_key"] = json!(duplicates_avoided);
+        summary["exactly_once_per_replica"] = json!(tally.exact);
+        summary["unknown_window"] = json!(tally.unknown_window);
+        summary["retries_on_same_key"] = json!(tally.retries_on_same_key);
         summary["deduplicated_blocks"] = json!(m.deduplicated_blocks);
         summary["window"] = json!({"ids": params.window, "seconds": params.window_ns as f64 / 1e9, "epsilon_ms": params.epsilon_ns as f64 / 1e6, "stated": stated});
         // which bound rule 6 used, and for how many retried keys
         summary["bound"] = match &witness {
             Some(w) => json!({
                 "kind": "witness",
-                "keys_judged_by_witness": by_witness,
-                "keys_judged_from_the_client": by_client,
+                "keys_judged_by_witness": tally.by_witness,
+                "keys_judged_from_the_client": tally.by_client,
                 "witness_events": w.events,
                 "block_ids": w.ids.len(),
                 "removals_inside_the_window": w.premature,
@@ -1183,17 +1343,17 @@ impl Checker for Dedup {
             None => json!({
                 "kind": "client",
                 "why": if params.window == 0 { "no dedup window" } else { "no witness recorded (a coordinator other than drift's keeper, or a history from elsewhere)" },
-                "keys_judged_from_the_client": by_client,
+                "keys_judged_from_the_client": tally.by_client,
                 "info_ends": "the end of the history",
             }),
         };
-        summary["counts"] = json!(counts);
-        summary["findings"] = json!(findings);
-        let first = invalid
+        let first = INVALID
             .iter()
-            .find_map(|k| findings.get(k).and_then(|f| f.first()))
-            .and_then(|f| f.get("explanation").and_then(Value::as_str))
+            .find_map(|k| f.listed.get(k).and_then(|l| l.first()))
+            .and_then(|x| x.get("explanation").and_then(Value::as_str))
             .map(str::to_string);
+        summary["counts"] = json!(f.counts);
+        summary["findings"] = json!(f.listed);
         Ok(CheckResult {
             checker: self.name().into(),
             verdict,
