@@ -221,6 +221,12 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
                 Ok(None) => return None,
                 Err(e) => return Some(Err(e)),
             };
+            // a well-formed line needs no more than this (serde_json
+            // checks the UTF-8 of its strings, and skips whitespace)
+            if let Some(op) = parse_op_fast(&self.buf, self.next_index) {
+                self.next_index += 1;
+                return Some(Ok(op));
+            }
             let text = match std::str::from_utf8(&self.buf) {
                 Ok(t) => t.trim(),
                 Err(e) => {
@@ -230,7 +236,7 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
             if text.is_empty() {
                 continue;
             }
-            let parsed = parse_op(text, self.next_index);
+            let parsed = parse_op_checked(text, self.next_index);
             return Some(match parsed {
                 Ok(op) => {
                     self.next_index += 1;
@@ -257,7 +263,7 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
 struct FastLine<'a> {
     index: u64,
     time: i64,
-    process: Value,
+    process: RawProcess,
     #[serde(rename = "type", borrow)]
     kind: std::borrow::Cow<'a, str>,
     f: String,
@@ -270,18 +276,44 @@ struct FastLine<'a> {
     error: Option<Value>,
 }
 
+/// A `process` as a line writes it: a client's number, or "nemesis"
+/// (anything else fails the fast path).
+struct RawProcess(Process);
+
+impl<'de> Deserialize<'de> for RawProcess {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = RawProcess;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a non-negative integer or \"nemesis\"")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawProcess, E> {
+                Ok(RawProcess(Process::Client(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawProcess, E> {
+                match v {
+                    "nemesis" => Ok(RawProcess(Process::Nemesis)),
+                    _ => Err(E::custom("not a process")),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// The fast path of [`parse_op`]: `None` where the line needs the careful
 /// one (also for every line that is wrong, so errors read the same).
-fn parse_op_fast(text: &str, expected_index: u64) -> Option<Op> {
-    let l: FastLine = serde_json::from_str(text).ok()?;
-    if l.index != expected_index {
-        return None;
-    }
-    let process = match &l.process {
-        Value::Number(n) => Process::Client(n.as_u64()?),
-        Value::String(s) if s == "nemesis" => Process::Nemesis,
-        _ => return None,
-    };
+fn parse_op_fast(line: &[u8], expected_index: u64) -> Option<Op> {
+    let op = parse_op_any_index(line)?;
+    (op.index == expected_index).then_some(op)
+}
+
+/// [`parse_op_fast`] whatever index the line carries (the caller checks
+/// that the indices are dense).
+fn parse_op_any_index(line: &[u8]) -> Option<Op> {
+    let l: FastLine = serde_json::from_slice(line).ok()?;
+    let process = l.process.0;
     let key = match l.key {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s),
@@ -309,15 +341,6 @@ fn parse_op_fast(text: &str, expected_index: u64) -> Option<Op> {
         node,
         error,
     })
-}
-
-/// Parses and validates one non-empty line. `expected_index` is the dense
-/// position this op must carry.
-fn parse_op(text: &str, expected_index: u64) -> Result<Op, String> {
-    match parse_op_fast(text, expected_index) {
-        Some(op) => Ok(op),
-        None => parse_op_checked(text, expected_index),
-    }
 }
 
 /// [`parse_op`] field by field, naming the first thing that is wrong.
@@ -393,6 +416,80 @@ fn parse_op_checked(text: &str, expected_index: u64) -> Result<Op, String> {
     })
 }
 
+/// Smallest file [`read_parallel`] splits between threads.
+const PARALLEL_BYTES_MIN: usize = 4 << 20;
+/// Largest file [`read_parallel`] holds in memory whole (a larger one is
+/// streamed by [`HistoryReader`]).
+const PARALLEL_BYTES_MAX: u64 = 4 << 30;
+
+/// Reads a JSON Lines history of well-formed lines on several threads:
+/// the file is read whole, cut at line ends into one piece per thread,
+/// and each piece parsed on the fast path. Returns the ops and each op's
+/// 1-based line, or `None` when anything is off (a line the fast path
+/// cannot take, indices that are not dense, a line over
+/// [`LINE_BYTES_MAX`], a file too small or too large to be worth it), so
+/// that the caller reads it again with [`HistoryReader`], which says
+/// what is wrong and where.
+pub fn read_parallel(path: &Path, threads: usize) -> Option<(Vec<Op>, Vec<u64>)> {
+    let len = std::fs::metadata(path).ok()?.len();
+    if threads < 2 || len < PARALLEL_BYTES_MIN as u64 || len > PARALLEL_BYTES_MAX {
+        return None;
+    }
+    let data = std::fs::read(path).ok()?;
+    // piece boundaries, each just after a newline
+    let mut cuts = vec![0usize];
+    for t in 1..threads {
+        let want = data.len() * t / threads;
+        let at = data[want..].iter().position(|&b| b == b'\n').map(|p| want + p + 1)?;
+        if at > *cuts.last().expect("one cut") {
+            cuts.push(at);
+        }
+    }
+    cuts.push(data.len());
+    let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &data[w[0]..w[1]]).collect();
+    // each piece: its ops, their lines within it, and its line count
+    type Piece = Option<(Vec<Op>, Vec<u64>, u64)>;
+    let parsed: Vec<Piece> = std::thread::scope(|scope| {
+        let handles: Vec<_> = pieces
+            .iter()
+            .map(|piece| {
+                scope.spawn(move || -> Piece {
+                    let mut ops = Vec::with_capacity(piece.len() / 80);
+                    let mut lines = Vec::with_capacity(piece.len() / 80);
+                    let mut line = 0u64;
+                    for text in piece.split_inclusive(|&b| b == b'\n') {
+                        line += 1;
+                        if text.len() > LINE_BYTES_MAX {
+                            return None;
+                        }
+                        if text.iter().all(u8::is_ascii_whitespace) {
+                            continue;
+                        }
+                        ops.push(parse_op_any_index(text)?);
+                        lines.push(line);
+                    }
+                    Some((ops, lines, line))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().ok().flatten()).collect()
+    });
+    let total: usize = parsed.iter().map(|p| p.as_ref().map_or(0, |(o, _, _)| o.len())).sum();
+    let mut ops = Vec::with_capacity(total);
+    let mut lines = Vec::with_capacity(total);
+    let mut before = 0u64;
+    for piece in parsed {
+        let (o, l, n) = piece?;
+        lines.extend(l.into_iter().map(|x| x + before));
+        ops.extend(o);
+        before += n;
+    }
+    ops.iter()
+        .enumerate()
+        .all(|(i, op)| op.index == i as u64)
+        .then_some((ops, lines))
+}
+
 /// Appends ops to a history file, one line each, assigning dense indices.
 ///
 /// Every append is flushed to the OS before it returns, so a crash of the
@@ -463,6 +560,63 @@ mod tests {
 
     fn read_str(s: &str) -> Vec<Result<Op, HistoryError>> {
         HistoryReader::new(s.as_bytes(), Path::new("h.jsonl")).collect()
+    }
+
+    /// A history file of `n` ops (blank lines and a nemesis line among
+    /// them), over [`PARALLEL_BYTES_MIN`] when `n` is large enough.
+    fn big_history(tag: &str, n: u64, bad_at: Option<u64>) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("drift-history-{tag}-{}.jsonl", std::process::id()));
+        let mut text = String::new();
+        for i in 0..n {
+            if bad_at == Some(i) {
+                text.push_str(&format!("{{\"index\":{i},\"time\":\"late\"}}\n"));
+                continue;
+            }
+            if i % 1000 == 7 {
+                text.push_str("\n  \n");
+            }
+            let (process, kind) = if i % 500 == 3 {
+                ("\"nemesis\"".to_string(), "info")
+            } else {
+                ((i / 2 % 20).to_string(), if i % 2 == 0 { "invoke" } else { "ok" })
+            };
+            text.push_str(&format!(
+                "{{\"index\":{i},\"time\":{},\"process\":{process},\"type\":\"{kind}\",\"f\":\"write\",\"value\":{{\"v\":[{i},\"x\\ty\"]}},\"key\":{},\"node\":\"n1\"}}\n",
+                i * 10,
+                i % 7
+            ));
+        }
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn reading_on_several_threads_gives_what_reading_line_by_line_gives() {
+        let path = big_history("parallel", 60_000, None);
+        assert!(std::fs::metadata(&path).unwrap().len() > PARALLEL_BYTES_MIN as u64);
+        let (ops, lines) = read_parallel(&path, 3).expect("well-formed, large enough");
+        let mut reader = HistoryReader::open(&path).unwrap();
+        let mut want = Vec::new();
+        while let Some(op) = reader.next() {
+            want.push((op.unwrap(), reader.location().line));
+        }
+        assert_eq!(ops.len(), 60_000);
+        assert_eq!(ops.len(), want.len());
+        for ((op, line), (w, wl)) in ops.iter().zip(&lines).zip(&want) {
+            assert_eq!((op, line), (w, wl));
+        }
+        // a line the fast path cannot take: read line by line instead,
+        // which says what is wrong and where
+        let bad = big_history("parallel-bad", 60_000, Some(45_000));
+        assert!(read_parallel(&bad, 3).is_none());
+        let e = HistoryReader::open(&bad).unwrap().find_map(Result::err).unwrap();
+        assert!(e.reason.contains("`time`"), "{e}");
+        // small files are not worth the threads
+        let small = big_history("parallel-small", 100, None);
+        assert!(read_parallel(&small, 3).is_none());
+        for p in [path, bad, small] {
+            let _ = std::fs::remove_file(p);
+        }
     }
 
     #[test]

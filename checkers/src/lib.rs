@@ -38,4 +38,4 @@ pub mod unique_ids;
 
 pub use checker::{check_all, CheckContext, CheckResult, Checker, Composed, Verdict};
 pub use history::{HistoryError, HistoryReader, HistoryWriter, Op, OpType, Process};
-pub use pairing::{History, Operation, Outcome};
+pub use pairing::{History, Operation, Outcome, TimeOrder};

@@ -52,6 +52,17 @@ pub struct Operation {
     pub outcome: Outcome,
 }
 
+/// Whether a client process's time may go backwards in a history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeOrder {
+    /// Never: a completion before its invocation, or a process's next
+    /// operation before its last, is an input error.
+    #[default]
+    Strict,
+    /// Taken as written (imported histories whose clocks need it).
+    Unordered,
+}
+
 /// A whole history, read and paired.
 #[derive(Debug, Clone)]
 pub struct History {
@@ -83,22 +94,49 @@ impl History {
     /// Reads and pairs the history at `path`: JSON Lines, or Jepsen's
     /// EDN ([`crate::edn`]) by the file's name or first characters.
     pub fn load(path: &Path) -> Result<History, HistoryError> {
+        History::load_with(path, TimeOrder::Strict)
+    }
+
+    /// [`History::load`], with `order` saying whether a process's time may
+    /// go backwards (imported histories that need it).
+    pub fn load_with(path: &Path, order: TimeOrder) -> Result<History, HistoryError> {
         if crate::edn::is_edn(path, &head(path)) {
             let (ops, lines) = crate::edn::read(path)?;
-            return History::from_ops(path, ops, lines);
+            return History::from_ops_with(path, ops, lines, order);
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+        if let Some((ops, lines)) = crate::history::read_parallel(path, threads) {
+            return History::from_ops_with(path, ops, lines, order);
         }
         let mut reader = HistoryReader::open(path)?;
-        let mut ops = Vec::new();
-        let mut lines = Vec::new();
+        // about a line per 80 bytes: room for them all up front, rather
+        // than copying a growing list of a million ops again and again
+        let guess = std::fs::metadata(path)
+            .map_or(0, |m| (m.len() / 80) as usize)
+            .min(1 << 26);
+        let mut ops = Vec::with_capacity(guess);
+        let mut lines = Vec::with_capacity(guess);
         while let Some(op) = reader.next() {
             ops.push(op?);
             lines.push(reader.location().line);
         }
-        History::from_ops(path, ops, lines)
+        History::from_ops_with(path, ops, lines, order)
     }
 
     /// Pairs already-parsed ops; `lines` gives each op's line for errors.
+    /// A client process's time must not go backwards (so no completion
+    /// comes before its invocation).
     pub fn from_ops(path: &Path, ops: Vec<Op>, lines: Vec<u64>) -> Result<History, HistoryError> {
+        History::from_ops_with(path, ops, lines, TimeOrder::Strict)
+    }
+
+    /// [`History::from_ops`] with the time order it demands.
+    pub fn from_ops_with(
+        path: &Path,
+        ops: Vec<Op>,
+        lines: Vec<u64>,
+        order: TimeOrder,
+    ) -> Result<History, HistoryError> {
         let err = |i: usize, reason: String| HistoryError {
             at: Location {
                 file: path.to_path_buf(),
@@ -106,15 +144,35 @@ impl History {
             },
             reason,
         };
-        let mut operations: Vec<Operation> = Vec::new();
+        let mut operations: Vec<Operation> = Vec::with_capacity(ops.len() / 2 + 1);
         let mut nemesis = Vec::new();
         // process -> index into `operations` of its open op
-        let mut open: HashMap<u64, usize> = HashMap::new();
+        let mut open: HashMap<u64, usize, rustc_hash::FxBuildHasher> = HashMap::default();
+        // each client process's last line
+        let mut last_time: HashMap<u64, usize, rustc_hash::FxBuildHasher> = HashMap::default();
         for (i, op) in ops.iter().enumerate() {
             let Process::Client(p) = op.process else {
                 nemesis.push(i);
                 continue;
             };
+            if order == TimeOrder::Strict {
+                if let Some(&prev) = last_time.get(&p) {
+                    if op.time < ops[prev].time {
+                        return Err(err(
+                            i,
+                            format!(
+                                "time goes backwards for process {p}: {} ns here, {} ns at line {} (its {} `{}`); a history whose clock does that is refused unless told (drift check --allow-unordered-time)",
+                                op.time,
+                                ops[prev].time,
+                                lines[prev],
+                                ops[prev].kind.as_str(),
+                                ops[prev].f
+                            ),
+                        ));
+                    }
+                }
+                last_time.insert(p, i);
+            }
             match op.kind {
                 OpType::Invoke => {
                     if let Some(&o) = open.get(&p) {
@@ -342,6 +400,38 @@ mod tests {
         .unwrap_err();
         assert_eq!(e.at.line, 2);
         assert!(e.reason.contains("has not completed"));
+    }
+
+    #[test]
+    fn a_completion_before_its_invocation_is_an_error_unless_allowed() {
+        let mut ops = vec![
+            op(0, 1, OpType::Invoke, "read"),
+            op(1, 2, OpType::Invoke, "write"),
+            op(2, 1, OpType::Ok, "read"),
+        ];
+        // process 1 completes at 0 ns after invoking at 5 ns; another
+        // process's time does not count
+        ops[0].time = 5;
+        ops[1].time = 9;
+        ops[2].time = 0;
+        let e = pair(ops.clone()).unwrap_err();
+        assert_eq!(e.at.line, 3);
+        assert!(e.reason.contains("time goes backwards for process 1"), "{}", e.reason);
+        assert!(e.reason.contains("at line 1"), "{}", e.reason);
+        assert!(e.reason.contains("--allow-unordered-time"), "{}", e.reason);
+        let h = History::from_ops_with(Path::new("h"), ops, vec![1, 2, 3], TimeOrder::Unordered).unwrap();
+        assert_eq!(h.operations[0].complete, Some(2));
+    }
+
+    #[test]
+    fn a_process_whose_next_operation_starts_before_its_last_ended_is_an_error() {
+        let mut ops = vec![
+            op(0, 1, OpType::Invoke, "read"),
+            op(1, 1, OpType::Ok, "read"),
+            op(2, 1, OpType::Invoke, "write"),
+        ];
+        ops[2].time = 0;
+        assert_eq!(pair(ops).unwrap_err().at.line, 3);
     }
 
     #[test]

@@ -53,15 +53,21 @@ impl Checker for Stats {
             .iter()
             .map(|(f, c)| (f.to_string(), json!({"ok": c.ok, "fail": c.fail, "info": c.info})))
             .collect();
+        // an empty history holds nothing to judge (unknown, as for every
+        // checker); one where nothing succeeded is a run that failed
         let reason = match (h.operations.is_empty(), main_ok, healed) {
-            (true, _, _) => Some("no operation was attempted"),
+            (true, _, _) => Some("no operation was attempted: nothing to judge"),
             (false, 0, Some(_)) => Some("no operation succeeded before the heal"),
             (false, 0, None) => Some("no operation succeeded"),
             _ => None,
         };
+        let verdict = match (h.operations.is_empty(), reason) {
+            (true, _) => Verdict::Unknown,
+            (false, r) => Verdict::valid_if(r.is_none()),
+        };
         Ok(CheckResult {
             checker: self.name().into(),
-            verdict: Verdict::valid_if(reason.is_none()),
+            verdict,
             reason: reason.map(str::to_string),
             elapsed_ms: elapsed_ms(started),
             details: json!({

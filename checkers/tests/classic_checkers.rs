@@ -234,10 +234,13 @@ fn a_history_with_nothing_to_judge_is_never_valid() {
     let r = check(&Stats, &empty);
     assert_eq!(
         (r.verdict, r.reason.as_deref()),
-        (Verdict::Invalid, Some("no operation was attempted"))
+        (Verdict::Unknown, Some("no operation was attempted: nothing to judge"))
     );
     for c in [
-        &UniqueIds as &dyn Checker,
+        &drift_checkers::dedup::Dedup as &dyn Checker,
+        &drift_checkers::convergence::Convergence,
+        &drift_checkers::perf::Perf,
+        &UniqueIds,
         &Counter,
         &TotalQueue,
         &SetChecker,

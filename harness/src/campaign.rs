@@ -159,6 +159,7 @@ pub(crate) fn bench_of(c: &Campaign) -> Bench {
         budget: Some(Duration::from_secs(c.plan.check_budget_s)),
         mem_bytes: MEM_BYTES_DEFAULT,
         jobs: drift_checkers::CheckContext::all_cores(),
+        time_order: drift_checkers::TimeOrder::Strict,
     }
 }
 

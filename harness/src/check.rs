@@ -49,6 +49,11 @@ pub fn run(args: CheckArgs) -> Result<i32, Failure> {
         jobs: args
             .jobs
             .map_or_else(drift_checkers::CheckContext::all_cores, |j| j as usize),
+        time_order: if args.allow_unordered_time {
+            drift_checkers::TimeOrder::Unordered
+        } else {
+            drift_checkers::TimeOrder::Strict
+        },
     };
 
     if bench.model == Some(ModelKind::Kv) {

@@ -653,6 +653,11 @@ pub struct CheckArgs {
     /// case per checker, an invalid one failed with its why.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Take a history whose client processes' times go backwards (a
+    /// completion before its invocation) as written, instead of refusing
+    /// it as bad input: for imported histories whose clocks need it.
+    #[arg(long)]
+    pub allow_unordered_time: bool,
 }
 
 #[derive(Args, Debug)]

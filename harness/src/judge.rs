@@ -34,6 +34,9 @@ pub struct Bench {
     pub mem_bytes: usize,
     /// Threads a checker may use.
     pub jobs: usize,
+    /// Whether a client process's time may go backwards in the history
+    /// (`--allow-unordered-time`, for imported histories).
+    pub time_order: drift_checkers::TimeOrder,
 }
 
 /// A judged history.
@@ -61,7 +64,7 @@ pub fn judge(
         .iter()
         .map(|&k| registry::build(k, bench.model, &bench.init).map_err(Failure::new))
         .collect::<Result<_, _>>()?;
-    let h = History::load(history).map_err(|e| Failure::new(e.to_string()))?;
+    let h = History::load_with(history, bench.time_order).map_err(|e| Failure::new(e.to_string()))?;
     let ctx = CheckContext::new(bench.budget, bench.mem_bytes).with_jobs(bench.jobs);
     let started = Instant::now();
     let composed = check_all(&checkers, &h, &ctx).map_err(|e| Failure::new(e.to_string()))?;

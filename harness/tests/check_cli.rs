@@ -155,6 +155,23 @@ fn bad_input_exits_3_naming_file_line_and_reason() {
     }
 }
 
+/// A history whose client's time goes backwards is bad input, named by
+/// its line; `--allow-unordered-time` takes it as written.
+#[test]
+fn time_going_backwards_exits_3_unless_allowed() {
+    let content = format!(
+        "{}\n{}\n",
+        r#"{"index":0,"time":500,"process":0,"type":"invoke","f":"write","value":1}"#,
+        r#"{"index":1,"time":100,"process":0,"type":"ok","f":"write","value":1}"#
+    );
+    let (code, stderr, path) = check_bad("backwards", &content, &[]);
+    assert_eq!(code, 3, "{stderr}");
+    assert!(stderr.contains(&format!("{path}:2:")), "{stderr}");
+    assert!(stderr.contains("time goes backwards for process 0"), "{stderr}");
+    let (code, stderr, _) = check_bad("backwards-allowed", &content, &["--allow-unordered-time"]);
+    assert_eq!(code, 0, "{stderr}");
+}
+
 #[test]
 fn bad_arguments_exit_3() {
     let Some(dir) = etcd_dir() else { return };
