@@ -16,14 +16,20 @@ use std::time::Duration;
 
 /// One HTTP request: its status and JSON body.
 fn http(addr: SocketAddr, method: &str, target: &str, body: &str) -> (u16, serde_json::Value) {
+    http_with(addr, method, target, "", body.as_bytes())
+}
+
+/// [`http`] with extra header lines (each ending in CRLF) and a raw body.
+fn http_with(addr: SocketAddr, method: &str, target: &str, headers: &str, body: &[u8]) -> (u16, serde_json::Value) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\n\r\n",
         body.len()
     )
     .unwrap();
+    s.write_all(body).unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
@@ -36,6 +42,41 @@ fn http(addr: SocketAddr, method: &str, target: &str, body: &str) -> (u16, serde
 
 fn kv(c: &Cluster, i: u64) -> SocketAddr {
     c.config().peer(i).unwrap().kv.expect("a kv address")
+}
+
+/// A request between servers to server `i`, signed as server `from`
+/// would sign it, with `secret`.
+fn signed(
+    c: &Cluster,
+    i: u64,
+    from: u64,
+    secret: &[u8],
+    method: &str,
+    target: &str,
+    body: &[u8],
+) -> (u16, serde_json::Value) {
+    let h = drift_node::http_auth::Signer::new(secret.to_vec(), from).header(method, target, body);
+    http_with(
+        kv(c, i),
+        method,
+        target,
+        &format!("{}: {h}\r\n", drift_node::http_auth::HEADER),
+        body,
+    )
+}
+
+/// What server `i` itself holds of `key`, asked as a peer would.
+fn internal_get(c: &Cluster, i: u64, key: &str) -> (u16, serde_json::Value) {
+    let from = i % 3 + 1;
+    signed(
+        c,
+        i,
+        from,
+        &c.config().secret_bytes(),
+        "GET",
+        &format!("/internal/get/{key}"),
+        b"",
+    )
 }
 
 fn put(c: &Cluster, via: u64, key: &str, value: &str) -> u64 {
@@ -193,7 +234,7 @@ fn a_replica_that_missed_writes_converges_after_drift_repair_and_a_second_repair
     assert!(converged(&c), "{:?}", (1..=3).map(|i| roots(&c, i)).collect::<Vec<_>>());
     // server 2 alone answers what it missed
     for k in &missed {
-        let (code, v) = http(kv(&c, 2), "GET", &format!("/internal/get/{k}"), "");
+        let (code, v) = internal_get(&c, 2, k);
         assert_eq!((code, &v["found"]), (200, &serde_json::Value::Bool(true)), "{k}: {v}");
     }
     let second = repair(&c, 1);
@@ -230,7 +271,7 @@ fn with_the_overwrite_defect_a_repair_loses_the_newer_write() {
     let (code, r) = http(kv(&c, 1), "POST", "/repair?range=0&peer=2", "");
     assert_eq!(code, 200, "{r}");
     assert!(r["sessions"][0]["error"].is_null(), "{r}");
-    let (_, v) = http(kv(&c, 1), "GET", &format!("/internal/get/{key}"), "");
+    let (_, v) = internal_get(&c, 1, &key);
     assert_eq!(
         v["value"], "old",
         "server 1 took server 2's older version over its own {newer}: {v}"
@@ -286,9 +327,7 @@ fn t5_a_replica_down_longer_than_the_grace_is_rebuilt_not_repaired() {
         })
         .expect("server 2 serves again");
         repair(&c, 2);
-        let held: Vec<bool> = (1..=3)
-            .map(|i| http(kv(&c, i), "GET", "/internal/get/k", "").1["found"] == true)
-            .collect();
+        let held: Vec<bool> = (1..=3).map(|i| internal_get(&c, i, "k").1["found"] == true).collect();
         (held, c.log(2).contains("\"kv_rebuild\""))
     };
     let (held, rebuilt) = run(true);
@@ -299,4 +338,74 @@ fn t5_a_replica_down_longer_than_the_grace_is_rebuilt_not_repaired() {
     let (held, rebuilt) = run(false);
     assert!(!rebuilt);
     assert_eq!(held, vec![true; 3], "resurrected");
+}
+
+/// A merge forged by a process without the cluster's secret (or replayed,
+/// or with another body than the one signed) is refused before its body
+/// is read and changes nothing; the version a forged merge carried, with
+/// the largest timestamp there is, would otherwise win for ever.
+#[test]
+fn forged_or_replayed_internal_requests_are_refused_and_change_nothing() {
+    let c = Cluster::up_raw(
+        "kv-forged",
+        24581,
+        &["--no-table", "--kv-setting", "repair_interval_ms = 0"],
+    );
+    put(&c, 1, "f", "mine");
+    let mut record = Vec::new();
+    let range = drift_repair::ring::Ring::new(vec![1, 2, 3], 3)
+        .unwrap()
+        .range_of_key(b"f") as u32;
+    drift_repair::wal::encode(
+        &drift_repair::wal::Record {
+            range,
+            change: drift_repair::replica::Change::Applied(drift_repair::Entry {
+                key: b"f".to_vec(),
+                ts: u64::MAX,
+                value: Some(b"forged".to_vec()),
+            }),
+        },
+        &mut record,
+    );
+    // no header at all
+    let (code, v) = http_with(kv(&c, 2), "POST", "/internal/merge", "", &record);
+    assert_eq!(code, 401, "{v}");
+    // signed with another secret
+    let (code, v) = signed(&c, 2, 1, &[9u8; 32], "POST", "/internal/merge", &record);
+    assert_eq!(code, 401, "{v}");
+    // a peer's signature over another body
+    let secret = c.config().secret_bytes();
+    let h = drift_node::http_auth::Signer::new(secret.clone(), 1).header("POST", "/internal/merge", b"something else");
+    let (code, v) = http_with(
+        kv(&c, 2),
+        "POST",
+        "/internal/merge",
+        &format!("{}: {h}\r\n", drift_node::http_auth::HEADER),
+        &record,
+    );
+    assert_eq!(code, 401, "{v}");
+    // a repair session in another server's name
+    let (code, v) = signed(
+        &c,
+        2,
+        1,
+        &secret,
+        "POST",
+        &format!("/internal/repair?range={range}&from=3&session=1"),
+        b"",
+    );
+    assert_eq!(code, 403, "{v}");
+    // nothing changed, on any replica
+    let v = get(&c, 3, "f", 3);
+    assert_eq!(v["value"], "mine", "{v}");
+    for i in 1..=3 {
+        assert_eq!(internal_get(&c, i, "f").1["value"], "mine");
+    }
+    // a real peer's request is taken once, and refused when replayed
+    let h = drift_node::http_auth::Signer::new(secret, 1).header("GET", "/internal/get/f", b"");
+    let hdr = format!("{}: {h}\r\n", drift_node::http_auth::HEADER);
+    assert_eq!(http_with(kv(&c, 2), "GET", "/internal/get/f", &hdr, b"").0, 200);
+    let (code, v) = http_with(kv(&c, 2), "GET", "/internal/get/f", &hdr, b"");
+    assert_eq!(code, 401, "{v}");
+    assert!(v.to_string().contains("replay"), "{v}");
 }

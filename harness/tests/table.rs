@@ -873,3 +873,37 @@ fn a_fetch_whose_commit_reply_was_lost_completes_when_run_again() {
     let queue = t.query(2, "SELECT count() FROM system.replication_queue");
     assert_eq!(queue.trim(), "0", "nothing left queued on r2");
 }
+
+/// A part is served only to another replica of the cluster: a fetch
+/// without the cluster's secret, or signed with another, gets nothing.
+#[test]
+fn a_part_fetch_without_the_clusters_secret_is_refused() {
+    let t = Table::up("tbl-fetch-auth", 22390, &[]);
+    let summary = t.insert_ok(1, "{\"id\":1,\"key\":\"a\",\"value\":1}\n", "");
+    let part = summary["parts"][0].as_str().unwrap().to_string();
+    let inter = t.c.config().peer(1).unwrap().interserver.unwrap();
+    let target = format!("/part?table=events&part={part}");
+    let fetch = |header: &str| -> (u16, String) {
+        let mut s = TcpStream::connect_timeout(&inter, Duration::from_secs(2)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        write!(s, "GET {target} HTTP/1.0\r\nHost: {inter}\r\n{header}\r\n").unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        let raw = String::from_utf8_lossy(&raw).to_string();
+        let status = raw.split_whitespace().nth(1).unwrap().parse().unwrap();
+        (status, raw)
+    };
+    let sign = |secret: Vec<u8>| {
+        let h = drift_node::http_auth::Signer::new(secret, 2).header("GET", &target, b"");
+        format!("{}: {h}\r\n", drift_node::http_auth::HEADER)
+    };
+    let (status, raw) = fetch("");
+    assert_eq!(status, 401, "{raw}");
+    let (status, raw) = fetch(&sign(vec![5u8; 32]));
+    assert_eq!(status, 401, "{raw}");
+    assert!(!raw.contains("drift-part"), "nothing of the part: {raw}");
+    // the same request signed with the secret is served
+    let (status, raw) = fetch(&sign(t.c.config().secret_bytes()));
+    assert_eq!(status, 200, "{raw}");
+    assert!(raw.contains("drift-part 1"), "{raw}");
+}

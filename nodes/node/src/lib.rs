@@ -16,6 +16,7 @@
 pub mod config;
 pub mod error;
 pub mod fsdisk;
+pub mod http_auth;
 pub mod keeper_node;
 pub mod kv;
 pub mod peer_auth;

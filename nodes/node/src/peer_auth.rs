@@ -22,7 +22,6 @@
 //! out whoever can reach the port without the secret; an attacker who can
 //! rewrite an established TCP stream is outside its fault model.
 
-use sha2::{Digest, Sha256};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -40,25 +39,7 @@ pub const SECRET_BYTES_MIN: usize = 16;
 /// What a generated secret holds: 256 bits.
 const SECRET_BYTES_NEW: usize = 32;
 
-/// HMAC-SHA256 (RFC 2104) of the concatenated `parts` under `key`.
-pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut k = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        k[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    for p in parts {
-        inner.update(p);
-    }
-    let mut outer = Sha256::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
-}
+pub use crate::http_auth::hmac_sha256;
 
 /// Compares two MACs in time independent of where they differ.
 fn same_mac(a: &[u8], b: &[u8]) -> bool {

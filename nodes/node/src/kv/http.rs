@@ -16,7 +16,9 @@
 //!   N), R times over; answers the sessions' reports.
 //! * `GET /dump`: every range's Merkle root and entries; `GET /ping`.
 //!
-//! Replicas: `POST /internal/merge` (a log record as the body), `GET
+//! Replicas (each request signed with the cluster's secret, checked
+//! before its body is read: `crate::http_auth`): `POST /internal/merge`
+//! (a log record as the body), `GET
 //! /internal/get/<key>`, `POST /internal/repair?range=&from=&session=`
 //! (a repair session's message).
 //!
@@ -153,12 +155,27 @@ pub async fn handle(node: Arc<KvNode>, req: Request<Incoming>) -> Result<Resp, s
     let path = req.uri().path().to_string();
     let p = params(req.uri().query());
     let method = req.method().clone();
+    // what one server asks of another is signed: checked before the body
+    // is read (see crate::http_auth)
+    let peer = if path.starts_with("/internal/") {
+        let target = req.uri().path_and_query().map_or(path.as_str(), |t| t.as_str());
+        let header = req
+            .headers()
+            .get(crate::http_auth::HEADER)
+            .and_then(|v| v.to_str().ok());
+        match node.verifier.check(method.as_str(), target, header) {
+            Ok(v) => Some(v),
+            Err(why) => return Ok(error(401, why).response()),
+        }
+    } else {
+        None
+    };
     let r = match (&method, path.as_str()) {
         (&Method::GET, "/ping") => Ok(reply(200, "text/plain", "Ok.\n")),
         (&Method::GET, "/dump") => Ok(json(200, node.dump())),
         (&Method::POST, "/repair") => repair(&node, &p).await,
-        (&Method::POST, "/internal/merge") => internal_merge(&node, req).await,
-        (&Method::POST, "/internal/repair") => internal_repair(&node, &p, req).await,
+        (&Method::POST, "/internal/merge") => internal_merge(&node, peer, req).await,
+        (&Method::POST, "/internal/repair") => internal_repair(&node, &p, peer, req).await,
         (&Method::GET, _) if path.starts_with("/internal/get/") => {
             key_of(&path["/internal/get/".len()..]).and_then(|key| match node.get_local(&key) {
                 Ok(v) => Ok(json(200, version_json(v.as_ref()))),
@@ -250,8 +267,23 @@ async fn client(
     }
 }
 
-async fn internal_merge(node: &Arc<KvNode>, req: Request<Incoming>) -> Result<Resp, Refused> {
+/// The body of a signed request, checked against the digest its sender
+/// signed.
+async fn signed_body(peer: Option<crate::http_auth::Verified>, req: Request<Incoming>) -> Result<Bytes, Refused> {
+    let peer = peer.ok_or_else(|| error(401, "an unsigned request between servers"))?;
     let b = body(req).await?;
+    if !peer.body_matches(&b) {
+        return Err(error(401, "the body is not the one its sender signed"));
+    }
+    Ok(b)
+}
+
+async fn internal_merge(
+    node: &Arc<KvNode>,
+    peer: Option<crate::http_auth::Verified>,
+    req: Request<Incoming>,
+) -> Result<Resp, Refused> {
+    let b = signed_body(peer, req).await?;
     let d = drift_repair::wal::decode(&b);
     let entry = match (d.torn, d.records.as_slice()) {
         (None, [r]) => match &r.change {
@@ -277,6 +309,7 @@ async fn internal_merge(node: &Arc<KvNode>, req: Request<Incoming>) -> Result<Re
 async fn internal_repair(
     node: &Arc<KvNode>,
     p: &BTreeMap<String, String>,
+    peer: Option<crate::http_auth::Verified>,
     req: Request<Incoming>,
 ) -> Result<Resp, Refused> {
     let (Some(j), Some(from), Some(session)) = (
@@ -286,7 +319,14 @@ async fn internal_repair(
     ) else {
         return Err(error(400, "a repair message needs ?range=&from=&session="));
     };
-    let b = body(req).await?;
+    // a session is the signing peer's own
+    if peer.as_ref().is_some_and(|v| v.from != from) {
+        return Err(error(
+            403,
+            format!("a repair session from server {from} signed by another"),
+        ));
+    }
+    let b = signed_body(peer, req).await?;
     let me = node.clone();
     match tokio::task::spawn_blocking(move || me.on_repair_message(j, from, session, &b)).await {
         Ok(Ok(bytes)) => Ok(reply(200, "application/octet-stream", bytes)),

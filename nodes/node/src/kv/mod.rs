@@ -163,6 +163,10 @@ pub struct KvNode {
     next_session: AtomicU64,
     sessions: Mutex<BTreeMap<(u64, u64), Session>>,
     http: reqwest::Client,
+    /// Signs what this server asks of its peers (`/internal/*`).
+    signer: crate::http_auth::Signer,
+    /// Checks what peers ask of this one.
+    pub(crate) verifier: crate::http_auth::Verifier,
 }
 
 fn wall_us() -> u64 {
@@ -260,7 +264,8 @@ impl KvNode {
                 Err(e) => Err(format!("local apply: {e}")),
             };
         }
-        let url = self.peer_url(replica, "/internal/merge")?;
+        let target = "/internal/merge";
+        let url = self.peer_url(replica, target)?;
         let mut body = Vec::new();
         let range = self.ring.range_of_key(&e.key) as u32;
         wal::encode(
@@ -270,9 +275,11 @@ impl KvNode {
             },
             &mut body,
         );
+        let auth = self.signer.header("POST", target, &body);
         let resp = self
             .http
             .post(&url)
+            .header(crate::http_auth::HEADER, auth)
             .body(body)
             .send()
             .await
@@ -292,10 +299,12 @@ impl KvNode {
                 .get_local(&key)
                 .map_err(|_| "this server holds no replica of the key".to_string());
         }
-        let url = self.peer_url(replica, &format!("/internal/get/{}", http::percent_encode(&key)))?;
+        let target = format!("/internal/get/{}", http::percent_encode(&key));
+        let url = self.peer_url(replica, &target)?;
         let resp = self
             .http
             .get(&url)
+            .header(crate::http_auth::HEADER, self.signer.header("GET", &target, b""))
             .send()
             .await
             .map_err(|e| format!("server {replica}: {e}"))?;
@@ -431,14 +440,14 @@ impl KvNode {
                 .ok_or_else(|| format!("this server holds no range {j}"))?;
             Initiator::start(replica, peer, cfg)
         };
-        let url = self.peer_url(
-            peer,
-            &format!("/internal/repair?range={j}&from={}&session={session}", self.id),
-        )?;
+        let target = format!("/internal/repair?range={j}&from={}&session={session}", self.id);
+        let url = self.peer_url(peer, &target)?;
         for _ in 0..SESSION_ROUNDS_MAX {
+            let auth = self.signer.header("POST", &target, &msg);
             let resp = self
                 .http
                 .post(&url)
+                .header(crate::http_auth::HEADER, auth)
                 .body(msg)
                 .send()
                 .await
@@ -709,6 +718,7 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         return Ok(None);
     };
     let peers: BTreeMap<u64, SocketAddr> = cfg.peers.iter().filter_map(|p| Some((p.id, p.kv?))).collect();
+    let peers_ids: std::collections::BTreeSet<u64> = peers.keys().copied().collect();
     let ring = Ring::new(peers.keys().copied().collect(), decl.rf)
         .map_err(|e| NodeError::Config(crate::error::ConfigError::Invalid(format!("[kv]: {e}"))))?;
     let dir = cfg.node_dir(id).join("kv");
@@ -772,6 +782,8 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         gc_grace_override_ms: AtomicU64::new(u64::MAX),
         next_session: AtomicU64::new(0),
         sessions: Mutex::new(BTreeMap::new()),
+        signer: crate::http_auth::Signer::new(cfg.secret_bytes(), id),
+        verifier: crate::http_auth::Verifier::new(cfg.secret_bytes(), id, peers_ids.clone()),
         // from this server's own address, as its Raft links are: a
         // partition names server addresses
         http: reqwest::Client::builder()

@@ -402,7 +402,7 @@ impl Replica {
         host: &str,
         quorum: bool,
     ) -> Result<Outcome, ZkErr> {
-        let files = match interserver::fetch(&self.http, host, &self.schema.name, &part.name()).await {
+        let files = match interserver::fetch(&self.http, &self.signer, host, &self.schema.name, &part.name()).await {
             Ok(f) => f,
             Err(e) => {
                 self.hosts.lock().expect("hosts lock").remove(source);

@@ -523,6 +523,15 @@ pub async fn handle_interserver(node: Arc<TableNode>, req: Request<Incoming>) ->
     let Some(r) = node.replicas.get(table) else {
         return Ok(text(404, format!("no table {table}\n")));
     };
+    // only another replica of the cluster may fetch
+    let target = req.uri().path_and_query().map_or("/part", |t| t.as_str());
+    let header = req
+        .headers()
+        .get(crate::http_auth::HEADER)
+        .and_then(|v| v.to_str().ok());
+    if let Err(why) = r.verifier.check(req.method().as_str(), target, header) {
+        return Ok(text(401, format!("{why}\n")));
+    }
     if drift_table::PartInfo::parse(part).is_err() {
         return Ok(text(400, format!("bad part name {part:?}\n")));
     }

@@ -7,7 +7,9 @@
 //! <name>\t<length>\n<bytes>     for each file
 //! ```
 //!
-//! The sender checks the part against its checksums before it serves it;
+//! The request is signed with the cluster's secret (`crate::http_auth`):
+//! a server without it gets nothing. The sender checks the part against
+//! its checksums before it serves it;
 //! the receiver parses within limits and the caller checks the files
 //! against `checksums.txt` before anything is written, so a corrupt or
 //! truncated transfer is refused and retried, never installed.
@@ -79,15 +81,23 @@ pub fn decode(body: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, String> {
     Ok(files)
 }
 
-/// Fetches `part` of `table` from the replica at `host`.
+/// Fetches `part` of `table` from the replica at `host`, the request
+/// signed (see `crate::http_auth`).
 pub async fn fetch(
     http: &reqwest::Client,
+    signer: &crate::http_auth::Signer,
     host: &str,
     table: &str,
     part: &str,
 ) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let url = format!("http://{host}/part?table={table}&part={part}");
-    let resp = http.get(&url).send().await.map_err(|e| format!("GET {url}: {e}"))?;
+    let target = format!("/part?table={table}&part={part}");
+    let url = format!("http://{host}{target}");
+    let resp = http
+        .get(&url)
+        .header(crate::http_auth::HEADER, signer.header("GET", &target, b""))
+        .send()
+        .await
+        .map_err(|e| format!("GET {url}: {e}"))?;
     let status = resp.status();
     let body = resp.bytes().await.map_err(|e| format!("GET {url}: {e}"))?;
     if !status.is_success() {

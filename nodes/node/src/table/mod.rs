@@ -153,6 +153,8 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Tables>, NodeError> 
                 node: id,
                 interserver: inter_addr,
                 naive_insert_path: d.settings.naive_insert_path.unwrap_or(false),
+                secret: cfg.secret_bytes(),
+                peers: cfg.peers.iter().map(|p| p.id).collect(),
             },
             store,
             coord,

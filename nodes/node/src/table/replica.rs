@@ -62,6 +62,10 @@ pub struct ReplicaConfig {
     pub node: u64,
     pub interserver: SocketAddr,
     pub naive_insert_path: bool,
+    /// The cluster's secret, which signs part fetches between replicas.
+    pub secret: Vec<u8>,
+    /// Every peer id of the cluster (who may fetch parts).
+    pub peers: std::collections::BTreeSet<u64>,
 }
 
 /// What the replica holds in memory. Guarded by one mutex taken briefly.
@@ -98,6 +102,10 @@ pub struct Replica {
     pub interserver: SocketAddr,
     pub naive_insert_path: bool,
     pub http: reqwest::Client,
+    /// Signs this replica's part fetches.
+    pub signer: crate::http_auth::Signer,
+    /// Checks the part fetches other replicas send.
+    pub verifier: crate::http_auth::Verifier,
     /// Other replicas' interserver addresses, as last read.
     pub hosts: Mutex<BTreeMap<String, String>>,
     state: Mutex<State>,
@@ -132,6 +140,8 @@ impl Replica {
                 .timeout(Duration::from_secs(30))
                 .build()
                 .expect("an HTTP client without TLS builds"),
+            signer: crate::http_auth::Signer::new(cfg.secret.clone(), cfg.node),
+            verifier: crate::http_auth::Verifier::new(cfg.secret, cfg.node, cfg.peers),
             hosts: Mutex::new(BTreeMap::new()),
             state: Mutex::new(State {
                 queue: Queue::new(ActivePartSet::new()),
