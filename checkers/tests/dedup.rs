@@ -23,13 +23,22 @@ fn rows_json(rows: &[Row]) -> Value {
 
 impl H {
     fn new(window: u64, window_s: f64, replicas: &[&str]) -> H {
+        H::recorded(window, window_s, replicas, false)
+    }
+
+    /// Rule 6a: a history whose coordinator witnessed its block ids.
+    fn with_witness(window: u64, window_s: f64, replicas: &[&str]) -> H {
+        H::recorded(window, window_s, replicas, true)
+    }
+
+    fn recorded(window: u64, window_s: f64, replicas: &[&str], witness: bool) -> H {
         let mut h = H::default();
         h.push(
             -1,
             Process::Nemesis,
             OpType::Info,
             "dedup-window",
-            json!({"window": window, "window_seconds": window_s, "epsilon_ms": 100, "replicas": replicas}),
+            json!({"window": window, "window_seconds": window_s, "epsilon_ms": 100, "replicas": replicas, "witness": witness}),
             None,
             None,
         );
@@ -110,21 +119,6 @@ impl H {
     /// A simple single-block attempt in partition "0".
     fn simple(&mut self, l: u64, n: u64, rows: &[Row], invoke_ms: i64, end_ms: i64, outcome: &str) -> &mut Self {
         self.attempt(l, n, None, &[("0", rows)], invoke_ms, end_ms, outcome, None)
-    }
-
-    /// Rule 6a: a history whose coordinator witnessed its block ids.
-    fn with_witness(window: u64, window_s: f64, replicas: &[&str]) -> H {
-        let mut h = H::default();
-        h.push(
-            -1,
-            Process::Nemesis,
-            OpType::Info,
-            "dedup-window",
-            json!({"window": window, "window_seconds": window_s, "epsilon_ms": 100, "replicas": replicas, "witness": true}),
-            None,
-            None,
-        );
-        h
     }
 
     /// The server logged block id `id` for attempt `n` of `l`.

@@ -395,6 +395,32 @@ fn forged_or_replayed_internal_requests_are_refused_and_change_nothing() {
         b"",
     );
     assert_eq!(code, 403, "{v}");
+    // a peer's merge is held to a client's limits, and to this server's
+    // clock: the version stamped 2^64-1, a value over 64 KiB
+    let merge = |value: Vec<u8>, ts: u64| {
+        let mut record = Vec::new();
+        drift_repair::wal::encode(
+            &drift_repair::wal::Record {
+                range,
+                change: drift_repair::replica::Change::Applied(drift_repair::Entry {
+                    key: b"f".to_vec(),
+                    ts,
+                    value: Some(value),
+                }),
+            },
+            &mut record,
+        );
+        signed(&c, 2, 1, &secret, "POST", "/internal/merge", &record)
+    };
+    let (code, v) = merge(b"forged".to_vec(), u64::MAX);
+    assert_eq!(code, 400, "{v}");
+    assert!(v.to_string().contains("ahead of this server's clock"), "{v}");
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as u64;
+    let (code, v) = merge(vec![b'x'; 100 << 10], now_us);
+    assert_eq!(code, 413, "{v}");
     // nothing changed, on any replica
     let v = get(&c, 3, "f", 3);
     assert_eq!(v["value"], "mine", "{v}");

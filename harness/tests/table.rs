@@ -567,6 +567,21 @@ fn bad_queries_get_clickhouse_errors() {
         );
     };
     check("POST", "/", "SELEC 1", 400, "62", "SYNTAX_ERROR");
+    // a method that is neither GET nor POST runs nothing, a write least
+    // of all; the interserver port serves parts to GET alone
+    let put = http(
+        a,
+        "PUT",
+        &format!("/?query={}", enc("INSERT INTO events FORMAT JSONEachRow")),
+        &row(99, "put", 1),
+    )
+    .unwrap();
+    assert_eq!(put.status, 405, "{}", put.body);
+    let inter = t.c.config().peer(1).unwrap().interserver.unwrap();
+    assert_eq!(
+        http(inter, "POST", "/part?table=events&part=x", "").unwrap().status,
+        405
+    );
     check("POST", "/", "SELECT * FROM nope", 404, "60", "UNKNOWN_TABLE");
     check(
         "GET",

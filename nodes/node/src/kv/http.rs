@@ -297,6 +297,7 @@ async fn internal_merge(
             ))
         }
     };
+    check_merged(&entry, wall_us())?;
     let me = node.clone();
     match tokio::task::spawn_blocking(move || me.apply_local(entry)).await {
         Ok(Ok(Merged::OutOfRange)) => Err(error(421, "this server holds no replica of the key")),
@@ -304,6 +305,50 @@ async fn internal_merge(
         Ok(Err(e)) => Err(error(500, e)),
         Err(e) => Err(error(500, e.to_string())),
     }
+}
+
+/// How far ahead of this server's clock a peer's version may be stamped
+/// (far beyond any skew the `clock` fault makes): a version stamped
+/// further would win every later write of its key.
+const FUTURE_TS_MAX_US: u64 = 10 * 60 * 1_000_000;
+
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+/// The limits of a client's write, held for a version a peer sends too,
+/// and its timestamp no further ahead than [`FUTURE_TS_MAX_US`].
+fn check_merged(e: &Entry, now_us: u64) -> Result<(), Refused> {
+    if e.key.is_empty() || e.key.len() > KEY_BYTES_MAX || std::str::from_utf8(&e.key).is_err() {
+        return Err(error(
+            400,
+            format!("a merged key must be UTF-8 of 1..={KEY_BYTES_MAX} bytes"),
+        ));
+    }
+    if let Some(v) = &e.value {
+        if v.len() > VALUE_BYTES_MAX {
+            return Err(error(
+                413,
+                format!("a merged value has at most {VALUE_BYTES_MAX} bytes"),
+            ));
+        }
+        if std::str::from_utf8(v).is_err() {
+            return Err(error(400, "a merged value must be UTF-8"));
+        }
+    }
+    if e.ts > now_us.saturating_add(FUTURE_TS_MAX_US) {
+        return Err(error(
+            400,
+            format!(
+                "a merged version stamped {} s ahead of this server's clock (at most {} s)",
+                (e.ts - now_us) / 1_000_000,
+                FUTURE_TS_MAX_US / 1_000_000
+            ),
+        ));
+    }
+    Ok(())
 }
 
 async fn internal_repair(

@@ -129,6 +129,13 @@ pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Resul
         _ => return Ok(text(404, format!("There is no handle {path}\n"))),
     }
     let method = req.method().clone();
+    // queries come as GET (reads) or POST; nothing else runs one
+    if method != Method::GET && method != Method::POST {
+        return Ok(text(
+            405,
+            format!("HTTP method {method} is not supported: use GET or POST\n"),
+        ));
+    }
     let encoding = match req.headers().get(hyper::header::CONTENT_ENCODING).map(|v| v.to_str()) {
         None => None,
         Some(Ok(v)) => Some(v.trim().to_ascii_lowercase()),
@@ -511,6 +518,12 @@ async fn relation(node: &TableNode, q: &SelectQuery) -> TResult<Relation> {
 pub async fn handle_interserver(node: Arc<TableNode>, req: Request<Incoming>) -> Result<Resp, std::io::Error> {
     if req.uri().path() != "/part" {
         return Ok(text(404, "no such endpoint\n".into()));
+    }
+    if req.method() != Method::GET {
+        return Ok(text(
+            405,
+            format!("{} /part: parts are fetched with GET\n", req.method()),
+        ));
     }
     let params: BTreeMap<String, String> = req
         .uri()
