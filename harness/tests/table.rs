@@ -922,3 +922,35 @@ fn a_part_fetch_without_the_clusters_secret_is_refused() {
     assert_eq!(status, 200, "{raw}");
     assert!(raw.contains("drift-part 1"), "{raw}");
 }
+
+/// A thousand slow clients on the query port (a head that never ends)
+/// and a thousand idle ones on the kv port do not keep a normal client
+/// out: its query, insert and kv PUT are answered within 2 s.
+#[test]
+fn slow_and_idle_clients_do_not_keep_a_normal_one_out() {
+    let t = Table::up("tbl-slow-clients", 22490, &[]);
+    let a = t.http_addr(1);
+    let kv = t.c.config().peer(1).unwrap().kv.expect("a kv address");
+    let mut held = Vec::new();
+    for _ in 0..1000 {
+        let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(2)).unwrap();
+        s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le").unwrap();
+        held.push(s);
+        held.push(TcpStream::connect_timeout(&kv, Duration::from_secs(2)).unwrap());
+    }
+    let started = Instant::now();
+    t.insert_ok(1, &row(1, "normal", 1), "");
+    assert_eq!(t.query(1, "SELECT count() FROM events").trim(), "1");
+    let mut s = TcpStream::connect_timeout(&kv, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "PUT /kv/normal HTTP/1.0\r\nHost: x\r\nContent-Length: 1\r\n\r\nv").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "answered in {took:?} beside 2,000 held connections"
+    );
+    drop(held);
+}

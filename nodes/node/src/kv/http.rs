@@ -143,9 +143,10 @@ fn param<T: std::str::FromStr>(p: &BTreeMap<String, String>, name: &str) -> Resu
 }
 
 async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
-    Limited::new(req.into_body(), BODY_BYTES_MAX)
-        .collect()
+    let timeout = crate::table::http::BODY_READ_TIMEOUT;
+    tokio::time::timeout(timeout, Limited::new(req.into_body(), BODY_BYTES_MAX).collect())
         .await
+        .map_err(|_| error(408, format!("the request body did not arrive within {timeout:?}")))?
         .map(|c| c.to_bytes())
         .map_err(|e| error(413, format!("request body: {e}")))
 }

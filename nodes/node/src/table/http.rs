@@ -32,7 +32,15 @@ use std::time::Duration;
 /// Largest request body (an insert's data).
 pub const BODY_BYTES_MAX: usize = 256 << 20;
 /// Connections served at a time per interface; more wait in the backlog.
-pub const CONNECTIONS_MAX: usize = 256;
+/// Room for many idle or slow clients: each is cut at
+/// [`HEADER_READ_TIMEOUT`] or [`BODY_READ_TIMEOUT`], so they cannot hold
+/// every slot for long.
+pub const CONNECTIONS_MAX: usize = 4096;
+/// A request's head must arrive within this (also between the requests
+/// of a kept-alive connection).
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request's body must arrive within this.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `SYSTEM SYNC REPLICA` waits (ClickHouse's receive_timeout).
 pub const SYNC_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -102,6 +110,8 @@ where
             let _permit = permit;
             let service = hyper::service::service_fn(&h);
             let _ = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HEADER_READ_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
         });
@@ -151,9 +161,19 @@ pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Resul
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let body = match Limited::new(req.into_body(), BODY_BYTES_MAX).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    let read = tokio::time::timeout(
+        BODY_READ_TIMEOUT,
+        Limited::new(req.into_body(), BODY_BYTES_MAX).collect(),
+    );
+    let body = match read.await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Err(_) => {
+            return Ok(error_response(&TableError::new(
+                INCORRECT_DATA,
+                format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"),
+            )))
+        }
+        Ok(Err(e)) => {
             return Ok(error_response(&TableError::new(
                 INCORRECT_DATA,
                 format!("the request body could not be read (at most {BODY_BYTES_MAX} bytes): {e}"),
