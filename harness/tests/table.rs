@@ -506,6 +506,26 @@ fn a_corrupt_or_truncated_part_transfer_is_refused_and_fetched_again() {
     t.assert_rows_everywhere(&[1, 2, 3], &["1:c:1"]);
 }
 
+/// A transfer whose files match their own `checksums.txt` but not the
+/// checksums the writer listed in the coordinator is refused: nothing of
+/// it is installed, and the part is fetched again.
+#[test]
+fn a_part_that_is_not_the_one_the_coordinator_lists_is_refused() {
+    let t = Table::up("tbl-forged-part", 22590, &[]);
+    t.hook(3, "stop-fetches");
+    t.hook(1, "forge-next-part");
+    t.insert_ok(1, &row(1, "f", 1), "");
+    t.sync(2);
+    assert_eq!(
+        t.event(2, "ReplicatedPartChecksFailed"),
+        1,
+        "r2 refused the forged transfer"
+    );
+    t.hook(3, "resume-fetches");
+    t.sync(3);
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:f:1"]);
+}
+
 #[test]
 fn a_restarted_replica_recovers_its_queue() {
     let t = Table::up("tbl-restart", 22180, &[]);

@@ -215,13 +215,24 @@ impl Replica {
     }
 
     /// Installs a part's files (checked) and caches its rows.
+    /// Writes a fetched part once its files match their checksums and
+    /// those checksums are the ones `listed` in the coordinator for it
+    /// (as its writer committed them), not merely the ones the transfer
+    /// itself carried.
     async fn install(
         &self,
         part: &PartInfo,
         files: std::collections::BTreeMap<String, Vec<u8>>,
+        listed: &format::Checksums,
     ) -> Result<format::Checksums, String> {
         let sums = match format::verify(&self.schema, &files) {
-            Ok(s) => s,
+            Ok(s) if s == *listed => s,
+            Ok(_) => {
+                self.events.add(Ev::ReplicatedPartChecksFailed, 1);
+                return Err(format!(
+                    "part {part} refused: its files match their own checksums.txt, not the checksums the coordinator lists for it"
+                ));
+            }
             Err(e) => {
                 self.events.add(Ev::ReplicatedPartChecksFailed, 1);
                 return Err(format!("part {part} refused: {e}"));
@@ -402,6 +413,19 @@ impl Replica {
         host: &str,
         quorum: bool,
     ) -> Result<Outcome, ZkErr> {
+        // what the part must be: its checksums as the source lists them in
+        // the coordinator; a part it does not list is not fetched
+        let listed = match self.coord.get(&self.paths.part_of(source, &part.name())).await? {
+            Some((data, _)) => match format::Checksums::decode(&data) {
+                Ok(sums) => sums,
+                Err(e) => {
+                    return Ok(Outcome::Retry(format!(
+                        "part {part}: {source} lists checksums that do not decode: {e}"
+                    )))
+                }
+            },
+            None => return Ok(Outcome::Retry(format!("part {part}: {source} does not list it"))),
+        };
         let files = match interserver::fetch(&self.http, &self.signer, host, &self.schema.name, &part.name()).await {
             Ok(f) => f,
             Err(e) => {
@@ -414,7 +438,7 @@ impl Replica {
                 return Ok(Outcome::Retry(format!("fetch of {part} from {source}: {e}")));
             }
         };
-        let sums = match self.install(part, files).await {
+        let sums = match self.install(part, files, &listed).await {
             Ok(s) => s,
             Err(e) => {
                 self.events.add(Ev::ReplicatedPartFailedFetches, 1);
@@ -616,7 +640,9 @@ impl Replica {
         })
         .await
         .map_err(|e| ZkErr::Other(e.to_string()))?;
-        let sums = match self.install(into, merged).await {
+        // a part made here: its own checksums are the ones to match
+        let own = format::Checksums::of(&merged);
+        let sums = match self.install(into, merged, &own).await {
             Ok(s) => s,
             Err(e) => return Ok(Outcome::Retry(e)),
         };

@@ -20,6 +20,9 @@
 //! * `corrupt-next-part` — the next part this replica serves to a fetching
 //!   replica has one byte flipped;
 //! * `truncate-next-part` — the next part served is cut short;
+//! * `forge-next-part` — the next part served holds its rows twice, with
+//!   a `checksums.txt` that matches (what a server without the writer's
+//!   listing in the coordinator would accept);
 //! * `drop-replies-on` / `drop-replies-off` — while on, every insert
 //!   that succeeds closes its connection unanswered (the `drop-reply`
 //!   nemesis);
@@ -55,6 +58,7 @@ pub struct Hooks {
     pub hold_commits: AtomicBool,
     pub corrupt_next_part: AtomicBool,
     pub truncate_next_part: AtomicBool,
+    pub forge_next_part: AtomicBool,
     pub drop_replies: AtomicBool,
     pub skip_dedup: AtomicBool,
     pub no_block_id: AtomicBool,
@@ -111,9 +115,10 @@ impl Hooks {
             }
             "corrupt-next-part" => &self.corrupt_next_part,
             "truncate-next-part" => &self.truncate_next_part,
+            "forge-next-part" => &self.forge_next_part,
             other => {
                 return Err(format!(
-                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | fail-entry-commit-reply | cut-after-commit | hold-commits | release-commits | corrupt-next-part | truncate-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
+                    "unknown table hook {other:?} (stop-fetches | resume-fetches | drop-insert-reply | drop-replies-on | drop-replies-off | fail-commit-reply | fail-entry-commit-reply | cut-after-commit | hold-commits | release-commits | corrupt-next-part | truncate-next-part | forge-next-part | keeper-cut | keeper-heal | defect-skip-dedup | defect-no-block-id | defect-lose-part | defect-off)"
                 ))
             }
         };

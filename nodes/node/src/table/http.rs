@@ -575,7 +575,17 @@ pub async fn handle_interserver(node: Arc<TableNode>, req: Request<Incoming>) ->
         .await
         .map_err(std::io::Error::other)?;
     match files {
-        Ok(files) => {
+        Ok(mut files) => {
+            if Hooks::take(&r.hooks.forge_next_part) {
+                // the rows twice, with checksums that match them
+                if let Ok(b) = drift_table::format::decode_part(&r.schema, &files) {
+                    files = drift_table::format::encode_part(&r.schema, &Block::merge(&r.schema, &[b.clone(), b]));
+                    r.log(
+                        "fault_hook",
+                        serde_json::json!({"hook": "forge-next-part", "part": part}),
+                    );
+                }
+            }
             let corrupt = Hooks::take(&r.hooks.corrupt_next_part);
             let truncate = Hooks::take(&r.hooks.truncate_next_part);
             if corrupt || truncate {
