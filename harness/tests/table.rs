@@ -430,7 +430,7 @@ async fn merges_keep_every_row_once_and_never_span_a_held_block_number() {
     }
     // a writer holds the next block number of partition 0, as an insert
     // between its two round trips does
-    let zk = connect(&t.c.connect).await;
+    let zk = common::cluster::connect_as_replica(&t.c).await;
     let lock = zk
         .create(
             &format!("{TABLE_PATH}/block_numbers/0/block-"),
@@ -857,7 +857,7 @@ async fn a_queued_fetch_of_a_part_merged_away_everywhere_takes_the_covering_part
     assert_eq!(merged.len(), 1, "{merged:?}");
     assert_eq!(t.parts(2), merged);
     // r3's queue: the three GET_PARTs, its log pointer past the merge
-    let zk = connect(&t.c.connect).await;
+    let zk = common::cluster::connect_as_replica(&t.c).await;
     let log = format!("{TABLE_PATH}/log");
     let mut entries = zk.list_children(&log).await.unwrap();
     entries.sort();
@@ -973,4 +973,41 @@ fn slow_and_idle_clients_do_not_keep_a_normal_one_out() {
         "answered in {took:?} beside 2,000 held connections"
     );
     drop(held);
+}
+
+/// The table's tree in the coordinator is the replicas' alone: a client
+/// without the cluster's credentials reads it but cannot register a
+/// replica, list a part or append to the log (the way a forged part
+/// would be brought in); with them, it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_without_the_clusters_credentials_cannot_write_the_tables_tree() {
+    let t = Table::up("tbl-acl", 22690, &[]);
+    t.insert_ok(1, &row(1, "a", 1), "");
+    let stranger = connect(&t.c.connect).await;
+    let log = format!("{TABLE_PATH}/log");
+    assert!(
+        !stranger.list_children(&log).await.unwrap().is_empty(),
+        "reading is allowed"
+    );
+    let open = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    for path in [
+        format!("{TABLE_PATH}/replicas/fake"),
+        format!("{TABLE_PATH}/replicas/r1/parts/0_9_9_0"),
+        format!("{log}/log-9999999999"),
+    ] {
+        let e = stranger.create(&path, b"forged", &open).await.unwrap_err();
+        assert_eq!(e, zk::Error::NoAuth, "{path}");
+    }
+    let e = stranger
+        .delete(&format!("{TABLE_PATH}/replicas/r1/is_active"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e, zk::Error::NoAuth);
+    // a replica's credentials may
+    let replica = common::cluster::connect_as_replica(&t.c).await;
+    let path = format!("{TABLE_PATH}/acl-probe");
+    replica.create(&path, b"", &open).await.unwrap();
+    replica.delete(&path, None).await.unwrap();
+    t.insert_ok(2, &row(2, "b", 1), "");
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:a:1", "2:b:1"]);
 }

@@ -217,13 +217,25 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
 }
 
 pub async fn connect(hosts: &str) -> zk::Client {
+    connect_with(hosts, None).await
+}
+
+/// A session holding the table replicas' coordinator credentials (from
+/// the cluster's secret): like a replica's, it may write under a table's
+/// path, which the replicas' ACLs keep everyone else from.
+pub async fn connect_as_replica(c: &Cluster) -> zk::Client {
+    let creds = drift_node::table::coord::credentials(&c.config().secret_bytes());
+    connect_with(&c.connect, Some(&creds)).await
+}
+
+async fn connect_with(hosts: &str, digest: Option<&[u8]>) -> zk::Client {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        match zk::Client::connector()
-            .with_session_timeout(Duration::from_secs(4))
-            .connect(hosts)
-            .await
-        {
+        let mut connector = zk::Client::connector().with_session_timeout(Duration::from_secs(4));
+        if let Some(d) = digest {
+            connector = connector.with_auth("digest", d);
+        }
+        match connector.connect(hosts).await {
             Ok(c) => return c,
             Err(e) if Instant::now() > deadline => panic!("cannot connect to {hosts}: {e}"),
             Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,

@@ -33,11 +33,22 @@ impl<D: Disk> KeeperServer<D> {
         };
         c.received += 1;
         match c.state {
+            // requests behind a connect request not answered yet wait for
+            // the session, as ZooKeeper's do
+            ConnState::Handshake | ConnState::Revalidating(_) | ConnState::Session(_) if c.connecting => {
+                if c.early.len() >= super::EARLY_FRAMES_MAX {
+                    self.drop_conn(conn);
+                } else {
+                    c.early.push(payload.to_vec());
+                }
+            }
             ConnState::Handshake => match ConnectRequest::decode(payload) {
-                Ok(req) => self.on_connect(conn, req),
+                Ok(req) => {
+                    c.connecting = true;
+                    self.on_connect(conn, req)
+                }
                 Err(_) => self.drop_conn(conn),
             },
-            // a client sends nothing before its handshake is answered
             ConnState::Revalidating(_) => self.drop_conn(conn),
             ConnState::Session(session) => match Request::decode(payload) {
                 Ok(req) => {
@@ -52,6 +63,28 @@ impl<D: Disk> KeeperServer<D> {
                     self.drop_conn(conn)
                 }
             },
+        }
+    }
+
+    /// Serves the requests that came behind the connect request of
+    /// `conn`, now that its session is established.
+    pub(super) fn take_early_frames(&mut self, conn: u64) {
+        // raft-rs takes nothing new while a Ready is handled (see
+        // `handle_ready`): after it; frames that come meanwhile queue
+        // behind these
+        if self.in_ready {
+            self.early_after_ready.insert(conn);
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        c.connecting = false;
+        let frames = std::mem::take(&mut c.early);
+        // counted when they came
+        c.received = c.received.saturating_sub(frames.len() as u64);
+        for frame in frames {
+            self.on_frame(conn, &frame);
         }
     }
 
@@ -103,6 +136,7 @@ impl<D: Disk> KeeperServer<D> {
                     self.holders().entry(req.session_id).or_default().insert(me);
                 }
                 self.send_raw(conn, resp.encode());
+                self.take_early_frames(conn);
             }
             // a follower may not have applied the session yet: it learns
             // how far the leader has committed before it says

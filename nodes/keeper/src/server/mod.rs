@@ -298,7 +298,19 @@ struct Conn {
     queue: VecDeque<Slot>,
     /// The sequence number of the session's next request on this connection.
     next_seq: u64,
+    /// Whether its connect request came and waits for its answer (a new
+    /// session being committed, or a resumed one being revalidated).
+    connecting: bool,
+    /// Requests that came after the connect request, before its answer:
+    /// a client may send them at once (the zookeeper-client crate sends
+    /// its `addAuth` packets right behind its connect request), and
+    /// ZooKeeper takes them once the session is established. At most
+    /// [`EARLY_FRAMES_MAX`]; a client past it is cut off.
+    early: Vec<Vec<u8>>,
 }
+
+/// Requests held for a connection whose session is not established yet.
+const EARLY_FRAMES_MAX: usize = 256;
 
 /// Most unanswered requests one connection may have queued: a client
 /// pipelining more than this is not waiting for its answers, and is cut
@@ -500,6 +512,9 @@ pub struct KeeperServer<D: Disk> {
     /// Connections whose held writes were released while a `Ready` was
     /// handled, submitted once it is done.
     release_after_ready: BTreeSet<u64>,
+    /// Connections whose session was established while a `Ready` was
+    /// handled: the requests they sent early are served after it.
+    early_after_ready: BTreeSet<u64>,
     /// The time of the input being handled.
     env: Env,
     /// Effects of the input being handled.
@@ -618,6 +633,7 @@ impl<D: Disk> KeeperServer<D> {
             latency: Latency::default(),
             in_ready: false,
             release_after_ready: BTreeSet::new(),
+            early_after_ready: BTreeSet::new(),
             env,
             out: Vec::new(),
             halted: false,
@@ -660,6 +676,8 @@ impl<D: Disk> KeeperServer<D> {
                         flagless: false,
                         queue: VecDeque::new(),
                         next_seq: 0,
+                        connecting: false,
+                        early: Vec::new(),
                     },
                 );
             }

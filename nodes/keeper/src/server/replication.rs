@@ -553,8 +553,12 @@ impl<D: Disk> KeeperServer<D> {
             self.handle_ready_once(sink);
             self.in_ready = false;
             let released = std::mem::take(&mut self.release_after_ready);
-            if self.halted || released.is_empty() {
+            let early = std::mem::take(&mut self.early_after_ready);
+            if self.halted || (released.is_empty() && early.is_empty()) {
                 return;
+            }
+            for conn in early {
+                self.take_early_frames(conn);
             }
             for conn in released {
                 self.release_held(conn);
@@ -907,6 +911,7 @@ impl<D: Disk> KeeperServer<D> {
                     }
                     let resp = ConnectResponse::accepted(timeout, *session_id, self.passwd(*session_id), !flagless);
                     self.send_raw(p.conn, resp.encode());
+                    self.take_early_frames(p.conn);
                 }
             }
             Response::CloseSession => {

@@ -725,3 +725,37 @@ fn a_follower_revalidates_a_session_it_has_not_applied_and_then_answers() {
         assert_clean(&mut c, seed);
     }
 }
+
+/// A client may send requests right behind its connect request, before
+/// the answer (the zookeeper-client crate sends its `addAuth` packets so):
+/// they wait for the session and are answered in order, on the leader and
+/// on a follower, as ZooKeeper answers them, rather than ending the
+/// connection.
+#[test]
+fn requests_sent_behind_the_connect_request_are_answered_once_the_session_exists() {
+    for seed in 1..=3u64 {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        for node in [l, others(&c, l)[0]] {
+            let conn = c.connect(node);
+            let path = format!("/early-{node}");
+            c.send(conn, client::encode_connect(5_000, 0, &[0; 16], 0));
+            c.send(conn, client::encode_request(1, &create(&path, "x")));
+            let get = ClientOp::GetData { path: path.clone() };
+            c.send(conn, client::encode_request(2, &get));
+            let deadline = c.now_us() + 10 * S;
+            let p = inbox.wait(&mut c, conn, deadline).expect("the connect answer");
+            let got = client::decode_connected(&p).expect("a connect answer");
+            assert_ne!(got.session_id, 0, "seed {seed} node {node}");
+            for (xid, op) in [(1, create(&path, "x")), (2, get)] {
+                let p = inbox
+                    .wait(&mut c, conn, deadline)
+                    .expect("an answer, not a closed connection");
+                assert_eq!(client::reply_xid(&p), Ok(xid), "seed {seed} node {node}");
+                let r = client::decode_reply(&p, op.opcode()).expect("decodes");
+                assert_eq!(r.err, ZkError::Ok, "seed {seed} node {node}: {op:?}");
+            }
+        }
+    }
+}

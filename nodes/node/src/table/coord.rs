@@ -104,8 +104,28 @@ pub enum OpResult {
     Done,
 }
 
+/// The ACL of every node a replica creates: every permission for the
+/// identities its session authenticated as (the cluster's credentials,
+/// see [`credentials`]), reading for everyone. A client without the
+/// credentials can read the table's tree, as ZooKeeper lets it, and write
+/// nothing under it.
+static TABLE_ACLS: [zk::Acl; 2] = [
+    zk::Acl::new_const(zk::Permission::ALL, "auth", ""),
+    zk::Acl::new_const(zk::Permission::READ, "world", "anyone"),
+];
+
+/// The `digest` credentials (`user:password`) replicas authenticate their
+/// coordinator sessions with: derived from the cluster's secret, so every
+/// replica of the cluster has them and nobody else.
+pub fn credentials(secret: &[u8]) -> Vec<u8> {
+    let password = crate::http_auth::hmac_sha256(secret, &[b"drift-coordinator-acl-v1"]);
+    format!("drift:{}", crate::peer_auth::hex(&password[..16])).into_bytes()
+}
+
 pub struct Coordinator {
     connect: String,
+    /// The `digest` credentials every session authenticates with.
+    credentials: Option<Vec<u8>>,
     /// The `keeper-cut` hook: no session until healed.
     cut: std::sync::atomic::AtomicBool,
     session_timeout: Duration,
@@ -134,11 +154,26 @@ impl Coordinator {
     pub fn new(connect: &str, session_timeout: Duration) -> Coordinator {
         Coordinator {
             connect: connect.to_string(),
+            credentials: None,
             cut: std::sync::atomic::AtomicBool::new(false),
             session_timeout,
             client: Mutex::new(None),
             round_trips: AtomicU64::new(0),
             sessions: AtomicU64::new(0),
+        }
+    }
+
+    /// Has every session authenticate with `credentials` (`digest`).
+    pub fn with_credentials(mut self, credentials: Vec<u8>) -> Coordinator {
+        self.credentials = Some(credentials);
+        self
+    }
+
+    fn acls(&self) -> zk::Acls<'static> {
+        if self.credentials.is_some() {
+            zk::Acls::new(&TABLE_ACLS)
+        } else {
+            zk::Acls::anyone_all()
         }
     }
 
@@ -178,16 +213,16 @@ impl Coordinator {
         if self.is_cut() {
             return Err(ZkErr::NoSession);
         }
-        let c = tokio::time::timeout(
-            self.session_timeout + OP_TIMEOUT,
-            zk::Client::connector()
-                .with_detached()
-                .with_session_timeout(self.session_timeout)
-                .with_connection_timeout(Duration::from_secs(2))
-                .connect(&self.connect),
-        )
-        .await
-        .map_err(|_| ZkErr::Lost("connecting timed out".into()))??;
+        let mut connector = zk::Client::connector()
+            .with_detached()
+            .with_session_timeout(self.session_timeout)
+            .with_connection_timeout(Duration::from_secs(2));
+        if let Some(c) = &self.credentials {
+            connector = connector.with_auth("digest", c);
+        }
+        let c = tokio::time::timeout(self.session_timeout + OP_TIMEOUT, connector.connect(&self.connect))
+            .await
+            .map_err(|_| ZkErr::Lost("connecting timed out".into()))??;
         let id = c.session_id();
         *self.client.lock().expect("not poisoned") = Some(c);
         self.sessions.fetch_add(1, Ordering::Relaxed);
@@ -235,7 +270,7 @@ impl Coordinator {
     pub async fn multi(&self, ops: &[KeeperOp]) -> Result<Vec<OpResult>, MultiErr> {
         let c = self.client().map_err(|err| MultiErr { index: None, err })?;
         self.count();
-        let acl = zk::Acls::anyone_all();
+        let acl = self.acls();
         let mut w = c.new_multi_writer();
         for op in ops {
             let added = match op {
@@ -338,7 +373,7 @@ impl Coordinator {
     pub async fn create(&self, path: &str, data: &[u8], m: CreateMode) -> Result<String, ZkErr> {
         let c = self.client()?;
         self.count();
-        let acl = zk::Acls::anyone_all();
+        let acl = self.acls();
         let opts = mode(m).with_acls(acl);
         let (_, seq) = self.on_err(bounded(c.create(path, data, &opts)).await)?;
         Ok(match m {

@@ -145,7 +145,8 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Tables>, NodeError> 
             path: dir.clone(),
             source,
         })?;
-        let coord = coord::Coordinator::new(&cfg.coordinator(), Duration::from_millis(cfg.table_session_timeout_ms));
+        let coord = coord::Coordinator::new(&cfg.coordinator(), Duration::from_millis(cfg.table_session_timeout_ms))
+            .with_credentials(coord::credentials(&cfg.secret_bytes()));
         let r = Replica::new(
             ReplicaConfig {
                 schema,
