@@ -298,7 +298,7 @@ async fn internal_merge(
             ))
         }
     };
-    check_merged(&entry, wall_us())?;
+    check_merged(&entry, super::wall_us())?;
     let me = node.clone();
     match tokio::task::spawn_blocking(move || me.apply_local(entry)).await {
         Ok(Ok(Merged::OutOfRange)) => Err(error(421, "this server holds no replica of the key")),
@@ -312,12 +312,6 @@ async fn internal_merge(
 /// (far beyond any skew the `clock` fault makes): a version stamped
 /// further would win every later write of its key.
 const FUTURE_TS_MAX_US: u64 = 10 * 60 * 1_000_000;
-
-fn wall_us() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
-}
 
 /// The limits of a client's write, held for a version a peer sends too,
 /// and its timestamp no further ahead than [`FUTURE_TS_MAX_US`].

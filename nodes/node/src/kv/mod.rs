@@ -169,7 +169,7 @@ pub struct KvNode {
     pub(crate) verifier: crate::http_auth::Verifier,
 }
 
-fn wall_us() -> u64 {
+pub(crate) fn wall_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
