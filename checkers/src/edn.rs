@@ -26,6 +26,7 @@
 //! line and column); this module maps its values onto [`Op`].
 
 use crate::history::{HistoryError, Location, Op, OpType, Process};
+use crate::name::Name;
 use clojure_reader::edn::{self, Edn};
 use serde_json::{Map, Number, Value};
 use std::path::Path;
@@ -85,10 +86,10 @@ pub fn read(path: &Path) -> Result<(Vec<Op>, Vec<u64>), HistoryError> {
             time: if timed { r.time.unwrap_or(0) } else { i as i64 },
             process: r.process,
             kind: r.kind,
-            f: r.f,
+            f: r.f.into(),
             value,
-            key,
-            node: r.node,
+            key: key.map(Name::from),
+            node: r.node.map(Name::from),
             error: r.error,
         });
         lines.push(r.line);

@@ -11,6 +11,7 @@
 //! crash of the controller leaves a checkable prefix.
 
 use serde::{Deserialize, Serialize};
+use crate::name::{Interner, Name};
 use serde_json::Value;
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -87,12 +88,12 @@ pub struct Op {
     pub process: Process,
     #[serde(rename = "type")]
     pub kind: OpType,
-    pub f: String,
+    pub f: Name,
     pub value: Value,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
+    pub key: Option<Name>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
+    pub node: Option<Name>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -132,6 +133,7 @@ pub struct HistoryReader<R> {
     next_index: u64,
     buf: Vec<u8>,
     failed: bool,
+    names: Interner,
 }
 
 impl HistoryReader<BufReader<File>> {
@@ -157,6 +159,7 @@ impl<R: BufRead> HistoryReader<R> {
             next_index: 0,
             buf: Vec::new(),
             failed: false,
+            names: Interner::new(),
         }
     }
 
@@ -223,7 +226,7 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
             };
             // a well-formed line needs no more than this (serde_json
             // checks the UTF-8 of its strings, and skips whitespace)
-            if let Some(op) = parse_op_fast(&self.buf, self.next_index) {
+            if let Some(op) = parse_op_fast(&self.buf, self.next_index, &mut self.names) {
                 self.next_index += 1;
                 return Some(Ok(op));
             }
@@ -236,7 +239,7 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
             if text.is_empty() {
                 continue;
             }
-            let parsed = parse_op_checked(text, self.next_index);
+            let parsed = parse_op_checked(text, self.next_index, &mut self.names);
             return Some(match parsed {
                 Ok(op) => {
                     self.next_index += 1;
@@ -256,22 +259,24 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
 }
 
 /// A well-formed line, deserialized straight into its fields: no map of
-/// the line's keys is built, and the `type` is borrowed from the line.
-/// Anything this cannot take (a wrong type, a missing field, a repeated
-/// one) goes to [`parse_op_checked`], which says what is wrong.
+/// the line's keys is built, and the strings are borrowed from the line
+/// (to be interned). Anything this cannot take (a wrong type, a missing
+/// field, a repeated one, a string with escapes) goes to
+/// [`parse_op_checked`], which says what is wrong.
 #[derive(Deserialize)]
 struct FastLine<'a> {
     index: u64,
     time: i64,
     process: RawProcess,
     #[serde(rename = "type", borrow)]
-    kind: std::borrow::Cow<'a, str>,
-    f: String,
+    kind: &'a str,
+    #[serde(borrow)]
+    f: &'a str,
     value: Value,
-    #[serde(default)]
-    key: Option<Value>,
-    #[serde(default)]
-    node: Option<Value>,
+    #[serde(default, borrow)]
+    key: Option<RawKey<'a>>,
+    #[serde(default, borrow)]
+    node: Option<&'a str>,
     #[serde(default)]
     error: Option<Value>,
 }
@@ -302,28 +307,52 @@ impl<'de> Deserialize<'de> for RawProcess {
     }
 }
 
+/// A `key` as a line writes it: a string, or an integer (read as its
+/// decimal text).
+enum RawKey<'a> {
+    Text(&'a str),
+    Number(u64),
+    Signed(i64),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for RawKey<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = RawKey<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string or an integer")
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawKey<'a>, E> {
+                Ok(RawKey::Number(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawKey<'a>, E> {
+                Ok(RawKey::Signed(v))
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(self, v: &'de str) -> Result<RawKey<'a>, E> {
+                Ok(RawKey::Text(v))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
 /// The fast path of [`parse_op`]: `None` where the line needs the careful
 /// one (also for every line that is wrong, so errors read the same).
-fn parse_op_fast(line: &[u8], expected_index: u64) -> Option<Op> {
-    let op = parse_op_any_index(line)?;
+fn parse_op_fast(line: &[u8], expected_index: u64, names: &mut Interner) -> Option<Op> {
+    let op = parse_op_any_index(line, names)?;
     (op.index == expected_index).then_some(op)
 }
 
 /// [`parse_op_fast`] whatever index the line carries (the caller checks
 /// that the indices are dense).
-fn parse_op_any_index(line: &[u8]) -> Option<Op> {
+fn parse_op_any_index(line: &[u8], names: &mut Interner) -> Option<Op> {
     let l: FastLine = serde_json::from_slice(line).ok()?;
-    let process = l.process.0;
     let key = match l.key {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        Some(_) => return None,
-    };
-    let node = match l.node {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(_) => return None,
+        None => None,
+        Some(RawKey::Text(s)) => Some(names.name(s)),
+        Some(RawKey::Number(n)) => Some(names.name(&n.to_string())),
+        Some(RawKey::Signed(n)) => Some(names.name(&n.to_string())),
     };
     let error = match l.error {
         None | Some(Value::Null) => None,
@@ -333,18 +362,18 @@ fn parse_op_any_index(line: &[u8]) -> Option<Op> {
     Some(Op {
         index: l.index,
         time: l.time,
-        process,
-        kind: OpType::parse(&l.kind)?,
-        f: l.f,
+        process: l.process.0,
+        kind: OpType::parse(l.kind)?,
+        f: names.name(l.f),
         value: l.value,
         key,
-        node,
+        node: l.node.map(|n| names.name(n)),
         error,
     })
 }
 
 /// [`parse_op`] field by field, naming the first thing that is wrong.
-fn parse_op_checked(text: &str, expected_index: u64) -> Result<Op, String> {
+fn parse_op_checked(text: &str, expected_index: u64, names: &mut Interner) -> Result<Op, String> {
     let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let Value::Object(mut m) = v else {
         return Err("not a JSON object".to_string());
@@ -381,14 +410,14 @@ fn parse_op_checked(text: &str, expected_index: u64) -> Result<Op, String> {
         other => return Err(format!("field `type` must be a string, got {other}")),
     };
     let f = match take("f")? {
-        Value::String(s) => s,
+        Value::String(s) => names.name(&s),
         other => return Err(format!("field `f` must be a string, got {other}")),
     };
     let value = take("value")?;
     let key = match m.remove("key") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
-        Some(Value::Number(n)) => Some(n.to_string()),
+        Some(Value::String(s)) => Some(names.name(&s)),
+        Some(Value::Number(n)) => Some(names.name(&n.to_string())),
         Some(other) => return Err(format!("field `key` must be a string (or an integer), got {other}")),
     };
     let opt_string = |m: &mut serde_json::Map<String, Value>, name: &str| match m.remove(name) {
@@ -396,7 +425,7 @@ fn parse_op_checked(text: &str, expected_index: u64) -> Result<Op, String> {
         Some(Value::String(s)) => Ok(Some(s)),
         Some(other) => Err(format!("field `{name}` must be a string, got {other}")),
     };
-    let node = opt_string(&mut m, "node")?;
+    let node = opt_string(&mut m, "node")?.map(|n| names.name(&n));
     let error = match m.remove("error") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(s),
@@ -417,56 +446,92 @@ fn parse_op_checked(text: &str, expected_index: u64) -> Result<Op, String> {
 }
 
 /// Smallest file [`read_parallel`] splits between threads.
-const PARALLEL_BYTES_MIN: usize = 4 << 20;
-/// Largest file [`read_parallel`] holds in memory whole (a larger one is
-/// streamed by [`HistoryReader`]).
-const PARALLEL_BYTES_MAX: u64 = 4 << 30;
+const PARALLEL_BYTES_MIN: u64 = 4 << 20;
 
 /// Reads a JSON Lines history of well-formed lines on several threads:
-/// the file is read whole, cut at line ends into one piece per thread,
-/// and each piece parsed on the fast path. Returns the ops and each op's
-/// 1-based line, or `None` when anything is off (a line the fast path
-/// cannot take, indices that are not dense, a line over
-/// [`LINE_BYTES_MAX`], a file too small or too large to be worth it), so
-/// that the caller reads it again with [`HistoryReader`], which says
-/// what is wrong and where.
+/// the file is cut at line ends into one piece per thread, and each
+/// thread streams its piece through a buffer of its own and parses it on
+/// the fast path (the file is never held whole: fresh memory, which the
+/// kernel must clear page by page, costs more here than the parsing).
+/// Returns the ops and each op's 1-based line, or `None` when anything is
+/// off (a line the fast path cannot take, indices that are not dense, a
+/// line over [`LINE_BYTES_MAX`], a file too small to be worth it), so
+/// that the caller reads it again with [`HistoryReader`], which says what
+/// is wrong and where.
 pub fn read_parallel(path: &Path, threads: usize) -> Option<(Vec<Op>, Vec<u64>)> {
+    use std::io::{Read, Seek, SeekFrom};
     let len = std::fs::metadata(path).ok()?.len();
-    if threads < 2 || len < PARALLEL_BYTES_MIN as u64 || len > PARALLEL_BYTES_MAX {
+    if threads < 2 || len < PARALLEL_BYTES_MIN {
         return None;
     }
-    let data = std::fs::read(path).ok()?;
     // piece boundaries, each just after a newline
-    let mut cuts = vec![0usize];
-    for t in 1..threads {
-        let want = data.len() * t / threads;
-        let at = data[want..].iter().position(|&b| b == b'\n').map(|p| want + p + 1)?;
-        if at > *cuts.last().expect("one cut") {
+    let mut cuts = vec![0u64];
+    let mut line = Vec::new();
+    for t in 1..threads as u64 {
+        let want = len * t / threads as u64;
+        let mut f = File::open(path).ok()?;
+        f.seek(SeekFrom::Start(want)).ok()?;
+        line.clear();
+        let n = BufReader::new(f.take(LINE_BYTES_MAX as u64 + 1))
+            .read_until(b'\n', &mut line)
+            .ok()?;
+        if line.last() != Some(&b'\n') {
+            return None;
+        }
+        let at = want + n as u64;
+        if at > *cuts.last().expect("one cut") && at < len {
             cuts.push(at);
         }
     }
-    cuts.push(data.len());
-    let pieces: Vec<&[u8]> = cuts.windows(2).map(|w| &data[w[0]..w[1]]).collect();
+    cuts.push(len);
+    // lines in the file, about: the first piece's list has room for all,
+    // so the others' ops are moved once, into it
+    let per_line = 80;
     // each piece: its ops, their lines within it, and its line count
     type Piece = Option<(Vec<Op>, Vec<u64>, u64)>;
     let parsed: Vec<Piece> = std::thread::scope(|scope| {
-        let handles: Vec<_> = pieces
-            .iter()
-            .map(|piece| {
+        let handles: Vec<_> = cuts
+            .windows(2)
+            .enumerate()
+            .map(|(k, w)| {
+                let (from, to) = (w[0], w[1]);
                 scope.spawn(move || -> Piece {
-                    let mut ops = Vec::with_capacity(piece.len() / 80);
-                    let mut lines = Vec::with_capacity(piece.len() / 80);
+                    let mut names = Interner::new();
+                    let room = if k == 0 { len } else { to - from } as usize / per_line;
+                    let mut ops = Vec::with_capacity(room);
+                    let mut lines = Vec::with_capacity(room);
+                    let mut f = File::open(path).ok()?;
+                    f.seek(SeekFrom::Start(from)).ok()?;
+                    let mut input = BufReader::with_capacity(1 << 20, f.take(to - from));
+                    let mut text = Vec::with_capacity(1024);
                     let mut line = 0u64;
-                    for text in piece.split_inclusive(|&b| b == b'\n') {
+                    loop {
+                        // a line inside the buffer is parsed where it lies;
+                        // one across its end is copied out first
+                        let buf = input.fill_buf().ok()?;
+                        if buf.is_empty() {
+                            break;
+                        }
+                        let (op, used) = match buf.iter().position(|&b| b == b'\n') {
+                            Some(end) => (parse_line(&buf[..=end], &mut names)?, end + 1),
+                            None => {
+                                text.clear();
+                                (&mut input)
+                                    .take(LINE_BYTES_MAX as u64 + 1)
+                                    .read_until(b'\n', &mut text)
+                                    .ok()?;
+                                if text.len() > LINE_BYTES_MAX {
+                                    return None;
+                                }
+                                (parse_line(&text, &mut names)?, 0)
+                            }
+                        };
+                        input.consume(used);
                         line += 1;
-                        if text.len() > LINE_BYTES_MAX {
-                            return None;
+                        if let Some(op) = op {
+                            ops.push(op);
+                            lines.push(line);
                         }
-                        if text.iter().all(u8::is_ascii_whitespace) {
-                            continue;
-                        }
-                        ops.push(parse_op_any_index(text)?);
-                        lines.push(line);
                     }
                     Some((ops, lines, line))
                 })
@@ -474,10 +539,8 @@ pub fn read_parallel(path: &Path, threads: usize) -> Option<(Vec<Op>, Vec<u64>)>
             .collect();
         handles.into_iter().map(|h| h.join().ok().flatten()).collect()
     });
-    let total: usize = parsed.iter().map(|p| p.as_ref().map_or(0, |(o, _, _)| o.len())).sum();
-    let mut ops = Vec::with_capacity(total);
-    let mut lines = Vec::with_capacity(total);
-    let mut before = 0u64;
+    let mut parsed = parsed.into_iter();
+    let (mut ops, mut lines, mut before) = parsed.next()??;
     for piece in parsed {
         let (o, l, n) = piece?;
         lines.extend(l.into_iter().map(|x| x + before));
@@ -488,6 +551,15 @@ pub fn read_parallel(path: &Path, threads: usize) -> Option<(Vec<Op>, Vec<u64>)>
         .enumerate()
         .all(|(i, op)| op.index == i as u64)
         .then_some((ops, lines))
+}
+
+/// One line for [`read_parallel`]: `Some(None)` for a blank one, `None`
+/// for one the fast path cannot take.
+fn parse_line(text: &[u8], names: &mut Interner) -> Option<Option<Op>> {
+    if text.iter().all(u8::is_ascii_whitespace) {
+        return Some(None);
+    }
+    parse_op_any_index(text, names).map(Some)
 }
 
 /// Appends ops to a history file, one line each, assigning dense indices.
@@ -593,7 +665,7 @@ mod tests {
     #[test]
     fn reading_on_several_threads_gives_what_reading_line_by_line_gives() {
         let path = big_history("parallel", 60_000, None);
-        assert!(std::fs::metadata(&path).unwrap().len() > PARALLEL_BYTES_MIN as u64);
+        assert!(std::fs::metadata(&path).unwrap().len() > PARALLEL_BYTES_MIN);
         let (ops, lines) = read_parallel(&path, 3).expect("well-formed, large enough");
         let mut reader = HistoryReader::open(&path).unwrap();
         let mut want = Vec::new();
@@ -623,12 +695,19 @@ mod tests {
     fn reads_valid_lines_and_skips_blank_ones() {
         let ops = read_str(
             "{\"index\":0,\"time\":0,\"process\":0,\"type\":\"invoke\",\"f\":\"read\",\"value\":null}\n\n\
-             {\"index\":1,\"time\":5,\"process\":\"nemesis\",\"type\":\"info\",\"f\":\"kill\",\"value\":[\"n1\"],\"key\":7}\n",
+             {\"index\":1,\"time\":5,\"process\":\"nemesis\",\"type\":\"info\",\"f\":\"kill\",\"value\":[\"n1\"],\"key\":7}\n\
+             {\"index\":2,\"time\":6,\"process\":1,\"type\":\"invoke\",\"f\":\"re\\u0061d\",\"value\":null,\"key\":\"a\\\"b\",\"node\":\"n\\t1\"}\n\
+             {\"index\":3,\"time\":7,\"process\":1,\"type\":\"ok\",\"f\":\"read\",\"value\":null,\"key\":-3,\"node\":null}\n",
         );
-        assert_eq!(ops.len(), 2);
+        assert_eq!(ops.len(), 4);
         let b = ops[1].as_ref().unwrap();
         assert_eq!(b.process, Process::Nemesis);
         assert_eq!(b.key.as_deref(), Some("7"));
+        // strings with escapes leave the fast path and read the same
+        let c = ops[2].as_ref().unwrap();
+        assert_eq!((c.f.as_str(), c.key.as_deref(), c.node.as_deref()), ("read", Some("a\"b"), Some("n\t1")));
+        let d = ops[3].as_ref().unwrap();
+        assert_eq!((d.key.as_deref(), d.node.as_deref()), (Some("-3"), None));
     }
 
     #[test]

@@ -27,6 +27,7 @@ pub mod edn;
 pub mod ephemeral;
 pub mod history;
 pub mod linear;
+pub mod name;
 pub mod pairing;
 pub mod perf;
 pub mod queue;
@@ -38,4 +39,5 @@ pub mod unique_ids;
 
 pub use checker::{check_all, CheckContext, CheckResult, Checker, Composed, Verdict};
 pub use history::{HistoryError, HistoryReader, HistoryWriter, Op, OpType, Process};
+pub use name::Name;
 pub use pairing::{History, Operation, Outcome, TimeOrder};

@@ -267,7 +267,7 @@ impl History {
                 time: i as i64 * 1000,
                 process,
                 kind,
-                f: f.to_string(),
+                f: (*f).into(),
                 value: v.clone(),
                 key: None,
                 node: None,
@@ -342,7 +342,18 @@ impl History {
         if self.operations.is_empty() {
             return 0;
         }
-        self.by_key().len().max(1)
+        // ops share their keys' strings: the distinct strings first,
+        // then the distinct keys among them
+        let mut shared: std::collections::HashSet<Option<(usize, usize)>, rustc_hash::FxBuildHasher> =
+            Default::default();
+        let mut keys: std::collections::HashSet<Option<&str>, rustc_hash::FxBuildHasher> = Default::default();
+        for o in &self.operations {
+            let key = self.ops[o.invoke].key.as_deref();
+            if shared.insert(key.map(|k| (k.as_ptr() as usize, k.len()))) {
+                keys.insert(key);
+            }
+        }
+        keys.len()
     }
 }
 

@@ -186,12 +186,14 @@ fn window_changes(h: &History) -> Vec<(i64, String)> {
 }
 
 /// Collects one span's operations.
+#[derive(Clone)]
 struct Acc {
     seconds: f64,
     all: Counts,
     by_f: BTreeMap<String, Counts>,
 }
 
+#[derive(Clone)]
 struct Counts {
     ok: u64,
     fail: u64,
@@ -295,6 +297,8 @@ pub fn summarize(h: &History) -> PerfSummary {
             }
         })
         .collect();
+    // one window (no fault ever began): it is the run's, counted once
+    let single = changes.len() == 1;
     let (mut first, mut last) = (i64::MAX, i64::MIN);
     for o in &h.operations {
         let invoked = h.ops[o.invoke].time;
@@ -304,6 +308,9 @@ pub fn summarize(h: &History) -> PerfSummary {
         let f = h.f_of(o);
         let latency = completed.map(|c| c.saturating_sub(invoked));
         run.add(f, o.outcome, latency);
+        if single {
+            continue;
+        }
         // the window in force at the invoke: the last change at or before it
         let at = changes.partition_point(|(t, _)| *t <= invoked);
         windows[slots[at.saturating_sub(1)]].1.add(f, o.outcome, latency);
@@ -319,6 +326,10 @@ pub fn summarize(h: &History) -> PerfSummary {
                 windows[slots[n]].1.seconds += to.saturating_sub(from) as f64 / 1e9;
             }
         }
+    }
+    if single {
+        let seconds = windows[0].1.seconds;
+        windows[0].1 = Acc { seconds, ..run.clone() };
     }
     PerfSummary {
         run: run.span(),

@@ -289,7 +289,7 @@ fn linearizability_is_checked_per_key() {
     };
     assert_eq!(check(&lin, &h).verdict, Verdict::Invalid);
     for (i, key) in ["a", "a", "b", "b", "a", "a"].iter().enumerate() {
-        h.ops[i].key = Some(key.to_string());
+        h.ops[i].key = Some((*key).into());
     }
     let r = check(&lin, &h);
     assert_eq!(r.verdict, Verdict::Valid);

@@ -39,7 +39,7 @@ impl H {
                 kind,
                 f: f.into(),
                 value,
-                key: key.map(str::to_string),
+                key: key.map(Into::into),
                 node: None,
                 error: None,
             },

@@ -65,7 +65,7 @@ impl H {
                 kind,
                 f: f.into(),
                 value,
-                key,
+                key: key.map(Into::into),
                 node: None,
                 error,
             },

@@ -115,7 +115,7 @@ fn history(run: &Run, rows_by_replica: &[Vec<u64>]) -> History {
                 kind,
                 f: f.into(),
                 value,
-                key,
+                key: key.map(Into::into),
                 node: None,
                 error: None,
             },

@@ -95,6 +95,9 @@ pub fn judge(
             .set_latest(out)
             .map_err(|e| Failure::new(format!("{}: cannot update latest: {e}", store.root().display())))?;
     }
+    // a long history's million small allocations take a while to give
+    // back: not on the way out
+    std::thread::spawn(move || drop(h));
     Ok(Judgement {
         results,
         composed,

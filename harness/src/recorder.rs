@@ -121,10 +121,10 @@ impl Recorder {
             time: self.elapsed_ns(),
             process,
             kind,
-            f: f.to_string(),
+            f: f.into(),
             value,
-            key,
-            node,
+            key: key.map(Into::into),
+            node: node.map(Into::into),
             error,
         });
     }

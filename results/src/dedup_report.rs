@@ -55,7 +55,7 @@ fn attempts(h: &History, at: &dyn Fn(usize) -> i64) -> BTreeMap<u64, Vec<Bar>> {
         };
         by_insert.entry(l).or_default().push(Bar {
             attempt: inv.value.get("attempt").and_then(Value::as_u64).unwrap_or(1),
-            replica: inv.node.clone().unwrap_or_default(),
+            replica: inv.node.as_deref().unwrap_or_default().to_string(),
             from: at(o.invoke),
             to: o.complete.map(at),
             outcome: o.outcome,
@@ -340,8 +340,8 @@ mod tests {
                 kind,
                 f: f.into(),
                 value,
-                key: key.map(str::to_string),
-                node: (f == "insert").then(|| "r1".to_string()),
+                key: key.map(Into::into),
+                node: (f == "insert").then(|| "r1".into()),
                 error: None,
             })
             .collect();

@@ -283,7 +283,7 @@ mod tests {
         ];
         let mut h = History::from_script(&lines).unwrap();
         for op in &mut h.ops {
-            op.key = matches!(op.f.as_str(), "put").then(|| "k".to_string());
+            op.key = matches!(op.f.as_str(), "put").then(|| "k".into());
         }
         let h = History::from_ops(&h.file, h.ops.clone(), h.lines.clone()).unwrap();
         let r = drift_checkers::convergence::Convergence

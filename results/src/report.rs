@@ -68,22 +68,20 @@ pub enum Clock {
 /// they step evenly (positions, or no times: a reader fills in the
 /// index), or when many operations span less than a millisecond.
 pub fn clock_of(h: &History) -> Clock {
-    let times: Vec<i64> = h.ops.iter().map(|o| o.time).collect();
-    if times.len() < 3 {
+    let n = h.ops.len();
+    if n < 3 {
         return Clock::Nanos;
     }
-    let step = times[1] - times[0];
-    if times.windows(2).all(|w| w[1] - w[0] == step) {
+    let time = |i: usize| h.ops[i].time;
+    let step = time(1) - time(0);
+    if h.ops.windows(2).all(|w| w[1].time - w[0].time == step) {
         return Clock::Order(format!(
             "its times step evenly by {step}, as positions do, not as nanoseconds of a run"
         ));
     }
-    let span = times[times.len() - 1].saturating_sub(times[0]);
-    if times.len() > 100 && span < 1_000_000 {
-        return Clock::Order(format!(
-            "{} events span {span} time units: not nanoseconds of a run",
-            times.len()
-        ));
+    let span = time(n - 1).saturating_sub(time(0));
+    if n > 100 && span < 1_000_000 {
+        return Clock::Order(format!("{n} events span {span} time units: not nanoseconds of a run"));
     }
     Clock::Nanos
 }

@@ -364,7 +364,8 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     code,
                     replica: inv
                         .node
-                        .clone()
+                        .as_deref()
+                        .map(str::to_string)
                         .or_else(|| v.get("replica").and_then(Value::as_str).map(str::to_string))
                         .unwrap_or_default(),
                     query_id: v.get("query_id").and_then(Value::as_str).map(str::to_string),
@@ -374,7 +375,8 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
             "read" if o.outcome == Outcome::Ok => {
                 let replica = inv
                     .key
-                    .clone()
+                    .as_deref()
+                    .map(str::to_string)
                     .ok_or_else(|| bad(h, o.invoke, "a final read without the replica as its key"))?;
                 let rows = h.value_of(o);
                 if !rows.is_array() {

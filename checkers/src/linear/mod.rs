@@ -594,7 +594,7 @@ fn op_ref(history: &History, operation: usize, desc: String) -> OpRef {
     let comp = history.complete_op(o);
     OpRef {
         process: o.process.to_string(),
-        f: inv.f.clone(),
+        f: inv.f.to_string(),
         desc,
         outcome: o.outcome.as_str().to_string(),
         invoke_index: inv.index,
@@ -814,7 +814,7 @@ fn overlapping<M: Model>(
             break;
         }
         let end = o.complete.map(|c| c as u64).unwrap_or(u64::MAX);
-        if end < lo || history.invoke_op(o).key != *key {
+        if end < lo || history.invoke_op(o).key.as_deref() != key.as_deref() {
             continue;
         }
         let desc = match searched.get(&i) {

@@ -164,9 +164,9 @@ pub fn generate(spec: &Spec) -> Generated {
                 time,
                 process: Process::Client(p),
                 kind,
-                f: f.to_string(),
+                f: f.into(),
                 value,
-                key: Some(key.to_string()),
+                key: Some(key.to_string().into()),
                 node: None,
                 error: None,
             });

@@ -101,9 +101,9 @@ fn record(
         time,
         process,
         kind,
-        f: f.to_string(),
+        f: f.into(),
         value,
-        key,
+        key: key.map(Into::into),
         node: None,
         error,
     });
