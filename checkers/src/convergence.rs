@@ -317,7 +317,9 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
     }
     for o in &h.operations {
         let inv = h.invoke_op(o);
-        let Some(key) = inv.key.as_deref().map(str::to_string) else { continue };
+        let Some(key) = inv.key.as_deref().map(str::to_string) else {
+            continue;
+        };
         let done = h.complete_op(o);
         let complete = if o.outcome == Outcome::Ok {
             done.map_or(i64::MAX, |d| d.time)

@@ -10,8 +10,8 @@
 //! The writer appends one line per operation and flushes after each, so a
 //! crash of the controller leaves a checkable prefix.
 
-use serde::{Deserialize, Serialize};
 use crate::name::{Interner, Name};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -705,7 +705,10 @@ mod tests {
         assert_eq!(b.key.as_deref(), Some("7"));
         // strings with escapes leave the fast path and read the same
         let c = ops[2].as_ref().unwrap();
-        assert_eq!((c.f.as_str(), c.key.as_deref(), c.node.as_deref()), ("read", Some("a\"b"), Some("n\t1")));
+        assert_eq!(
+            (c.f.as_str(), c.key.as_deref(), c.node.as_deref()),
+            ("read", Some("a\"b"), Some("n\t1"))
+        );
         let d = ops[3].as_ref().unwrap();
         assert_eq!((d.key.as_deref(), d.node.as_deref()), (Some("-3"), None));
     }

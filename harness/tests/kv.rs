@@ -40,6 +40,25 @@ fn http_with(addr: SocketAddr, method: &str, target: &str, headers: &str, body: 
     )
 }
 
+/// [`http_with`], the answer's body as bytes (a repair message).
+fn raw_http(addr: SocketAddr, method: &str, target: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").expect("a head");
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, out[split + 4..].to_vec())
+}
+
 fn kv(c: &Cluster, i: u64) -> SocketAddr {
     c.config().peer(i).unwrap().kv.expect("a kv address")
 }
@@ -427,6 +446,64 @@ fn forged_or_replayed_internal_requests_are_refused_and_change_nothing() {
     for i in 1..=3 {
         assert_eq!(internal_get(&c, i, "f").1["value"], "mine");
     }
+    // with the secret, a repair hello proposing a GC horizon past this
+    // server's clock is refused, and purges nothing
+    let (code, v) = http(kv(&c, 1), "DELETE", "/kv/t?w=3", "");
+    assert_eq!(code, 200, "{v}");
+    let t_range = drift_repair::ring::Ring::new(vec![1, 2, 3], 3)
+        .unwrap()
+        .range_of_key(b"t");
+    let (lo, hi) = {
+        let r = drift_repair::ring::Ring::new(vec![1, 2, 3], 3).unwrap();
+        let r = r.range(t_range);
+        (r.lo, r.hi)
+    };
+    let hello_in = |from: u64, session: u64, gc_before: u64| {
+        let msg = drift_repair::wire::Msg::Hello {
+            seed: 1,
+            lo,
+            hi,
+            depth: 4,
+            gc_before,
+            row_level: true,
+            hash_bytes: 6,
+        }
+        .encode()
+        .bytes;
+        let target = format!("/internal/repair?range={t_range}&from={from}&session={session}");
+        let h = drift_node::http_auth::Signer::new(secret.clone(), from).header("POST", &target, &msg);
+        raw_http(
+            kv(&c, 2),
+            "POST",
+            &target,
+            &format!("{}: {h}\r\n", drift_node::http_auth::HEADER),
+            &msg,
+        )
+    };
+    let (code, reply) = hello_in(1, 7, u64::MAX);
+    assert_eq!(code, 200);
+    match drift_repair::wire::Msg::decode(&reply) {
+        Ok(drift_repair::wire::Msg::Error { reason }) => assert!(reason.contains("GC horizon"), "{reason}"),
+        other => panic!("a future horizon was taken: {other:?}"),
+    }
+    let (_, v) = internal_get(&c, 2, "t");
+    assert_eq!(v["tombstone"], true, "the tombstone was purged: {v}");
+    // 64 sessions opened by one peer do not keep another's out: server 3
+    // repairs with server 2 while server 1 holds them
+    for session in 100..164 {
+        let (code, reply) = hello_in(1, session, 0);
+        assert_eq!(code, 200);
+        assert!(
+            !matches!(
+                drift_repair::wire::Msg::decode(&reply),
+                Ok(drift_repair::wire::Msg::Error { .. })
+            ),
+            "session {session} refused"
+        );
+    }
+    let (code, r) = http(kv(&c, 3), "POST", &format!("/repair?range={t_range}&peer=2"), "");
+    assert_eq!(code, 200, "{r}");
+    assert!(r["sessions"][0]["error"].is_null(), "{r}");
     // a real peer's request is taken once, and refused when replayed
     let h = drift_node::http_auth::Signer::new(secret, 1).header("GET", "/internal/get/f", b"");
     let hdr = format!("{}: {h}\r\n", drift_node::http_auth::HEADER);

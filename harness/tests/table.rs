@@ -635,6 +635,52 @@ fn bad_queries_get_clickhouse_errors() {
         "117",
         "Unknown field",
     );
+    // a row naming a column twice, as ClickHouse refuses it
+    check(
+        "POST",
+        &format!("/?query={}", enc("INSERT INTO events FORMAT JSONEachRow")),
+        &format!("{}{{\"id\":5,\"id\":6}}\n", row(4, "a", 1)),
+        400,
+        "117",
+        "Duplicate field found while parsing JSONEachRow format: id: (at row 2)",
+    );
+    // a SETTINGS clause is the query's settings: an unknown one is
+    // refused, a known one applies
+    check(
+        "POST",
+        "/",
+        "SELECT count() FROM events SETTINGS bogus_setting = 1",
+        404,
+        "115",
+        "bogus_setting",
+    );
+    check(
+        "POST",
+        "/",
+        "SELECT count() FROM events SETTINGS default_format = 'Nope'",
+        404,
+        "73",
+        "Nope",
+    );
+    assert_eq!(
+        t.query(1, "SELECT count() FROM events SETTINGS default_format = 'JSONEachRow'")
+            .trim(),
+        "{\"count()\":\"0\"}"
+    );
+    // a body declared over the limit is refused before it is sent: the
+    // answer comes with nothing of the body written
+    let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "POST /?query={} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        enc("INSERT INTO events FORMAT TabSeparated"),
+        240u64 << 20
+    )
+    .unwrap();
+    let mut raw = String::new();
+    let _ = s.read_to_string(&mut raw);
+    assert!(raw.contains("Code: 241") && raw.contains("over the limit"), "{raw}");
     assert_eq!(http(a, "GET", "/ping", "").unwrap().body, "Ok.\n");
     // VALUES and TabSeparated inserts, and nothing of the failed ones
     t.query(1, "INSERT INTO events VALUES (7, 'v', -1)");

@@ -13,6 +13,7 @@
 //! * [`kv`] — the kv service: LWW replicas on a ring, repair between servers
 //! * [`table`] — the replicated table
 
+pub mod body;
 pub mod config;
 pub mod error;
 pub mod fsdisk;

@@ -376,6 +376,70 @@ fn entries_of(r: &Replica, range: TokenRange) -> Vec<Entry> {
     r.entries_in(range).map(|(_, k, v)| v.to_entry(k)).collect()
 }
 
+/// What a session takes from its peer, whatever the peer sends: a peer
+/// is authenticated, but a bug or a bad clock on it must not reach every
+/// replica through repair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A key's bytes: 1..=this.
+    pub key_bytes_max: usize,
+    /// A value's bytes.
+    pub value_bytes_max: usize,
+    /// How far past this side's clock a version's timestamp, or a GC
+    /// horizon, may be (µs).
+    pub skew_us: u64,
+}
+
+impl Default for Limits {
+    /// No limits: what a session takes unless its driver sets them (the
+    /// kv service sets its own).
+    fn default() -> Limits {
+        Limits {
+            key_bytes_max: usize::MAX,
+            value_bytes_max: usize::MAX,
+            skew_us: u64::MAX,
+        }
+    }
+}
+
+impl Limits {
+    /// Refuses a GC horizon past `now` plus the skew: one such horizon
+    /// would purge every tombstone of the range, and spread.
+    fn check_horizon(&self, gc_before: u64, now: u64) -> Result<(), SessionError> {
+        if gc_before > now.saturating_add(self.skew_us) {
+            return Err(SessionError::Protocol(format!(
+                "a GC horizon of {gc_before} µs is past this server's clock ({now} µs) by more than {} µs",
+                self.skew_us
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses a message's entries (all of them: nothing is merged) when
+    /// one is over a limit, outside the session's range, or stamped past
+    /// `now` plus the skew (it would win over every later write).
+    fn check_entries(&self, entries: &[Entry], range: TokenRange, now: u64) -> Result<(), SessionError> {
+        for e in entries {
+            let why = if e.key.is_empty() || e.key.len() > self.key_bytes_max {
+                format!("a key of {} bytes (1..={})", e.key.len(), self.key_bytes_max)
+            } else if e.value.as_ref().is_some_and(|v| v.len() > self.value_bytes_max) {
+                format!("a value over {} bytes", self.value_bytes_max)
+            } else if !range.contains(crate::token::token(&e.key)) {
+                format!("a key outside the session's range [{}, {})", range.lo, range.hi)
+            } else if e.ts > now.saturating_add(self.skew_us) {
+                format!(
+                    "a version stamped {} µs, past this server's clock ({now} µs) by more than {} µs",
+                    e.ts, self.skew_us
+                )
+            } else {
+                continue;
+            };
+            return Err(SessionError::Protocol(format!("refused entries: {why}")));
+        }
+        Ok(())
+    }
+}
+
 fn merge_all(r: &mut Replica, entries: Vec<Entry>) {
     for e in entries {
         r.merge_repaired(e);
@@ -397,6 +461,7 @@ enum APhase {
 
 pub struct Initiator {
     cfg: SessionConfig,
+    limits: Limits,
     peer: PeerId,
     walk: Walk,
     phase: APhase,
@@ -458,6 +523,7 @@ impl Initiator {
         };
         let mut a = Initiator {
             cfg,
+            limits: Limits::default(),
             peer,
             walk: Walk::over(
                 replica,
@@ -497,6 +563,12 @@ impl Initiator {
         }
     }
 
+    /// What this side takes from the responder (the default's otherwise);
+    /// its clock is the session's start, `started_ts`.
+    pub fn set_limits(&mut self, limits: Limits) {
+        self.limits = limits;
+    }
+
     /// Handles the responder's reply.
     pub fn on_reply(&mut self, replica: &mut Replica, bytes: &[u8]) -> Result<Step, SessionError> {
         let m = Msg::decode(bytes)?;
@@ -504,6 +576,7 @@ impl Initiator {
         match (self.phase, m) {
             (_, Msg::Error { reason }) => Err(SessionError::Refused(reason)),
             (APhase::Hello, Msg::HelloAck { depth, gc_before }) => {
+                self.limits.check_horizon(gc_before, self.cfg.started_ts)?;
                 self.walk.depth = self.walk.depth.min(depth);
                 self.report.depth = self.walk.depth;
                 self.report.gc_before = gc_before;
@@ -519,6 +592,7 @@ impl Initiator {
                     cells,
                 },
             ) => {
+                self.limits.check_horizon(gc_before, self.cfg.started_ts)?;
                 self.walk.depth = self.walk.depth.min(depth);
                 self.report.depth = self.walk.depth;
                 self.report.gc_before = gc_before;
@@ -560,11 +634,15 @@ impl Initiator {
                     entries,
                 },
             ) => {
+                self.limits
+                    .check_entries(&entries, self.walk.range, self.cfg.started_ts)?;
                 self.report.entries_b_to_a += entries.len() as u64;
                 merge_all(replica, entries);
                 self.resolve(replica, present, versions)
             }
             (APhase::Stream, Msg::Entries { entries }) => {
+                self.limits
+                    .check_entries(&entries, self.walk.range, self.cfg.started_ts)?;
                 self.report.entries_b_to_a += entries.len() as u64;
                 merge_all(replica, entries);
                 self.phase = APhase::Closing;
@@ -767,6 +845,7 @@ enum RPhase {
 pub struct Responder {
     peer: PeerId,
     started_ts: u64,
+    limits: Limits,
     phase: RPhase,
     walk: Option<Walk>,
     /// The initiator's hashes of the nodes that descended (for siblings).
@@ -779,10 +858,18 @@ impl Responder {
         Responder {
             peer,
             started_ts,
+            limits: Limits::default(),
             phase: RPhase::Hello,
             walk: None,
             parents: Vec::new(),
         }
+    }
+
+    /// What this side takes from the initiator (the default's otherwise);
+    /// its clock is `started_ts`.
+    pub fn with_limits(mut self, limits: Limits) -> Responder {
+        self.limits = limits;
+        self
     }
 
     /// Answers one request. A malformed or out-of-order request gets an
@@ -884,6 +971,7 @@ impl Responder {
                     let w = self.walk.as_ref().expect("walk exists");
                     (w.seed, w.range)
                 };
+                self.limits.check_entries(&entries, range, self.started_ts)?;
                 let mask = (1u32 << crate::wire::WANT_BITS) - 1;
                 let want: BTreeSet<u32> = want.into_iter().collect();
                 let back: Vec<Entry> = replica
@@ -923,6 +1011,7 @@ impl Responder {
             }
             (RPhase::Stream, Msg::Stream { entries, want }) => {
                 let walk = self.walk.as_ref().expect("walk exists");
+                self.limits.check_entries(&entries, walk.range, self.started_ts)?;
                 let back = if walk.row_level {
                     merge_all(replica, entries);
                     want.iter().filter_map(|k| replica.get(k)).collect()
@@ -974,6 +1063,7 @@ impl Responder {
                 )))
             }
         };
+        self.limits.check_horizon(gc_before, self.started_ts)?;
         let gc = gc_before.max(replica.gc_horizon());
         replica.purge_tombstones_before(gc);
         let mine = replica.tree().depth();

@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use drift_repair::gc::{self, GcPolicy};
-use drift_repair::session::{Initiator, Responder, Step};
+use drift_repair::session::{Initiator, Limits, Responder, SessionError, Step};
 use drift_repair::wire::Msg;
 use drift_repair::{Entry, Replica, TokenRange};
 
@@ -453,4 +453,94 @@ fn set_reconciliation_repairs_the_reference_scenario_in_3_round_trips_within_1_k
         let again = repair(&mut a, &mut b, c);
         assert_eq!((again.set_cells, again.entries_streamed()), (0, 0));
     }
+}
+
+/// A session between `a` (initiator, `limits_a`) and `b` (responder,
+/// `limits_b`), both clocks at 1,000 µs.
+fn limited(a: &mut Replica, b: &mut Replica, limits_a: Limits, limits_b: Limits) -> Result<(), SessionError> {
+    let (mut init, mut msg) = Initiator::start(a, 2, cfg(3, true));
+    init.set_limits(limits_a);
+    let mut resp = Responder::new(1, 1_000).with_limits(limits_b);
+    for _ in 0..64 {
+        let reply = resp.on_request(b, &msg).unwrap_or_else(|e| Responder::error_reply(&e));
+        match init.on_reply(a, &reply)? {
+            Step::Send(next) => msg = next,
+            Step::Done(_) => return Ok(()),
+        }
+    }
+    Err(SessionError::RoundLimit)
+}
+
+#[test]
+fn a_session_refuses_versions_and_horizons_past_its_limits_and_changes_nothing() {
+    let tight = Limits {
+        key_bytes_max: 16,
+        value_bytes_max: 8,
+        skew_us: 100,
+    };
+    let none = Limits::default();
+    let base = || {
+        let (mut a, mut b) = (Replica::new(TokenRange::FULL, 6), Replica::new(TokenRange::FULL, 6));
+        for r in [&mut a, &mut b] {
+            r.merge(Entry::put(b"k", 10, b"v"));
+            r.merge(Entry::tombstone(b"gone", 20));
+        }
+        (a, b)
+    };
+    // versions stamped past the clock plus the skew, or over a limit:
+    // refused by the side that would merge them, which keeps what it had
+    for bad in [
+        Entry::put(b"late", 1_000 + 101, b"v"),
+        Entry::put(b"big", 30, b"123456789"),
+        Entry::put(b"a-key-of-17-bytes", 30, b"v"),
+    ] {
+        let (mut a, mut b) = base();
+        a.merge(bad.clone());
+        let before = contents(&b);
+        let e = limited(&mut a, &mut b, none, tight).unwrap_err();
+        assert!(
+            matches!(e, SessionError::Refused(ref why) if why.contains("refused entries")),
+            "{e}"
+        );
+        assert_eq!(contents(&b), before, "{bad:?} reached the responder");
+        // the other way round: the initiator refuses the responder's
+        let (mut a, mut b) = base();
+        b.merge(bad.clone());
+        let before = contents(&a);
+        let e = limited(&mut a, &mut b, tight, none).unwrap_err();
+        assert!(
+            matches!(e, SessionError::Protocol(ref why) if why.contains("refused entries")),
+            "{e}"
+        );
+        assert_eq!(contents(&a), before, "{bad:?} reached the initiator");
+    }
+    // at the limits, the same session repairs
+    let (mut a, mut b) = base();
+    a.merge(Entry::put(b"sixteen-bytes-ok", 1_000 + 100, b"12345678"));
+    limited(&mut a, &mut b, tight, tight).unwrap();
+    assert_eq!(contents(&a), contents(&b));
+
+    // a horizon past the clock: a forged hello purges nothing
+    let (_, mut b) = base();
+    let hello = Msg::Hello {
+        seed: 1,
+        lo: TokenRange::FULL.lo,
+        hi: TokenRange::FULL.hi,
+        depth: 6,
+        gc_before: u64::MAX,
+        row_level: true,
+        hash_bytes: 6,
+    };
+    let mut resp = Responder::new(1, 1_000).with_limits(tight);
+    let e = resp.on_request(&mut b, &hello.encode().bytes).unwrap_err();
+    assert!(e.to_string().contains("GC horizon"), "{e}");
+    assert!(b.get(b"gone").unwrap().is_tombstone());
+    assert_eq!(b.gc_horizon(), 0);
+    // ... nor one a responder answers with
+    let (mut a, mut b) = base();
+    b.purge_tombstones_before(u64::MAX);
+    let e = limited(&mut a, &mut b, tight, none).unwrap_err();
+    assert!(e.to_string().contains("GC horizon"), "{e}");
+    assert!(a.get(b"gone").unwrap().is_tombstone());
+    assert_eq!(a.gc_horizon(), 0);
 }

@@ -25,11 +25,11 @@
 //! Keys are UTF-8 in the path, percent-encoded where needed; values are
 //! UTF-8 bodies. Limits: [`KEY_BYTES_MAX`], [`VALUE_BYTES_MAX`].
 
-use super::{KvNode, KEY_BYTES_MAX, VALUE_BYTES_MAX};
+use super::{KvNode, KEY_BYTES_MAX, TS_SKEW_MAX_US, VALUE_BYTES_MAX};
 use bytes::Bytes;
 use drift_repair::replica::{Change, Merged};
 use drift_repair::Entry;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response};
 use std::collections::BTreeMap;
@@ -37,8 +37,15 @@ use std::sync::Arc;
 
 type Resp = Response<Full<Bytes>>;
 
-/// Largest request body: a value, or a repair message streaming entries.
-const BODY_BYTES_MAX: usize = 64 << 20;
+/// Largest body of a repair message (one that streams entries).
+const REPAIR_BODY_BYTES_MAX: usize = 64 << 20;
+/// Largest body of a merge: one log record of a key and its value.
+const MERGE_BODY_BYTES_MAX: usize = VALUE_BYTES_MAX + KEY_BYTES_MAX + 256;
+/// The memory the bodies of clients' requests may hold together, and
+/// the memory the bodies of other servers' requests may (separate, so
+/// that neither kind can starve the other).
+pub const CLIENT_BODIES_BYTES_MAX: usize = 64 << 20;
+pub const PEER_BODIES_BYTES_MAX: usize = 192 << 20;
 
 fn reply(status: u16, content_type: &str, body: impl Into<Bytes>) -> Resp {
     Response::builder()
@@ -142,13 +149,26 @@ fn param<T: std::str::FromStr>(p: &BTreeMap<String, String>, name: &str) -> Resu
     }
 }
 
-async fn body(req: Request<Incoming>) -> Result<Bytes, Refused> {
-    let timeout = crate::table::http::BODY_READ_TIMEOUT;
-    tokio::time::timeout(timeout, Limited::new(req.into_body(), BODY_BYTES_MAX).collect())
+/// A request's body, within `limit` and `budget` (crate::body): over
+/// the limit is 413 (before a byte is read when its length says so), no
+/// room in the budget 503, too slow 408.
+async fn body(
+    req: Request<Incoming>,
+    limit: usize,
+    budget: &crate::body::Budget,
+) -> Result<crate::body::Held, Refused> {
+    use crate::body::Refusal;
+    crate::body::read(req.into_body(), limit, budget, crate::table::http::BODY_READ_TIMEOUT)
         .await
-        .map_err(|_| error(408, format!("the request body did not arrive within {timeout:?}")))?
-        .map(|c| c.to_bytes())
-        .map_err(|e| error(413, format!("request body: {e}")))
+        .map_err(|r| {
+            let status = match r {
+                Refusal::TooLarge { .. } => 413,
+                Refusal::Busy { .. } => 503,
+                Refusal::Timeout(_) => 408,
+                Refusal::Read(_) => 400,
+            };
+            error(status, r.to_string())
+        })
 }
 
 /// Serves one request.
@@ -244,14 +264,16 @@ async fn client(
         Method::PUT | Method::DELETE => {
             let w = quorum(p, "w", node.config().w(), rf)?;
             let value = if *method == Method::PUT {
-                let b = body(req).await?;
-                if b.len() > VALUE_BYTES_MAX {
-                    return Err(error(413, format!("a value has at most {VALUE_BYTES_MAX} bytes")));
-                }
-                if std::str::from_utf8(&b).is_err() {
+                let b = body(req, VALUE_BYTES_MAX, &node.client_bodies)
+                    .await
+                    .map_err(|r| match r.0 {
+                        413 => error(413, format!("a value has at most {VALUE_BYTES_MAX} bytes: {}", r.1)),
+                        _ => r,
+                    })?;
+                if std::str::from_utf8(&b.bytes).is_err() {
                     return Err(error(400, "a value must be UTF-8"));
                 }
-                Some(b.to_vec())
+                Some(b.bytes.to_vec())
             } else {
                 None
             };
@@ -270,10 +292,15 @@ async fn client(
 
 /// The body of a signed request, checked against the digest its sender
 /// signed.
-async fn signed_body(peer: Option<crate::http_auth::Verified>, req: Request<Incoming>) -> Result<Bytes, Refused> {
+async fn signed_body(
+    node: &KvNode,
+    peer: Option<crate::http_auth::Verified>,
+    req: Request<Incoming>,
+    limit: usize,
+) -> Result<crate::body::Held, Refused> {
     let peer = peer.ok_or_else(|| error(401, "an unsigned request between servers"))?;
-    let b = body(req).await?;
-    if !peer.body_matches(&b) {
+    let b = body(req, limit, &node.peer_bodies).await?;
+    if !peer.body_matches(&b.bytes) {
         return Err(error(401, "the body is not the one its sender signed"));
     }
     Ok(b)
@@ -284,8 +311,8 @@ async fn internal_merge(
     peer: Option<crate::http_auth::Verified>,
     req: Request<Incoming>,
 ) -> Result<Resp, Refused> {
-    let b = signed_body(peer, req).await?;
-    let d = drift_repair::wal::decode(&b);
+    let b = signed_body(node, peer, req, MERGE_BODY_BYTES_MAX).await?;
+    let d = drift_repair::wal::decode(&b.bytes);
     let entry = match (d.torn, d.records.as_slice()) {
         (None, [r]) => match &r.change {
             Change::Applied(e) => e.clone(),
@@ -308,13 +335,8 @@ async fn internal_merge(
     }
 }
 
-/// How far ahead of this server's clock a peer's version may be stamped
-/// (far beyond any skew the `clock` fault makes): a version stamped
-/// further would win every later write of its key.
-const FUTURE_TS_MAX_US: u64 = 10 * 60 * 1_000_000;
-
 /// The limits of a client's write, held for a version a peer sends too,
-/// and its timestamp no further ahead than [`FUTURE_TS_MAX_US`].
+/// and its timestamp no further ahead than [`TS_SKEW_MAX_US`].
 fn check_merged(e: &Entry, now_us: u64) -> Result<(), Refused> {
     if e.key.is_empty() || e.key.len() > KEY_BYTES_MAX || std::str::from_utf8(&e.key).is_err() {
         return Err(error(
@@ -333,13 +355,13 @@ fn check_merged(e: &Entry, now_us: u64) -> Result<(), Refused> {
             return Err(error(400, "a merged value must be UTF-8"));
         }
     }
-    if e.ts > now_us.saturating_add(FUTURE_TS_MAX_US) {
+    if e.ts > now_us.saturating_add(TS_SKEW_MAX_US) {
         return Err(error(
             400,
             format!(
                 "a merged version stamped {} s ahead of this server's clock (at most {} s)",
                 (e.ts - now_us) / 1_000_000,
-                FUTURE_TS_MAX_US / 1_000_000
+                TS_SKEW_MAX_US / 1_000_000
             ),
         ));
     }
@@ -366,9 +388,10 @@ async fn internal_repair(
             format!("a repair session from server {from} signed by another"),
         ));
     }
-    let b = signed_body(peer, req).await?;
+    // the body stays counted against the budget until it is answered
+    let held = signed_body(node, peer, req, REPAIR_BODY_BYTES_MAX).await?;
     let me = node.clone();
-    match tokio::task::spawn_blocking(move || me.on_repair_message(j, from, session, &b)).await {
+    match tokio::task::spawn_blocking(move || me.on_repair_message(j, from, session, &held.bytes)).await {
         Ok(Ok(bytes)) => Ok(reply(200, "application/octet-stream", bytes)),
         Ok(Err(e)) => Err(error(503, e)),
         Err(e) => Err(error(500, e.to_string())),

@@ -51,9 +51,16 @@ pub const DEFECT_REPAIR_OVERWRITES: &str = "repair-overwrites";
 pub const KEY_BYTES_MAX: usize = 1024;
 /// Largest value a write carries.
 pub const VALUE_BYTES_MAX: usize = 64 << 10;
-/// Responder sessions held at once; a session idle past
-/// [`SESSION_IDLE`] is dropped to make room.
-pub const SESSIONS_MAX: usize = 64;
+/// How far ahead of this server's clock a peer's version, or a GC
+/// horizon a peer proposes, may be (far beyond any skew the `clock` fault
+/// makes): a version stamped further would win every later write of its
+/// key, and such a horizon would purge every tombstone.
+pub const TS_SKEW_MAX_US: u64 = 10 * 60 * 1_000_000;
+/// Responder sessions held at once, and by one peer; a session idle past
+/// [`SESSION_IDLE`] is dropped to make room, and a peer's oldest gives
+/// way to its newest.
+pub const SESSIONS_MAX: usize = 1024;
+pub const SESSIONS_PER_PEER_MAX: usize = 8;
 pub const SESSION_IDLE: Duration = Duration::from_secs(30);
 /// Rounds a session may take: hello, a level per tree level and below it,
 /// then the fingerprint, stream and done rounds.
@@ -146,6 +153,10 @@ struct Session {
 
 pub struct KvNode {
     pub id: u64,
+    /// The memory clients' request bodies may hold together, and other
+    /// servers' (crate::body).
+    pub client_bodies: crate::body::Budget,
+    pub peer_bodies: crate::body::Budget,
     cfg: KvDecl,
     gc_mode: GcMode,
     ring: Ring,
@@ -438,7 +449,9 @@ impl KvNode {
                 .store
                 .replica(j)
                 .ok_or_else(|| format!("this server holds no range {j}"))?;
-            Initiator::start(replica, peer, cfg)
+            let (mut init, msg) = Initiator::start(replica, peer, cfg);
+            init.set_limits(Self::repair_limits());
+            (init, msg)
         };
         let target = format!("/internal/repair?range={j}&from={}&session={session}", self.id);
         let url = self.peer_url(peer, &target)?;
@@ -484,13 +497,36 @@ impl KvNode {
         Err(format!("the session took more than {SESSION_ROUNDS_MAX} rounds"))
     }
 
-    /// Answers one message of a session `from` started.
+    /// What a repair session takes from a peer (drift_repair's limits at
+    /// this service's key and value limits, and [`TS_SKEW_MAX_US`]).
+    pub fn repair_limits() -> drift_repair::session::Limits {
+        drift_repair::session::Limits {
+            key_bytes_max: KEY_BYTES_MAX,
+            value_bytes_max: VALUE_BYTES_MAX,
+            skew_us: TS_SKEW_MAX_US,
+        }
+    }
+
+    /// Answers one message of a session `from` started. A session is
+    /// bound to a range `from` replicates too, and each peer holds at
+    /// most [`SESSIONS_PER_PEER_MAX`] at once (its oldest gives way), so
+    /// one peer cannot keep another's sessions out.
     pub fn on_repair_message(&self, j: usize, from: u64, session: u64, msg: &[u8]) -> Result<Vec<u8>, String> {
+        if j >= self.ring.ranges() || !self.ring.replicas(j).contains(&from) {
+            return Err(format!("server {from} holds no replica of range {j}"));
+        }
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         if !sessions.contains_key(&(from, session)) {
-            if sessions.len() >= SESSIONS_MAX {
-                sessions.retain(|_, s| now.duration_since(s.used) < SESSION_IDLE);
+            sessions.retain(|_, s| now.duration_since(s.used) < SESSION_IDLE);
+            let theirs: Vec<(u64, u64)> = sessions.range((from, 0)..=(from, u64::MAX)).map(|(k, _)| *k).collect();
+            if theirs.len() >= SESSIONS_PER_PEER_MAX {
+                let oldest = theirs
+                    .iter()
+                    .min_by_key(|k| sessions[*k].used)
+                    .copied()
+                    .expect("the peer holds sessions");
+                sessions.remove(&oldest);
             }
             if sessions.len() >= SESSIONS_MAX {
                 return Err(format!("{SESSIONS_MAX} repair sessions are open here"));
@@ -498,7 +534,7 @@ impl KvNode {
             sessions.insert(
                 (from, session),
                 Session {
-                    responder: Responder::new(from, self.now_ts()),
+                    responder: Responder::new(from, self.now_ts()).with_limits(Self::repair_limits()),
                     used: now,
                 },
             );
@@ -511,10 +547,16 @@ impl KvNode {
                 .store
                 .replica_mut(j)
                 .ok_or_else(|| format!("this server holds no range {j}"))?;
-            let reply = s
-                .responder
-                .on_request(replica, msg)
-                .unwrap_or_else(|e| Responder::error_reply(&e));
+            let reply = s.responder.on_request(replica, msg).unwrap_or_else(|e| {
+                // what a peer sent that this side refused is worth a line
+                if matches!(e, drift_repair::session::SessionError::Protocol(_)) {
+                    self.log(
+                        "kv_repair_refused",
+                        serde_json::json!({"from": from, "range": j, "session": session, "reason": e.to_string()}),
+                    );
+                }
+                Responder::error_reply(&e)
+            });
             (reply, d.persist().map_err(|e| format!("kv log: {e}"))?)
         };
         let finished = s.responder.is_finished();
@@ -782,6 +824,8 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         gc_grace_override_ms: AtomicU64::new(u64::MAX),
         next_session: AtomicU64::new(0),
         sessions: Mutex::new(BTreeMap::new()),
+        client_bodies: crate::body::Budget::new(http::CLIENT_BODIES_BYTES_MAX),
+        peer_bodies: crate::body::Budget::new(http::PEER_BODIES_BYTES_MAX),
         signer: crate::http_auth::Signer::new(cfg.secret_bytes(), id),
         verifier: crate::http_auth::Verifier::new(cfg.secret_bytes(), id, peers_ids.clone()),
         // from this server's own address, as its Raft links are: a

@@ -20,7 +20,7 @@
 //! row or column where the data went wrong.
 
 use super::error::{TResult, TableError, CANNOT_PARSE_INPUT, INCORRECT_DATA};
-use super::formats::{default_of, INSERT_ROWS_MAX};
+use super::formats::{default_of, RowsBound};
 use drift_table::schema::{ColumnType, Schema, Value};
 
 /// The revision from which a Native block is led by its block info.
@@ -250,6 +250,7 @@ fn column_of(schema: &Schema, columns: &[usize], name: &str, ty: &str, where_: &
 pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<Vec<Vec<Value>>> {
     let mut input = Input { data, pos: 0 };
     let mut rows: Vec<Vec<Value>> = Vec::new();
+    let mut bound = RowsBound::default();
     let mut block = 0;
     while !input.at_end() {
         block += 1;
@@ -262,12 +263,6 @@ pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<V
                 format!("{ncols} columns (table {} has {})", schema.name, schema.columns.len()),
             ));
         }
-        if rows.len() as u64 + nrows >= INSERT_ROWS_MAX as u64 {
-            return Err(TableError::new(
-                INCORRECT_DATA,
-                format!("an insert of more than {INSERT_ROWS_MAX} rows"),
-            ));
-        }
         if ncols > 0 && nrows > input.remaining() as u64 {
             // every value takes at least one byte
             return Err(bad(
@@ -275,6 +270,10 @@ pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<V
                 format!("{nrows} rows declared, {} bytes left", input.remaining()),
             ));
         }
+        // the block's rows are made before their values are read: counted
+        // first (their strings once read, below)
+        let row = RowsBound::row_bytes(&blank(schema));
+        bound.add(nrows as usize, (nrows as usize).saturating_mul(row))?;
         let first = rows.len();
         rows.extend((0..nrows).map(|_| blank(schema)));
         let mut seen = Vec::new();
@@ -288,9 +287,13 @@ pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<V
             }
             seen.push(c);
             for (i, row) in rows[first..].iter_mut().enumerate() {
-                row[c] = input
+                let v = input
                     .value(schema.columns[c].ty, &format!("row {}", i + 1))
                     .map_err(|e| bad(&format!("{wc} ({name})"), e))?;
+                if let Value::String(s) = &v {
+                    bound.add(0, s.capacity())?;
+                }
+                row[c] = v;
             }
         }
     }
@@ -333,13 +336,8 @@ pub fn read_row_binary(schema: &Schema, columns: &[usize], data: &[u8], header: 
         return Err(bad("RowBinary", "an insert of no columns"));
     }
     let mut rows = Vec::new();
+    let mut bound = RowsBound::default();
     while !input.at_end() {
-        if rows.len() >= INSERT_ROWS_MAX {
-            return Err(TableError::new(
-                INCORRECT_DATA,
-                format!("an insert of more than {INSERT_ROWS_MAX} rows"),
-            ));
-        }
         let mut row = blank(schema);
         for &c in &order {
             let col = &schema.columns[c];
@@ -347,6 +345,7 @@ pub fn read_row_binary(schema: &Schema, columns: &[usize], data: &[u8], header: 
                 .value(col.ty, &format!("column {}", col.name))
                 .map_err(|e| bad(&format!("RowBinary row {}", rows.len() + 1), e))?;
         }
+        bound.row(&row)?;
         rows.push(row);
     }
     Ok(rows)

@@ -148,14 +148,91 @@ pub fn insert_columns(schema: &Schema, names: &[String]) -> TResult<Vec<usize>> 
         .collect()
 }
 
-fn check_rows(n: usize) -> TResult<()> {
-    if n >= INSERT_ROWS_MAX {
-        return Err(TableError::new(
-            INCORRECT_DATA,
-            format!("an insert of more than {INSERT_ROWS_MAX} rows"),
-        ));
+/// Memory the rows parsed from one insert may take, as [`RowsBound`]
+/// counts it. A row of small values takes several times the bytes it
+/// took in the body (a list, and a fixed-size value per column): this,
+/// with the query port's body budget, keeps what inserts hold in memory
+/// bounded whatever the clients send.
+pub const ROWS_BYTES_MAX: usize = 128 << 20;
+
+/// Counts the rows an insert's data parses into, and refuses the insert
+/// past [`INSERT_ROWS_MAX`] rows or [`ROWS_BYTES_MAX`] bytes of them,
+/// as it is parsed rather than after.
+#[derive(Default)]
+pub struct RowsBound {
+    rows: usize,
+    bytes: usize,
+}
+
+impl RowsBound {
+    /// The memory of one row: its list, its values, its strings' bytes.
+    pub fn row_bytes(row: &[Value]) -> usize {
+        let strings: usize = row
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => s.capacity(),
+                _ => 0,
+            })
+            .sum();
+        std::mem::size_of::<Vec<Value>>() + std::mem::size_of_val(row) + strings
     }
-    Ok(())
+
+    /// Counts `rows` more rows of `bytes`.
+    pub fn add(&mut self, rows: usize, bytes: usize) -> TResult<()> {
+        self.rows = self.rows.saturating_add(rows);
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.rows >= INSERT_ROWS_MAX {
+            return Err(TableError::new(
+                INCORRECT_DATA,
+                format!("an insert of more than {INSERT_ROWS_MAX} rows"),
+            ));
+        }
+        if self.bytes > ROWS_BYTES_MAX {
+            return Err(TableError::new(
+                super::error::MEMORY_LIMIT_EXCEEDED,
+                format!(
+                    "Memory limit (for query) exceeded: the rows of this insert take more than {ROWS_BYTES_MAX} bytes (after {} rows): split it",
+                    self.rows
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Counts one parsed row.
+    pub fn row(&mut self, row: &[Value]) -> TResult<()> {
+        self.add(1, Self::row_bytes(row))
+    }
+}
+
+/// One JSONEachRow object, its fields in order, and the first field it
+/// names twice (which ClickHouse refuses).
+struct JsonRow(Vec<(String, serde_json::Value)>, Option<String>);
+
+impl<'de> serde::Deserialize<'de> for JsonRow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<JsonRow, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = JsonRow;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<JsonRow, A::Error> {
+                let mut fields: Vec<(String, serde_json::Value)> = Vec::new();
+                let mut twice = None;
+                while let Some(k) = m.next_key::<String>()? {
+                    let v = m.next_value()?;
+                    if twice.is_none() && fields.iter().any(|(n, _)| *n == k) {
+                        twice = Some(k);
+                        continue;
+                    }
+                    fields.push((k, v));
+                }
+                Ok(JsonRow(fields, twice))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// Parses an insert's data into full rows (omitted columns defaulted).
@@ -184,15 +261,21 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8
     })?;
     let blank = || -> Vec<Value> { schema.columns.iter().map(|c| default_of(c.ty)).collect() };
     let mut rows = Vec::new();
+    let mut bound = RowsBound::default();
     match format {
         Format::JsonEachRow => {
-            let stream = serde_json::Deserializer::from_str(data).into_iter::<serde_json::Value>();
+            let stream = serde_json::Deserializer::from_str(data).into_iter::<JsonRow>();
             for (i, obj) in stream.enumerate() {
-                check_rows(i)?;
-                let obj = obj.map_err(|e| bad(i + 1, e))?;
-                let serde_json::Value::Object(map) = obj else {
-                    return Err(bad(i + 1, "expected a JSON object"));
-                };
+                let JsonRow(map, twice) = obj.map_err(|e| bad(i + 1, e))?;
+                if let Some(k) = twice {
+                    return Err(TableError::new(
+                        INCORRECT_DATA,
+                        format!(
+                            "Duplicate field found while parsing JSONEachRow format: {k}: (at row {})",
+                            i + 1
+                        ),
+                    ));
+                }
                 let mut row = blank();
                 for (k, v) in &map {
                     let c = schema.column_index(k).filter(|c| columns.contains(c)).ok_or_else(|| {
@@ -206,13 +289,13 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8
                     })?;
                     row[c] = from_json(schema.columns[c].ty, v).map_err(|e| bad(i + 1, format!("column {k}: {e}")))?;
                 }
+                bound.row(&row)?;
                 rows.push(row);
             }
         }
         Format::JsonCompactEachRow => {
             let stream = serde_json::Deserializer::from_str(data).into_iter::<serde_json::Value>();
             for (i, arr) in stream.enumerate() {
-                check_rows(i)?;
                 let arr = arr.map_err(|e| bad(i + 1, e))?;
                 let serde_json::Value::Array(items) = arr else {
                     return Err(bad(i + 1, "expected a JSON array"));
@@ -228,6 +311,7 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8
                     row[c] = from_json(schema.columns[c].ty, v)
                         .map_err(|e| bad(i + 1, format!("column {}: {e}", schema.columns[c].name)))?;
                 }
+                bound.row(&row)?;
                 rows.push(row);
             }
         }
@@ -238,7 +322,6 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8
                 lines.next();
             }
             for (i, line) in lines {
-                check_rows(i)?;
                 let line = line.strip_suffix('\r').unwrap_or(line);
                 let fields: Vec<String> = if format == Format::Csv {
                     csv_fields(line).map_err(|e| bad(i + 1, e))?
@@ -259,6 +342,7 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8
                     row[c] = parse_text(schema.columns[c].ty, f)
                         .map_err(|e| bad(i + 1, format!("column {}: {e}", schema.columns[c].name)))?;
                 }
+                bound.row(&row)?;
                 rows.push(row);
             }
         }
@@ -548,5 +632,43 @@ mod tests {
     fn text_inserts_that_are_not_utf8_are_refused_naming_the_byte() {
         let e = parse_rows(&schema(), Format::TabSeparated, &[0, 1], b"1\t\xff\n").unwrap_err();
         assert!(e.message.contains("not UTF-8 (at byte 2)"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_json_each_row_object_naming_a_field_twice_is_refused() {
+        let e = parse_rows(
+            &schema(),
+            Format::JsonEachRow,
+            &[0, 1],
+            b"{\"id\":1,\"s\":\"a\"}\n{\"id\":2,\"id\":3}\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.code, INCORRECT_DATA);
+        assert!(
+            e.message.contains("Duplicate field") && e.message.contains("id"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("row 2"), "{}", e.message);
+        let e = parse_rows(&schema(), Format::JsonEachRow, &[0, 1], b"[1, 2]\n").unwrap_err();
+        assert_eq!(e.code, CANNOT_PARSE_INPUT);
+    }
+
+    #[test]
+    fn the_rows_of_one_insert_are_bounded_in_memory_as_they_are_parsed() {
+        // rows of a short string each: a few bytes in the body, about a
+        // hundred once parsed
+        let row = RowsBound::row_bytes(&[Value::UInt64(1), Value::String("abcd".into())]);
+        let n = ROWS_BYTES_MAX / row + 10;
+        let mut tsv = Vec::with_capacity(n * 8);
+        for i in 0..n {
+            tsv.extend_from_slice(format!("{}\tabcd\n", i % 10).as_bytes());
+        }
+        let e = parse_rows(&schema(), Format::TabSeparated, &[0, 1], &tsv).unwrap_err();
+        assert_eq!(e.code, super::super::error::MEMORY_LIMIT_EXCEEDED);
+        assert!(e.message.contains("split it"), "{}", e.message);
+        // within the bound it parses
+        let ok = parse_rows(&schema(), Format::TabSeparated, &[0, 1], &tsv[..n / 2 * 7]).unwrap();
+        assert_eq!(ok.len(), n / 2);
     }
 }

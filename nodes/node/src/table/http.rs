@@ -20,7 +20,7 @@ use super::TableNode;
 use bytes::Bytes;
 use drift_table::block::Block;
 use drift_table::schema::{ColumnType, Value};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -29,8 +29,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest request body (an insert's data).
-pub const BODY_BYTES_MAX: usize = 256 << 20;
+/// Largest request body (an insert's data, as sent: compressed, if it
+/// is).
+pub const BODY_BYTES_MAX: usize = 192 << 20;
+/// Largest request body once decoded (lz4, zstd).
+pub const DECODED_BYTES_MAX: usize = 192 << 20;
+/// The memory the query port's request bodies may hold together, as
+/// sent and decoded (crate::body): with [`super::formats::ROWS_BYTES_MAX`]
+/// for the rows parsed from them, what a node's inserts may hold at once
+/// is bounded by load, not by what clients send.
+pub const BODIES_BYTES_MAX: usize = 256 << 20;
 /// Connections served at a time per interface; more wait in the backlog.
 /// Room for many idle or slow clients: each is cut at
 /// [`HEADER_READ_TIMEOUT`] or [`BODY_READ_TIMEOUT`], so they cannot hold
@@ -161,26 +169,13 @@ pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Resul
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let read = tokio::time::timeout(
-        BODY_READ_TIMEOUT,
-        Limited::new(req.into_body(), BODY_BYTES_MAX).collect(),
-    );
-    let body = match read.await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Err(_) => {
-            return Ok(error_response(&TableError::new(
-                INCORRECT_DATA,
-                format!("the request body did not arrive within {BODY_READ_TIMEOUT:?}"),
-            )))
-        }
-        Ok(Err(e)) => {
-            return Ok(error_response(&TableError::new(
-                INCORRECT_DATA,
-                format!("the request body could not be read (at most {BODY_BYTES_MAX} bytes): {e}"),
-            )))
-        }
+    let held = match crate::body::read(req.into_body(), BODY_BYTES_MAX, &node.bodies, BODY_READ_TIMEOUT).await {
+        Ok(h) => h,
+        Err(r) => return Ok(error_response(&body_refused(r))),
     };
-    let body = match decode_body(encoding.as_deref(), body) {
+    // the body's memory (and the decoded one's) stays counted until the
+    // query is done
+    let (body, _held, _decoded) = match decode_body(encoding.as_deref(), held, &node.bodies) {
         Ok(b) => b,
         Err(e) => return Ok(error_response(&e)),
     };
@@ -191,19 +186,43 @@ pub async fn handle_query(node: Arc<TableNode>, req: Request<Incoming>) -> Resul
     }
 }
 
+/// A body the port would not read, as ClickHouse says it: too large is
+/// its 241 (memory limit), as is a port with no memory left for it.
+fn body_refused(r: crate::body::Refusal) -> TableError {
+    use crate::body::Refusal;
+    let code = match r {
+        Refusal::TooLarge { .. } | Refusal::Busy { .. } => super::error::MEMORY_LIMIT_EXCEEDED,
+        Refusal::Timeout(_) | Refusal::Read(_) => INCORRECT_DATA,
+    };
+    TableError::new(code, r.to_string())
+}
+
 /// The request body with its `Content-Encoding` undone: `lz4` (the LZ4
 /// frame format) and `zstd`, the encodings ClickHouse's clients compress
-/// inserts with, bounded to [`BODY_BYTES_MAX`] decoded.
-fn decode_body(encoding: Option<&str>, body: Bytes) -> TResult<Bytes> {
+/// inserts with, bounded to [`DECODED_BYTES_MAX`] decoded and counted
+/// against the port's budget as it grows. Returns the body to run, the
+/// body as read, and the decoded body's hold (empty when not encoded).
+fn decode_body(
+    encoding: Option<&str>,
+    held: crate::body::Held,
+    budget: &crate::body::Budget,
+) -> TResult<(Bytes, crate::body::Held, crate::body::Hold)> {
     use std::io::Read;
-    let mut decoded = Vec::new();
-    let read = match encoding {
-        None | Some("") | Some("identity") => return Ok(body),
-        Some("lz4") => lz4_flex::frame::FrameDecoder::new(&body[..])
-            .take(BODY_BYTES_MAX as u64 + 1)
-            .read_to_end(&mut decoded),
-        Some("zstd") => zstd::stream::read::Decoder::new(&body[..])
-            .and_then(|d| d.take(BODY_BYTES_MAX as u64 + 1).read_to_end(&mut decoded)),
+    let mut input: Box<dyn Read + '_> = match encoding {
+        None | Some("") | Some("identity") => {
+            let body = held.bytes.clone();
+            return Ok((body, held, crate::body::Hold::default()));
+        }
+        Some("lz4") => Box::new(lz4_flex::frame::FrameDecoder::new(&held.bytes[..])),
+        Some("zstd") => match zstd::stream::read::Decoder::new(&held.bytes[..]) {
+            Ok(d) => Box::new(d),
+            Err(e) => {
+                return Err(TableError::new(
+                    CANNOT_DECOMPRESS,
+                    format!("the zstd request body: {e}"),
+                ))
+            }
+        },
         Some(other) => {
             return Err(TableError::new(
                 super::error::UNKNOWN_COMPRESSION_METHOD,
@@ -212,19 +231,30 @@ fn decode_body(encoding: Option<&str>, body: Bytes) -> TResult<Bytes> {
         }
     };
     let name = encoding.unwrap_or_default();
-    read.map_err(|e| {
-        TableError::new(
-            CANNOT_DECOMPRESS,
-            format!("the {name} request body does not decode: {e}"),
-        )
-    })?;
-    if decoded.len() > BODY_BYTES_MAX {
-        return Err(TableError::new(
-            INCORRECT_DATA,
-            format!("the {name} request body decodes to more than {BODY_BYTES_MAX} bytes"),
-        ));
+    let mut decoded = Vec::new();
+    let mut hold = crate::body::Hold::default();
+    let mut chunk = vec![0u8; 64 << 10];
+    loop {
+        let n = input.read(&mut chunk).map_err(|e| {
+            TableError::new(
+                CANNOT_DECOMPRESS,
+                format!("the {name} request body does not decode: {e}"),
+            )
+        })?;
+        if n == 0 {
+            break;
+        }
+        if decoded.len() + n > DECODED_BYTES_MAX {
+            return Err(TableError::new(
+                super::error::MEMORY_LIMIT_EXCEEDED,
+                format!("the {name} request body decodes to more than {DECODED_BYTES_MAX} bytes"),
+            ));
+        }
+        hold.grow(budget, n).map_err(body_refused)?;
+        decoded.extend_from_slice(&chunk[..n]);
     }
-    Ok(Bytes::from(decoded))
+    drop(input);
+    Ok((Bytes::from(decoded), held, hold))
 }
 
 /// Splits a request body that holds the query into the query's text and
@@ -343,7 +373,6 @@ fn replica<'a>(node: &'a TableNode, table: &str) -> TResult<&'a Arc<Replica>> {
 }
 
 async fn run(node: &TableNode, method: &Method, params: &[(String, String)], body: &Bytes) -> TResult<Answer> {
-    let s = settings(params)?;
     let param_query = params.iter().find(|(k, _)| k == "query").map(|(_, v)| v.as_str());
     // the query is the parameter, else the body; with both, the body
     // continues the query (an insert's data)
@@ -354,7 +383,13 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
     if query_text.trim().is_empty() {
         return Err(TableError::new(BAD_ARGUMENTS, "Empty query"));
     }
-    let command = query::parse(&query_text)?;
+    let (command, query_settings) = query::parse_with_settings(&query_text)?;
+    // the query's SETTINGS clause over the URL's, as ClickHouse applies them
+    let s = if query_settings.is_empty() {
+        settings(params)?
+    } else {
+        settings(&[params, &query_settings[..]].concat())?
+    };
     let writes = !matches!(command, Command::Select(_));
     if writes && *method == Method::GET {
         return Err(TableError::new(

@@ -50,6 +50,8 @@ use std::time::Duration;
 /// The replicas of one node, by table name.
 pub struct TableNode {
     pub replicas: BTreeMap<String, Arc<Replica>>,
+    /// The memory the query port's request bodies may hold together.
+    pub bodies: crate::body::Budget,
 }
 
 impl TableNode {
@@ -162,7 +164,10 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Tables>, NodeError> 
         );
         replicas.insert(d.name.clone(), Arc::new(r));
     }
-    let node = Arc::new(TableNode { replicas });
+    let node = Arc::new(TableNode {
+        replicas,
+        bodies: crate::body::Budget::new(http::BODIES_BYTES_MAX),
+    });
     {
         let _enter = rt.enter();
         let http_l = tokio::net::TcpListener::from_std(http_l).map_err(|source| NodeError::Bind {

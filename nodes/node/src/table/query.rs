@@ -293,7 +293,15 @@ fn meta_command(q: &str) -> TResult<Command> {
 
 /// Parses a query. For an insert with a format, `inline` data is what
 /// followed the format name in `q` (the body continues it).
+#[cfg(test)]
 pub fn parse(q: &str) -> TResult<Command> {
+    parse_with_settings(q).map(|(c, _)| c)
+}
+
+/// A query's command and the settings its `SETTINGS` clause gives (name
+/// and value as text, in order), for the caller to apply over the URL's
+/// as ClickHouse does (the query's win).
+pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)> {
     let trimmed = q.trim_start();
     let first = trimmed
         .split(|c: char| !c.is_ascii_alphabetic())
@@ -301,13 +309,13 @@ pub fn parse(q: &str) -> TResult<Command> {
         .unwrap_or("")
         .to_ascii_uppercase();
     if first == "SYSTEM" {
-        return system_command(trimmed);
+        return system_command(trimmed).map(|c| (c, Vec::new()));
     }
     if first == "ALTER" {
-        return alter_command(trimmed);
+        return alter_command(trimmed).map(|c| (c, Vec::new()));
     }
     if matches!(first.as_str(), "DESCRIBE" | "DESC" | "EXISTS" | "SHOW") {
-        return meta_command(trimmed);
+        return meta_command(trimmed).map(|c| (c, Vec::new()));
     }
     let (sql, inline) = match (first.as_str(), find_insert_format(trimmed)) {
         ("INSERT", Some((end, _))) => {
@@ -332,8 +340,14 @@ pub fn parse(q: &str) -> TResult<Command> {
         )));
     }
     match statements.remove(0) {
-        Statement::Insert(ins) => insert(ins, inline),
-        Statement::Query(q) => select(*q).map(|s| Command::Select(Box::new(s))),
+        Statement::Insert(mut ins) => {
+            let settings = settings_of(ins.settings.take())?;
+            Ok((insert(ins, inline)?, settings))
+        }
+        Statement::Query(mut q) => {
+            let settings = settings_of(q.settings.take())?;
+            Ok((Command::Select(Box::new(select(*q)?)), settings))
+        }
         Statement::OptimizeTable {
             name,
             include_final,
@@ -344,16 +358,51 @@ pub fn parse(q: &str) -> TResult<Command> {
             if partition.is_some() || deduplicate.is_some() {
                 return Err(unsupported("OPTIMIZE with PARTITION or DEDUPLICATE"));
             }
-            Ok(Command::Optimize {
-                table: local_table(&name)?,
-                final_: include_final,
-            })
+            Ok((
+                Command::Optimize {
+                    table: local_table(&name)?,
+                    final_: include_final,
+                },
+                Vec::new(),
+            ))
         }
         other => Err(unsupported(format!(
             "`{}`",
             other.to_string().chars().take(60).collect::<String>()
         ))),
     }
+}
+
+/// A `SETTINGS` clause's settings as text: a number, a string or a
+/// bare word each.
+fn settings_of(clause: Option<Vec<sqlparser::ast::Setting>>) -> TResult<Vec<(String, String)>> {
+    clause
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| {
+            let value = match &s.value {
+                Expr::Value(v) => match &v.value {
+                    Value::Number(n, _) => n.clone(),
+                    Value::SingleQuotedString(t) => t.clone(),
+                    Value::Boolean(b) => u8::from(*b).to_string(),
+                    other => {
+                        return Err(syntax(format!(
+                            "SETTINGS {} = {other}: not a number or a string",
+                            s.key
+                        )))
+                    }
+                },
+                Expr::Identifier(i) => i.value.clone(),
+                other => {
+                    return Err(syntax(format!(
+                        "SETTINGS {} = {other}: not a number or a string",
+                        s.key
+                    )))
+                }
+            };
+            Ok((s.key.value, value))
+        })
+        .collect()
 }
 
 fn insert(ins: sqlparser::ast::Insert, inline: Option<String>) -> TResult<Command> {
@@ -550,5 +599,31 @@ mod tests {
         );
         assert_eq!(parse("DESCRIBE").unwrap_err().code, SYNTAX_ERROR);
         assert_eq!(parse("SHOW CREATE TABLE t").unwrap_err().code, NOT_IMPLEMENTED);
+    }
+
+    #[test]
+    fn a_settings_clause_is_read_on_selects_and_inserts() {
+        let (c, st) =
+            parse_with_settings("SELECT count() FROM t SETTINGS max_threads = 1, insert_quorum = 'auto'").unwrap();
+        assert!(matches!(c, Command::Select(_)));
+        assert_eq!(
+            st,
+            vec![
+                ("max_threads".to_string(), "1".to_string()),
+                ("insert_quorum".to_string(), "auto".to_string())
+            ]
+        );
+        let (c, st) =
+            parse_with_settings("INSERT INTO t SETTINGS insert_deduplicate = 0 FORMAT TabSeparated\n1\ta\n").unwrap();
+        let Command::Insert(ins) = c else { panic!("an insert") };
+        assert!(matches!(ins.data, InsertData::Formatted { ref inline, .. } if inline == "1\ta\n"));
+        assert_eq!(st, vec![("insert_deduplicate".to_string(), "0".to_string())]);
+        assert!(parse_with_settings("SELECT 1 FROM t").unwrap().1.is_empty());
+        assert_eq!(
+            parse_with_settings("SELECT 1 FROM t SETTINGS x = (1 + 1)")
+                .unwrap_err()
+                .code,
+            SYNTAX_ERROR
+        );
     }
 }
