@@ -989,18 +989,29 @@ fn a_part_fetch_without_the_clusters_secret_is_refused() {
     assert!(raw.contains("drift-part 1"), "{raw}");
 }
 
-/// A thousand slow clients on the query port (a head that never ends)
-/// and a thousand idle ones on the kv port do not keep a normal client
-/// out: its query, insert and kv PUT are answered within 2 s.
+/// A thousand slow clients on the query port (a head that never ends),
+/// a thousand on the interserver port and a thousand idle ones on the kv
+/// port do not keep a normal client out: its query, insert and kv PUT
+/// are answered within 2 s, and the other replicas fetch the insert's
+/// part through the crowded interserver port.
 #[test]
 fn slow_and_idle_clients_do_not_keep_a_normal_one_out() {
     let t = Table::up("tbl-slow-clients", 22490, &[]);
     let a = t.http_addr(1);
     let kv = t.c.config().peer(1).unwrap().kv.expect("a kv address");
+    let inter =
+        t.c.config()
+            .peer(1)
+            .unwrap()
+            .interserver
+            .expect("an interserver address");
     let mut held = Vec::new();
     for _ in 0..1000 {
         let mut s = TcpStream::connect_timeout(&a, Duration::from_secs(2)).unwrap();
         s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le").unwrap();
+        held.push(s);
+        let mut s = TcpStream::connect_timeout(&inter, Duration::from_secs(2)).unwrap();
+        s.write_all(b"GET /part?table=events HTTP/1.1\r\nHo").unwrap();
         held.push(s);
         held.push(TcpStream::connect_timeout(&kv, Duration::from_secs(2)).unwrap());
     }
@@ -1016,8 +1027,39 @@ fn slow_and_idle_clients_do_not_keep_a_normal_one_out() {
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(2),
-        "answered in {took:?} beside 2,000 held connections"
+        "answered in {took:?} beside 3,000 held connections"
     );
+    // only r1 holds the part: r2 and r3 fetch it from r1's interserver port
+    t.assert_rows_everywhere(&[1, 2, 3], &["1:normal:1"]);
+    // one source address holds a quarter of a port's connections at most:
+    // past that its next connection is closed at once, and another
+    // address is still served
+    for _ in 0..24 {
+        held.push(TcpStream::connect_timeout(&kv, Duration::from_secs(2)).unwrap());
+    }
+    let mut s = TcpStream::connect_timeout(&kv, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = write!(s, "PUT /kv/over HTTP/1.0\r\nHost: x\r\nContent-Length: 1\r\n\r\nv");
+    let mut out = Vec::new();
+    match s.read_to_end(&mut out) {
+        Ok(_) => assert!(out.is_empty(), "the 1,025th connection was served"),
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut s = rt.block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().unwrap();
+        sock.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        sock.connect(kv).await.unwrap().into_std().unwrap()
+    });
+    s.set_nonblocking(false).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "PUT /kv/other HTTP/1.0\r\nHost: x\r\nContent-Length: 1\r\n\r\nv").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.0 200"), "{out}");
     drop(held);
 }
 

@@ -85,6 +85,17 @@ impl Hold {
     pub fn bytes(&self) -> usize {
         self.0.as_ref().map_or(0, |p| p.num_permits())
     }
+
+    /// Gives `n` of the bytes held back to the budget.
+    pub fn shrink(&mut self, n: usize) {
+        if let Some(p) = &mut self.0 {
+            if n >= p.num_permits() {
+                self.0 = None;
+            } else {
+                drop(p.split(n));
+            }
+        }
+    }
 }
 
 /// A body read whole, and the memory it holds against its port's budget.
@@ -162,24 +173,43 @@ async fn read_within(
             .map_err(|_| Refusal::Busy { budget: budget.bytes() })?;
         hold.0 = Some(permit);
     }
+    // with its length declared, the body goes straight into one buffer of
+    // that size; without, its pieces are kept as they came and joined at
+    // the end (a growing buffer would hold up to twice what it counts)
     let mut buf: Vec<u8> = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    let mut pieces: Vec<Bytes> = Vec::new();
+    let mut len = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|e| Refusal::Read(e.to_string()))?;
         let Ok(data) = frame.into_data() else {
             continue;
         };
-        if buf.len() + data.len() > limit {
+        if len + data.len() > limit {
             return Err(Refusal::TooLarge { limit, declared });
         }
-        if declared.is_none() {
+        len += data.len();
+        if declared.is_some() {
+            buf.extend_from_slice(&data);
+        } else {
             hold.grow(budget, data.len())?;
+            pieces.push(data);
         }
-        buf.extend_from_slice(&data);
     }
-    Ok(Held {
-        bytes: Bytes::from(buf),
-        hold,
-    })
+    let bytes = match pieces.len() {
+        0 => Bytes::from(buf),
+        1 => pieces.pop().expect("one piece"),
+        _ => {
+            // the joined copy is counted while both exist
+            hold.grow(budget, len)?;
+            let mut joined = Vec::with_capacity(len);
+            for p in pieces.drain(..) {
+                joined.extend_from_slice(&p);
+            }
+            hold.shrink(len);
+            Bytes::from(joined)
+        }
+    };
+    Ok(Held { bytes, hold })
 }
 
 #[cfg(test)]
@@ -195,6 +225,8 @@ mod tests {
         assert_eq!((h.bytes(), b.available()), (90, 10));
         assert_eq!(h.grow(&b, 11), Err(Refusal::Busy { budget: 100 }));
         assert_eq!(h.bytes(), 90);
+        h.shrink(40);
+        assert_eq!((h.bytes(), b.available()), (50, 50));
         drop(h);
         assert_eq!(b.available(), 100);
     }

@@ -165,16 +165,19 @@ pub struct RowsBound {
 }
 
 impl RowsBound {
-    /// The memory of one row: its list, its values, its strings' bytes.
+    /// The memory of one row as the allocator gives it: its slot in the
+    /// list of rows (twice, for the room a growing list keeps), its
+    /// values, its strings' bytes, and each allocation's overhead.
     pub fn row_bytes(row: &[Value]) -> usize {
+        const ALLOCATION: usize = 16;
         let strings: usize = row
             .iter()
             .map(|v| match v {
-                Value::String(s) => s.capacity(),
+                Value::String(s) if s.capacity() > 0 => s.capacity() + ALLOCATION,
                 _ => 0,
             })
             .sum();
-        std::mem::size_of::<Vec<Value>>() + std::mem::size_of_val(row) + strings
+        2 * std::mem::size_of::<Vec<Value>>() + std::mem::size_of_val(row) + ALLOCATION + strings
     }
 
     /// Counts `rows` more rows of `bytes`.

@@ -96,26 +96,71 @@ fn error_response(e: &TableError) -> Resp {
         .expect("a valid response")
 }
 
+/// Connections one source address may hold on a port at once: a quarter
+/// of [`CONNECTIONS_MAX`], so that one client (or one peer) that holds
+/// connections open cannot take every slot from the others.
+pub const CONNECTIONS_PER_ADDRESS_MAX: usize = CONNECTIONS_MAX / 4;
+
+/// The connections each source address holds on one port.
+#[derive(Default)]
+struct PerAddress(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+impl PerAddress {
+    /// Counts one more connection from `ip`, unless it holds its share.
+    fn take(self: &Arc<Self>, ip: std::net::IpAddr) -> Option<AddressSlot> {
+        let mut m = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let n = m.entry(ip).or_insert(0);
+        if *n >= CONNECTIONS_PER_ADDRESS_MAX {
+            return None;
+        }
+        *n += 1;
+        Some(AddressSlot(self.clone(), ip))
+    }
+}
+
+/// One connection counted against its address; uncounted when dropped.
+struct AddressSlot(Arc<PerAddress>, std::net::IpAddr);
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut m = (self.0).0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
+}
+
 /// Accepts connections and serves each with `handle` until the listener
-/// fails.
+/// fails: [`CONNECTIONS_MAX`] at a time, [`CONNECTIONS_PER_ADDRESS_MAX`]
+/// of them from one source address (a connection past that is closed at
+/// once).
 pub async fn serve<F, Fut>(listener: tokio::net::TcpListener, handle: F)
 where
     F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: std::future::Future<Output = Result<Resp, std::io::Error>> + Send + 'static,
 {
     let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    let per_address = Arc::new(PerAddress::default());
     loop {
         let Ok(permit) = slots.clone().acquire_owned().await else {
             return;
         };
-        let Ok((stream, _)) = listener.accept().await else {
+        let Ok((stream, from)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let Some(slot) = per_address.take(from.ip()) else {
+            drop(stream);
             continue;
         };
         let _ = stream.set_nodelay(true);
         let h = handle.clone();
         tokio::spawn(async move {
             let _permit = permit;
+            let _slot = slot;
             let service = hyper::service::service_fn(&h);
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
