@@ -165,7 +165,8 @@ mod tests {
         assert_eq!(serde_json::to_string(&n).unwrap(), "\"read\"");
         let back: Name = serde_json::from_str("\"read\"").unwrap();
         assert_eq!(back, n);
-        assert!(Name::from("a") < Name::from("b"));
+        let (a, b) = (Name::from("a"), Name::from("b"));
+        assert!(a < b);
     }
 
     #[test]

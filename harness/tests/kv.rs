@@ -21,26 +21,16 @@ fn http(addr: SocketAddr, method: &str, target: &str, body: &str) -> (u16, serde
 
 /// [`http`] with extra header lines (each ending in CRLF) and a raw body.
 fn http_with(addr: SocketAddr, method: &str, target: &str, headers: &str, body: &[u8]) -> (u16, serde_json::Value) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\n{headers}Content-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(body).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let code = out.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    let (code, raw) = raw_http(addr, method, target, headers, body);
+    let body = String::from_utf8(raw).expect("a text answer");
     (
         code,
-        serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.into())),
+        serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body)),
     )
 }
 
-/// [`http_with`], the answer's body as bytes (a repair message).
+/// One HTTP/1.0 request; the answer's status and body as bytes (a
+/// repair message is not text).
 fn raw_http(addr: SocketAddr, method: &str, target: &str, headers: &str, body: &[u8]) -> (u16, Vec<u8>) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
