@@ -108,18 +108,32 @@ impl Signer {
     }
 }
 
+/// A nonce no other request of this sender carries: 64 random bits drawn
+/// once per process (the time, without kernel randomness) and a counter.
+/// A nonce only has to be unique for the receiver to refuse replays; one
+/// read of /dev/urandom per request cost more than signing it.
 fn random_nonce() -> [u8; 16] {
     use std::io::Read;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static PREFIX: std::sync::OnceLock<[u8; 8]> = std::sync::OnceLock::new();
+    static N: AtomicU64 = AtomicU64::new(0);
+    let prefix = PREFIX.get_or_init(|| {
+        let mut p = [0u8; 8];
+        if std::fs::File::open("/dev/urandom")
+            .and_then(|mut f| f.read_exact(&mut p))
+            .is_err()
+        {
+            p = (std::time::SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ u64::from(std::process::id()))
+            .to_le_bytes();
+        }
+        p
+    });
     let mut b = [0u8; 16];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_err()
-    {
-        // no kernel randomness: time and a counter still never repeat
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        b[..8].copy_from_slice(&now_ms().to_le_bytes());
-        b[8..].copy_from_slice(&N.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_le_bytes());
-    }
+    b[..8].copy_from_slice(prefix);
+    b[8..].copy_from_slice(&N.fetch_add(1, Ordering::Relaxed).to_le_bytes());
     b
 }
 
