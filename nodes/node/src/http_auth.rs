@@ -67,13 +67,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
+    crate::peer_auth::unhex(text)
 }
 
 fn mac_parts(method: &str, target: &str, from: u64, ms: u64, nonce: &str, digest: &str) -> String {

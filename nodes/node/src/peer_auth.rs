@@ -59,19 +59,29 @@ pub fn new_secret() -> std::io::Result<String> {
 }
 
 pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+/// The bytes of an even number of hex digits; `None` for anything else.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
 }
 
 /// The secret's bytes from its hex form, at least [`SECRET_BYTES_MIN`].
 pub fn parse_secret(text: &str) -> Result<Vec<u8>, String> {
-    let text = text.trim();
-    if !text.len().is_multiple_of(2) || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
-        return Err("secret must be hex digits (an even number of them)".into());
-    }
-    let bytes: Vec<u8> = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex digits"))
-        .collect();
+    let bytes = unhex(text.trim()).ok_or("secret must be hex digits (an even number of them)")?;
     if bytes.len() < SECRET_BYTES_MIN {
         return Err(format!(
             "secret of {} bytes is too short: at least {SECRET_BYTES_MIN} (32 hex digits)",
