@@ -342,17 +342,11 @@ impl History {
         if self.operations.is_empty() {
             return 0;
         }
-        // ops share their keys' strings: the distinct strings first,
-        // then the distinct keys among them
-        let mut shared: std::collections::HashSet<Option<(usize, usize)>, rustc_hash::FxBuildHasher> =
-            Default::default();
-        let mut keys: std::collections::HashSet<Option<&str>, rustc_hash::FxBuildHasher> = Default::default();
-        for o in &self.operations {
-            let key = self.ops[o.invoke].key.as_deref();
-            if shared.insert(key.map(|k| (k.as_ptr() as usize, k.len()))) {
-                keys.insert(key);
-            }
-        }
+        let keys: std::collections::HashSet<Option<&str>, rustc_hash::FxBuildHasher> = self
+            .operations
+            .iter()
+            .map(|o| self.ops[o.invoke].key.as_deref())
+            .collect();
         keys.len()
     }
 }

@@ -247,10 +247,9 @@ fn column_of(schema: &Schema, columns: &[usize], name: &str, ty: &str, where_: &
 /// An insert's `Native` blocks as full rows (columns a block leaves out
 /// take their defaults). The blocks carry no block info, as ClickHouse's
 /// clients send them over HTTP.
-pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<Vec<Vec<Value>>> {
+pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8], bound: &mut RowsBound) -> TResult<Vec<Vec<Value>>> {
     let mut input = Input { data, pos: 0 };
     let mut rows: Vec<Vec<Value>> = Vec::new();
-    let mut bound = RowsBound::default();
     let mut block = 0;
     while !input.at_end() {
         block += 1;
@@ -291,7 +290,7 @@ pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<V
                     .value(schema.columns[c].ty, &format!("row {}", i + 1))
                     .map_err(|e| bad(&format!("{wc} ({name})"), e))?;
                 if let Value::String(s) = &v {
-                    bound.add(0, s.capacity())?;
+                    bound.string(s)?;
                 }
                 row[c] = v;
             }
@@ -302,7 +301,13 @@ pub fn read_native(schema: &Schema, columns: &[usize], data: &[u8]) -> TResult<V
 
 /// An insert's `RowBinary` rows (the insert's columns, in its order) or
 /// `RowBinaryWithNamesAndTypes` rows (the header's columns).
-pub fn read_row_binary(schema: &Schema, columns: &[usize], data: &[u8], header: bool) -> TResult<Vec<Vec<Value>>> {
+pub fn read_row_binary(
+    schema: &Schema,
+    columns: &[usize],
+    data: &[u8],
+    header: bool,
+    bound: &mut RowsBound,
+) -> TResult<Vec<Vec<Value>>> {
     let mut input = Input { data, pos: 0 };
     let order: Vec<usize> = if header {
         let w = "RowBinaryWithNamesAndTypes header";
@@ -336,7 +341,6 @@ pub fn read_row_binary(schema: &Schema, columns: &[usize], data: &[u8], header: 
         return Err(bad("RowBinary", "an insert of no columns"));
     }
     let mut rows = Vec::new();
-    let mut bound = RowsBound::default();
     while !input.at_end() {
         let mut row = blank(schema);
         for &c in &order {
@@ -354,6 +358,14 @@ pub fn read_row_binary(schema: &Schema, columns: &[usize], data: &[u8], header: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read_native(s: &Schema, c: &[usize], d: &[u8]) -> TResult<Vec<Vec<Value>>> {
+        super::read_native(s, c, d, &mut RowsBound::default())
+    }
+
+    fn read_row_binary(s: &Schema, c: &[usize], d: &[u8], header: bool) -> TResult<Vec<Vec<Value>>> {
+        super::read_row_binary(s, c, d, header, &mut RowsBound::default())
+    }
     use drift_table::schema::PartitionKey;
 
     fn schema() -> Schema {

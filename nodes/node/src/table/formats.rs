@@ -148,6 +148,9 @@ pub fn insert_columns(schema: &Schema, names: &[String]) -> TResult<Vec<usize>> 
         .collect()
 }
 
+/// What the allocator adds to each allocation, about.
+const ALLOCATION: usize = 16;
+
 /// Memory the rows parsed from one insert may take, as [`RowsBound`]
 /// counts it. A row of small values takes several times the bytes it
 /// took in the body (a list, and a fixed-size value per column): this,
@@ -157,23 +160,37 @@ pub const ROWS_BYTES_MAX: usize = 128 << 20;
 
 /// Counts the rows an insert's data parses into, and refuses the insert
 /// past [`INSERT_ROWS_MAX`] rows or [`ROWS_BYTES_MAX`] bytes of them,
-/// as it is parsed rather than after.
+/// as it is parsed rather than after. Given the query port's budget
+/// ([`RowsBound::within`]), the rows take their memory from it too, so
+/// that concurrent inserts together hold no more than it gives (the
+/// memory returns when the bound is dropped, after the insert).
 #[derive(Default)]
 pub struct RowsBound {
     rows: usize,
     bytes: usize,
+    budget: Option<(crate::body::Budget, crate::body::Hold)>,
 }
 
+/// Steps in which the rows take memory from the port's budget.
+const ROWS_BUDGET_STEP: usize = 1 << 20;
+
 impl RowsBound {
+    /// A bound whose rows also count against `budget`.
+    pub fn within(budget: &crate::body::Budget) -> RowsBound {
+        RowsBound {
+            budget: Some((budget.clone(), crate::body::Hold::default())),
+            ..RowsBound::default()
+        }
+    }
+
     /// The memory of one row as the allocator gives it: its slot in the
     /// list of rows (twice, for the room a growing list keeps), its
     /// values, its strings' bytes, and each allocation's overhead.
     pub fn row_bytes(row: &[Value]) -> usize {
-        const ALLOCATION: usize = 16;
         let strings: usize = row
             .iter()
             .map(|v| match v {
-                Value::String(s) if s.capacity() > 0 => s.capacity() + ALLOCATION,
+                Value::String(s) => Self::string_bytes(s),
                 _ => 0,
             })
             .sum();
@@ -199,7 +216,34 @@ impl RowsBound {
                 ),
             ));
         }
+        if let Some((budget, hold)) = &mut self.budget {
+            if self.bytes > hold.bytes() {
+                let more = (self.bytes - hold.bytes()).next_multiple_of(ROWS_BUDGET_STEP);
+                hold.grow(budget, more).map_err(|r| {
+                    TableError::new(
+                        super::error::MEMORY_LIMIT_EXCEEDED,
+                        format!(
+                            "Memory limit exceeded: the rows of this insert (after {} rows): {r}",
+                            self.rows
+                        ),
+                    )
+                })?;
+            }
+        }
         Ok(())
+    }
+
+    /// Counts a string read into a row made before (Native).
+    pub fn string(&mut self, s: &str) -> TResult<()> {
+        self.add(0, Self::string_bytes(s))
+    }
+
+    fn string_bytes(s: &str) -> usize {
+        if s.is_empty() {
+            0
+        } else {
+            s.len() + ALLOCATION
+        }
     }
 
     /// Counts one parsed row.
@@ -240,10 +284,23 @@ impl<'de> serde::Deserialize<'de> for JsonRow {
 
 /// Parses an insert's data into full rows (omitted columns defaulted).
 pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8]) -> TResult<Vec<Vec<Value>>> {
+    parse_rows_within(schema, format, columns, data, &mut RowsBound::default())
+}
+
+/// [`parse_rows`], the rows counted by `bound`.
+pub fn parse_rows_within(
+    schema: &Schema,
+    format: Format,
+    columns: &[usize],
+    data: &[u8],
+    bound: &mut RowsBound,
+) -> TResult<Vec<Vec<Value>>> {
     match format {
-        Format::Native => return super::binary::read_native(schema, columns, data),
-        Format::RowBinary => return super::binary::read_row_binary(schema, columns, data, false),
-        Format::RowBinaryWithNamesAndTypes => return super::binary::read_row_binary(schema, columns, data, true),
+        Format::Native => return super::binary::read_native(schema, columns, data, bound),
+        Format::RowBinary => return super::binary::read_row_binary(schema, columns, data, false, bound),
+        Format::RowBinaryWithNamesAndTypes => {
+            return super::binary::read_row_binary(schema, columns, data, true, bound)
+        }
         Format::Json | Format::TabSeparatedWithNamesAndTypes => {
             return Err(TableError::new(
                 super::error::NOT_IMPLEMENTED,
@@ -264,7 +321,6 @@ pub fn parse_rows(schema: &Schema, format: Format, columns: &[usize], data: &[u8
     })?;
     let blank = || -> Vec<Value> { schema.columns.iter().map(|c| default_of(c.ty)).collect() };
     let mut rows = Vec::new();
-    let mut bound = RowsBound::default();
     match format {
         Format::JsonEachRow => {
             let stream = serde_json::Deserializer::from_str(data).into_iter::<JsonRow>();
@@ -673,5 +729,31 @@ mod tests {
         // within the bound it parses
         let ok = parse_rows(&schema(), Format::TabSeparated, &[0, 1], &tsv[..n / 2 * 7]).unwrap();
         assert_eq!(ok.len(), n / 2);
+    }
+
+    #[test]
+    fn rows_bounded_within_a_budget_take_their_memory_from_it_until_dropped() {
+        let budget = crate::body::Budget::new(4 << 20);
+        let mut tsv = Vec::new();
+        for i in 0..200_000 {
+            tsv.extend_from_slice(format!("{}\tabcd\n", i % 10).as_bytes());
+        }
+        // another insert holds most of the budget: this one's rows find
+        // too little of it
+        let mut other = RowsBound::within(&budget);
+        other.add(0, 3 << 20).unwrap();
+        let mut bound = RowsBound::within(&budget);
+        let e = parse_rows_within(&schema(), Format::TabSeparated, &[0, 1], &tsv, &mut bound).unwrap_err();
+        assert_eq!(e.code, super::super::error::MEMORY_LIMIT_EXCEEDED);
+        assert!(e.message.contains("bodies being read on this port"), "{}", e.message);
+        drop((bound, other));
+        assert_eq!(budget.available(), 4 << 20);
+        // alone, a smaller insert's rows fit, and hold memory until dropped
+        let mut bound = RowsBound::within(&budget);
+        let rows = parse_rows_within(&schema(), Format::TabSeparated, &[0, 1], &tsv[..7 * 10_000], &mut bound).unwrap();
+        assert_eq!(rows.len(), 10_000);
+        assert!(budget.available() < 4 << 20);
+        drop(bound);
+        assert_eq!(budget.available(), 4 << 20);
     }
 }

@@ -10,7 +10,7 @@ use super::error::{
     TResult, TableError, BAD_ARGUMENTS, CANNOT_DECOMPRESS, INCORRECT_DATA, READONLY, TABLE_IS_READ_ONLY,
     TIMEOUT_EXCEEDED, UNKNOWN_SETTING, UNKNOWN_TABLE,
 };
-use super::formats::{insert_columns, parse_rows, write_rows, Format, OutputOptions};
+use super::formats::{insert_columns, parse_rows_within, write_rows, Format, OutputOptions, RowsBound};
 use super::hooks::Hooks;
 use super::insert::{parse_quorum, InsertSettings};
 use super::query::{self, bool_setting, Command, InsertData, SelectQuery, Source};
@@ -31,14 +31,14 @@ use std::time::Duration;
 
 /// Largest request body (an insert's data, as sent: compressed, if it
 /// is).
-pub const BODY_BYTES_MAX: usize = 192 << 20;
+pub const BODY_BYTES_MAX: usize = 64 << 20;
 /// Largest request body once decoded (lz4, zstd).
-pub const DECODED_BYTES_MAX: usize = 192 << 20;
-/// The memory the query port's request bodies may hold together, as
-/// sent and decoded (crate::body): with [`super::formats::ROWS_BYTES_MAX`]
-/// for the rows parsed from them, what a node's inserts may hold at once
-/// is bounded by load, not by what clients send.
-pub const BODIES_BYTES_MAX: usize = 256 << 20;
+pub const DECODED_BYTES_MAX: usize = 64 << 20;
+/// The memory the query port's request bodies, as sent and decoded, and
+/// the rows parsed from them may hold together (crate::body,
+/// [`super::formats::RowsBound`]): what a node's inserts hold at once is
+/// bounded by this, not by what clients send or how many send at once.
+pub const BODIES_BYTES_MAX: usize = 160 << 20;
 /// Connections served at a time per interface; more wait in the backlog.
 /// Room for many idle or slow clients: each is cut at
 /// [`HEADER_READ_TIMEOUT`] or [`BODY_READ_TIMEOUT`], so they cannot hold
@@ -295,7 +295,12 @@ fn decode_body(
                 format!("the {name} request body decodes to more than {DECODED_BYTES_MAX} bytes"),
             ));
         }
-        hold.grow(budget, n).map_err(body_refused)?;
+        // the room the buffer keeps is counted, not only what it holds
+        if decoded.len() + n > decoded.capacity() {
+            let room = (decoded.capacity() * 2).max(decoded.len() + n).min(DECODED_BYTES_MAX);
+            hold.grow(budget, room - decoded.capacity()).map_err(body_refused)?;
+            decoded.reserve_exact(room - decoded.len());
+        }
         decoded.extend_from_slice(&chunk[..n]);
     }
     drop(input);
@@ -446,6 +451,9 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
         Command::Insert(ins) => {
             let r = replica(node, &ins.table)?;
             let columns = insert_columns(&r.schema, &ins.columns)?;
+            // the rows take their memory from the port's budget until the
+            // insert is done
+            let mut bound = RowsBound::within(&node.bodies);
             let rows = match ins.data {
                 InsertData::Formatted { format, inline } => {
                     let data: std::borrow::Cow<[u8]> = if inline.is_empty() {
@@ -453,7 +461,7 @@ async fn run(node: &TableNode, method: &Method, params: &[(String, String)], bod
                     } else {
                         [inline.as_bytes(), rest].concat().into()
                     };
-                    parse_rows(&r.schema, format, &columns, &data)?
+                    parse_rows_within(&r.schema, format, &columns, &data, &mut bound)?
                 }
                 InsertData::Values(v) => values_rows(&r.schema, &columns, &v)?,
             };
