@@ -448,11 +448,26 @@ fn parse_op_checked(text: &str, expected_index: u64, names: &mut Interner) -> Re
 /// Smallest file [`read_parallel`] splits between threads.
 const PARALLEL_BYTES_MIN: u64 = 4 << 20;
 
+/// Ops a reading thread of a later piece hands over at a time.
+const CHUNK_OPS: usize = 1 << 14;
+
+/// What a reading thread of a later piece sends the first: ops with
+/// their lines (counted from its piece's start), then its line count; or
+/// `None` when its piece cannot be read on the fast path.
+enum Piece {
+    Chunk(Vec<Op>, Vec<u64>),
+    Done(u64),
+}
+
 /// Reads a JSON Lines history of well-formed lines on several threads:
 /// the file is cut at line ends into one piece per thread, and each
 /// thread streams its piece through a buffer of its own and parses it on
 /// the fast path (the file is never held whole: fresh memory, which the
 /// kernel must clear page by page, costs more here than the parsing).
+/// The first thread's list has room for every op; the others hand theirs
+/// over in chunks as they go, which it moves in once its own piece is
+/// read — so it is given a smaller piece, and the moving overlaps the
+/// others' parsing rather than following it.
 /// Returns the ops and each op's 1-based line, or `None` when anything is
 /// off (a line the fast path cannot take, indices that are not dense, a
 /// line over [`LINE_BYTES_MAX`], a file too small to be worth it), so
@@ -460,15 +475,21 @@ const PARALLEL_BYTES_MIN: u64 = 4 << 20;
 /// is wrong and where.
 pub fn read_parallel(path: &Path, threads: usize) -> Option<(Vec<Op>, Vec<u64>)> {
     use std::io::{Read, Seek, SeekFrom};
+    use std::sync::mpsc;
     let len = std::fs::metadata(path).ok()?.len();
     if threads < 2 || len < PARALLEL_BYTES_MIN {
         return None;
     }
-    // piece boundaries, each just after a newline
+    // piece boundaries, each just after a newline; the first piece, whose
+    // thread also moves the others' ops in, is about 0.85 of the others
+    let weights: Vec<f64> = (0..threads).map(|t| if t == 0 { 0.85 } else { 1.0 }).collect();
+    let total: f64 = weights.iter().sum();
     let mut cuts = vec![0u64];
     let mut line = Vec::new();
-    for t in 1..threads as u64 {
-        let want = len * t / threads as u64;
+    let mut share = 0.0;
+    for w in &weights[..threads - 1] {
+        share += w / total;
+        let want = (len as f64 * share) as u64;
         let mut f = File::open(path).ok()?;
         f.seek(SeekFrom::Start(want)).ok()?;
         line.clear();
@@ -484,69 +505,103 @@ pub fn read_parallel(path: &Path, threads: usize) -> Option<(Vec<Op>, Vec<u64>)>
         }
     }
     cuts.push(len);
-    // lines in the file, about: the first piece's list has room for all,
-    // so the others' ops are moved once, into it
+    // lines in the file, about: the first piece's list has room for all
     let per_line = 80;
-    // each piece: its ops, their lines within it, and its line count
-    type Piece = Option<(Vec<Op>, Vec<u64>, u64)>;
-    let parsed: Vec<Piece> = std::thread::scope(|scope| {
-        let handles: Vec<_> = cuts
-            .windows(2)
-            .enumerate()
-            .map(|(k, w)| {
-                let (from, to) = (w[0], w[1]);
-                scope.spawn(move || -> Piece {
-                    let mut names = Interner::new();
-                    let room = if k == 0 { len } else { to - from } as usize / per_line;
-                    let mut ops = Vec::with_capacity(room);
-                    let mut lines = Vec::with_capacity(room);
-                    let mut f = File::open(path).ok()?;
-                    f.seek(SeekFrom::Start(from)).ok()?;
-                    let mut input = BufReader::with_capacity(1 << 20, f.take(to - from));
-                    let mut text = Vec::with_capacity(1024);
-                    let mut line = 0u64;
-                    loop {
-                        // a line inside the buffer is parsed where it lies;
-                        // one across its end is copied out first
-                        let buf = input.fill_buf().ok()?;
-                        if buf.is_empty() {
-                            break;
-                        }
-                        let (op, used) = match buf.iter().position(|&b| b == b'\n') {
-                            Some(end) => (parse_line(&buf[..=end], &mut names)?, end + 1),
-                            None => {
-                                text.clear();
-                                (&mut input)
-                                    .take(LINE_BYTES_MAX as u64 + 1)
-                                    .read_until(b'\n', &mut text)
-                                    .ok()?;
-                                if text.len() > LINE_BYTES_MAX {
-                                    return None;
-                                }
-                                (parse_line(&text, &mut names)?, 0)
-                            }
-                        };
-                        input.consume(used);
-                        line += 1;
-                        if let Some(op) = op {
-                            ops.push(op);
-                            lines.push(line);
-                        }
+    let room = len as usize / per_line;
+    // parses `from..to`, giving each op and its line (from the piece's
+    // start) to `put`; the piece's line count, or `None` when the fast
+    // path cannot take it (or `put` says stop)
+    let parse = |from: u64, to: u64, put: &mut dyn FnMut(Op, u64) -> bool| -> Option<u64> {
+        let mut names = Interner::new();
+        let mut f = File::open(path).ok()?;
+        f.seek(SeekFrom::Start(from)).ok()?;
+        let mut input = BufReader::with_capacity(1 << 20, f.take(to - from));
+        let mut text = Vec::with_capacity(1024);
+        let mut line = 0u64;
+        loop {
+            // a line inside the buffer is parsed where it lies; one across
+            // its end is copied out first
+            let buf = input.fill_buf().ok()?;
+            if buf.is_empty() {
+                break;
+            }
+            let (op, used) = match buf.iter().position(|&b| b == b'\n') {
+                Some(end) => (parse_line(&buf[..=end], &mut names)?, end + 1),
+                None => {
+                    text.clear();
+                    (&mut input)
+                        .take(LINE_BYTES_MAX as u64 + 1)
+                        .read_until(b'\n', &mut text)
+                        .ok()?;
+                    if text.len() > LINE_BYTES_MAX {
+                        return None;
                     }
-                    Some((ops, lines, line))
-                })
-            })
-            .collect();
-        handles.into_iter().map(|h| h.join().ok().flatten()).collect()
+                    (parse_line(&text, &mut names)?, 0)
+                }
+            };
+            input.consume(used);
+            line += 1;
+            if let Some(op) = op {
+                if !put(op, line) {
+                    return None;
+                }
+            }
+        }
+        Some(line)
+    };
+    let pieces: Vec<(u64, u64)> = cuts.windows(2).map(|w| (w[0], w[1])).collect();
+    let read = std::thread::scope(|scope| {
+        let mut later = Vec::new();
+        for &(from, to) in &pieces[1..] {
+            let (tx, rx) = mpsc::channel::<Option<Piece>>();
+            later.push(rx);
+            let parse = &parse;
+            scope.spawn(move || {
+                let (mut ops, mut lines) = (Vec::with_capacity(CHUNK_OPS), Vec::with_capacity(CHUNK_OPS));
+                let count = parse(from, to, &mut |op, line| {
+                    ops.push(op);
+                    lines.push(line);
+                    if ops.len() < CHUNK_OPS {
+                        return true;
+                    }
+                    let chunk = Piece::Chunk(
+                        std::mem::replace(&mut ops, Vec::with_capacity(CHUNK_OPS)),
+                        std::mem::replace(&mut lines, Vec::with_capacity(CHUNK_OPS)),
+                    );
+                    // the first thread gave up: stop too
+                    tx.send(Some(chunk)).is_ok()
+                });
+                let end = count.map(|n| {
+                    let _ = tx.send(Some(Piece::Chunk(ops, lines)));
+                    Piece::Done(n)
+                });
+                let _ = tx.send(end);
+            });
+        }
+        let (mut ops, mut lines) = (Vec::with_capacity(room), Vec::with_capacity(room));
+        let (from, to) = pieces[0];
+        let mut before = parse(from, to, &mut |op, line| {
+            ops.push(op);
+            lines.push(line);
+            true
+        })?;
+        for rx in later {
+            loop {
+                match rx.recv().ok()?? {
+                    Piece::Chunk(o, l) => {
+                        lines.extend(l.into_iter().map(|x| x + before));
+                        ops.extend(o);
+                    }
+                    Piece::Done(n) => {
+                        before += n;
+                        break;
+                    }
+                }
+            }
+        }
+        Some((ops, lines))
     });
-    let mut parsed = parsed.into_iter();
-    let (mut ops, mut lines, mut before) = parsed.next()??;
-    for piece in parsed {
-        let (o, l, n) = piece?;
-        lines.extend(l.into_iter().map(|x| x + before));
-        ops.extend(o);
-        before += n;
-    }
+    let (ops, lines) = read?;
     ops.iter()
         .enumerate()
         .all(|(i, op)| op.index == i as u64)
@@ -679,10 +734,15 @@ mod tests {
         }
         // a line the fast path cannot take: read line by line instead,
         // which says what is wrong and where
+        // (in a later piece, whose thread hands its ops over in chunks,
+        // and in the first, whose thread takes them)
         let bad = big_history("parallel-bad", 60_000, Some(45_000));
         assert!(read_parallel(&bad, 3).is_none());
         let e = HistoryReader::open(&bad).unwrap().find_map(Result::err).unwrap();
         assert!(e.reason.contains("`time`"), "{e}");
+        let bad_first = big_history("parallel-bad-first", 60_000, Some(100));
+        assert!(read_parallel(&bad_first, 3).is_none());
+        let _ = std::fs::remove_file(bad_first);
         // small files are not worth the threads
         let small = big_history("parallel-small", 100, None);
         assert!(read_parallel(&small, 3).is_none());

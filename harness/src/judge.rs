@@ -4,6 +4,8 @@
 //! It loads the history, runs the checkers, writes one picture per
 //! explained linearizability violation, `results.json` and `report.html`
 //! into the run directory, and moves the store's `latest` when asked.
+//! The report's plots, which need the history only, are drawn on a second
+//! thread while the checkers run.
 //! One error policy: what the verdict rests on (the history, the
 //! checkers, `results.json`, the pictures it names) failing is the run's
 //! failure (exit 3); the report, a view of what is stored, failing is a
@@ -66,10 +68,19 @@ pub fn judge(
         .collect::<Result<_, _>>()?;
     let h = History::load_with(history, bench.time_order).map_err(|e| Failure::new(e.to_string()))?;
     let ctx = CheckContext::new(bench.budget, bench.mem_bytes).with_jobs(bench.jobs);
-    let started = Instant::now();
-    let composed = check_all(&checkers, &h, &ctx).map_err(|e| Failure::new(e.to_string()))?;
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
-    let labels = match report::clock_of(&h) {
+    // the report's plots need the history only: drawn on a second
+    // thread while the checkers run (a long history's take a while)
+    let summarize = !bench.checkers.contains(&CheckerKind::Perf);
+    let (checked, elapsed_ms, plots) = std::thread::scope(|scope| {
+        let drawing = scope.spawn(|| report::plots(&h, summarize));
+        let started = Instant::now();
+        let checked = check_all(&checkers, &h, &ctx);
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1e3;
+        let plots = drawing.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (checked, elapsed_ms, plots)
+    });
+    let composed = checked.map_err(|e| Failure::new(e.to_string()))?;
+    let labels = match plots.clock() {
         report::Clock::Nanos => picture::AxisLabels::Time,
         report::Clock::Order(_) => picture::AxisLabels::Position,
     };
@@ -88,7 +99,7 @@ pub fn judge(
     let results_path = out
         .write_json(store::RESULTS_JSON, &results)
         .map_err(|e| Failure::new(format!("{}: cannot write results: {e}", out.path.display())))?;
-    let report = report::write(out, &h, info, &results)
+    let report = report::write_with(out, &h, info, &results, &plots)
         .map_err(|e| format!("{}: cannot write: {e}", out.report_html().display()));
     if let Some(store) = latest {
         store

@@ -337,19 +337,42 @@ fn legend(fs: &[&str], marks: bool) -> String {
     out
 }
 
-/// The page for one run.
-pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: &PerfSummary) -> String {
-    let clock = clock_of(h);
-    let by_order = matches!(clock, Clock::Order(_));
-    // where each history line sits on the x axis
-    let at = |i: usize| -> i64 {
-        if by_order {
-            i as i64
-        } else {
-            h.ops[i].time
-        }
-    };
-    let xa = if by_order {
+/// What a report page draws from the history alone — the plots, the
+/// node events, the latency summary — apart from what the checkers
+/// found: judging a run draws it beside the checks, on a thread of its
+/// own, since on a long history it takes a while.
+pub struct Plots {
+    clock: Clock,
+    t0: i64,
+    t1: i64,
+    legend: String,
+    legend_ops: String,
+    latency_svg: String,
+    throughput_svg: String,
+    nodes_events: String,
+    /// The latency summary, when computed here rather than taken from
+    /// the perf checker's result.
+    perf: Option<PerfSummary>,
+}
+
+impl Plots {
+    /// How the history's times were read (and the plots drawn).
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}
+
+/// Where history line `i` sits on a plot's x axis.
+fn x_of(h: &History, by_order: bool, i: usize) -> i64 {
+    if by_order {
+        i as i64
+    } else {
+        h.ops[i].time
+    }
+}
+
+fn x_axis(by_order: bool) -> XAxis<'static> {
+    if by_order {
         XAxis {
             unit: 1.0,
             title: "position in the history (event order)",
@@ -359,7 +382,24 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
             unit: 1e9,
             title: "seconds since the start",
         }
-    };
+    }
+}
+
+/// The page for one run, its latency summary given.
+#[cfg(test)]
+fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: &PerfSummary) -> String {
+    let mut p = plots(h, false);
+    p.perf = Some(perf.clone());
+    page(h, info, results, &p)
+}
+
+/// Draws what the page shows of the history itself; with `summarize`,
+/// also its latency summary (not needed when the perf checker ran).
+pub fn plots(h: &History, summarize: bool) -> Plots {
+    let clock = clock_of(h);
+    let by_order = matches!(clock, Clock::Order(_));
+    let at = |i: usize| x_of(h, by_order, i);
+    let xa = x_axis(by_order);
     let faults = faults_at(h, &at);
     // the heal: the main phase ends there and the final reads begin
     let marks: Vec<(i64, &str)> = h
@@ -479,6 +519,40 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
         );
     }
     let throughput_svg = wrap_svg(svg, Frame::height());
+    let nodes_events = node_events(h, t0, &at, &xa);
+    Plots {
+        clock,
+        t0,
+        t1,
+        legend: legend(&fs, true),
+        legend_ops: legend(&fs, false),
+        latency_svg,
+        throughput_svg,
+        nodes_events,
+        perf: summarize.then(|| drift_checkers::perf::summarize(h)),
+    }
+}
+
+/// The page for one run: the checkers' findings around `plots`. The
+/// latency summary is the perf checker's when it ran, else the one
+/// `plots` computed (or, failing both, one computed now).
+pub fn page(h: &History, info: Option<&RunInfo>, results: &ResultsFile, plots: &Plots) -> String {
+    let by_order = matches!(plots.clock, Clock::Order(_));
+    let at = |i: usize| x_of(h, by_order, i);
+    let (t0, t1) = (plots.t0, plots.t1);
+    let xa = x_axis(by_order);
+    let perf = PerfSummary::from_results(&results.checkers)
+        .or_else(|| plots.perf.clone())
+        .unwrap_or_else(|| drift_checkers::perf::summarize(h));
+    let clock = &plots.clock;
+    let Plots {
+        legend,
+        legend_ops,
+        latency_svg,
+        throughput_svg,
+        nodes_events,
+        ..
+    } = plots;
 
     let title = info.map_or_else(
         || {
@@ -507,7 +581,7 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
             );
         }
     }
-    if let Clock::Order(why) = &clock {
+    if let Clock::Order(why) = clock {
         let _ = write!(
             about,
             r#"<p class="note">This history's times are not nanoseconds since a start ({}): the plots draw each event at its position in the history.</p>"#,
@@ -525,7 +599,6 @@ pub fn render(h: &History, info: Option<&RunInfo>, results: &ResultsFile, perf: 
             why(c, &results.artifacts)
         );
     }
-    let nodes_events = node_events(h, t0, &at, &xa);
     let dedup = crate::dedup_report::section(h, results, &at, t0, t1, xa.unit);
     let kv = crate::kv_report::section(h, results, &at, t0, t1, xa.unit);
     format!(
@@ -565,12 +638,10 @@ td.why, table.config td {{ text-align: left; white-space: pre-wrap; max-width: 9
         verdict_up = results.verdict.as_str().to_uppercase(),
         ops = h.ops.len(),
         operations = h.operations.len(),
-        legend = legend(&fs, true),
-        legend_ops = legend(&fs, false),
         perf_table = if by_order {
             "<p>Not shown: rates and latencies need times in nanoseconds.</p>".to_string()
         } else {
-            perf_table(perf)
+            perf_table(&perf)
         },
     )
 }
@@ -662,9 +733,18 @@ pub fn write(
     info: Option<&RunInfo>,
     results: &ResultsFile,
 ) -> std::io::Result<std::path::PathBuf> {
-    // the perf checker's own figures when it ran, else computed here
-    let perf = PerfSummary::from_results(&results.checkers).unwrap_or_else(|| drift_checkers::perf::summarize(h));
-    run.write_file(crate::store::REPORT_HTML, render(h, info, results, &perf).as_bytes())
+    write_with(run, h, info, results, &plots(h, false))
+}
+
+/// [`write`], with the plots drawn already.
+pub fn write_with(
+    run: &crate::RunDir,
+    h: &History,
+    info: Option<&RunInfo>,
+    results: &ResultsFile,
+    plots: &Plots,
+) -> std::io::Result<std::path::PathBuf> {
+    run.write_file(crate::store::REPORT_HTML, page(h, info, results, plots).as_bytes())
 }
 
 fn wrap_svg(body: String, height: f64) -> String {
