@@ -6,7 +6,7 @@
 //! `porcupine_us`), verdicts are compared with it (a mismatch exits 1) and
 //! times are put beside the peer's.
 
-use crate::cli::BenchCheckerArgs;
+use crate::bench_linear::BenchCheckerArgs;
 use crate::fail::Failure;
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::linear::Linearizable;
@@ -16,8 +16,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// Most timed runs per file.
-pub const RUNS_MAX: u32 = 1000;
 const DEFAULT_DIR: &str = "../shared/data/histories/etcd";
 
 #[derive(Serialize)]

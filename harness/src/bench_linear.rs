@@ -5,14 +5,16 @@
 //! timed apart; the verdict against the known one (a mismatch exits 1);
 //! the core's size and whether it is minimal; the process's peak memory.
 
-use crate::cli::BenchCheckerArgs;
+use crate::arg_values::{parse_budget_s, parse_fraction, parse_json};
 use crate::fail::Failure;
+use clap::Args;
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::linear::synth::{self, Inject, Spec};
 use drift_checkers::linear::{LinearReport, Linearizable};
 use drift_checkers::{checker::MEM_BYTES_DEFAULT, CheckContext, Checker, History, HistoryWriter, Verdict};
 use serde::Serialize;
 use std::path::Path;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// The standard suite: (ops, info fraction, violation).
@@ -229,4 +231,60 @@ fn peak_rss_mib() -> Option<f64> {
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// Most timed runs per file.
+pub const RUNS_MAX: u32 = 1000;
+
+/// `drift bench checker`.
+#[derive(Args, Debug)]
+pub struct BenchCheckerArgs {
+    /// Folder of histories, *.jsonl and *.edn [default: ../shared/data/histories/etcd].
+    pub dir: Option<PathBuf>,
+    /// Model to check against.
+    #[arg(long, value_enum, default_value_t = ModelKind::CasRegister)]
+    pub model: ModelKind,
+    /// What every key holds first, as JSON (default null; see `drift check -h`).
+    #[arg(long, value_parser = parse_json)]
+    pub init: Option<serde_json::Value>,
+    /// Timed runs per file; the median is reported.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=RUNS_MAX as i64))]
+    pub runs: u32,
+    /// Per-file time budget in seconds.
+    #[arg(long = "budget-s", default_value_t = 60.0, value_parser = parse_budget_s)]
+    pub budget_s: f64,
+    /// Also time the explanation of violations.
+    #[arg(long)]
+    pub explain: bool,
+    /// Time the dedup checker instead, on a generated insert-retry history
+    /// of this many attempts (a correct table's: the check does all its work).
+    #[arg(long = "dedup-attempts", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub dedup_attempts: Option<u64>,
+    /// Print one JSON document instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Time generated long histories instead of a folder's: 10 keys, 20
+    /// processes, real linearization points, so each verdict is known.
+    /// Without --ops/--inject/--info, the standard suite (BENCHMARKS.md).
+    #[arg(long, conflicts_with_all = ["dir", "dedup_attempts"])]
+    pub long: bool,
+    /// With --long: operations in one generated history.
+    #[arg(long, requires = "long", value_parser = clap::value_parser!(u64).range(1..=20_000_000))]
+    pub ops: Option<u64>,
+    /// With --long: the violation to inject.
+    #[arg(long, requires = "long", value_enum)]
+    pub inject: Option<drift_checkers::linear::synth::Inject>,
+    /// With --long: fraction of ops that end `info` (e.g. 0.002).
+    #[arg(long, requires = "long", value_parser = parse_fraction)]
+    pub info: Option<f64>,
+    /// With --long: the generator's seed.
+    #[arg(long, requires = "long", default_value_t = 1)]
+    pub seed: u64,
+    /// With --long: also write each generated history here as JSON Lines
+    /// (to run another checker on the same files).
+    #[arg(long, requires = "long")]
+    pub write: Option<PathBuf>,
+    /// Threads the checker may use (keys in parallel).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub jobs: u64,
 }

@@ -17,7 +17,8 @@
 //!    clients, then every server's digest;
 //! 6. [`teardown`] — servers stopped, partitions and the claim released,
 //!    `run.json` rewritten with the schedule as applied;
-//! 7. judge ([`crate::judge`]) and [`summarise`].
+//! 7. judge ([`crate::judge`]) and summarise ([`crate::run`], shared with
+//!    the simulator).
 //!
 //! Every phase is bounded (the schedule ends within the time limit;
 //! healing, convergence, the final operations and the checks have
@@ -26,27 +27,25 @@
 
 use crate::backend::Backend;
 use crate::claim::Claim;
-use crate::cli::TestArgs;
 use crate::deletes::{self, KvClient};
+use crate::events::Witnessed;
 use crate::fail::Failure;
 use crate::inserts::{self, InsertClient, Replicas};
-use crate::judge::{self, Bench, Judgement};
 use crate::local::{LocalCluster, LocalSpec};
 use crate::nemesis::{self, Partitioner, Step};
+use crate::pace::Pace;
+use crate::plan::TestArgs;
 use crate::plan::{Campaign, Plan, Target};
 use crate::recorder::{Recorder, RecorderHandle};
-use drift_checkers::checker::MEM_BYTES_DEFAULT;
+use crate::run;
 use drift_checkers::history::{OpType, Process};
-use drift_checkers::perf::{PerfSummary, Span};
-use drift_checkers::Verdict;
-use drift_results::files::{ResultsFile, RunInfo, Versions};
-use drift_results::store::{self, RunDir, Store};
-use drift_results::time;
+use drift_results::files::RunInfo;
+use drift_results::store::{RunDir, Store};
 use drift_workloads::zkclient::{ClientSpec, ZkClient};
 use drift_workloads::{Outcome, Rng, Workload};
 use serde_json::{json, Value};
 use std::io::{BufRead, Seek};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -132,11 +131,11 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
         return crate::sim::execute(c, store);
     }
     let run_started = Instant::now();
-    let (run, mut info) = create_run(&c, &store)?;
+    let (run, mut info) = run::create_run(&c, &store)?;
     let env = match setup(&c, &run, &mut info) {
         Ok(env) => env,
         Err(e) => {
-            discard_refused(&run);
+            run::discard_refused(&run);
             return Err(e);
         }
     };
@@ -145,102 +144,9 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     heal(&env, &main);
     final_reads(&c, &env, &main);
     let (ops, problems) = teardown(env, main, &mut info, &run)?;
-    let judged = judge_run(&c, &run, &info, &store)?;
-    summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
+    let judged = run::judge_run(&c, &run, &info, &store)?;
+    run::summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
     Ok(judged.results.verdict.exit_code())
-}
-
-/// What a campaign's history is judged by.
-pub(crate) fn bench_of(c: &Campaign) -> Bench {
-    Bench {
-        checkers: c.plan.checkers(),
-        model: c.plan.model(),
-        init: Value::Null,
-        budget: Some(Duration::from_secs(c.plan.check_budget_s)),
-        mem_bytes: MEM_BYTES_DEFAULT,
-        jobs: drift_checkers::CheckContext::all_cores(),
-        time_order: drift_checkers::TimeOrder::Strict,
-    }
-}
-
-/// Judges a campaign's stored history into its run directory.
-pub(crate) fn judge_run(c: &Campaign, run: &RunDir, info: &RunInfo, store: &Store) -> Result<Judgement, Failure> {
-    judge::judge(run, &run.history(), &bench_of(c), Some(info), Some(store))
-}
-
-/// [`summarise`], for the simulated backend.
-pub(crate) fn summarise_run(
-    c: &Campaign,
-    judged: &Judgement,
-    ops: u64,
-    took: Duration,
-    problems: &[String],
-    run: &RunDir,
-) {
-    summarise(c, judged, ops, took, problems, run)
-}
-
-/// A new run in the store, its `run.json` written and the plan printed.
-pub(crate) fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo), Failure> {
-    let test = c.plan.test_name();
-    let run = store
-        .create_run(&test)
-        .map_err(|e| Failure::new(format!("{}: {e}", store.root().display())))?;
-    out!("drift test  seed {}", c.seed);
-    out!("  {}", serde_json::to_string(&c.config()).expect("json"));
-    if !c.plan.quorum_reads {
-        out!(
-            "  local reads: a server answers from its own tree, so stale reads under partitions are expected findings"
-        );
-    }
-    let info = RunInfo {
-        test,
-        kind: "test".into(),
-        created_at: time::rfc3339(SystemTime::now()),
-        seed: Some(c.seed),
-        config: c.config(),
-        versions: Versions::current(env!("CARGO_PKG_VERSION"), option_env!("DRIFT_GIT_SHA")),
-        source: None,
-        hosts: Vec::new(),
-        nemesis_schedule: Campaign::schedule_json(&c.schedule),
-        target: None,
-    };
-    write_run_json(&run, &info)?;
-    Ok((run, info))
-}
-
-/// A set-up that failed: its run directory goes when it holds nothing
-/// but `run.json` (nothing started: a refusal), and is kept, and named,
-/// when servers left their logs there.
-fn discard_refused(run: &RunDir) {
-    fn files(dir: &Path) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                out.extend(files(&p));
-            } else {
-                out.push(p);
-            }
-        }
-        out
-    }
-    let left = files(&run.path);
-    if left.iter().all(|p| p == &run.run_json()) {
-        let _ = std::fs::remove_dir_all(&run.path);
-        // the test's folder too, when this was its only run
-        if let Some(test_dir) = run.path.parent() {
-            let _ = std::fs::remove_dir(test_dir);
-        }
-    } else {
-        out!("  the failed set-up left its logs in {}", run.path.display());
-    }
-}
-
-pub(crate) fn write_run_json(run: &RunDir, info: &RunInfo) -> Result<(), Failure> {
-    run.write_json(store::RUN_JSON, info)
-        .map(|_| ())
-        .map_err(|e| Failure::new(format!("{}: {e}", run.run_json().display())))
 }
 
 /// What the setup made, for the phases after it.
@@ -378,7 +284,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         .into_iter()
         .map(|i| json!({"id": i, "client": cluster.client_addr(i).to_string(), "peer": cluster.peer_addr(i).to_string()}))
         .collect();
-    write_run_json(run, info)?;
+    run::write_run_json(run, info)?;
     if remote {
         out!("  servers on {} (backend {})", cluster.name(), plan.backend.name());
     } else {
@@ -614,17 +520,6 @@ fn record_outcome(r: &Recorder, p: u64, f: &str, key: &Option<String>, o: &Outco
         Outcome::Partial(v, e) => (OpType::Info, v.clone(), Some(e.clone())),
     };
     r.record(Process::Client(p), kind, f, value, key.clone(), None, err);
-}
-
-/// How a worker paces itself (the znode workers and the insert workers).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Pace {
-    /// Process ids of one worker are `w`, `w + stride`, ….
-    pub stride: u64,
-    pub seed: u64,
-    pub until: Instant,
-    /// Mean time between two of its operations (logical inserts).
-    pub every: Duration,
 }
 
 async fn worker(w: u64, pace: Pace, r: Recorder, spec: ClientSpec) {
@@ -965,7 +860,7 @@ fn teardown(env: Env, main: Main, info: &mut RunInfo, run: &RunDir) -> Result<(u
     let ops = handle.finish().map_err(|e| Failure::new(format!("history: {e}")))?;
     let applied = applied.lock().map(|a| a.clone()).unwrap_or_default();
     info.nemesis_schedule = Campaign::schedule_json(&applied);
-    write_run_json(run, info)?;
+    run::write_run_json(run, info)?;
     Ok((ops, problems))
 }
 
@@ -1043,63 +938,12 @@ fn spawn_monitor(
     })
 }
 
-/// The dedup witness's lines already recorded: every keeper replica logs
-/// each block id's creation and removal, and a restarted one logs again
-/// what it replays; one history line each.
-#[derive(Default)]
-struct Witnessed(std::collections::BTreeSet<(i64, String, String)>);
-
 fn observe(node: u64, line: &str, r: &Recorder, seen: &mut Witnessed) {
     let Ok(v) = serde_json::from_str::<Value>(line.trim()) else {
         return;
     };
-    let index = v["log_index"].as_u64().unwrap_or(0);
-    match v["event"].as_str() {
-        Some("block_id") => {
-            let (Some(zxid), Some(op), Some(path)) = (v["zxid"].as_i64(), v["op"].as_str(), v["path"].as_str()) else {
-                return;
-            };
-            if seen.0.insert((zxid, op.to_string(), path.to_string())) {
-                r.event(
-                    drift_checkers::dedup::WITNESS_F,
-                    json!({"op": op, "path": path, "zxid": zxid, "ctime_ms": v["ctime_ms"], "session": v["session"],
-                        "data": v["data"]}),
-                );
-            }
-        }
-        Some("insert_block") => r.event(
-            drift_checkers::dedup::BLOCK_OF_F,
-            json!({"query_id": v["query_id"], "block_id": v["block_id"], "node": node}),
-        ),
-        Some("digest_mismatch") => {
-            r.event(
-                "digest-abort",
-                json!({"node": node, "log_index": index, "phase": v["phase"], "request": v["request"]}),
-            );
-        }
-        Some("diverge_applied") => {
-            r.event("diverge-applied", json!({"node": node, "log_index": index}));
-        }
-        Some("role") if v["role"] == "Leader" => r.event("leader", json!({"node": node, "term": v["term"]})),
-        Some("panic") => r.event("node-panic", json!({"node": node, "what": v["what"]})),
-        Some("snapshot_installed") => r.event("snapshot-installed", json!({"node": node, "index": v["index"]})),
-        Some("changelog_torn_tail") => r.event("torn-tail-repaired", json!({"node": node, "file": v["file"]})),
-        // the final phase records the repairs it asks for itself
-        Some("kv_repair") if v["trigger"] == "schedule" => {
-            let mut e = v.clone();
-            if let Some(o) = e.as_object_mut() {
-                for k in ["ts_ms", "service", "event", "trigger"] {
-                    o.remove(k);
-                }
-            }
-            r.event(drift_checkers::convergence::REPAIR_F, e);
-        }
-        Some("kv_gc") => r.event(
-            drift_checkers::convergence::GC_F,
-            json!({"node": node, "grace_ms": v["grace_ms"], "horizon_ts": v["horizon_ts"], "purged": v["purged"],
-                "mode": v["mode"], "forced": v["forced"]}),
-        ),
-        _ => {}
+    if let Some((f, value)) = crate::events::history_event(node, &v, seen) {
+        r.event(f, value);
     }
 }
 
@@ -1181,144 +1025,6 @@ fn spawn_progress(
             eprintln!();
         }
     })
-}
-
-fn summarise(c: &Campaign, judged: &Judgement, ops: u64, took: Duration, problems: &[String], run: &RunDir) {
-    let results = &judged.results;
-    out!(
-        "\n  {} history lines, {} operations, {:.1}s",
-        ops,
-        results.operations,
-        took.as_secs_f64()
-    );
-    for ch in &results.checkers {
-        let extra = match ch.checker.as_str() {
-            "stats" => format!(
-                "ok {} fail {} info {}",
-                ch.details["ok"], ch.details["fail"], ch.details["info"]
-            ),
-            "digest" => format!("aborts {} problems {}", ch.details["aborts"], ch.details["problems"]),
-            "perf" => perf_line(results),
-            "linearizable" => format!("{} keys, {} invalid", ch.details["keys"], ch.details["keys_invalid"]),
-            "dedup" => dedup_line(&ch.details),
-            "convergence" => convergence_line(&ch.details),
-            _ => String::new(),
-        };
-        out!("  checker {:<13} {:<8} {extra}", ch.checker, ch.verdict.as_str());
-        if let Some(reason) = &ch.reason {
-            out!("          {reason}");
-        }
-    }
-    if !c.plan.quorum_reads && results.verdict == Verdict::Invalid {
-        out!("  (local reads: stale reads are expected findings, not a fault of the keeper)");
-    }
-    for t in problems {
-        out!("  teardown problem (verdict unaffected): {t}");
-    }
-    if let Err(e) = &judged.report {
-        out!("  report problem (verdict unaffected): {e}");
-    }
-    for (a, _) in &judged.pictures {
-        out!("  picture {}", run.path.join(a).display());
-    }
-    out!("verdict  {}", results.verdict.as_str().to_uppercase());
-    out!("results  {}", run.results_json().display());
-    if let Ok(report) = &judged.report {
-        out!("report   {}", report.display());
-    }
-    if results.verdict != Verdict::Valid {
-        out!("reproduce: drift replay {}   (seed {})", run.path.display(), c.seed);
-    }
-    if let Some(path) = &c.junit {
-        let suite = crate::junit::Suite {
-            name: &c.plan.test_name(),
-            results,
-            run_dir: &run.path,
-            reproduce: Some(format!("drift replay {}", run.path.display())),
-        };
-        match crate::junit::write(path, &suite) {
-            Ok(()) => out!("junit    {}", path.display()),
-            Err(e) => out!("  junit problem (verdict unaffected): {e}"),
-        }
-    }
-}
-
-/// The convergence checker's headline: what it judged and found.
-fn convergence_line(d: &Value) -> String {
-    let counts = d["counts"]
-        .as_object()
-        .map(|c| c.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
-        .unwrap_or_default();
-    format!(
-        "{} keys, {} writes, {} reads{}, {} ranges read, {} repair sessions, {} GC passes{}",
-        d["keys"],
-        d["writes"],
-        d["reads"],
-        if d["reads_judged"] == true { " (judged)" } else { "" },
-        d["ranges_read"],
-        d["repair_sessions"],
-        d["gc_passes"],
-        if counts.is_empty() {
-            String::new()
-        } else {
-            format!("; {counts}")
-        }
-    )
-}
-
-/// The dedup checker's headline: what the clients did and what the
-/// table kept.
-fn dedup_line(d: &Value) -> String {
-    let counts = d["counts"]
-        .as_object()
-        .map(|c| c.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "))
-        .unwrap_or_default();
-    let b = &d["bound"];
-    let bound = match b["kind"].as_str() {
-        Some("witness") => format!(
-            "; retried keys judged by the keeper's witness {}, from the client {}; ids removed inside the window {}",
-            b["keys_judged_by_witness"], b["keys_judged_from_the_client"], b["removals_inside_the_window"]
-        ),
-        Some(_) => format!(
-            "; retried keys judged from the client {} (no witness)",
-            b["keys_judged_from_the_client"]
-        ),
-        None => String::new(),
-    };
-    format!(
-        "{} logical inserts, {} attempts (ok {} fail {} info {}), {} blocks deduplicated by the table, {} block copies exactly once{bound}{}",
-        d["logical_inserts"],
-        d["attempts"],
-        d["ok"],
-        d["fail"],
-        d["info"],
-        d["deduplicated_blocks"],
-        d["exactly_once_per_replica"],
-        if counts.is_empty() { String::new() } else { format!("; {counts}") }
-    )
-}
-
-/// The perf checker's headline: succeeded ops per second and the
-/// latency quantiles of all operations, then the same per fault window.
-fn perf_line(results: &ResultsFile) -> String {
-    let Some(perf) = PerfSummary::from_results(&results.checkers) else {
-        return String::new();
-    };
-    let span = |s: &Span| {
-        let q = s.all.latency_ms;
-        let ms = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
-        format!(
-            "{:.0} ok/s p50 {} p99 {} ms",
-            s.all.ok_per_s,
-            ms(q.map(|q| q.p50)),
-            ms(q.map(|q| q.p99))
-        )
-    };
-    let mut line = span(&perf.run);
-    for w in &perf.windows {
-        line.push_str(&format!("; {}: {}", w.window, span(&w.span)));
-    }
-    line
 }
 
 #[cfg(test)]

@@ -14,9 +14,10 @@
 //! `<dir>/fault-token` (0600), never on a command line.
 
 use crate::claim::{Block, Claim};
-use crate::cli::{ClusterAction, ClusterArgs, NodeArgs, TableArg};
 use crate::fail::Failure;
 use crate::plan::NODES_MAX;
+use clap::{Args, Subcommand, ValueEnum};
+use drift_keeper::DigestMode;
 use drift_node::config::ClusterConfig;
 use drift_node::keeper_node::{self, NodeOptions};
 use std::io::{Read, Write};
@@ -40,7 +41,7 @@ fn fail_stop_on_panic(id: u64) {
         default(info);
         println!(
             "{}",
-            serde_json::json!({"event": "panic", "node": id, "what": info.to_string()})
+            serde_json::json!({"event": drift_keeper::NodeEvent::Panic.name(), "node": id, "what": info.to_string()})
         );
         std::process::exit(PANIC_EXIT);
     }));
@@ -223,7 +224,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
             target,
             clickhouse_bin,
         } => {
-            if target == crate::cli::ClusterTarget::Clickhouse {
+            if target == ClusterTarget::Clickhouse {
                 let bin = crate::clickhouse::find_bin(clickhouse_bin.as_deref()).map_err(Failure::new)?;
                 if no_table || table_replicas.is_some() || !table_settings.is_empty() || which != TableArg::Events {
                     return Err(Failure::new(
@@ -247,13 +248,13 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                     set: &set,
                     table: None,
                     kv: None,
-                    zookeeper: coordinator == crate::cli::CoordinatorArg::Zookeeper,
+                    zookeeper: coordinator == CoordinatorArg::Zookeeper,
                     clickhouse: Some(&ch),
                 });
             } else if clickhouse_bin.is_some() {
                 return Err(Failure::new("--clickhouse-bin is for --target clickhouse"));
             }
-            let kv = if no_kv || coordinator == crate::cli::CoordinatorArg::Zookeeper {
+            let kv = if no_kv || coordinator == CoordinatorArg::Zookeeper {
                 None
             } else {
                 let mut settings = kv_settings.clone();
@@ -294,7 +295,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                 set: &set,
                 table: table.as_ref(),
                 kv: kv.as_ref(),
-                zookeeper: coordinator == crate::cli::CoordinatorArg::Zookeeper,
+                zookeeper: coordinator == CoordinatorArg::Zookeeper,
                 clickhouse: None,
             })
         }
@@ -1219,4 +1220,204 @@ fn signal(pids: &[u32], sig: &str) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// The cluster file (TOML: data_dir, knobs, [[peer]] id/raft/client).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// This node's id in the cluster file.
+    #[arg(long)]
+    pub id: u64,
+    /// Serve the fault hooks (diverge, clock, isolate, …) on this address,
+    /// to whoever sends the token. The token is read from
+    /// --fault-token-file, else from the DRIFT_FAULT_TOKEN environment
+    /// variable — never from the command line, which every user can see.
+    #[arg(long)]
+    pub admin: Option<std::net::SocketAddr>,
+    /// A file holding the fault hooks' token (with --admin).
+    #[arg(long = "fault-token-file")]
+    pub fault_token_file: Option<PathBuf>,
+    /// Override the config's digest mode.
+    #[arg(long, value_enum)]
+    pub digest: Option<DigestMode>,
+    /// Override the config: linearizable reads through a read-index round.
+    #[arg(long = "quorum-reads")]
+    pub quorum_reads: bool,
+    /// Exit when the parent process goes away (campaigns start nodes so).
+    #[arg(long = "exit-with-parent")]
+    pub exit_with_parent: bool,
+    /// Reach peer ID through ADDR instead of its Raft address (`ID=ADDR`,
+    /// repeatable): campaigns route links through their own proxies.
+    #[arg(long = "peer-via")]
+    pub peer_via: Vec<String>,
+    /// The first start of a new cluster. A node that finds no Raft state
+    /// without this flag lost it, and votes only after hearing from a
+    /// leader (it may have voted in a term it no longer knows).
+    #[arg(long)]
+    pub bootstrap: bool,
+}
+
+/// The table a local cluster declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TableArg {
+    Events,
+    Inserts,
+}
+
+/// What coordinates a local cluster's table.
+pub type CoordinatorArg = crate::plan::Coordinator;
+
+/// Who holds a local cluster's table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ClusterTarget {
+    /// drift's own nodes.
+    Drift,
+    /// Real ClickHouse servers, one per node.
+    Clickhouse,
+}
+
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(subcommand)]
+    pub action: ClusterAction,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterAction {
+    /// Start a local cluster in the background and print its connect string.
+    Up {
+        /// Nodes in the cluster.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=crate::plan::NODES_MAX))]
+        nodes: u64,
+        /// Directory for the cluster file, data and logs.
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        /// Client port; node i listens on 127.0.B.(10+i):port, Raft on port+1.
+        #[arg(long, default_value_t = 2181, value_parser = clap::value_parser!(u16).range(1024..=65533))]
+        port: u16,
+        /// Address block B (default: the lowest no other cluster holds).
+        #[arg(long, value_parser = clap::value_parser!(u8).range(0..=254))]
+        block: Option<u8>,
+        /// Linearizable reads (a read-index round before each read): the
+        /// default, as in `drift test`; kept for older command lines.
+        #[arg(long = "quorum-reads", conflicts_with = "local_reads")]
+        quorum_reads: bool,
+        /// Reads served from the node's own tree, as ZooKeeper serves them:
+        /// faster, but a read may miss a write acknowledged elsewhere.
+        #[arg(long = "local-reads")]
+        local_reads: bool,
+        /// Start each node with its fault hooks on; node i's admin endpoint
+        /// is 127.0.B.(10+i):port+2 and the token is in <dir>/fault-token.
+        #[arg(long = "fault-hooks")]
+        fault_hooks: bool,
+        /// Extra `key = value` lines for the cluster file (e.g. snapshot_distance = 50).
+        #[arg(long = "set")]
+        set: Vec<String>,
+        /// Declare no table (by default the cluster has the table `events`:
+        /// id UInt64, key String, value Int64, partitioned by intDiv(id, 1000)).
+        #[arg(long = "no-table", conflicts_with = "table")]
+        no_table: bool,
+        /// Which table the cluster declares: `events`, or `inserts` (the
+        /// insert-retry workload's: id UInt64, p UInt64, tag String,
+        /// partitioned by p), to drive the workload's client by hand.
+        #[arg(long, value_enum, default_value_t = TableArg::Events)]
+        table: TableArg,
+        /// Who holds the table: drift's own nodes, or one real ClickHouse
+        /// server per node (`clickhouse-server` on the PATH or
+        /// `--clickhouse-bin`) replicating a ReplicatedMergeTree through the
+        /// coordinator (its HTTP on --http-port, native port 9000).
+        #[arg(long = "target", value_enum, default_value_t = ClusterTarget::Drift)]
+        target: ClusterTarget,
+        /// The ClickHouse server executable of `--target clickhouse`.
+        #[arg(long = "clickhouse-bin")]
+        clickhouse_bin: Option<PathBuf>,
+        /// A setting of the table, `key = value` (repeatable), e.g.
+        /// `replicated_deduplication_window = 5`.
+        #[arg(long = "table-setting")]
+        table_settings: Vec<String>,
+        /// How many nodes (1..=N) hold a replica of the table (default: all);
+        /// the others run the keeper only.
+        #[arg(long = "table-replicas")]
+        table_replicas: Option<u64>,
+        /// The table's HTTP port on every node's address (ClickHouse's 8123).
+        #[arg(long = "http-port", default_value_t = 8123, value_parser = clap::value_parser!(u16).range(1024..))]
+        http_port: u16,
+        /// Where replicas fetch parts from each other (ClickHouse's 9009).
+        #[arg(long = "interserver-port", default_value_t = 9009, value_parser = clap::value_parser!(u16).range(1024..))]
+        interserver_port: u16,
+        /// What coordinates the table: the nodes' own keeper, or an Apache
+        /// ZooKeeper ensemble on the same client addresses (a baseline; the
+        /// nodes then run their tables only).
+        #[arg(long, value_enum, default_value_t = CoordinatorArg::Keeper)]
+        coordinator: CoordinatorArg,
+        /// Run no kv service (by default every node serves the kv service:
+        /// leaderless LWW replicas, RF 3 or the node count if smaller).
+        #[arg(long = "no-kv")]
+        no_kv: bool,
+        /// The kv service's HTTP port on every node's address.
+        #[arg(long = "kv-port", default_value_t = 8124, value_parser = clap::value_parser!(u16).range(1024..))]
+        kv_port: u16,
+        /// A setting of the kv service, `key = value` (repeatable), e.g.
+        /// `gc_grace_ms = 2000` (see `nodes/node/src/config.rs`).
+        #[arg(long = "kv-setting")]
+        kv_settings: Vec<String>,
+    },
+    /// Stop one node of the cluster (SIGTERM, then SIGKILL).
+    Stop {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        /// The node's id.
+        #[arg(long)]
+        node: u64,
+    },
+    /// Start one stopped node of the cluster again.
+    Start {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        /// The node's id.
+        #[arg(long)]
+        node: u64,
+    },
+    /// Stop one node, then start it again.
+    Restart {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+        /// The node's id.
+        #[arg(long)]
+        node: u64,
+    },
+    /// Holds a cluster's address block from `up` to `down` (started by
+    /// `up`, servers running or not); exits once the cluster file is gone.
+    #[command(hide = true)]
+    Hold {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Print the cluster's addresses as shell variables, for
+    /// `eval "$(drift cluster env)"`: DRIFT_CONNECT (the connect string),
+    /// DRIFT_DIR, and per node i DRIFT_HOST_i, DRIFT_CLIENT_i,
+    /// DRIFT_ADMIN_PORT_i (with fault hooks), DRIFT_TABLE_i, DRIFT_KV_i and
+    /// DRIFT_CLICKHOUSE_i (URLs), for whatever address block it got.
+    Env {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+    },
+    /// Show each node's role, zxid and digest.
+    Status {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+    },
+    /// Stop the cluster's nodes (SIGTERM, then SIGKILL) and give up its address block.
+    Down {
+        /// The cluster's directory (as given to `drift cluster up`).
+        #[arg(long, default_value = "drift-cluster")]
+        dir: PathBuf,
+    },
 }

@@ -18,7 +18,7 @@
 //! What it does not do: judge. It never decides which version should
 //! have won; that is the convergence checker's, from what was recorded.
 
-use crate::campaign::Pace;
+use crate::pace::Pace;
 use crate::recorder::Recorder;
 use drift_checkers::convergence::{CONFIG_F, REPAIR_F, REPLICA_F};
 use drift_checkers::history::{OpType, Process};

@@ -20,7 +20,7 @@
 //! What it does not do: judge. It never decides whether a row should be
 //! there; that is the dedup checker's, from what was recorded.
 
-use crate::campaign::Pace;
+use crate::pace::Pace;
 use crate::recorder::Recorder;
 use drift_checkers::history::{OpType, Process};
 use drift_workloads::table::{self, AttemptOutcome, Dialect, InsertGen};

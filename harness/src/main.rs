@@ -9,6 +9,7 @@ macro_rules! out {
     };
 }
 
+mod arg_values;
 mod backend;
 mod bench;
 mod bench_harness;
@@ -28,6 +29,7 @@ mod container;
 mod convert;
 mod deletes;
 mod docker;
+mod events;
 mod fail;
 mod hosts;
 mod image;
@@ -36,11 +38,13 @@ mod judge;
 mod junit;
 mod local;
 mod nemesis;
+mod pace;
 mod plan;
 mod proxy;
 mod recorder;
 mod repair;
 mod replyproxy;
+mod run;
 mod serve;
 mod sim;
 mod ssh;

@@ -1081,6 +1081,34 @@ pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner
     notes.join("; ")
 }
 
+/// A `--nemesis` value: a fault, or `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NemesisArg(pub Option<FaultKind>);
+
+impl NemesisArg {
+    pub fn fault(self) -> Option<FaultKind> {
+        self.0
+    }
+}
+
+impl clap::ValueEnum for NemesisArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        static ALL: std::sync::OnceLock<Vec<NemesisArg>> = std::sync::OnceLock::new();
+        ALL.get_or_init(|| {
+            std::iter::once(NemesisArg(None))
+                .chain(FaultKind::value_variants().iter().map(|k| NemesisArg(Some(*k))))
+                .collect()
+        })
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self.0 {
+            None => Some(clap::builder::PossibleValue::new("none")),
+            Some(k) => k.to_possible_value(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

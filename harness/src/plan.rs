@@ -10,15 +10,15 @@
 //! the plan under `config` with the keys every drift has written, so a
 //! run stored by an older drift still loads and replays.
 
-use crate::cli::TestArgs;
 use crate::fail::Failure;
-use crate::nemesis::{self, FaultKind, PartitionerMode, Step};
+use crate::nemesis::{self, FaultKind, NemesisArg, PartitionerMode, Step};
+use clap::Args;
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::registry::CheckerKind;
 use drift_results::files::RunInfo;
 use drift_workloads::{Workload, WorkloadKind};
 use serde::{Deserialize, Serialize};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The cluster file's line that has the keeper log each block id it
 /// creates and removes (the dedup checker's witness).
@@ -125,6 +125,17 @@ impl Coordinator {
     }
 }
 
+/// The faults a simulated cluster knows.
+pub const SIM_FAULTS: [FaultKind; 7] = [
+    FaultKind::Partition,
+    FaultKind::Kill,
+    FaultKind::Pause,
+    FaultKind::Corrupt,
+    FaultKind::Diverge,
+    FaultKind::Clock,
+    FaultKind::Wipe,
+];
+
 /// The faults the clickhouse target takes: its nodes have no drift fault
 /// hooks (drop-reply is a proxy of drift's own in front of each server).
 pub const CLICKHOUSE_FAULTS: [FaultKind; 6] = [
@@ -136,24 +147,9 @@ pub const CLICKHOUSE_FAULTS: [FaultKind; 6] = [
     FaultKind::Wipe,
 ];
 
-/// The keeper's digest mode (`digest` in the cluster file).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum DigestMode {
-    Off,
-    Incremental,
-    Full,
-}
-
-impl DigestMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            DigestMode::Off => "off",
-            DigestMode::Incremental => "incremental",
-            DigestMode::Full => "full",
-        }
-    }
-}
+/// The keeper's digest mode (`digest` in the cluster file): the keeper's
+/// own type.
+pub use drift_keeper::DigestMode;
 
 /// A test-only table defect (`--defect`), armed on every node through
 /// its fault hooks to prove the dedup checker finds what it breaks.
@@ -705,7 +701,7 @@ impl Plan {
                     self.workload().name()
                 ));
             }
-            if let Some(k) = self.nemeses.iter().find(|k| !crate::sim::FAULTS.contains(k)) {
+            if let Some(k) = self.nemeses.iter().find(|k| !SIM_FAULTS.contains(k)) {
                 return Err(format!(
                     "nemesis {} is not simulated (partition, kill, pause, corrupt, diverge, clock and wipe are)",
                     k.name()
@@ -897,6 +893,160 @@ fn path_error<E: std::fmt::Display>(within: &str, e: &serde_path_to_error::Error
         (false, true) => format!("{within}: {}", e.inner()),
         (false, false) => format!("{within}.{path}: {}", e.inner()),
     }
+}
+
+/// `--rate`: operations per second, a finite number in bounds.
+pub(crate) fn parse_rate(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !v.is_finite() || !(RATE_MIN..=RATE_MAX).contains(&v) {
+        return Err(format!("must be in {}..={}", RATE_MIN, RATE_MAX));
+    }
+    Ok(v)
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(
+    after_help = "Reads are linearizable by default (a read-index round on drift, a sync first on ZooKeeper); with --local-reads a server answers from its own tree, and stale reads under partitions are expected findings of the linearizability checker."
+)]
+pub struct TestArgs {
+    /// What the clients do: CAS registers, unique ids, a counter, a queue,
+    /// ephemeral znodes (all through the ZooKeeper protocol), inserts into
+    /// the replicated table retried under faults, or puts and deletes on
+    /// the kv service.
+    #[arg(long, value_enum, default_value_t = WorkloadKind::Register)]
+    pub workload: WorkloadKind,
+    /// The system under test: drift (its own keeper), zookeeper (Apache
+    /// ZooKeeper 3.8 from Debian's `zookeeper` package, as a baseline), or
+    /// clickhouse (real ClickHouse servers replicating through drift's
+    /// keeper or ZooKeeper; insert-retry only).
+    #[arg(long, value_enum, default_value_t = Target::Drift)]
+    pub target: Target,
+    /// Servers in the cluster (server i binds 127.0.B.(10+i)).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=NODES_MAX))]
+    pub nodes: u64,
+    /// Keys of the register workload.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=KEYS_MAX as i64))]
+    pub keys: u32,
+    /// Concurrent client processes.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=CONCURRENCY_MAX))]
+    pub concurrency: u64,
+    /// Total operations per second across all clients.
+    #[arg(long, default_value_t = 100.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Seconds of the main phase.
+    #[arg(long = "time-limit", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=TIME_LIMIT_MAX_S))]
+    pub time_limit: u64,
+    /// Faults, comma-separated (or none).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "kill,partition")]
+    pub nemesis: Vec<NemesisArg>,
+    /// Seconds between faults (each lasts half of it).
+    #[arg(long = "nemesis-interval", default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..=TIME_LIMIT_MAX_S))]
+    pub nemesis_interval: u64,
+    /// How partitions cut links: auto (iptables as root, else per-link
+    /// proxies), iptables, or proxies.
+    #[arg(long, value_enum, default_value_t = PartitionerMode::Auto)]
+    pub partitioner: PartitionerMode,
+    /// Where the servers run: local processes; Docker containers on a
+    /// network of the run's own (partitions then cut inside each
+    /// container; drift must be statically linked: see `drift build-image`);
+    /// hosts over SSH (`--hosts`); or simulated in one thread (`sim`:
+    /// deterministic, the seed replays it exactly).
+    #[arg(long, value_enum, default_value_t = BackendKind::Local)]
+    pub backend: BackendKind,
+    /// The hosts file of `--backend ssh` (see README, "On your own hosts").
+    #[arg(long)]
+    pub hosts: Option<PathBuf>,
+    /// Who coordinates the ClickHouse servers of `--target clickhouse`:
+    /// drift's keeper nodes (the default) or an Apache ZooKeeper ensemble.
+    #[arg(long, value_enum)]
+    pub coordinator: Option<Coordinator>,
+    /// The ClickHouse server executable of `--target clickhouse` (default:
+    /// `clickhouse-server` on the PATH).
+    #[arg(long = "clickhouse-bin")]
+    pub clickhouse_bin: Option<PathBuf>,
+    /// A bug planted in the simulated servers (`--backend sim` only; to
+    /// show the simulator finds it). Repeatable.
+    #[arg(long, value_enum)]
+    pub plant: Vec<PlantedBug>,
+    /// Seed of every random choice (default: random, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Linearizable reads: the default (kept for older command lines).
+    #[arg(long = "quorum-reads", conflicts_with = "local_reads")]
+    pub quorum_reads: bool,
+    /// Reads served from the server's own tree, as ZooKeeper serves them:
+    /// under a partition a stale read is then an expected finding.
+    #[arg(long = "local-reads")]
+    pub local_reads: bool,
+    /// Keeper digest mode.
+    #[arg(long, value_enum, default_value_t = DigestMode::Incremental)]
+    pub digest: DigestMode,
+    /// Client port of the servers (Raft port+1, admin port+2).
+    #[arg(long, default_value_t = 2281, value_parser = clap::value_parser!(u16).range(PORT_MIN as i64..=(u16::MAX - PORTS_USED) as i64))]
+    pub port: u16,
+    /// Address block B: server i binds 127.0.B.(10+i) (default: the
+    /// lowest block no other cluster on this machine holds).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(0..=254))]
+    pub block: Option<u8>,
+    /// Client operation timeout; past it the op is recorded `info`.
+    #[arg(long = "op-timeout-ms", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=TIMEOUT_MAX_MS))]
+    pub op_timeout_ms: u64,
+    /// The clients' session timeout: a session not heard from this long
+    /// expires (its ephemerals go; a table replica cut from its keeper
+    /// goes read-only).
+    #[arg(long = "session-timeout-ms", default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..=TIMEOUT_MAX_MS))]
+    pub session_timeout_ms: u64,
+    /// Time budget of the checkers, in seconds.
+    #[arg(long = "check-budget-s", default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=TIME_LIMIT_MAX_S))]
+    pub check_budget_s: u64,
+    /// insert-retry: block ids the table keeps for dedup
+    /// (replicated_deduplication_window) [default: 100; ClickHouse's is 1000]
+    #[arg(long = "dedup-window", value_parser = clap::value_parser!(u64).range(0..=DEDUP_WINDOW_MAX))]
+    pub dedup_window: Option<u64>,
+    /// insert-retry: how old a block id may get, measured from the newest
+    /// (replicated_deduplication_window_seconds) [default: 5; ClickHouse's is a week]
+    #[arg(long = "dedup-window-seconds", value_parser = clap::value_parser!(u64).range(1..=TIME_LIMIT_MAX_S))]
+    pub dedup_window_seconds: Option<u64>,
+    /// insert-retry: how often the table's leader drops old block ids and
+    /// log entries (cleanup_delay_period) [default: 1000; ClickHouse's is 30 s]
+    #[arg(long = "cleanup-period-ms", value_parser = clap::value_parser!(u64).range(10..=TIMEOUT_MAX_MS))]
+    pub cleanup_period_ms: Option<u64>,
+    /// insert-retry: attempts a logical insert gets before the client gives up [default: 5]
+    #[arg(long = "insert-attempts", value_parser = clap::value_parser!(u32).range(1..=INSERT_ATTEMPTS_MAX as i64))]
+    pub insert_attempts: Option<u32>,
+    /// insert-retry: start every node with a test-only table defect (its
+    /// fault hooks on), to prove the dedup checker finds it: skip-dedup
+    /// and no-block-id duplicate retried blocks, lose-part acknowledges
+    /// blocks whose rows it drops. delete: repair-overwrites makes repair
+    /// write the peer's version over the local one instead of merging
+    #[arg(long, value_enum)]
+    pub defect: Option<Defect>,
+    /// delete: how tombstones are collected: time (older than the grace;
+    /// a replica not repaired within it may resurrect a key) or repair
+    /// (only once every replica of the range was repaired) [default: time]
+    #[arg(long = "kv-gc", value_enum)]
+    pub kv_gc: Option<KvGc>,
+    /// delete: the tombstones' grace period, ms [default: 10000]
+    #[arg(long = "gc-grace-ms", value_parser = clap::value_parser!(u64).range(0..=TIMEOUT_MAX_MS))]
+    pub gc_grace_ms: Option<u64>,
+    /// delete: how often each server repairs the ranges it is the primary
+    /// of, ms; 0: only the final repair [default: 2000]
+    #[arg(long = "repair-interval-ms", value_parser = clap::value_parser!(u64).range(0..=TIMEOUT_MAX_MS))]
+    pub repair_interval_ms: Option<u64>,
+    /// delete: acknowledgements a write waits for [default: a majority of RF = min(3, nodes)]
+    #[arg(long = "kv-w", value_parser = clap::value_parser!(u64).range(1..=NODES_MAX))]
+    pub kv_w: Option<u64>,
+    /// delete: replicas a read waits for [default: a majority of RF]
+    #[arg(long = "kv-r", value_parser = clap::value_parser!(u64).range(1..=NODES_MAX))]
+    pub kv_r: Option<u64>,
+    /// Root of the result store.
+    #[arg(long, default_value = "store")]
+    pub store: PathBuf,
+    /// Write the verdict as JUnit XML to FILE too, for CI systems: a test
+    /// case per checker, an invalid one failed with its why and the
+    /// command that reproduces the run.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
 }
 
 #[cfg(test)]

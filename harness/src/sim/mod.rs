@@ -17,7 +17,6 @@ pub mod client;
 pub mod exec;
 pub mod sweep;
 
-use crate::campaign;
 use crate::fail::Failure;
 use crate::nemesis::{CorruptMode, Fault, FaultKind, RawStep, Step};
 use crate::plan::{Campaign, PlantedBug};
@@ -33,17 +32,6 @@ use serde_json::{json, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-
-/// The faults a simulated cluster knows.
-pub const FAULTS: [FaultKind; 7] = [
-    FaultKind::Partition,
-    FaultKind::Kill,
-    FaultKind::Pause,
-    FaultKind::Corrupt,
-    FaultKind::Diverge,
-    FaultKind::Clock,
-    FaultKind::Wipe,
-];
 
 /// Simulated time the setup (a leader, the workload's root) may take.
 const SETUP_US: u64 = 60_000_000;
@@ -154,8 +142,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             rotate_interval: sp.snapshot_distance.max(16),
             quorum_reads: plan.quorum_reads,
             witness_blocks: false,
-            digest: drift_keeper::DigestMode::parse(plan.digest.name())
-                .unwrap_or(drift_keeper::DigestMode::Incremental),
+            digest: plan.digest,
             session_timeout_min_ms: 1_000,
             session_timeout_max_ms: 60_000,
             seed: c.seed,
@@ -193,7 +180,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
 pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     let mut rng = Rng::new(Rng::derive(seed, "swarm"));
     let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
-        FAULTS.to_vec()
+        crate::plan::SIM_FAULTS.to_vec()
     } else {
         plan.nemeses.clone()
     };
@@ -318,6 +305,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let t0_us = h.borrow().t0_us;
     let mut ops = std::mem::take(&mut h.borrow_mut().ops);
     let mut logs = BTreeMap::new();
+    let mut seen = crate::events::Witnessed::default();
     for id in world.cluster.ids() {
         let mut lines = Vec::new();
         for (at, ev, fields) in world.cluster.log(id) {
@@ -325,7 +313,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
             if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
                 o.extend(f.clone());
             }
-            if let Some((f, v)) = timeline_event(id, ev, fields) {
+            if let Some((f, v)) = crate::events::history_event(id, &line, &mut seen) {
                 ops.push(Op {
                     index: 0,
                     time: (*at as i64 - t0_us as i64) * 1000,
@@ -377,20 +365,6 @@ pub fn simulate(c: &Campaign) -> Simulated {
         simulated_us: end_us,
         events: world.cluster.events(),
     }
-}
-
-/// A server's log line as an event on the history's timeline (as a real
-/// campaign's monitor records them).
-fn timeline_event(node: u64, event: &str, v: &Value) -> Option<(&'static str, Value)> {
-    let index = v["log_index"].as_u64().unwrap_or(0);
-    Some(match event {
-        "digest_mismatch" => ("digest-abort", json!({"node": node, "log_index": index})),
-        "diverge_applied" => ("diverge-applied", json!({"node": node, "log_index": index})),
-        "role" if v["role"] == "Leader" => ("leader", json!({"node": node, "term": v["term"]})),
-        "snapshot_installed" => ("snapshot-installed", json!({"node": node, "index": v["index"]})),
-        "changelog_torn_tail" => ("torn-tail-repaired", json!({"node": node, "file": v["file"]})),
-        _ => return None,
-    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -723,7 +697,7 @@ fn write_run(run: &drift_results::store::RunDir, sim: &Simulated) -> Result<(), 
 /// `drift test --backend sim` (and `drift replay` of a simulated run).
 pub fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     let started = std::time::Instant::now();
-    let (run, mut info) = campaign::create_run(&c, &store)?;
+    let (run, mut info) = crate::run::create_run(&c, &store)?;
     out!("  run dir {}", run.path.display());
     out!("  servers simulated in one thread (backend sim): the seed replays this run exactly");
     let planted = c.plan.sim.as_ref().map(|s| s.bugs.as_slice()).unwrap_or_default();
@@ -738,8 +712,8 @@ pub fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     let wall = started.elapsed();
     write_run(&run, &sim)?;
     info.nemesis_schedule = Campaign::schedule_json(&sim.applied);
-    campaign::write_run_json(&run, &info)?;
-    let judged = campaign::judge_run(&c, &run, &info, &store)?;
+    crate::run::write_run_json(&run, &info)?;
+    let judged = crate::run::judge_run(&c, &run, &info, &store)?;
     out!(
         "\n  simulated {:.1} s in {:.2} s ({:.0}× real time), {} events, trace {:#018x}",
         sim.simulated_us as f64 / 1e6,
@@ -751,7 +725,7 @@ pub fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     for (node, what) in &sim.violations {
         out!("  invariant violated on node {node}: {what}");
     }
-    campaign::summarise_run(&c, &judged, sim.ops.len() as u64, wall, &[], &run);
+    crate::run::summarise(&c, &judged, sim.ops.len() as u64, wall, &[], &run);
     Ok(judged.results.verdict.exit_code())
 }
 

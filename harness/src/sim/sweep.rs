@@ -2,7 +2,6 @@
 //! sim`: how fast simulated time runs.
 
 use super::{simulate, swarm, Simulated};
-use crate::campaign;
 use crate::cli::{BenchSimArgs, SimArgs};
 use crate::fail::Failure;
 use crate::plan::{BackendKind, Campaign, Plan};
@@ -32,7 +31,7 @@ fn campaign_of(base: &Plan, seed: u64, swarm_mode: bool) -> Campaign {
 /// (without shrinking a linearizability failure to its core: the stored
 /// run of a failing seed gets the full report).
 pub fn judge(c: &Campaign, sim: &Simulated) -> Result<(Verdict, String), Failure> {
-    let bench = campaign::bench_of(c);
+    let bench = crate::run::bench_of(c);
     let checkers: Vec<Box<dyn Checker>> = bench
         .checkers
         .iter()
@@ -219,11 +218,11 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
             continue;
         };
         // stored like any campaign, so replay, report and compare work
-        let (run, mut info) = campaign::create_run(&c, &store)?;
+        let (run, mut info) = crate::run::create_run(&c, &store)?;
         super::write_run(&run, &sim)?;
         info.nemesis_schedule = Campaign::schedule_json(&sim.applied);
-        campaign::write_run_json(&run, &info)?;
-        let judged = campaign::judge_run(&c, &run, &info, &store)?;
+        crate::run::write_run_json(&run, &info)?;
+        let judged = crate::run::judge_run(&c, &run, &info, &store)?;
         out!("seed {seed}: {} — {why}", verdict.as_str().to_uppercase());
         out!("  stored   {}", run.path.display());
         out!("  replay   drift replay {}", run.path.display());

@@ -92,6 +92,18 @@ pub struct DigestMismatch {
     pub actual: Digest,
 }
 
+impl DigestMismatch {
+    /// Its fields as its log line carries them, on a node and in the
+    /// simulator alike.
+    pub fn log_fields(&self) -> serde_json::Value {
+        serde_json::json!({
+            "log_index": self.log_index, "phase": self.phase.to_string(), "request": self.request,
+            "expected": format!("{:#018x}", self.expected.value), "actual": format!("{:#018x}", self.actual.value),
+            "digest_version": self.expected.version,
+        })
+    }
+}
+
 impl fmt::Display for DigestMismatch {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

@@ -24,8 +24,11 @@ use crate::state::{Delta, Session, State};
 use crate::watch::{self, WatchEvent};
 use std::collections::{BTreeMap, VecDeque};
 
-/// How digests are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How digests are kept (`digest` in a node's and a cluster's config,
+/// `--digest` of `drift test`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum DigestMode {
     /// No digests: entries carry none and nothing is checked.
     Off,
@@ -37,6 +40,14 @@ pub enum DigestMode {
 }
 
 impl DigestMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            DigestMode::Off => "off",
+            DigestMode::Incremental => "incremental",
+            DigestMode::Full => "full",
+        }
+    }
+
     pub fn parse(s: &str) -> Option<DigestMode> {
         match s {
             "off" => Some(DigestMode::Off),

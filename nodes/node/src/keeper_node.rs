@@ -132,12 +132,12 @@ fn log(node: u64, event: &str, fields: serde_json::Value) {
 
 /// Prints the FATAL line and exits: a diverged replica must not serve.
 fn fatal_digest(node: u64, m: &DigestMismatch) -> ! {
-    let line = serde_json::json!({
-        "level": "FATAL", "event": "digest_mismatch", "node": node,
-        "log_index": m.log_index, "phase": m.phase.to_string(), "request": m.request,
-        "expected": format!("{:#018x}", m.expected.value), "actual": format!("{:#018x}", m.actual.value),
-        "digest_version": m.expected.version,
+    let mut line = serde_json::json!({
+        "level": "FATAL", "event": drift_keeper::NodeEvent::DigestMismatch.name(), "node": node,
     });
+    if let (Some(o), serde_json::Value::Object(f)) = (line.as_object_mut(), m.log_fields()) {
+        o.extend(f);
+    }
     eprintln!("{line}");
     let _ = std::io::stderr().flush();
     std::process::exit(DIGEST_ABORT_EXIT);

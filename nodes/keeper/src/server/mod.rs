@@ -642,7 +642,7 @@ impl<D: Disk> KeeperServer<D> {
         };
         if let Some(t) = &report.torn_tail {
             server.log(
-                "changelog_torn_tail",
+                crate::NodeEvent::ChangelogTornTail.name(),
                 serde_json::json!({"file": t.file, "offset": t.offset, "reason": t.reason}),
             );
         }

@@ -644,7 +644,7 @@ impl<D: Disk> KeeperServer<D> {
     fn on_role(&mut self, role: StateRole, leader: u64) {
         let term = self.raw.raft.term;
         self.log(
-            "role",
+            crate::NodeEvent::Role.name(),
             serde_json::json!({"role": format!("{role:?}"), "leader": leader, "term": term}),
         );
         // requests the old leader had may commit or vanish: their clients
@@ -740,7 +740,10 @@ impl<D: Disk> KeeperServer<D> {
             // digests to compare, the divergence is taken as applied.
             let comparable = ke.digest.version != crate::digest::NO_DIGEST && ke.digest.version == d.version;
             if !comparable || ke.digest.mismatches(d) {
-                self.log("diverge_applied", serde_json::json!({"log_index": e.index}));
+                self.log(
+                    crate::NodeEvent::DivergeApplied.name(),
+                    serde_json::json!({"log_index": e.index}),
+                );
             } else {
                 self.diverge_next = true;
             }
@@ -849,7 +852,7 @@ impl<D: Disk> KeeperServer<D> {
                 _ => (None, None),
             };
             self.log(
-                "block_id",
+                crate::NodeEvent::BlockId.name(),
                 serde_json::json!({"op": op, "path": e.path, "zxid": c.zxid, "session": c.session,
                     "ctime_ms": ctime, "data": data}),
             );
@@ -1100,7 +1103,7 @@ impl<D: Disk> KeeperServer<D> {
             self.drop_conn(c);
         }
         self.log(
-            "snapshot_installed",
+            crate::NodeEvent::SnapshotInstalled.name(),
             serde_json::json!({"index": meta.index, "zxid": kmeta.zxid}),
         );
     }

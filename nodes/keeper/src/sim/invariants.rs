@@ -109,7 +109,7 @@ impl Invariants {
 
     /// A server logged `event`.
     pub fn logged(&mut self, id: u64, event: &str, fields: &serde_json::Value) {
-        if event == "diverge_applied" {
+        if event == crate::NodeEvent::DivergeApplied.name() {
             if let Some(index) = fields.get("log_index").and_then(|v| v.as_u64()) {
                 self.diverged.insert(id, index);
             }

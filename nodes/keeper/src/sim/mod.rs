@@ -544,7 +544,7 @@ impl Cluster {
                 }
                 Effect::DigestMismatch(m) => {
                     self.invariants.digest_mismatch(id, &m);
-                    self.log_line(id, "digest_mismatch", serde_json::json!({"log_index": m.log_index}));
+                    self.log_line(id, crate::NodeEvent::DigestMismatch.name(), m.log_fields());
                     self.stop(id, Down::DigestAbort { index: m.log_index });
                     return;
                 }

@@ -425,7 +425,7 @@ impl KvNode {
         let report = SessionReport::new(j, peer, started_ts, self.now_ts(), t0.elapsed(), result);
         let mut line = serde_json::to_value(&report).unwrap_or(serde_json::Value::Null);
         line["trigger"] = if scheduled { "schedule" } else { "request" }.into();
-        self.log("kv_repair", line);
+        self.log(drift_keeper::NodeEvent::KvRepair.name(), line);
         report
     }
 
@@ -618,7 +618,7 @@ impl KvNode {
         let horizon = now.saturating_sub(grace);
         if purged > 0 || forced_grace_ms.is_some() {
             self.log(
-                "kv_gc",
+                drift_keeper::NodeEvent::KvGc.name(),
                 serde_json::json!({"grace_ms": grace_ms, "horizon_ts": horizon, "purged": purged,
                     "mode": if mode == GcMode::Time { "time" } else { "repair" }, "forced": forced_grace_ms.is_some()}),
             );

@@ -133,7 +133,7 @@ impl Replica {
             if let Some(id) = &id {
                 // as ClickHouse logs "Wrote block with ID …" under its query id
                 self.log(
-                    "insert_block",
+                    drift_keeper::NodeEvent::InsertBlock.name(),
                     serde_json::json!({"query_id": s.query_id, "block_id": id, "ordinal": ordinal,
                         "partition": partition}),
                 );
