@@ -30,8 +30,9 @@
 //! on parts lifted, it never throttles the inserts).
 
 use crate::cli::{BenchTableArgs, TableSetup};
-use crate::cluster::{start_cluster, stop_cluster, LocalTable, UpSpec};
+use crate::cluster::{start_cluster, stop_cluster, UpSpec};
 use crate::fail::Failure;
+use crate::servers::LocalTable;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -156,7 +157,7 @@ pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
         .setups
         .iter()
         .any(|s| matches!(s, TableSetup::Zookeeper | TableSetup::ClickhouseZookeeper))
-        && !crate::local::zookeeper_installed()
+        && !crate::servers::zookeeper_installed()
     {
         return Err(Failure::new(
             "the zookeeper setup needs Apache ZooKeeper (apt install zookeeper), or --setups keeper,naive",

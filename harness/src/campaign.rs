@@ -102,14 +102,14 @@ pub fn replay(dir: &std::path::Path, junit: Option<PathBuf>) -> Result<i32, Fail
 /// Phase 1: the plan of the arguments, its seed and its schedule.
 pub fn validate(args: &TestArgs) -> Result<Campaign, Failure> {
     let plan = Plan::from_args(args)?;
-    if plan.target == Target::Zookeeper && !crate::local::zookeeper_installed() {
+    if plan.target == Target::Zookeeper && !crate::servers::zookeeper_installed() {
         return Err(Failure::new(
             "--target zookeeper needs Apache ZooKeeper: apt install zookeeper",
         ));
     }
     if plan.target == Target::Clickhouse {
         crate::clickhouse::find_bin(plan.clickhouse_bin.as_deref()).map_err(Failure::new)?;
-        if plan.coordinator == crate::plan::Coordinator::Zookeeper && !crate::local::zookeeper_installed() {
+        if plan.coordinator == crate::plan::Coordinator::Zookeeper && !crate::servers::zookeeper_installed() {
             return Err(Failure::new(
                 "--coordinator zookeeper needs Apache ZooKeeper: apt install zookeeper",
             ));
@@ -206,7 +206,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         None => None,
     };
     let kv = match &plan.kv {
-        Some(k) => Some(crate::cluster::LocalKv::new(
+        Some(k) => Some(crate::servers::LocalKv::new(
             plan.port + crate::plan::KV_PORT_OFFSET,
             &k.settings(),
         )?),
@@ -412,7 +412,7 @@ fn wait_kv(cluster: &mut dyn Backend) -> Result<(), Failure> {
     while Instant::now() < deadline {
         if addrs
             .iter()
-            .all(|a| crate::cluster::http_get(*a, "/ping").is_some_and(|(code, _)| code == 200))
+            .all(|a| crate::servers::http_get(*a, "/ping").is_some_and(|(code, _)| code == 200))
         {
             return Ok(());
         }

@@ -295,7 +295,7 @@ const USERS_XML: &str = "<?xml version=\"1.0\"?>\n<yandex>\n  <profiles>\n    <d
 
 /// One query over HTTP: the answer's body, or the server's error.
 pub fn query(addr: SocketAddr, sql: &str) -> Result<String, String> {
-    match crate::cluster::http_request(addr, "POST", "/", sql.as_bytes(), QUERY_TIMEOUT) {
+    match crate::servers::http_request(addr, "POST", "/", sql.as_bytes(), QUERY_TIMEOUT) {
         Some((200, body)) => Ok(body),
         Some((code, body)) => Err(format!("{addr}: HTTP {code}: {}", body.trim())),
         None => Err(format!("{addr}: no answer")),
@@ -451,7 +451,7 @@ impl ClickHouseCluster {
         let deadline = Instant::now() + START_TIMEOUT;
         for i in self.ids() {
             loop {
-                if crate::cluster::http_get(self.http(i), "/ping").is_some_and(|(c, _)| c == 200) {
+                if crate::servers::http_get(self.http(i), "/ping").is_some_and(|(c, _)| c == 200) {
                     break;
                 }
                 let s = self.server(i);
@@ -573,7 +573,7 @@ impl ClickHouseCluster {
         if let Some(mut old) = s.watcher.take() {
             let _ = old.wait();
         }
-        s.watcher = crate::local::watch_parent(child.id());
+        s.watcher = crate::servers::watch_parent(child.id());
         s.child = Some(child);
         s.paused = false;
         Ok(())
@@ -1047,7 +1047,7 @@ pub fn deploy(
         .as_ref()
         .ok_or_else(|| Failure::new("target clickhouse runs the insert-retry workload"))?;
     let bin = find_bin(plan.clickhouse_bin.as_deref()).map_err(Failure::new)?;
-    if plan.coordinator == Coordinator::Zookeeper && !crate::local::zookeeper_installed() {
+    if plan.coordinator == Coordinator::Zookeeper && !crate::servers::zookeeper_installed() {
         return Err(Failure::new(
             "--coordinator zookeeper needs Apache ZooKeeper: apt install zookeeper",
         ));

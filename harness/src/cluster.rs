@@ -16,12 +16,12 @@
 use crate::claim::{Block, Claim};
 use crate::fail::Failure;
 use crate::plan::NODES_MAX;
+use crate::servers::{four_letter, http_get, local_config, write_private, LocalKv, LocalTable, FAULT_TOKEN_ENV};
 use clap::{Args, Subcommand, ValueEnum};
 use drift_keeper::DigestMode;
 use drift_node::config::ClusterConfig;
 use drift_node::keeper_node::{self, NodeOptions};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -155,9 +155,6 @@ fn arm_defect(
     t.arm_defect(&defect).map_err(Failure::new)
 }
 
-/// The environment variable a node reads its fault hooks' token from
-/// when no `--fault-token-file` is given.
-pub const FAULT_TOKEN_ENV: &str = "DRIFT_FAULT_TOKEN";
 /// Fewest characters a fault token has.
 const FAULT_TOKEN_CHARS_MIN: usize = 16;
 
@@ -184,20 +181,6 @@ fn fault_token(file: Option<&Path>) -> Result<String, Failure> {
         )));
     }
     Ok(token)
-}
-
-/// Writes `text` to `path` readable by this user alone (a secret or a
-/// token lives there).
-pub fn write_private(path: &Path, text: &str) -> Result<(), String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
@@ -324,100 +307,8 @@ pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
     Ok(())
 }
 
-/// The cluster file of a local cluster, with the peers' `secret`.
-/// A table for the nodes of a local cluster: its HTTP and interserver
-/// ports on every node's address, and its `[[table]]` declaration.
-pub struct LocalTable {
-    /// Nodes 1..=replicas hold a replica; the others are keepers only.
-    pub replicas: u64,
-    pub http_port: u16,
-    pub interserver_port: u16,
-    pub declaration: String,
-}
-
-/// The kv service of a local cluster: its port on every node's address
-/// and its `[kv]` settings (`key = value` lines).
-pub struct LocalKv {
-    pub port: u16,
-    pub settings: Vec<String>,
-}
-
-impl LocalKv {
-    /// Checks the settings are `key = value` lines.
-    pub fn new(port: u16, settings: &[String]) -> Result<LocalKv, Failure> {
-        if let Some(s) = settings.iter().find(|s| !s.contains('=')) {
-            return Err(Failure::new(format!("--kv-setting {s:?}: expected `key = value`")));
-        }
-        Ok(LocalKv {
-            port,
-            settings: settings.to_vec(),
-        })
-    }
-}
-
 /// The table `drift cluster up` declares unless told not to.
 pub const DEFAULT_TABLE: &str = "name = \"events\"\ncolumns = \"id UInt64, key String, value Int64\"\npartition_by = \"intDiv(id, 1000)\"\norder_by = \"id\"\n";
-
-#[allow(clippy::too_many_arguments)]
-pub fn local_config(
-    nodes: u64,
-    ip: &dyn Fn(u64) -> std::net::IpAddr,
-    data_dir: &Path,
-    port: u16,
-    quorum_reads: bool,
-    secret: &str,
-    set: &[String],
-    table: Option<&LocalTable>,
-    kv: Option<&LocalKv>,
-) -> String {
-    let mut t = String::new();
-    let defaults = [
-        ("data_dir", format!("{:?}", data_dir.display().to_string())),
-        ("secret", format!("{secret:?}")),
-        ("tick_ms", "50".to_string()),
-        ("quorum_reads", quorum_reads.to_string()),
-    ];
-    let overridden = |k: &str| set.iter().any(|l| l.split('=').next().is_some_and(|x| x.trim() == k));
-    for (k, v) in defaults {
-        if !overridden(k) {
-            t.push_str(&format!("{k} = {v}\n"));
-        }
-    }
-    for line in set {
-        t.push_str(line);
-        t.push('\n');
-    }
-    for i in 1..=nodes {
-        t.push_str(&format!(
-            "\n[[peer]]\nid = {i}\nraft = \"{ip}:{raft}\"\nclient = \"{ip}:{port}\"\n",
-            ip = ip(i),
-            raft = port + 1
-        ));
-        if let Some(tb) = table.filter(|tb| i <= tb.replicas) {
-            t.push_str(&format!(
-                "http = \"{ip}:{}\"\ninterserver = \"{ip}:{}\"\n",
-                tb.http_port,
-                tb.interserver_port,
-                ip = ip(i)
-            ));
-        }
-        if let Some(kv) = kv {
-            t.push_str(&format!("kv = \"{}:{}\"\n", ip(i), kv.port));
-        }
-    }
-    if let Some(kv) = kv {
-        t.push_str("\n[kv]\n");
-        for line in &kv.settings {
-            t.push_str(line);
-            t.push('\n');
-        }
-    }
-    if let Some(tb) = table {
-        t.push_str("\n[[table]]\n");
-        t.push_str(&tb.declaration);
-    }
-    t
-}
 
 /// The table of `declaration` with `settings` (`key = value` lines).
 pub fn local_table(
@@ -526,7 +417,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         zookeeper,
         clickhouse,
     } = *spec;
-    if zookeeper && !crate::local::zookeeper_installed() {
+    if zookeeper && !crate::servers::zookeeper_installed() {
         return Err(Failure::new(
             "--coordinator zookeeper needs Apache ZooKeeper (apt install zookeeper)",
         ));
@@ -724,7 +615,7 @@ fn start_zookeeper(
     port: u16,
     claim: &Claim,
 ) -> Result<(), Failure> {
-    crate::local::write_zookeeper_configs(config, block, nodes, port).map_err(Failure::new)?;
+    crate::servers::write_zookeeper_configs(config, block, nodes, port).map_err(Failure::new)?;
     let mut pids = Vec::new();
     for i in 1..=nodes {
         let log_path = dir.join(format!("zookeeper-{i}.log"));
@@ -738,7 +629,7 @@ fn start_zookeeper(
                 .share()
                 .map_err(|e| Failure::new(format!("the address block's lock: {e}")))?,
         );
-        let child = crate::local::zookeeper_command(&config.node_dir(i))
+        let child = crate::servers::zookeeper_command(&config.node_dir(i))
             .stdin(stdin)
             .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
             .stderr(log)
@@ -749,39 +640,6 @@ fn start_zookeeper(
         std::fs::write(dir.join("zk-pids"), text).map_err(|e| Failure::new(e.to_string()))?;
     }
     Ok(())
-}
-
-/// A plain HTTP/1.0 GET: (status, body), or `None` if it could not be had.
-pub fn http_get(addr: SocketAddr, target: &str) -> Option<(u16, String)> {
-    http_request(addr, "GET", target, b"", Duration::from_secs(5))
-}
-
-/// One HTTP/1.0 request with `body`; the status and the body answered,
-/// or `None` when the server cannot be reached or answers nothing within
-/// `timeout`.
-pub fn http_request(
-    addr: SocketAddr,
-    method: &str,
-    target: &str,
-    body: &[u8],
-    timeout: Duration,
-) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(timeout)).ok()?;
-    let head = format!(
-        "{method} {target} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).ok()?;
-    s.write_all(body).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let code = out.split_whitespace().nth(1)?.parse().ok()?;
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((code, body))
 }
 
 /// How a cluster's claim on its address block names its holder.
@@ -1064,16 +922,6 @@ fn start_node(dir: &Path, node: u64) -> Result<i32, Failure> {
     }
     out!("node {node}: started (pid {pid})");
     Ok(0)
-}
-
-/// Sends a four-letter word; the answer, or None if the node is down.
-pub fn four_letter(addr: SocketAddr, word: &str) -> Option<String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(word.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    Some(out)
 }
 
 fn read_pids(dir: &Path) -> Result<Vec<(u64, u32)>, Failure> {

@@ -201,7 +201,7 @@ impl DockerCluster {
         // the fault token goes in as a file of the mounted directory, never
         // as an argument or environment variable of `docker run` (both show
         // in `ps` and `docker inspect`)
-        crate::cluster::write_private(&base.join(FAULT_TOKEN_FILE), token)?;
+        crate::servers::write_private(&base.join(FAULT_TOKEN_FILE), token)?;
         let mut lines = vec![
             format!("digest = {:?}", digest.name()),
             "snapshot_distance = 2000".to_string(),
@@ -212,7 +212,7 @@ impl DockerCluster {
         lines.extend(extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
         // the servers see their data under /data
-        let text = crate::cluster::local_config(
+        let text = crate::servers::local_config(
             n,
             &|i| IpAddr::V4(ip(i)),
             Path::new("/data"),
@@ -224,7 +224,7 @@ impl DockerCluster {
             kv,
         );
         let config_path = run_dir.join("cluster.toml");
-        crate::cluster::write_private(&config_path, &text)?;
+        crate::servers::write_private(&config_path, &text)?;
         let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
         let bridge = format!("br-{}", &network_id[..network_id.len().min(12)]);
         let mut nodes = Vec::new();
@@ -458,7 +458,7 @@ impl Corrupt for DockerCluster {
                 what: "corrupt",
             });
         }
-        crate::local::damage_files(&n.dir, how, pick)
+        crate::servers::damage_files(&n.dir, how, pick)
     }
 }
 
@@ -470,7 +470,7 @@ impl LogFiles for DockerCluster {
 
 impl Probe for DockerCluster {
     fn four(&self, i: u64, word: &str) -> Option<String> {
-        crate::cluster::four_letter(self.nodes[(i - 1) as usize].client, word)
+        crate::servers::four_letter(self.nodes[(i - 1) as usize].client, word)
     }
 
     fn leader(&self) -> Option<u64> {
@@ -493,7 +493,7 @@ impl Probe for DockerCluster {
 
 impl FaultHooks for DockerCluster {
     fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
-        crate::local::call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
+        crate::servers::call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
     }
 }
 

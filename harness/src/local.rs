@@ -18,9 +18,9 @@ use crate::backend::{
 use crate::claim::Block;
 use crate::plan::DigestMode;
 use crate::proxy::ProxyMesh;
+use crate::servers::{call_admin, damage_files, watch_parent, write_zookeeper_configs, zookeeper_command};
 use drift_node::config::ClusterConfig;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -65,9 +65,9 @@ pub struct LocalSpec<'a> {
     /// partitions can cut links without iptables.
     pub proxies: bool,
     /// A replicated table on the first `replicas` nodes.
-    pub table: Option<&'a crate::cluster::LocalTable>,
+    pub table: Option<&'a crate::servers::LocalTable>,
     /// The kv service on every node.
-    pub kv: Option<&'a crate::cluster::LocalKv>,
+    pub kv: Option<&'a crate::servers::LocalKv>,
     /// Cluster-file lines beside the campaign's own (`key = value`).
     pub extra: Vec<String>,
     /// A test-only table defect every node arms at start (through its
@@ -84,175 +84,6 @@ pub struct LocalCluster {
     token: String,
     defect: Option<String>,
     exe: PathBuf,
-}
-
-/// Debian's Apache ZooKeeper 3.8 (`apt install zookeeper`).
-const ZOOKEEPER_CLASSPATH: &str =
-    "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
-
-/// Whether Apache ZooKeeper is installed where the zookeeper target looks.
-pub fn zookeeper_installed() -> bool {
-    Path::new("/usr/share/java/zookeeper.jar").exists()
-}
-
-/// The command that runs one Apache ZooKeeper server from `dir/zoo.cfg`.
-pub(crate) fn zookeeper_command(dir: &Path) -> Command {
-    let mut c = Command::new("java");
-    c.args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_CLASSPATH])
-        .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
-        .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
-        .arg("-Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties")
-        .arg("org.apache.zookeeper.server.quorum.QuorumPeerMain")
-        .arg(dir.join("zoo.cfg"));
-    c
-}
-
-/// A watcher that SIGKILLs `pid` once this drift is gone (or quits once
-/// `pid` is): for servers that do not end with their parent by themselves
-/// (a JVM, a ClickHouse server). Reap it after `pid` ended.
-pub(crate) fn watch_parent(pid: u32) -> Option<Child> {
-    let watch = format!(
-        "while kill -0 {drift} 2>/dev/null && kill -0 {pid} 2>/dev/null; do sleep 0.5; done; \
-         kill -0 {drift} 2>/dev/null || kill -9 {pid} 2>/dev/null; true",
-        drift = std::process::id(),
-    );
-    Command::new("sh")
-        .args(["-c", &watch])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()
-}
-
-/// zoo.cfg and myid for each node: quorum on 127.0.0.(10+i) ports
-/// P+1/P+3, clients on P; ticks of 200 ms so elections and session
-/// expiry run at the pace of the drift keeper's.
-pub(crate) fn write_zookeeper_configs(config: &ClusterConfig, block: Block, n: u64, port: u16) -> Result<(), String> {
-    for i in 1..=n {
-        let dir = config.node_dir(i);
-        std::fs::create_dir_all(dir.join("data")).map_err(|e| format!("{}: {e}", dir.display()))?;
-        std::fs::write(dir.join("data").join("myid"), format!("{i}\n")).map_err(|e| e.to_string())?;
-        let mut cfg = format!(
-            "tickTime=200\ninitLimit=25\nsyncLimit=10\ndataDir={}\nclientPort={port}\nclientPortAddress={}\nmaxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=*\nminSessionTimeout=1000\nmaxSessionTimeout=30000\n",
-            dir.join("data").display(),
-            block.ip(i)
-        );
-        for j in 1..=n {
-            cfg.push_str(&format!("server.{j}={}:{}:{}\n", block.ip(j), port + 1, port + 3));
-        }
-        std::fs::write(dir.join("zoo.cfg"), cfg).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    Ok(())
-}
-
-impl LocalCluster {
-    /// Writes the cluster file under `run_dir/nodes` (not started yet).
-    pub fn new(run_dir: &Path, spec: LocalSpec<'_>) -> Result<LocalCluster, String> {
-        let LocalSpec {
-            nodes: n,
-            block,
-            port,
-            quorum_reads,
-            digest,
-            token,
-            zookeeper,
-            proxies,
-            table,
-            kv,
-            extra,
-            defect,
-        } = spec;
-        let base = run_dir.join("nodes");
-        std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-        // campaigns snapshot and compact often, so faults meet them
-        let mut campaign = vec![
-            format!("digest = {:?}", digest.name()),
-            "snapshot_distance = 2000".to_string(),
-            "reserved_log_items = 500".to_string(),
-            "rotate_interval = 1000".to_string(),
-            "session_timeout_min_ms = 1000".to_string(),
-        ];
-        campaign.extend(extra);
-        let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(
-            n,
-            &|i| block.ip(i),
-            &base,
-            port,
-            quorum_reads,
-            &secret,
-            &campaign,
-            table,
-            kv,
-        );
-        let config_path = run_dir.join("cluster.toml");
-        crate::cluster::write_private(&config_path, &text)?;
-        let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
-        let nodes = (1..=n)
-            .map(|i| LocalNode {
-                id: i,
-                client: SocketAddr::new(block.ip(i), port),
-                peer: SocketAddr::new(block.ip(i), port + 1),
-                admin: SocketAddr::new(block.ip(i), port + 2),
-                http: config.peer(i).and_then(|p| p.http),
-                kv: config.peer(i).and_then(|p| p.kv),
-                dir: config.node_dir(i),
-                log: base.join(format!("n{i}.log")),
-                child: None,
-                watcher: None,
-                started_before: false,
-                paused: false,
-                cgroup: None,
-            })
-            .collect();
-        if zookeeper {
-            write_zookeeper_configs(&config, block, n, port)?;
-        }
-        // link i→j: server i dials 127.0.B.(10+j):P+10+i, the proxy dials
-        // j's Raft address from i's
-        let mesh = if proxies && !zookeeper {
-            let links: Vec<_> = (1..=n)
-                .flat_map(|i| (1..=n).filter(move |&j| j != i).map(move |j| (i, j)))
-                .map(|(i, j)| {
-                    let listen = SocketAddr::new(block.ip(j), port + 10 + i as u16);
-                    let target = SocketAddr::new(block.ip(j), port + 1);
-                    (i, j, listen, target, block.ip(i))
-                })
-                .collect();
-            Some(ProxyMesh::start(&links)?)
-        } else {
-            None
-        };
-        Ok(LocalCluster {
-            zookeeper,
-            mesh,
-            nodes,
-            config_path,
-            token: token.to_string(),
-            defect: defect.map(str::to_string),
-            exe: std::env::current_exe().map_err(|e| e.to_string())?,
-        })
-    }
-
-    fn node(&mut self, i: u64) -> &mut LocalNode {
-        &mut self.nodes[(i - 1) as usize]
-    }
-
-    /// Runs node `i` in the cgroup whose `cgroup.procs` is `procs` from its
-    /// next start on.
-    pub fn place_in_cgroup(&mut self, i: u64, procs: PathBuf) {
-        self.node(i).cgroup = Some(procs);
-    }
-
-    fn signal(pid: u32, sig: &str) {
-        let _ = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
 }
 
 impl Db for LocalCluster {
@@ -309,7 +140,7 @@ impl Db for LocalCluster {
             .args(["--id", &i.to_string(), "--exit-with-parent", "--admin"])
             .arg(n.admin.to_string())
             // the token through the environment: a command line is public
-            .env(crate::cluster::FAULT_TOKEN_ENV, &token)
+            .env(crate::servers::FAULT_TOKEN_ENV, &token)
             .envs(defect.iter().map(|d| (drift_node::table::hooks::DEFECT_ENV, d)))
             .args(&via)
             .args((!n.started_before).then_some("--bootstrap"));
@@ -446,77 +277,6 @@ impl Corrupt for LocalCluster {
     }
 }
 
-/// Damages the newest changelog segment or snapshot under `dir` (a
-/// stopped server's data directory, or a ZooKeeper one's): truncates it,
-/// or flips one byte, the file and the byte chosen by `pick`. Returns
-/// what was done.
-pub fn damage_files(dir: &Path, how: Damage, pick: u64) -> Result<String, BackendError> {
-    let where_ = if dir.join("data/version-2").is_dir() {
-        dir.join("data/version-2")
-    } else {
-        dir.to_path_buf()
-    };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&where_)
-        .map_err(|e| BackendError::io(&where_, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.file_name().and_then(|f| f.to_str()).is_some_and(damageable))
-        .collect();
-    files.sort();
-    let Some(target) = files.get((pick as usize) % files.len().max(1)).cloned() else {
-        return Ok("nothing to corrupt".into());
-    };
-    let mut bytes = std::fs::read(&target).map_err(|e| BackendError::io(&target, e))?;
-    let Some(what) = damage(&mut bytes, how, pick / files.len() as u64) else {
-        return Ok(format!("{} is empty", target.display()));
-    };
-    std::fs::write(&target, bytes).map_err(|e| BackendError::io(&target, e))?;
-    Ok(format!("{what} of {}", target.display()))
-}
-
-/// Whether `name` is a file `corrupt` may damage: a changelog segment or
-/// snapshot (the keeper's, or ZooKeeper's).
-pub fn damageable(name: &str) -> bool {
-    ["changelog_", "snapshot_", "log.", "snapshot."]
-        .iter()
-        .any(|p| name.starts_with(p))
-}
-
-/// Damages a file's bytes in place: cuts off the last quarter of what is
-/// written, or flips the byte `pick` chooses; what it did (`None` for an
-/// empty file).
-pub fn damage(bytes: &mut Vec<u8>, how: Damage, pick: u64) -> Option<String> {
-    if bytes.is_empty() {
-        return None;
-    }
-    // ZooKeeper preallocates its logs with zeros: damage the written part
-    let used = bytes.iter().rposition(|&b| b != 0).map_or(bytes.len(), |p| p + 1);
-    Some(match how {
-        Damage::Truncate => {
-            let keep = used * 3 / 4;
-            bytes.truncate(keep);
-            format!("truncated to {keep} bytes")
-        }
-        Damage::Flip => {
-            let at = pick as usize % used;
-            bytes[at] ^= 0x5a;
-            format!("flipped byte {at}")
-        }
-    })
-}
-
-/// Sends a fault-hook command to a server's admin endpoint; its answer.
-pub fn call_admin(i: u64, admin: SocketAddr, token: &str, cmd: &str) -> Result<String, BackendError> {
-    let hooks = |reason: String| BackendError::Hooks { node: i, reason };
-    let mut s =
-        TcpStream::connect_timeout(&admin, Duration::from_secs(1)).map_err(|e| hooks(format!("{admin}: {e}")))?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok();
-    s.write_all(format!("{token} {cmd}\n").as_bytes())
-        .map_err(|e| hooks(e.to_string()))?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).map_err(|e| hooks(e.to_string()))?;
-    Ok(out.trim().to_string())
-}
-
 impl LogFiles for LocalCluster {
     fn log_files(&self) -> Vec<(u64, PathBuf)> {
         self.nodes.iter().map(|n| (n.id, n.log.clone())).collect()
@@ -526,7 +286,7 @@ impl LogFiles for LocalCluster {
 impl Probe for LocalCluster {
     /// Sends a four-letter word to node i's client port.
     fn four(&self, i: u64, word: &str) -> Option<String> {
-        crate::cluster::four_letter(self.nodes[(i - 1) as usize].client, word)
+        crate::servers::four_letter(self.nodes[(i - 1) as usize].client, word)
     }
 
     fn leader(&self) -> Option<u64> {
@@ -585,6 +345,115 @@ impl TableHttp for LocalCluster {
 
     fn kv_http(&self, i: u64) -> Option<SocketAddr> {
         self.nodes[(i - 1) as usize].kv
+    }
+}
+
+impl LocalCluster {
+    /// Writes the cluster file under `run_dir/nodes` (not started yet).
+    pub fn new(run_dir: &Path, spec: LocalSpec<'_>) -> Result<LocalCluster, String> {
+        let LocalSpec {
+            nodes: n,
+            block,
+            port,
+            quorum_reads,
+            digest,
+            token,
+            zookeeper,
+            proxies,
+            table,
+            kv,
+            extra,
+            defect,
+        } = spec;
+        let base = run_dir.join("nodes");
+        std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
+        // campaigns snapshot and compact often, so faults meet them
+        let mut campaign = vec![
+            format!("digest = {:?}", digest.name()),
+            "snapshot_distance = 2000".to_string(),
+            "reserved_log_items = 500".to_string(),
+            "rotate_interval = 1000".to_string(),
+            "session_timeout_min_ms = 1000".to_string(),
+        ];
+        campaign.extend(extra);
+        let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
+        let text = crate::servers::local_config(
+            n,
+            &|i| block.ip(i),
+            &base,
+            port,
+            quorum_reads,
+            &secret,
+            &campaign,
+            table,
+            kv,
+        );
+        let config_path = run_dir.join("cluster.toml");
+        crate::servers::write_private(&config_path, &text)?;
+        let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
+        let nodes = (1..=n)
+            .map(|i| LocalNode {
+                id: i,
+                client: SocketAddr::new(block.ip(i), port),
+                peer: SocketAddr::new(block.ip(i), port + 1),
+                admin: SocketAddr::new(block.ip(i), port + 2),
+                http: config.peer(i).and_then(|p| p.http),
+                kv: config.peer(i).and_then(|p| p.kv),
+                dir: config.node_dir(i),
+                log: base.join(format!("n{i}.log")),
+                child: None,
+                watcher: None,
+                started_before: false,
+                paused: false,
+                cgroup: None,
+            })
+            .collect();
+        if zookeeper {
+            write_zookeeper_configs(&config, block, n, port)?;
+        }
+        // link i→j: server i dials 127.0.B.(10+j):P+10+i, the proxy dials
+        // j's Raft address from i's
+        let mesh = if proxies && !zookeeper {
+            let links: Vec<_> = (1..=n)
+                .flat_map(|i| (1..=n).filter(move |&j| j != i).map(move |j| (i, j)))
+                .map(|(i, j)| {
+                    let listen = SocketAddr::new(block.ip(j), port + 10 + i as u16);
+                    let target = SocketAddr::new(block.ip(j), port + 1);
+                    (i, j, listen, target, block.ip(i))
+                })
+                .collect();
+            Some(ProxyMesh::start(&links)?)
+        } else {
+            None
+        };
+        Ok(LocalCluster {
+            zookeeper,
+            mesh,
+            nodes,
+            config_path,
+            token: token.to_string(),
+            defect: defect.map(str::to_string),
+            exe: std::env::current_exe().map_err(|e| e.to_string())?,
+        })
+    }
+
+    fn node(&mut self, i: u64) -> &mut LocalNode {
+        &mut self.nodes[(i - 1) as usize]
+    }
+
+    /// Runs node `i` in the cgroup whose `cgroup.procs` is `procs` from its
+    /// next start on.
+    pub fn place_in_cgroup(&mut self, i: u64, procs: PathBuf) {
+        self.node(i).cgroup = Some(procs);
+    }
+
+    fn signal(pid: u32, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(pid.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
 

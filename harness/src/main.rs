@@ -46,6 +46,7 @@ mod repair;
 mod replyproxy;
 mod run;
 mod serve;
+mod servers;
 mod sim;
 mod ssh;
 mod sshcluster;

@@ -60,7 +60,7 @@ pub fn run(args: RepairArgs) -> Result<i32, Failure> {
             }
             target.push_str(&format!("&range={j}"));
         }
-        let (code, body) = crate::cluster::http_request(addr, "POST", &target, b"", REPAIR_TIMEOUT)
+        let (code, body) = crate::servers::http_request(addr, "POST", &target, b"", REPAIR_TIMEOUT)
             .ok_or_else(|| Failure::new(format!("server {id} ({addr}): no answer to POST {target}")))?;
         let v: serde_json::Value = serde_json::from_str(&body)
             .map_err(|e| Failure::new(format!("server {id}: an answer that is not JSON ({code}): {e}")))?;

@@ -570,7 +570,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(root.join("t/r/nodes")).unwrap();
         std::fs::write(root.join("t/r/run.json"), "{}").unwrap();
-        crate::cluster::write_private(&root.join("t/r/cluster.toml"), "secret = \"s3cr3t\"").unwrap();
+        crate::servers::write_private(&root.join("t/r/cluster.toml"), "secret = \"s3cr3t\"").unwrap();
         // by name even where the mode was widened
         std::fs::write(root.join("t/r/nodes/fault-token"), "t0k3n").unwrap();
         std::fs::set_permissions(
@@ -578,7 +578,7 @@ mod tests {
             std::fs::Permissions::from_mode(0o644),
         )
         .unwrap();
-        crate::cluster::write_private(&root.join("t/r/nodes/other.key"), "k3y").unwrap();
+        crate::servers::write_private(&root.join("t/r/nodes/other.key"), "k3y").unwrap();
         let root = std::fs::canonicalize(&root).unwrap();
         for path in ["/t/r/cluster.toml", "/t/r/nodes/fault-token", "/t/r/nodes/other.key"] {
             let r = route(&root, path);

@@ -132,7 +132,7 @@ impl SshCluster {
         .chain(extra)
         .collect::<Vec<_>>();
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
-        let text = crate::cluster::local_config(
+        let text = crate::servers::local_config(
             n,
             &|i| used[(i - 1) as usize].address,
             Path::new(&format!("{remote_run}/data")),
@@ -144,7 +144,7 @@ impl SshCluster {
             kv,
         );
         let local_config = run_dir.join("cluster.toml");
-        crate::cluster::write_private(&local_config, &text)?;
+        crate::servers::write_private(&local_config, &text)?;
         let config = ClusterConfig::load(&local_config).map_err(|e| e.to_string())?;
         let owner = format!("{} {}", hosts.controller, std::process::id());
         let mut seen = std::collections::BTreeSet::new();
@@ -474,14 +474,14 @@ impl Corrupt for SshCluster {
         let dir = format!("{}/data/node-{i}", self.run_dir);
         let r = self.remote(i);
         let listing = r.check(&format!("ls -1 {dir} 2>/dev/null || true")).map_err(hooks)?;
-        let mut files: Vec<&str> = listing.lines().filter(|f| crate::local::damageable(f)).collect();
+        let mut files: Vec<&str> = listing.lines().filter(|f| crate::servers::damageable(f)).collect();
         files.sort_unstable();
         let Some(name) = files.get((pick as usize) % files.len().max(1)) else {
             return Ok("nothing to corrupt".into());
         };
         let path = format!("{dir}/{name}");
         let mut bytes = r.read_from(&path, 0).map_err(hooks)?;
-        let Some(what) = crate::local::damage(&mut bytes, how, pick / files.len() as u64) else {
+        let Some(what) = crate::servers::damage(&mut bytes, how, pick / files.len() as u64) else {
             return Ok(format!("{path} is empty"));
         };
         r.write_file(&path, &bytes, 0o644).map_err(hooks)?;
@@ -497,7 +497,7 @@ impl LogFiles for SshCluster {
 
 impl Probe for SshCluster {
     fn four(&self, i: u64, word: &str) -> Option<String> {
-        crate::cluster::four_letter(self.nodes[(i - 1) as usize].client, word)
+        crate::servers::four_letter(self.nodes[(i - 1) as usize].client, word)
     }
 
     fn leader(&self) -> Option<u64> {
@@ -520,7 +520,7 @@ impl Probe for SshCluster {
 
 impl FaultHooks for SshCluster {
     fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
-        crate::local::call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
+        crate::servers::call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
     }
 }
 
