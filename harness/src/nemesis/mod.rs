@@ -30,18 +30,31 @@
 //!   (chosen servers start no scheduled repair until the stop). `clock`
 //!   skews the kv coordinators' timestamps too.
 //!
+//! Each family of faults is a module of its own, with what starts, stops
+//! and heals it: [`partitions`], [`processes`] (kill, pause, the rolling
+//! restart), [`disks`] (corrupt, wipe), [`hooks`] (the table's and kv
+//! service's hooks, diverge, clock). This module holds the vocabulary,
+//! the schedule, and the runner that dispatches each step to its family.
+//!
 //! The schedule is derived from the run's seed and stored as applied, so a
 //! replay applies the same faults at the same times. A stored schedule is
 //! read back through [`RawStep`], the format every drift has written, and
 //! checked ([`Step`]'s `TryFrom`, then [`check_schedule`]) before any
 //! server starts: a hand-edited `run.json` is an error naming the field.
 
-use crate::backend::{Backend, Damage, Part};
+mod disks;
+mod hooks;
+mod partitions;
+mod processes;
+
+pub use partitions::{Partitioner, PartitionerMode};
+
+use crate::backend::{Backend, Part};
 use crate::recorder::Recorder;
 use drift_workloads::Rng;
+use partitions::partition_links;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -536,400 +549,30 @@ fn shuffle(rng: &mut Rng, v: &mut [u64]) {
     }
 }
 
-/// Directed links cut by a partition of `ids` (already shuffled).
-fn partition_links(shape: Shape, ids: &[u64]) -> Vec<(u64, u64)> {
-    let n = ids.len();
-    let both = |a: &[u64], b: &[u64]| -> Vec<(u64, u64)> {
-        a.iter()
-            .flat_map(|&x| b.iter().flat_map(move |&y| [(x, y), (y, x)]))
-            .collect()
-    };
-    match shape {
-        Shape::Halves => both(&ids[..n / 2], &ids[n / 2..]),
-        Shape::One => both(&ids[..1], &ids[1..]),
-        Shape::Bridge => {
-            let mid = n / 2;
-            both(&ids[..mid], &ids[mid + 1..])
-        }
-        Shape::MajoritiesRing => {
-            // each server keeps its ring neighbours within reach: a
-            // majority each, no majority in common
-            let reach = n / 2;
-            let mut cut = Vec::new();
-            for (i, &a) in ids.iter().enumerate() {
-                for (j, &b) in ids.iter().enumerate() {
-                    let d = (i + n - j) % n;
-                    if i != j && d.min(n - d) > reach / 2 + (reach % 2) && d.min(n - d) > 1 {
-                        cut.push((a, b));
-                    }
-                }
-            }
-            if cut.is_empty() {
-                both(&ids[..1], &ids[1..])
-            } else {
-                cut
-            }
-        }
-        Shape::Asymmetric => ids[..n / 2]
-            .iter()
-            .flat_map(|&a| ids[n / 2..].iter().map(move |&b| (a, b)))
-            .collect(),
-    }
-}
-
-/// How a campaign asks partitions to be made (`--partitioner`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum PartitionerMode {
-    /// iptables when root and available, else per-link proxies.
-    #[default]
-    Auto,
-    Iptables,
-    Proxies,
-}
-
-/// How partitions are made.
-pub enum Partitioner {
-    /// iptables rules in a chain owned by this run; removed on teardown
-    /// or drop, whichever comes first.
-    Iptables { chain: String, torn: AtomicBool },
-    /// The backend's per-link proxies.
-    Proxies,
-    /// The backend's own means, in the servers' own network namespaces
-    /// (containers).
-    Backend,
-    /// The run has no partitions.
-    Unused,
-}
-
-impl Partitioner {
-    /// `auto`: iptables when root and available, else proxies. `iptables`
-    /// or `proxies` insist (an error says why iptables cannot be had).
-    pub fn choose(mode: PartitionerMode) -> Result<Partitioner, String> {
-        if mode == PartitionerMode::Proxies {
-            return Ok(Partitioner::Proxies);
-        }
-        let root = Command::new("id")
-            .arg("-u")
-            .output()
-            .ok()
-            .is_some_and(|o| o.stdout.starts_with(b"0"));
-        let have = Command::new("iptables")
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if root && have {
-            remove_dead_chains();
-            let chain = format!("{LOCAL_CHAIN_PREFIX}{}", std::process::id());
-            let ok = ipt(&["-N", &chain]) && ipt(&["-I", "OUTPUT", "-j", &chain]);
-            if ok {
-                return Ok(Partitioner::Iptables {
-                    chain,
-                    torn: AtomicBool::new(false),
-                });
-            }
-            let _ = ipt(&["-X", &chain]);
-        }
-        if mode == PartitionerMode::Iptables {
-            return Err(format!(
-                "--partitioner iptables: {}",
-                if !root {
-                    "needs root"
-                } else if !have {
-                    "iptables is not installed (apt install iptables)"
-                } else {
-                    "could not create a chain"
-                }
-            ));
-        }
-        Ok(Partitioner::Proxies)
-    }
-
-    /// Whether the backend must route peer links through its proxies.
-    pub fn needs_proxies(&self) -> bool {
-        matches!(self, Partitioner::Proxies)
-    }
-
-    pub fn name(&self) -> &'static str {
-        match self {
-            Partitioner::Iptables { .. } => "iptables",
-            Partitioner::Proxies => "per-link proxies",
-            Partitioner::Backend => "iptables on each server's host or in its container",
-            Partitioner::Unused => "nothing (no partitions)",
-        }
-    }
-
-    /// Cuts `links`; returns what it did. A link a→b is every packet
-    /// from a's peer address to b's that belongs to a Raft or kv
-    /// connection — to b's Raft or kv port, or from a's — so the rules
-    /// touch this run's peer traffic and nothing else on the machine.
-    pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)], part: Part) -> String {
-        match self {
-            Partitioner::Iptables { chain, .. } => {
-                let mut n = 0;
-                let ports = |i: u64| {
-                    let mut p = vec![cluster.peer_addr(i).port()];
-                    p.extend(cluster.kv_http(i).map(|a| a.port()));
-                    p
-                };
-                for (a, b) in links {
-                    let (pa, pb) = (cluster.peer_addr(*a), cluster.peer_addr(*b));
-                    let (sa, sb) = (pa.ip().to_string(), pb.ip().to_string());
-                    let mut rules: Vec<[String; 2]> = Vec::new();
-                    for port in ports(*b) {
-                        rules.push(["--dport".into(), port.to_string()]);
-                    }
-                    for port in ports(*a) {
-                        rules.push(["--sport".into(), port.to_string()]);
-                    }
-                    let ok = rules.iter().all(|port| {
-                        ipt(&[
-                            "-A", chain, "-s", &sa, "-d", &sb, "-p", "tcp", &port[0], &port[1], "-j", "DROP",
-                        ])
-                    });
-                    if ok {
-                        n += 1;
-                    }
-                }
-                format!("iptables: {n} directed links dropped")
-            }
-            Partitioner::Proxies => match cluster.cut_links(links, part) {
-                Some(n) => format!("proxies: {n} directed links cut"),
-                None => "no proxies on this backend: nothing cut".to_string(),
-            },
-            Partitioner::Backend => match cluster.cut_links(links, part) {
-                Some(n) => format!("{n} directed links cut at the servers"),
-                None => "this backend cannot cut links: nothing cut".to_string(),
-            },
-            Partitioner::Unused => "no partitioner in this run: nothing cut".to_string(),
-        }
-    }
-
-    pub fn heal(&self, cluster: &dyn Backend) {
-        match self {
-            Partitioner::Iptables { chain, .. } => {
-                let _ = ipt(&["-F", chain]);
-            }
-            Partitioner::Proxies | Partitioner::Backend => cluster.heal_links(),
-            Partitioner::Unused => {}
-        }
-    }
-
-    /// Removes the chain (teardown), once. Returns an error text on failure.
-    pub fn teardown(&self) -> Option<String> {
-        match self {
-            Partitioner::Iptables { chain, torn } if !torn.swap(true, Ordering::SeqCst) => {
-                let ok = ipt(&["-F", chain]) & ipt(&["-D", "OUTPUT", "-j", chain]) & ipt(&["-X", chain]);
-                (!ok).then(|| format!("could not remove iptables chain {chain}"))
-            }
-            _ => None,
-        }
-    }
-}
-
-impl Drop for Partitioner {
-    fn drop(&mut self) {
-        let _ = self.teardown();
-    }
-}
-
-/// The local partitioner's chains: this prefix and the PID of the drift
-/// that made it, so a run can tell a killed drift's chain from a live one's.
-const LOCAL_CHAIN_PREFIX: &str = "DRIFT-L";
-
-/// Removes the chains of local partitioners whose drift is gone (killed
-/// mid-run, it could not remove its own): the PID in the name runs no
-/// drift any more.
-fn remove_dead_chains() {
-    let Ok(out) = Command::new("iptables").arg("-S").output() else {
-        return;
-    };
-    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
-    for chain in listing.lines().filter_map(|l| l.strip_prefix("-N ")) {
-        let Some(pid) = chain
-            .strip_prefix(LOCAL_CHAIN_PREFIX)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let alive =
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("drift"));
-        if !alive {
-            let _ = ipt(&["-F", chain]);
-            let _ = ipt(&["-D", "OUTPUT", "-j", chain]);
-            let _ = ipt(&["-X", chain]);
-        }
-    }
-}
-
-fn ipt(args: &[&str]) -> bool {
-    Command::new("iptables")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// How long a server restarted by `keeper-restart` gets to answer again
-/// before the next one is restarted anyway.
-const ROLLING_RESTART_WAIT: Duration = Duration::from_secs(15);
-
-/// The hook command of a table or kv fault's start or stop.
-fn table_hook(fault: &Fault, start: bool) -> Option<String> {
-    Some(
-        match (fault, start) {
-            (Fault::DropReply, true) => "table drop-replies-on",
-            (Fault::DropReply, false) => "table drop-replies-off",
-            (Fault::StopFetches, true) => "table stop-fetches",
-            (Fault::StopFetches, false) => "table resume-fetches",
-            (Fault::KeeperCut, true) => "table keeper-cut",
-            (Fault::KeeperCut, false) => "table keeper-heal",
-            (Fault::GcTombstones { grace_ms }, true) => return Some(format!("kv gc-grace {grace_ms}")),
-            (Fault::GcTombstones { .. }, false) => "kv gc-grace off",
-            (Fault::SkipRepair, true) => "kv repair-off",
-            (Fault::SkipRepair, false) => "kv repair-on",
-            _ => return None,
-        }
-        .to_string(),
-    )
-}
-
-/// Sends `cmd` to each of `nodes`' hooks; what each answered.
-fn hooks_on(c: &dyn Backend, nodes: &[u64], cmd: &str) -> String {
-    nodes
-        .iter()
-        .map(|&n| match c.admin(n, cmd) {
-            Ok(a) => format!("{cmd} on node {n}: {a}"),
-            Err(e) => format!("{cmd} on node {n} failed: {e}"),
-        })
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// `keeper-restart`: each of `nodes` stopped (SIGTERM) and started again,
-/// the next once this one answers (or [`ROLLING_RESTART_WAIT`] passed).
-/// The cluster is locked per step, not for the whole restart.
-fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64], part: Part) -> String {
-    let mut out = Vec::new();
-    for &n in nodes {
-        let started = match cluster.lock() {
-            Ok(mut c) => {
-                c.stop_part(n, part, Duration::from_secs(3));
-                c.start_part(n, part)
-            }
-            Err(_) => return "cluster lock poisoned".into(),
-        };
-        if let Err(e) = started {
-            out.push(format!("node {n}: {e}"));
-            continue;
-        }
-        let deadline = Instant::now() + ROLLING_RESTART_WAIT;
-        let mut back = false;
-        while Instant::now() < deadline {
-            back = cluster
-                .lock()
-                .is_ok_and(|c| c.four(n, "ruok").as_deref() == Some("imok"));
-            if back {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        out.push(if back {
-            format!("restarted {n}")
-        } else {
-            format!(
-                "restarted {n} (not answering after {}s)",
-                ROLLING_RESTART_WAIT.as_secs()
-            )
-        });
-    }
-    out.join("; ")
-}
-
 /// Applies `step` to the cluster; what it did.
 pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
     if step.fault == Fault::KeeperRestart {
-        return rolling_restart(cluster, &step.nodes, step.part);
+        // locks the cluster step by step, not for the whole restart
+        return processes::rolling_restart(cluster, &step.nodes, step.part);
     }
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
-    if let Some(cmd) = table_hook(&step.fault, true) {
-        return hooks_on(c.as_ref(), &step.nodes, &cmd);
-    }
+    let c = c.as_mut();
     match &step.fault {
-        Fault::Partition { links, .. } => p.cut(c.as_ref(), links, step.part),
-        Fault::Kill => {
-            for &n in &step.nodes {
-                c.kill_part(n, step.part);
-            }
-            format!("killed {:?}{}", step.nodes, part_note(step.part))
-        }
-        Fault::Pause => {
-            for &n in &step.nodes {
-                c.pause_part(n, step.part);
-            }
-            format!("paused {:?}{}", step.nodes, part_note(step.part))
-        }
+        Fault::Partition { links, .. } => p.cut(c, links, step.part),
+        Fault::Kill => processes::kill(c, &step.nodes, step.part),
+        Fault::Pause => processes::pause(c, &step.nodes, step.part),
+        Fault::KeeperRestart => unreachable!("handled above"),
+        Fault::Corrupt { mode, pick } => disks::corrupt(c, step.nodes[0], *mode, *pick, step.part),
         // `wipe` is corrupt's data-dir drop, scheduled on its own
-        Fault::Corrupt { .. } | Fault::Wipe => {
-            let n = step.nodes[0];
-            let (mode, pick) = match step.fault {
-                Fault::Corrupt { mode, pick } => (mode, pick),
-                _ => (CorruptMode::Wipe, 0),
-            };
-            c.kill_part(n, step.part);
-            let what = match mode {
-                CorruptMode::Wipe => c
-                    .wipe_part(n, step.part)
-                    .map(|_| format!("wiped node {n}{}", part_note(step.part))),
-                CorruptMode::Truncate => c.corrupt(n, Damage::Truncate, pick),
-                CorruptMode::Flip => c.corrupt(n, Damage::Flip, pick),
-            };
-            what.unwrap_or_else(|e| e.to_string())
+        Fault::Wipe => disks::corrupt(c, step.nodes[0], CorruptMode::Wipe, 0, step.part),
+        Fault::Diverge => hooks::diverge(c, step.nodes[0]),
+        Fault::Clock { offset_ms } => hooks::clock(c, step.nodes[0], *offset_ms),
+        Fault::DropReply | Fault::StopFetches | Fault::KeeperCut | Fault::GcTombstones { .. } | Fault::SkipRepair => {
+            let cmd = hooks::hook_command(&step.fault, true).expect("a hooked fault");
+            hooks::hooks_on(c, &step.nodes, &cmd)
         }
-        Fault::Diverge => {
-            // a leader's divergence would be every replica's: a follower
-            let leader = c.leader();
-            let n = step.nodes[0];
-            let target = if Some(n) == leader {
-                c.ids()
-                    .into_iter()
-                    .find(|&i| Some(i) != leader && c.is_up(i))
-                    .unwrap_or(n)
-            } else {
-                n
-            };
-            match c.admin(target, "diverge") {
-                Ok(a) => format!("diverge armed on node {target}: {a}"),
-                Err(e) => format!("diverge on node {target} failed: {e}"),
-            }
-        }
-        Fault::Clock { offset_ms } => c
-            .admin(step.nodes[0], &format!("clock {offset_ms}"))
-            .unwrap_or_else(|e| e.to_string()),
-        Fault::KeeperRestart
-        | Fault::DropReply
-        | Fault::StopFetches
-        | Fault::KeeperCut
-        | Fault::GcTombstones { .. }
-        | Fault::SkipRepair => {
-            unreachable!("handled above")
-        }
-    }
-}
-
-/// " (replicas)" and the like: which processes a step acted on, for
-/// what it says it did.
-fn part_note(part: Part) -> String {
-    match part {
-        Part::Node => String::new(),
-        Part::Replica => " (replicas)".into(),
-        Part::Coordinator => " (coordinators)".into(),
-        Part::ReplicaCoordinator => " (replicas from coordinators)".into(),
     }
 }
 
@@ -938,36 +581,21 @@ pub fn stop(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> 
     let Ok(mut c) = cluster.lock() else {
         return "cluster lock poisoned".into();
     };
-    if let Some(cmd) = table_hook(&step.fault, false) {
-        return hooks_on(c.as_ref(), &step.nodes, &cmd);
-    }
+    let c = c.as_mut();
     match &step.fault {
         Fault::Partition { .. } => {
-            p.heal(c.as_ref());
+            p.heal(c);
             "healed".into()
         }
-        Fault::DropReply | Fault::StopFetches | Fault::KeeperCut | Fault::GcTombstones { .. } | Fault::SkipRepair => {
-            unreachable!("handled above")
-        }
         Fault::Kill | Fault::Corrupt { .. } | Fault::Diverge | Fault::Wipe | Fault::KeeperRestart => {
-            let mut out = Vec::new();
-            for i in c.ids() {
-                if !c.is_up(i) {
-                    out.push(match c.start(i) {
-                        Ok(()) => format!("restarted {i}"),
-                        Err(e) => e.to_string(),
-                    });
-                }
-            }
-            out.join("; ")
+            processes::restart_down(c)
         }
-        Fault::Pause => {
-            for &n in &step.nodes {
-                c.resume(n);
-            }
-            "resumed".into()
+        Fault::Pause => processes::resume(c, &step.nodes),
+        Fault::Clock { .. } => hooks::clock(c, step.nodes[0], 0),
+        Fault::DropReply | Fault::StopFetches | Fault::KeeperCut | Fault::GcTombstones { .. } | Fault::SkipRepair => {
+            let cmd = hooks::hook_command(&step.fault, false).expect("a hooked fault");
+            hooks::hooks_on(c, &step.nodes, &cmd)
         }
-        Fault::Clock { .. } => c.admin(step.nodes[0], "clock 0").unwrap_or_else(|e| e.to_string()),
     }
 }
 
@@ -1050,20 +678,7 @@ pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner
     for i in c.ids() {
         c.resume(i);
         if c.is_up(i) {
-            let _ = c.admin(i, "clock 0");
-            let mut faults = Vec::new();
-            if table {
-                faults.extend([Fault::DropReply, Fault::StopFetches, Fault::KeeperCut]);
-            }
-            if kv {
-                faults.extend([Fault::GcTombstones { grace_ms: 0 }, Fault::SkipRepair]);
-            }
-            for f in faults {
-                let cmd = table_hook(&f, false).expect("a hooked fault");
-                if let Err(e) = c.admin(i, &cmd) {
-                    notes.push(format!("node {i}: {cmd}: {e}"));
-                }
-            }
+            notes.extend(hooks::heal(c.as_mut(), i, table, kv));
         } else if let Err(e) = c.start(i) {
             notes.push(e.to_string());
         }
