@@ -14,6 +14,7 @@ pub use drift_checkers::rng;
 pub mod table;
 pub mod workload;
 pub mod zkclient;
+pub mod znode;
 
 pub use rng::Rng;
 pub use workload::{OpSpec, Outcome, Workload, WorkloadKind};

@@ -1,24 +1,15 @@
-//! Workload operations through a real ZooKeeper client (the
+//! The znode workloads through a real ZooKeeper client (the
 //! `zookeeper-client` crate), so the same workloads run against the drift
-//! keeper and Apache ZooKeeper.
-//!
-//! Classification (docs/ARCHITECTURE.md, "History": `fail` did not happen, `info` may have): an error that says the operation did not
-//! take effect (NoNode, NodeExists, BadVersion, …) is `fail`; a timeout,
-//! a lost connection or an expired session is `info` — the operation may
-//! have happened.
+//! keeper and Apache ZooKeeper: the session ([`ZkClient`]: connect, close
+//! or walk away) and the coordination calls [`crate::znode`] makes the
+//! operations of, with their errors classified as it asks.
 
 use crate::workload::{OpSpec, Outcome, Workload};
-use serde_json::{json, Value};
-use std::time::Duration;
+use crate::znode::{Coordination, CoordinationError, ErrorKind, Mode, Znodes};
+use serde_json::Value;
+use std::future::Future;
+use std::time::{Duration, Instant};
 use zookeeper_client as zk;
-
-/// Most children a dequeue tries before giving up as contended.
-const DEQUEUE_TRIES_MAX: usize = 16;
-/// Most elements one drain takes before it stops as a partial drain; the
-/// final phase drains until a drain completes `ok`, so each op stays short.
-const DRAIN_CHUNK: usize = 200;
-/// Times a drain asks whether a delete it lost track of took effect.
-const RESOLVE_TRIES: usize = 3;
 
 /// Where and how a workload's clients connect.
 #[derive(Debug, Clone)]
@@ -40,49 +31,90 @@ pub struct ZkClient {
     /// Dropping the client leaves the session to expire instead of
     /// closing it (the `ephemeral` workload's `expire` fate).
     detached: bool,
+    /// Where [`Coordination::now_us`] counts from.
+    since: Instant,
 }
 
-fn definite(e: &zk::Error) -> bool {
-    use zk::Error::*;
-    matches!(
-        e,
-        NoNode
-            | NodeExists
-            | BadVersion
-            | NotEmpty
-            | NoChildrenForEphemerals
-            | InvalidAcl
-            | NoAuth
-            | BadArguments(_)
-            | Unimplemented
-    )
-}
-
-fn outcome_of(e: zk::Error) -> Outcome {
-    if definite(&e) {
-        Outcome::Fail(e.to_string())
-    } else {
-        Outcome::Info(e.to_string())
+impl CoordinationError for zk::Error {
+    fn kind(&self) -> ErrorKind {
+        use zk::Error::*;
+        match self {
+            NoNode => ErrorKind::NoNode,
+            NodeExists => ErrorKind::NodeExists,
+            BadVersion => ErrorKind::BadVersion,
+            NotEmpty | NoChildrenForEphemerals | InvalidAcl | NoAuth | BadArguments(_) | Unimplemented => {
+                ErrorKind::OtherDefinite
+            }
+            _ => ErrorKind::Indeterminate,
+        }
     }
 }
 
-fn open() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all())
+fn options(mode: Mode) -> zk::CreateOptions<'static> {
+    let mode = match mode {
+        Mode::Persistent => zk::CreateMode::Persistent,
+        Mode::Ephemeral => zk::CreateMode::Ephemeral,
+        Mode::PersistentSequential => zk::CreateMode::PersistentSequential,
+    };
+    mode.with_acls(zk::Acls::anyone_all())
 }
 
-fn ephemeral() -> zk::CreateOptions<'static> {
-    zk::CreateMode::Ephemeral.with_acls(zk::Acls::anyone_all())
-}
+impl Coordination for ZkClient {
+    type Error = zk::Error;
 
-fn sequential() -> zk::CreateOptions<'static> {
-    zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all())
-}
+    async fn create(&self, path: &str, data: &[u8], mode: Mode) -> Result<Option<i64>, zk::Error> {
+        let (_, seq) = self.client.create(path, data, &options(mode)).await?;
+        Ok((mode == Mode::PersistentSequential).then(|| seq.into_i64()))
+    }
 
-fn parse_int(data: &[u8]) -> Value {
-    std::str::from_utf8(data)
-        .ok()
-        .and_then(|s| s.parse::<i64>().ok())
-        .map_or(Value::Null, |v| json!(v))
+    async fn get_data(&self, path: &str) -> Result<(Vec<u8>, i32), zk::Error> {
+        let (data, stat) = self.client.get_data(path).await?;
+        Ok((data, stat.version))
+    }
+
+    async fn set_data(&self, path: &str, data: &[u8], version: Option<i32>) -> Result<(), zk::Error> {
+        self.client.set_data(path, data, version).await.map(|_| ())
+    }
+
+    async fn delete(&self, path: &str, version: Option<i32>) -> Result<(), zk::Error> {
+        self.client.delete(path, version).await
+    }
+
+    async fn children(&self, path: &str) -> Result<Vec<String>, zk::Error> {
+        self.client.list_children(path).await
+    }
+
+    async fn child_count(&self, path: &str) -> Result<Option<u64>, zk::Error> {
+        Ok(self.client.check_stat(path).await?.map(|s| s.num_children as u64))
+    }
+
+    async fn sync(&self, path: &str) -> Result<(), zk::Error> {
+        self.client.sync(path).await
+    }
+
+    async fn multi_create(&self, creates: &[(String, Vec<u8>, Mode)]) -> Result<(), zk::Error> {
+        let mut m = self.client.new_multi_writer();
+        for (path, data, mode) in creates {
+            m.add_create(path, data, &options(*mode))?;
+        }
+        match m.commit().await {
+            Ok(_) => Ok(()),
+            Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+            Err(zk::MultiWriteError::OperationFailed { source, .. }) => Err(source),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        self.since.elapsed().as_micros() as u64
+    }
+
+    async fn within<F: Future>(&self, us: u64, f: F) -> Option<F::Output> {
+        tokio::time::timeout(Duration::from_micros(us), f).await.ok()
+    }
+
+    async fn sleep_us(&self, us: u64) {
+        tokio::time::sleep(Duration::from_micros(us)).await
+    }
 }
 
 impl ZkClient {
@@ -104,64 +136,27 @@ impl ZkClient {
             client,
             spec: spec.clone(),
             detached,
+            since: Instant::now(),
         })
     }
 
-    fn root(&self) -> &'static str {
-        self.spec.workload.root()
-    }
-
-    /// Syncs `path` first when reads must be fresh.
-    async fn before_read(&self, path: &str) -> Result<(), zk::Error> {
-        if self.spec.sync_reads {
-            self.client.sync(path).await?;
+    fn znodes(&self) -> Znodes<'_, ZkClient> {
+        Znodes {
+            session: self,
+            workload: self.spec.workload,
+            sync_reads: self.spec.sync_reads,
+            op_timeout_us: self.spec.op_timeout.as_micros() as u64,
         }
-        Ok(())
-    }
-
-    async fn read_data(&self, path: &str) -> Result<(Vec<u8>, zk::Stat), zk::Error> {
-        self.before_read(path).await?;
-        self.client.get_data(path).await
     }
 
     /// Creates the workload's root (and /drift) if missing.
     pub async fn setup(&self) -> Result<(), String> {
-        for p in ["/drift", self.root()] {
-            match self.client.create(p, b"", &open()).await {
-                Ok(_) | Err(zk::Error::NodeExists) => {}
-                Err(e) => return Err(format!("creating {p}: {e}")),
-            }
-        }
-        Ok(())
+        self.znodes().setup().await
     }
 
     /// Invokes one operation, bounded by the op timeout (past it: info).
     pub async fn invoke(&self, op: &OpSpec) -> Outcome {
-        match tokio::time::timeout(self.spec.op_timeout, self.run(op)).await {
-            Ok(o) => o,
-            Err(_) => Outcome::Info("timeout".into()),
-        }
-    }
-
-    async fn run(&self, op: &OpSpec) -> Outcome {
-        match self.spec.workload {
-            Workload::Register { .. } => self.register(op).await,
-            Workload::UniqueIds => match self
-                .client
-                .create(&format!("{}/id-", self.root()), b"", &sequential())
-                .await
-            {
-                Ok((_, seq)) => Outcome::Ok(json!(seq.into_i64())),
-                Err(e) => outcome_of(e),
-            },
-            Workload::Counter => self.counter(op).await,
-            Workload::TotalQueue => self.queue(op).await,
-            Workload::Ephemeral => self.ephemeral(op).await,
-            // not znode workloads: their clients are crate::table and crate::kv
-            Workload::InsertRetry | Workload::Delete { .. } => {
-                Outcome::Fail(format!("{} is not a znode operation", op.f))
-            }
-        }
+        self.znodes().invoke(op).await
     }
 
     /// The op that ends this session: `close`, or `expire` for a session
@@ -198,251 +193,5 @@ impl ZkClient {
             Err(_) if state.peek_state() == zk::SessionState::Closed => Outcome::Ok(Value::Null),
             Err(_) => Outcome::Info("close timed out".into()),
         }
-    }
-
-    async fn ephemeral(&self, op: &OpSpec) -> Outcome {
-        let root = self.root();
-        match op.f {
-            "create" => {
-                let Some(name) = op.value.as_str() else {
-                    return Outcome::Fail("create needs a name".into());
-                };
-                match self.client.create(&format!("{root}/{name}"), b"", &ephemeral()).await {
-                    Ok(_) => Outcome::Ok(op.value.clone()),
-                    Err(e) => outcome_of(e),
-                }
-            }
-            // sync first: the read then reflects every write acknowledged
-            // before it began, whichever server answers it. A read changes
-            // nothing, so any error is `fail` (an `info` would retire a
-            // healthy session)
-            "read" | "final-read" => {
-                if let Err(e) = self.client.sync(root).await {
-                    return Outcome::Fail(e.to_string());
-                }
-                match self.client.list_children(root).await {
-                    Ok(mut kids) => {
-                        kids.sort();
-                        Outcome::Ok(json!(kids))
-                    }
-                    Err(e) => Outcome::Fail(e.to_string()),
-                }
-            }
-            f => Outcome::Fail(format!("ephemeral has no op {f} on a live client")),
-        }
-    }
-
-    async fn register(&self, op: &OpSpec) -> Outcome {
-        let path = format!("{}/{}", self.root(), op.key.as_deref().unwrap_or("0"));
-        match op.f {
-            // a read changes nothing: whatever its error, it did not happen
-            "read" => match self.read_data(&path).await {
-                Ok((data, _)) => Outcome::Ok(parse_int(&data)),
-                Err(zk::Error::NoNode) => Outcome::Ok(Value::Null),
-                Err(e) => Outcome::Fail(e.to_string()),
-            },
-            "write" => {
-                let data = op.value.to_string();
-                match self.client.set_data(&path, data.as_bytes(), None).await {
-                    Ok(_) => Outcome::Ok(op.value.clone()),
-                    Err(zk::Error::NoNode) => match self.client.create(&path, data.as_bytes(), &open()).await {
-                        Ok(_) => Outcome::Ok(op.value.clone()),
-                        // someone created it meanwhile: set over it
-                        Err(zk::Error::NodeExists) => match self.client.set_data(&path, data.as_bytes(), None).await {
-                            Ok(_) => Outcome::Ok(op.value.clone()),
-                            Err(e) => outcome_of(e),
-                        },
-                        Err(e) => outcome_of(e),
-                    },
-                    Err(e) => outcome_of(e),
-                }
-            }
-            "cas" => {
-                let (Some(expected), Some(new)) = (op.value.get(0), op.value.get(1)) else {
-                    return Outcome::Fail("cas needs [expected, new]".into());
-                };
-                match self.client.get_data(&path).await {
-                    Ok((data, stat)) if parse_int(&data) == *expected => {
-                        match self
-                            .client
-                            .set_data(&path, new.to_string().as_bytes(), Some(stat.version))
-                            .await
-                        {
-                            Ok(_) => Outcome::Ok(op.value.clone()),
-                            Err(e) => outcome_of(e),
-                        }
-                    }
-                    Ok(_) => Outcome::Fail("value differs".into()),
-                    Err(zk::Error::NoNode) => Outcome::Fail("no value".into()),
-                    // the versioned set was never sent
-                    Err(e) => Outcome::Fail(e.to_string()),
-                }
-            }
-            f => Outcome::Fail(format!("register has no op {f}")),
-        }
-    }
-
-    async fn counter(&self, op: &OpSpec) -> Outcome {
-        let root = self.root();
-        match op.f {
-            "add" => {
-                let n = op.value.as_u64().unwrap_or(1);
-                let mut m = self.client.new_multi_writer();
-                for _ in 0..n {
-                    if let Err(e) = m.add_create(&format!("{root}/c-"), b"", &sequential()) {
-                        return Outcome::Fail(e.to_string());
-                    }
-                }
-                match m.commit().await {
-                    Ok(_) => Outcome::Ok(op.value.clone()),
-                    Err(zk::MultiWriteError::RequestFailed { source }) => outcome_of(source),
-                    Err(zk::MultiWriteError::OperationFailed { source, .. }) => outcome_of(source),
-                }
-            }
-            _ => {
-                let read = async {
-                    self.before_read(root).await?;
-                    self.client.check_stat(root).await
-                };
-                match read.await {
-                    Ok(Some(stat)) => Outcome::Ok(json!(stat.num_children)),
-                    Ok(None) => Outcome::Ok(json!(0)),
-                    Err(e) => Outcome::Fail(e.to_string()),
-                }
-            }
-        }
-    }
-
-    async fn queue(&self, op: &OpSpec) -> Outcome {
-        let root = self.root();
-        match op.f {
-            "enqueue" => match self
-                .client
-                .create(&format!("{root}/q-"), op.value.to_string().as_bytes(), &sequential())
-                .await
-            {
-                Ok(_) => Outcome::Ok(op.value.clone()),
-                Err(e) => outcome_of(e),
-            },
-            "dequeue" => match self.dequeue().await {
-                Ok(Some(v)) => Outcome::Ok(v),
-                Ok(None) => Outcome::Fail("empty".into()),
-                Err(o) => o,
-            },
-            _ => self.drain().await,
-        }
-    }
-
-    /// Takes every element in order until a listing, after a sync, comes
-    /// back empty: `ok` with what it took — the queue was empty at its
-    /// end, which is what an `ok` drain means (Jepsen's convention). One
-    /// that stops first — [`DRAIN_CHUNK`] taken, half the op timeout
-    /// spent (so the timeout never cuts it off with deletes done and
-    /// unrecorded), a delete it cannot settle — is a partial drain: `info`
-    /// carrying what it took. Nothing taken and nothing in doubt is
-    /// `fail`. A delete whose reply is lost is settled by looking for the
-    /// element again.
-    async fn drain(&self) -> Outcome {
-        let deadline = tokio::time::Instant::now() + self.spec.op_timeout / 2;
-        let root = self.root();
-        let mut taken = Vec::new();
-        let stop = |taken: Vec<Value>, why: &str| {
-            if taken.is_empty() {
-                Outcome::Fail(format!("{why}, nothing taken"))
-            } else {
-                Outcome::Partial(Value::Array(taken), format!("partial drain: {why}"))
-            }
-        };
-        loop {
-            let listed = async {
-                self.client.sync(root).await?;
-                self.client.list_children(root).await
-            };
-            let mut kids = match tokio::time::timeout_at(deadline, listed).await {
-                Ok(Ok(k)) => k,
-                Ok(Err(e)) => return stop(taken, &e.to_string()),
-                Err(_) => return stop(taken, "out of time"),
-            };
-            if kids.is_empty() {
-                return Outcome::Ok(Value::Array(taken));
-            }
-            kids.sort();
-            for kid in &kids {
-                if taken.len() >= DRAIN_CHUNK {
-                    return stop(taken, "chunk full");
-                }
-                let path = format!("{root}/{kid}");
-                // gone (taken by someone else) or unreachable: move on
-                let Ok(Ok((data, stat))) = tokio::time::timeout_at(deadline, self.client.get_data(&path)).await else {
-                    if tokio::time::Instant::now() >= deadline {
-                        return stop(taken, "out of time");
-                    }
-                    continue;
-                };
-                match tokio::time::timeout_at(deadline, self.client.delete(&path, Some(stat.version))).await {
-                    Ok(Ok(())) => taken.push(parse_int(&data)),
-                    Ok(Err(zk::Error::NoNode)) | Ok(Err(zk::Error::BadVersion)) => {}
-                    Ok(Err(_)) | Err(_) => {
-                        if !self.deleted(&path).await {
-                            return if taken.is_empty() {
-                                Outcome::Info("a delete could not be settled".into())
-                            } else {
-                                Outcome::Partial(
-                                    Value::Array(taken),
-                                    "partial drain: a delete could not be settled".into(),
-                                )
-                            };
-                        }
-                        taken.push(parse_int(&data));
-                    }
-                }
-            }
-        }
-    }
-
-    /// Whether `path` is gone, asked after a sync (a few tries, as the
-    /// connection may be coming back); false when it cannot be told.
-    async fn deleted(&self, path: &str) -> bool {
-        for _ in 0..RESOLVE_TRIES {
-            let asked = async {
-                self.client.sync(path).await?;
-                self.client.check_stat(path).await
-            };
-            match asked.await {
-                Ok(stat) => return stat.is_none(),
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        }
-        false
-    }
-
-    /// Takes the smallest element: Ok(None) when empty; Err(outcome) on an
-    /// error whose effect is unknown.
-    async fn dequeue(&self) -> Result<Option<Value>, Outcome> {
-        let root = self.root();
-        for _ in 0..DEQUEUE_TRIES_MAX {
-            // nothing is written before the delete: errors there are `fail`
-            let mut kids = self
-                .client
-                .list_children(root)
-                .await
-                .map_err(|e| Outcome::Fail(e.to_string()))?;
-            if kids.is_empty() {
-                return Ok(None);
-            }
-            kids.sort();
-            let path = format!("{root}/{}", kids[0]);
-            let (data, stat) = match self.client.get_data(&path).await {
-                Ok(x) => x,
-                Err(zk::Error::NoNode) => continue,
-                Err(e) => return Err(Outcome::Fail(e.to_string())),
-            };
-            match self.client.delete(&path, Some(stat.version)).await {
-                Ok(()) => return Ok(Some(parse_int(&data))),
-                Err(zk::Error::NoNode) | Err(zk::Error::BadVersion) => continue,
-                Err(e) => return Err(outcome_of(e)),
-            }
-        }
-        Err(Outcome::Fail("contended".into()))
     }
 }
