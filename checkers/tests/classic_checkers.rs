@@ -218,6 +218,40 @@ fn an_ok_drain_empties_the_queue_as_jepsen_says_and_a_partial_one_only_takes() {
 }
 
 #[test]
+fn a_lost_element_is_excused_by_a_dequeue_of_unknown_outcome_but_only_one_each() {
+    let lines = |unknown: usize| {
+        let mut l = vec![
+            (0, "invoke", "enqueue", json!(1)),
+            (0, "ok", "enqueue", json!(1)),
+            (0, "invoke", "enqueue", json!(2)),
+            (0, "ok", "enqueue", json!(2)),
+        ];
+        for p in 0..unknown as u64 {
+            // a dequeue whose delete may have happened, its reply lost
+            l.push((10 + p, "invoke", "dequeue", N));
+            l.push((10 + p, "info", "dequeue", N));
+        }
+        l.push((1, "invoke", "drain", N));
+        l.push((1, "ok", "drain", json!([])));
+        l
+    };
+    // both gone, two dequeues could have taken them: nothing proves a loss
+    let r = check(&TotalQueue, &history(&lines(2)));
+    assert_eq!(r.verdict, Verdict::Valid, "{:?}", r.reason);
+    assert_eq!(r.details["lost_count"], json!(2));
+    assert_eq!(r.details["unknown_dequeues"], json!(2));
+    // one such dequeue takes one element at most: one is lost
+    let r = check(&TotalQueue, &history(&lines(1)));
+    assert_eq!(r.verdict, Verdict::Invalid);
+    assert!(
+        r.reason.as_deref().unwrap().contains("more than the 1 dequeues"),
+        "{:?}",
+        r.reason
+    );
+    assert_eq!(check(&TotalQueue, &history(&lines(0))).verdict, Verdict::Invalid);
+}
+
+#[test]
 fn a_history_with_nothing_to_judge_is_never_valid() {
     use drift_checkers::ephemeral::Ephemeral;
     use drift_checkers::linear::model::ModelKind;

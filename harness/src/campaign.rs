@@ -42,7 +42,7 @@ use drift_checkers::history::{OpType, Process};
 use drift_results::files::RunInfo;
 use drift_results::store::{RunDir, Store};
 use drift_workloads::zkclient::{ClientSpec, ZkClient};
-use drift_workloads::{Outcome, Rng, Workload};
+use drift_workloads::{OpSpec, Outcome, Rng};
 use serde_json::{json, Value};
 use std::io::{BufRead, Seek};
 use std::path::PathBuf;
@@ -58,8 +58,6 @@ const FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(60);
 /// The kv final phase: three rounds of repair over every range, and a dump
 /// of every server.
 const KV_FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(300);
-/// Failed attempts a final operation gets.
-const FINAL_TRIES: u32 = 5;
 /// The whole run may take the time limit plus this much before the
 /// watchdog ends it.
 const WATCHDOG_SLACK: Duration = Duration::from_secs(240);
@@ -522,85 +520,62 @@ fn record_outcome(r: &Recorder, p: u64, f: &str, key: &Option<String>, o: &Outco
     r.record(Process::Client(p), kind, f, value, key.clone(), None, err);
 }
 
-async fn worker(w: u64, pace: Pace, r: Recorder, spec: ClientSpec) {
-    let workload = spec.workload;
-    let mut rng = Rng::new(Rng::derive(pace.seed, &format!("worker-{w}")));
-    let mut process = w;
-    let mut unique = 0u64;
-    let mut client: Option<ZkClient> = None;
-    // spread the workers' first ops over one period
-    let mut next = Instant::now() + pace.every.mul_f64(rng.unit());
-    while Instant::now() < pace.until {
-        let now = Instant::now();
-        if next > now {
-            tokio::time::sleep(next - now).await;
-        }
-        next = next.max(Instant::now()) + pace.every.mul_f64(0.5 + rng.unit());
-        if client.is_none() {
-            // each session's fate (closed, or left to expire) is drawn
-            // when it starts; only `ephemeral` sessions ever end on purpose
-            let detached = workload == Workload::Ephemeral && rng.below(2) == 1;
-            client = ZkClient::connect(&spec, detached).await.ok();
-            if client.is_none() {
-                continue;
-            }
-        }
-        let mut op = workload.next(&mut rng, w, &mut unique);
-        let c = client.as_ref().expect("connected");
-        let ends = workload.ends_session(op.f);
-        if ends {
-            op.f = c.end_op();
-        }
-        record_invoke(&r, process, op.f, op.value.clone(), op.key.clone());
-        let outcome = if ends {
-            client.take().expect("connected").end_session().await
-        } else {
-            c.invoke(&op).await
-        };
-        record_outcome(&r, process, op.f, &op.key, &outcome);
-        if ends || matches!(outcome, Outcome::Info(_) | Outcome::Partial(..)) {
-            // a new session, or the process may still be executing that
-            // op: retire the process either way
-            process += pace.stride;
-            client = None;
+/// The znode workers' world on real servers: sessions of the
+/// `zookeeper-client` crate, tokio's clock, the recorder.
+struct Real {
+    spec: ClientSpec,
+    r: Recorder,
+    since: Instant,
+}
+
+impl Real {
+    fn new(spec: ClientSpec, r: Recorder) -> Real {
+        Real {
+            spec,
+            r,
+            since: Instant::now(),
         }
     }
-    // the last session ends the way the others do
-    if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
-        let f = c.end_op();
-        record_invoke(&r, process, f, Value::Null, None);
-        let outcome = c.end_session().await;
-        record_outcome(&r, process, f, &None, &outcome);
+
+    /// `pace` on this world's clock.
+    fn pace(&self, pace: Pace) -> drift_workloads::worker::Pace {
+        drift_workloads::worker::Pace {
+            stride: pace.stride,
+            seed: pace.seed,
+            until_us: pace.until.saturating_duration_since(self.since).as_micros() as u64,
+            every_us: pace.every.as_micros() as u64,
+        }
     }
 }
 
-/// The workload's final operations through fresh clients, each tried a few
-/// times; a drain is repeated until one completes `ok` (the queue empty).
-async fn final_phase(spec: ClientSpec, r: Recorder, first_process: u64) {
-    let workload = spec.workload;
-    let mut process = 1_000_000 + first_process;
-    for op in workload.final_ops() {
-        let mut failures = 0;
-        while failures < FINAL_TRIES {
-            let Ok(c) = ZkClient::connect(&spec, false).await else {
-                failures += 1;
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                continue;
-            };
-            record_invoke(&r, process, op.f, op.value.clone(), op.key.clone());
-            let o = c.invoke(&op).await;
-            record_outcome(&r, process, op.f, &op.key, &o);
-            process += 1;
-            match &o {
-                Outcome::Ok(_) => break,
-                // took some and stopped: the next drain goes on
-                Outcome::Partial(..) => {}
-                _ => failures += 1,
-            }
+impl drift_workloads::worker::World for Real {
+    type Session = ZkClient;
+
+    async fn connect(&self, _hint: u64, detached: bool) -> Option<ZkClient> {
+        ZkClient::connect(&self.spec, detached).await.ok()
+    }
+
+    fn now_us(&self) -> u64 {
+        self.since.elapsed().as_micros() as u64
+    }
+
+    async fn sleep_until_us(&self, at_us: u64) {
+        let now = self.now_us();
+        if at_us > now {
+            tokio::time::sleep(Duration::from_micros(at_us - now)).await;
         }
-        if failures == FINAL_TRIES {
-            r.event("final-op-failed", json!({"f": op.f, "key": op.key}));
-        }
+    }
+
+    fn record_invoke(&self, process: u64, op: &OpSpec) {
+        record_invoke(&self.r, process, op.f, op.value.clone(), op.key.clone());
+    }
+
+    fn record_outcome(&self, process: u64, op: &OpSpec, outcome: &Outcome) {
+        record_outcome(&self.r, process, op.f, &op.key, outcome);
+    }
+
+    fn record_event(&self, f: &str, value: Value) {
+        self.r.event(f, value);
     }
 }
 
@@ -659,7 +634,12 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
                 client.clone(),
                 plan.workload(),
             )),
-            (None, None) => env.rt.spawn(worker(w, pace, recorder.clone(), env.spec.clone())),
+            (None, None) => {
+                let world = Real::new(env.spec.clone(), recorder.clone());
+                let (workload, pace) = (env.spec.workload, world.pace(pace));
+                env.rt
+                    .spawn(async move { drift_workloads::worker::worker(&world, workload, w, pace).await })
+            }
         })
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
@@ -794,7 +774,10 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
         };
         let r = main.recorder.clone();
         r.set_phase("the workload's final operations");
-        bounded_final(env, main, FINAL_PHASE_TIMEOUT, final_phase(final_spec, r, first));
+        let world = Real::new(final_spec, r);
+        bounded_final(env, main, FINAL_PHASE_TIMEOUT, async move {
+            drift_workloads::worker::final_phase(&world, workload, first).await
+        });
     }
     // the final phase wrote too: compare digests once the servers agree
     main.recorder.set_phase("the servers' digests to agree");

@@ -12,6 +12,7 @@ pub mod kv;
 // draws from it too)
 pub use drift_checkers::rng;
 pub mod table;
+pub mod worker;
 pub mod workload;
 pub mod zkclient;
 pub mod znode;

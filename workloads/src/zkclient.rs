@@ -195,3 +195,27 @@ impl ZkClient {
         }
     }
 }
+
+impl crate::worker::Session for ZkClient {
+    async fn invoke(&self, op: &OpSpec) -> Outcome {
+        ZkClient::invoke(self, op).await
+    }
+
+    fn end_op(&self) -> &'static str {
+        ZkClient::end_op(self)
+    }
+
+    async fn end_session(self) -> Outcome {
+        ZkClient::end_session(self).await
+    }
+
+    /// Dropped: the client closes the session in the background.
+    async fn release(self) {}
+
+    /// The client pings by itself.
+    fn ping_every_us(&self) -> Option<u64> {
+        None
+    }
+
+    fn ping(&self) {}
+}

@@ -293,3 +293,30 @@ impl SimZk {
         o
     }
 }
+
+impl drift_workloads::worker::Session for SimZk {
+    async fn invoke(&self, op: &OpSpec) -> Outcome {
+        SimZk::invoke(self, op).await
+    }
+
+    fn end_op(&self) -> &'static str {
+        SimZk::end_op(self)
+    }
+
+    async fn end_session(self) -> Outcome {
+        SimZk::end_session(self).await
+    }
+
+    async fn release(self) {
+        SimZk::end_session(self).await;
+    }
+
+    /// A third of the session timeout: a real client's pings.
+    fn ping_every_us(&self) -> Option<u64> {
+        Some(self.session_timeout_us() / 3)
+    }
+
+    fn ping(&self) {
+        SimZk::ping(self)
+    }
+}

@@ -26,7 +26,7 @@ use drift_keeper::server::{PlantedBugs, ServerConfig};
 use drift_keeper::sim::disk::KillMode;
 use drift_keeper::sim::{Cluster, NetConfig, SimConfig};
 use drift_results::store::Store;
-use drift_workloads::{Outcome, Rng, Workload};
+use drift_workloads::{OpSpec, Outcome, Rng};
 use exec::W;
 use serde_json::{json, Value};
 use std::cell::RefCell;
@@ -40,8 +40,6 @@ const CONVERGE_US: u64 = 60_000_000;
 /// The wall clock the simulated servers start at (fixed: a run's entry
 /// times are part of what the seed replays).
 const EPOCH_MS: i64 = 1_800_000_000_000;
-/// Failed attempts a final operation gets.
-const FINAL_TRIES: u32 = 5;
 
 /// A simulated campaign's outcome.
 pub struct Simulated {
@@ -258,16 +256,20 @@ pub fn simulate(c: &Campaign) -> Simulated {
         let every_us = (plan.concurrency as f64 / plan.rate * 1e6) as u64;
         let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = Vec::new();
         for wid in 0..plan.concurrency {
-            tasks.push(Box::pin(worker(
-                w.clone(),
-                h.clone(),
-                spec.clone(),
-                wid,
-                plan.concurrency,
-                c.seed,
-                t0 + limit_us,
-                every_us.max(1),
-            )));
+            let world = Sim {
+                w: w.clone(),
+                h: h.clone(),
+                spec: spec.clone(),
+            };
+            let pace = drift_workloads::worker::Pace {
+                stride: plan.concurrency,
+                seed: c.seed,
+                until_us: t0 + limit_us,
+                every_us: every_us.max(1),
+            };
+            tasks.push(Box::pin(async move {
+                drift_workloads::worker::worker(&world, workload, wid, pace).await
+            }));
         }
         tasks.push(Box::pin(nemesis(
             w.clone(),
@@ -292,7 +294,13 @@ pub fn simulate(c: &Campaign) -> Simulated {
             let until = exec::now_us(&w) + settle;
             w.borrow_mut().cluster.run_until(until);
         }
-        let fin = final_phase(w.clone(), h.clone(), spec.clone(), plan.concurrency);
+        let world = Sim {
+            w: w.clone(),
+            h: h.clone(),
+            spec: spec.clone(),
+        };
+        let first = plan.concurrency;
+        let fin = async move { drift_workloads::worker::final_phase(&world, workload, first).await };
         let until = exec::now_us(&w) + 120_000_000;
         exec::run(&w, vec![Box::pin(fin)], until);
     }
@@ -367,86 +375,39 @@ pub fn simulate(c: &Campaign) -> Simulated {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn worker(w: W, h: H, spec: Spec, wid: u64, stride: u64, seed: u64, until_us: u64, every_us: u64) {
-    let workload = spec.workload;
-    let mut rng = Rng::new(Rng::derive(seed, &format!("worker-{wid}")));
-    let mut process = wid;
-    let mut unique = 0u64;
-    let mut client: Option<SimZk> = None;
-    let mut next = exec::now_us(&w) + (every_us as f64 * rng.unit()) as u64;
-    while exec::now_us(&w) < until_us {
-        // wait for the next op, keeping the session alive meanwhile
-        loop {
-            let now = exec::now_us(&w);
-            if now >= next {
-                break;
-            }
-            let ping_every = client.as_ref().map_or(u64::MAX, |c| c.session_timeout_us() / 3);
-            exec::sleep_until(&w, next.min(now.saturating_add(ping_every))).await;
-            if let Some(c) = &client {
-                c.ping();
-            }
-        }
-        next = next.max(exec::now_us(&w)) + (every_us as f64 * (0.5 + rng.unit())) as u64;
-        if client.is_none() {
-            let detached = workload == Workload::Ephemeral && rng.below(2) == 1;
-            client = SimZk::connect(&w, &spec, (wid + process) as usize, detached).await.ok();
-            if client.is_none() {
-                continue;
-            }
-        }
-        let mut op = workload.next(&mut rng, wid, &mut unique);
-        let ends = workload.ends_session(op.f);
-        if ends {
-            op.f = client.as_ref().expect("connected").end_op();
-        }
-        invoke(&w, &h, process, op.f, op.value.clone(), op.key.clone());
-        let outcome = if ends {
-            client.take().expect("connected").end_session().await
-        } else {
-            client.as_ref().expect("connected").invoke(&op).await
-        };
-        record_outcome(&w, &h, process, op.f, &op.key, &outcome);
-        if ends || matches!(outcome, Outcome::Info(_) | Outcome::Partial(..)) {
-            process += stride;
-            client = None;
-        }
-    }
-    if let Some(c) = client.filter(|_| workload == Workload::Ephemeral) {
-        let f = c.end_op();
-        invoke(&w, &h, process, f, Value::Null, None);
-        let outcome = c.end_session().await;
-        record_outcome(&w, &h, process, f, &None, &outcome);
-    }
+/// The znode workers' world in the simulator: its client's sessions, its
+/// executor's virtual time, its history.
+struct Sim {
+    w: W,
+    h: H,
+    spec: Spec,
 }
 
-async fn final_phase(w: W, h: H, spec: Spec, first_process: u64) {
-    let workload = spec.workload;
-    let mut process = 1_000_000 + first_process;
-    for op in workload.final_ops() {
-        let mut failures = 0;
-        while failures < FINAL_TRIES {
-            let Ok(c) = SimZk::connect(&w, &spec, process as usize, false).await else {
-                failures += 1;
-                let at = exec::now_us(&w) + 500_000;
-                exec::sleep_until(&w, at).await;
-                continue;
-            };
-            invoke(&w, &h, process, op.f, op.value.clone(), op.key.clone());
-            let o = c.invoke(&op).await;
-            record_outcome(&w, &h, process, op.f, &op.key, &o);
-            c.end_session().await;
-            process += 1;
-            match &o {
-                Outcome::Ok(_) => break,
-                Outcome::Partial(..) => {}
-                _ => failures += 1,
-            }
-        }
-        if failures == FINAL_TRIES {
-            event(&w, &h, "final-op-failed", json!({"f": op.f, "key": op.key}));
-        }
+impl drift_workloads::worker::World for Sim {
+    type Session = SimZk;
+
+    async fn connect(&self, hint: u64, detached: bool) -> Option<SimZk> {
+        SimZk::connect(&self.w, &self.spec, hint as usize, detached).await.ok()
+    }
+
+    fn now_us(&self) -> u64 {
+        exec::now_us(&self.w)
+    }
+
+    async fn sleep_until_us(&self, at_us: u64) {
+        exec::sleep_until(&self.w, at_us).await
+    }
+
+    fn record_invoke(&self, process: u64, op: &OpSpec) {
+        invoke(&self.w, &self.h, process, op.f, op.value.clone(), op.key.clone());
+    }
+
+    fn record_outcome(&self, process: u64, op: &OpSpec, outcome: &Outcome) {
+        record_outcome(&self.w, &self.h, process, op.f, &op.key, outcome);
+    }
+
+    fn record_event(&self, f: &str, value: Value) {
+        event(&self.w, &self.h, f, value);
     }
 }
 
