@@ -4,7 +4,8 @@
 //! hosts and containers to come) plugs in by implementing them. Node ids
 //! are 1-based, as in the cluster file.
 
-use std::net::SocketAddr;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -222,18 +223,48 @@ pub trait Probe {
         field_of(&self.four(i, word)?, key)
     }
 
+    /// The nodes worth asking: running, not paused.
+    fn answering(&self) -> Vec<u64>;
+
     /// A node that says it leads.
-    fn leader(&self) -> Option<u64>;
-    /// How far node `i` has applied its log, comparable across nodes.
-    fn applied_index(&self, i: u64) -> Option<String>;
-    /// (applied index, digest of the whole tree) of node `i`; None where
-    /// the system keeps no digest.
-    fn digest(&self, i: u64) -> Option<(String, String)>;
+    fn leader(&self) -> Option<u64> {
+        self.answering()
+            .into_iter()
+            .find(|&i| self.four(i, "srvr").is_some_and(|s| s.contains("Mode: leader")))
+    }
+
+    /// How far node `i` has applied its log, comparable across nodes (a
+    /// drift node's `dgst` index by default).
+    fn applied_index(&self, i: u64) -> Option<String> {
+        self.field(i, "dgst", "applied_index")
+    }
+
+    /// (applied index, digest of the whole tree) of node `i`, from one
+    /// `dgst` answer so both are of the same moment; None where the
+    /// system keeps no digest.
+    fn digest(&self, i: u64) -> Option<(String, String)> {
+        keeper_digest(self, i)
+    }
 }
 
-/// The nodes' token-guarded fault hooks (diverge, clock).
+/// A drift node's (applied index, digest), from one `dgst` answer.
+pub fn keeper_digest<P: Probe + ?Sized>(p: &P, i: u64) -> Option<(String, String)> {
+    let dgst = p.four(i, "dgst")?;
+    Some((field_of(&dgst, "applied_index")?, field_of(&dgst, "digest\t")?))
+}
+
+/// The nodes' token-guarded fault hooks (diverge, clock, the table's and
+/// the kv service's faults).
 pub trait FaultHooks {
-    fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError>;
+    /// Node `i`'s admin address and the cluster's token, or why its
+    /// servers have no fault hooks.
+    fn hooks_of(&self, i: u64) -> Result<(SocketAddr, &str), BackendError>;
+
+    /// Sends `cmd` to node `i`'s hooks; its answer.
+    fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
+        let (addr, token) = self.hooks_of(i)?;
+        call_admin(i, addr, token, cmd)
+    }
 }
 
 /// Cut and heal directed peer links through means the backend owns (its
@@ -293,4 +324,17 @@ pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks +
         let _ = self.start(e.node);
         note
     }
+}
+
+/// Sends a fault-hook command to a server's admin endpoint; its answer.
+pub fn call_admin(i: u64, admin: SocketAddr, token: &str, cmd: &str) -> Result<String, BackendError> {
+    let hooks = |reason: String| BackendError::Hooks { node: i, reason };
+    let mut s =
+        TcpStream::connect_timeout(&admin, Duration::from_secs(1)).map_err(|e| hooks(format!("{admin}: {e}")))?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok();
+    s.write_all(format!("{token} {cmd}\n").as_bytes())
+        .map_err(|e| hooks(e.to_string()))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| hooks(e.to_string()))?;
+    Ok(out.trim().to_string())
 }

@@ -852,6 +852,10 @@ impl Probe for ClickHouseCluster {
         self.coord.four(i, word)
     }
 
+    fn answering(&self) -> Vec<u64> {
+        self.coord.answering()
+    }
+
     fn leader(&self) -> Option<u64> {
         self.coord.leader()
     }
@@ -866,6 +870,13 @@ impl Probe for ClickHouseCluster {
 }
 
 impl FaultHooks for ClickHouseCluster {
+    /// Its servers' hooks are drift's own, below (`admin`).
+    fn hooks_of(&self, _i: u64) -> Result<(SocketAddr, &str), BackendError> {
+        Err(BackendError::Unsupported(
+            "ClickHouse servers have no drift fault hooks",
+        ))
+    }
+
     /// `table drop-replies-on|off` switch server i's reply proxy; the
     /// heal's resets of faults this target has not are answered as such.
     fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {

@@ -23,8 +23,7 @@
 //!   that made it, and a run removes those whose process is gone.
 
 use crate::backend::{
-    field_of, Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe,
-    TableHttp,
+    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe, TableHttp,
 };
 use crate::container::{ContainerEngine, RunSpec};
 use crate::local::LocalSpec;
@@ -473,27 +472,14 @@ impl Probe for DockerCluster {
         crate::servers::four_letter(self.nodes[(i - 1) as usize].client, word)
     }
 
-    fn leader(&self) -> Option<u64> {
-        self.nodes
-            .iter()
-            .filter(|n| n.up && !n.paused)
-            .find(|n| self.four(n.id, "srvr").is_some_and(|s| s.contains("Mode: leader")))
-            .map(|n| n.id)
-    }
-
-    fn applied_index(&self, i: u64) -> Option<String> {
-        self.field(i, "dgst", "applied_index")
-    }
-
-    fn digest(&self, i: u64) -> Option<(String, String)> {
-        let dgst = self.four(i, "dgst")?;
-        Some((field_of(&dgst, "applied_index")?, field_of(&dgst, "digest\t")?))
+    fn answering(&self) -> Vec<u64> {
+        self.nodes.iter().filter(|n| n.up && !n.paused).map(|n| n.id).collect()
     }
 }
 
 impl FaultHooks for DockerCluster {
-    fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
-        crate::servers::call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
+    fn hooks_of(&self, i: u64) -> Result<(SocketAddr, &str), BackendError> {
+        Ok((self.nodes[(i - 1) as usize].admin, &self.token))
     }
 }
 

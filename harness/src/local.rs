@@ -12,13 +12,12 @@
 //! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
 use crate::backend::{
-    field_of, Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe,
-    TableHttp,
+    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe, TableHttp,
 };
 use crate::claim::Block;
 use crate::plan::DigestMode;
 use crate::proxy::ProxyMesh;
-use crate::servers::{call_admin, damage_files, watch_parent, write_zookeeper_configs, zookeeper_command};
+use crate::servers::{damage_files, watch_parent, write_zookeeper_configs, zookeeper_command};
 use drift_node::config::ClusterConfig;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -289,12 +288,12 @@ impl Probe for LocalCluster {
         crate::servers::four_letter(self.nodes[(i - 1) as usize].client, word)
     }
 
-    fn leader(&self) -> Option<u64> {
+    fn answering(&self) -> Vec<u64> {
         self.nodes
             .iter()
             .filter(|n| n.child.is_some() && !n.paused)
-            .find(|n| self.four(n.id, "srvr").is_some_and(|s| s.contains("Mode: leader")))
             .map(|n| n.id)
+            .collect()
     }
 
     /// The drift keeper's `dgst` index, or ZooKeeper's last zxid.
@@ -310,19 +309,16 @@ impl Probe for LocalCluster {
         if self.zookeeper {
             return None;
         }
-        // one answer, so the index and the digest are of the same moment
-        let dgst = self.four(i, "dgst")?;
-        Some((field_of(&dgst, "applied_index")?, field_of(&dgst, "digest\t")?))
+        crate::backend::keeper_digest(self, i)
     }
 }
 
 impl FaultHooks for LocalCluster {
-    /// Sends a fault-hook command; the node's answer.
-    fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
+    fn hooks_of(&self, i: u64) -> Result<(SocketAddr, &str), BackendError> {
         if self.zookeeper {
             return Err(BackendError::Unsupported("ZooKeeper servers have no fault hooks"));
         }
-        call_admin(i, self.nodes[(i - 1) as usize].admin, &self.token, cmd)
+        Ok((self.nodes[(i - 1) as usize].admin, &self.token))
     }
 }
 

@@ -1,9 +1,10 @@
 //! What every backend (local processes, Docker containers, SSH hosts) and
 //! the commands that start servers share about running them: the node's
-//! config for a cluster, the files written with private modes, the admin
-//! and four-letter calls, the HTTP helpers, the fault token, file damage,
-//! and Apache ZooKeeper's and the parent-watch launch helpers. The
-//! commands (`cluster.rs`, `local.rs`, …) use it; it uses none of them.
+//! config for a cluster, the files written with private modes, the
+//! four-letter calls, the HTTP helpers, the fault token, file damage, and
+//! Apache ZooKeeper's and the parent-watch launch helpers. The commands
+//! (`cluster.rs`, `local.rs`, …) use it; it uses none of them. (A node's
+//! fault hooks are called through `backend::FaultHooks`.)
 
 use crate::backend::{BackendError, Damage};
 use crate::claim::Block;
@@ -222,19 +223,6 @@ pub(crate) fn watch_parent(pid: u32) -> Option<Child> {
         .stderr(Stdio::null())
         .spawn()
         .ok()
-}
-
-/// Sends a fault-hook command to a server's admin endpoint; its answer.
-pub fn call_admin(i: u64, admin: SocketAddr, token: &str, cmd: &str) -> Result<String, BackendError> {
-    let hooks = |reason: String| BackendError::Hooks { node: i, reason };
-    let mut s =
-        TcpStream::connect_timeout(&admin, Duration::from_secs(1)).map_err(|e| hooks(format!("{admin}: {e}")))?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok();
-    s.write_all(format!("{token} {cmd}\n").as_bytes())
-        .map_err(|e| hooks(e.to_string()))?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).map_err(|e| hooks(e.to_string()))?;
-    Ok(out.trim().to_string())
 }
 
 /// Damages the newest changelog segment or snapshot under `dir` (a
