@@ -194,7 +194,7 @@ fn setup(c: &Campaign, run: &RunDir, info: &mut RunInfo) -> Result<Env, Failure>
         ));
     }
     let table = match plan.table.as_ref().filter(|_| !clickhouse) {
-        Some(t) => Some(crate::cluster::local_table(
+        Some(t) => Some(crate::servers::local_table(
             drift_workloads::table::TABLE_DECLARATION,
             plan.nodes,
             plan.port + crate::plan::TABLE_HTTP_PORT_OFFSET,
@@ -438,7 +438,7 @@ fn wait_tables(cluster: &mut dyn Backend) -> Result<(), Failure> {
         .filter_map(|i| cluster.table_http(i))
         .collect();
     while Instant::now() < deadline {
-        if crate::cluster::tables_writable(&addrs) {
+        if crate::servers::tables_writable(&addrs) {
             return Ok(());
         }
         if let Some(e) = cluster.exits().first() {

@@ -16,7 +16,10 @@
 use crate::claim::{Block, Claim};
 use crate::fail::Failure;
 use crate::plan::NODES_MAX;
-use crate::servers::{four_letter, http_get, local_config, write_private, LocalKv, LocalTable, FAULT_TOKEN_ENV};
+use crate::servers::{
+    four_letter, http_get, local_config, local_table, tables_writable, write_private, LocalKv, LocalTable,
+    FAULT_TOKEN_ENV,
+};
 use clap::{Args, Subcommand, ValueEnum};
 use drift_keeper::DigestMode;
 use drift_node::config::ClusterConfig;
@@ -310,33 +313,6 @@ pub fn check_port(port: u16, used: u16) -> Result<(), Failure> {
 /// The table `drift cluster up` declares unless told not to.
 pub const DEFAULT_TABLE: &str = "name = \"events\"\ncolumns = \"id UInt64, key String, value Int64\"\npartition_by = \"intDiv(id, 1000)\"\norder_by = \"id\"\n";
 
-/// The table of `declaration` with `settings` (`key = value` lines).
-pub fn local_table(
-    declaration: &str,
-    replicas: u64,
-    http_port: u16,
-    interserver_port: u16,
-    settings: &[String],
-) -> Result<LocalTable, Failure> {
-    let mut declaration = declaration.to_string();
-    if !settings.is_empty() {
-        declaration.push_str("[table.settings]\n");
-        for s in settings {
-            if !s.contains('=') {
-                return Err(Failure::new(format!("--table-setting {s:?}: expected `key = value`")));
-            }
-            declaration.push_str(s);
-            declaration.push('\n');
-        }
-    }
-    Ok(LocalTable {
-        replicas,
-        http_port,
-        interserver_port,
-        declaration,
-    })
-}
-
 /// What a local cluster is made of.
 pub struct UpSpec<'a> {
     pub nodes: u64,
@@ -513,14 +489,6 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         })?;
     }
     Ok(config)
-}
-
-/// Whether every table replica at `https` is registered and out of
-/// read-only mode (`/replicas_status` answers 200).
-pub fn tables_writable(https: &[SocketAddr]) -> bool {
-    https
-        .iter()
-        .all(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
 }
 
 /// Polls `ready` every 100 ms until it holds; after `deadline`, fails

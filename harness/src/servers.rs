@@ -286,3 +286,38 @@ pub fn damage(bytes: &mut Vec<u8>, how: Damage, pick: u64) -> Option<String> {
 /// Debian's Apache ZooKeeper 3.8 (`apt install zookeeper`).
 const ZOOKEEPER_CLASSPATH: &str =
     "/usr/share/java/zookeeper.jar:/usr/share/java/zookeeper-jute.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar";
+
+/// The table of `declaration` with `settings` (`key = value` lines).
+pub fn local_table(
+    declaration: &str,
+    replicas: u64,
+    http_port: u16,
+    interserver_port: u16,
+    settings: &[String],
+) -> Result<LocalTable, Failure> {
+    let mut declaration = declaration.to_string();
+    if !settings.is_empty() {
+        declaration.push_str("[table.settings]\n");
+        for s in settings {
+            if !s.contains('=') {
+                return Err(Failure::new(format!("--table-setting {s:?}: expected `key = value`")));
+            }
+            declaration.push_str(s);
+            declaration.push('\n');
+        }
+    }
+    Ok(LocalTable {
+        replicas,
+        http_port,
+        interserver_port,
+        declaration,
+    })
+}
+
+/// Whether every table replica at `https` is registered and out of
+/// read-only mode (`/replicas_status` answers 200).
+pub fn tables_writable(https: &[SocketAddr]) -> bool {
+    https
+        .iter()
+        .all(|a| http_get(*a, "/replicas_status").is_some_and(|(code, _)| code == 200))
+}
