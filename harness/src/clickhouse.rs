@@ -339,15 +339,6 @@ pub fn detect(addr: SocketAddr) -> Result<Facts, String> {
     })
 }
 
-fn signal(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(pid.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-}
-
 /// The last lines of a log, for an error.
 fn last_lines(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -584,9 +575,9 @@ impl ClickHouseCluster {
         s.restart_at = None;
         if let Some(mut c) = s.child.take() {
             if s.paused {
-                signal(c.id(), "CONT");
+                crate::servers::signal(c.id(), "CONT");
             }
-            signal(c.id(), "TERM");
+            crate::servers::signal(c.id(), "TERM");
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -797,7 +788,7 @@ impl Pause for ClickHouseCluster {
         if matches!(part, Part::Node | Part::Replica) {
             let s = self.server(i);
             if let Some(c) = &s.child {
-                signal(c.id(), "STOP");
+                crate::servers::signal(c.id(), "STOP");
                 s.paused = true;
             }
         }
@@ -810,7 +801,7 @@ impl Pause for ClickHouseCluster {
         let s = self.server(i);
         if let Some(c) = &s.child {
             if s.paused {
-                signal(c.id(), "CONT");
+                crate::servers::signal(c.id(), "CONT");
             }
         }
         s.paused = false;

@@ -439,8 +439,7 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         table,
         kv,
     );
-    write_private(&config_path, &text).map_err(Failure::new)?;
-    let config = ClusterConfig::load(&config_path)?;
+    let config = crate::servers::write_cluster_file(&config_path, &text).map_err(Failure::new)?;
     let token_path = dir.join("fault-token");
     if fault_hooks {
         let token = drift_node::peer_auth::new_secret().map_err(|e| Failure::new(format!("a fault token: {e}")))?;

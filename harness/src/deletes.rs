@@ -36,8 +36,6 @@ pub struct KvClient {
 
 /// How long one server's final repair may take.
 const FINAL_REPAIR_TIMEOUT: Duration = Duration::from_secs(120);
-/// Tries each final request gets.
-const FINAL_TRIES: u32 = 5;
 
 /// The `kv-config` line: its name and value.
 pub const CONFIG_EVENT: &str = CONFIG_F;
@@ -108,7 +106,7 @@ async fn call(
     timeout: Duration,
 ) -> Result<Value, String> {
     let mut last = String::new();
-    for _ in 0..FINAL_TRIES {
+    for _ in 0..drift_workloads::worker::FINAL_TRIES {
         let req = match method {
             "POST" => http.post(format!("{base}{path}")),
             _ => http.get(format!("{base}{path}")),

@@ -27,7 +27,6 @@ use crate::backend::{
 };
 use crate::container::{ContainerEngine, RunSpec};
 use crate::local::LocalSpec;
-use drift_node::config::ClusterConfig;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -201,14 +200,7 @@ impl DockerCluster {
         // as an argument or environment variable of `docker run` (both show
         // in `ps` and `docker inspect`)
         crate::servers::write_private(&base.join(FAULT_TOKEN_FILE), token)?;
-        let mut lines = vec![
-            format!("digest = {:?}", digest.name()),
-            "snapshot_distance = 2000".to_string(),
-            "reserved_log_items = 500".to_string(),
-            "rotate_interval = 1000".to_string(),
-            "session_timeout_min_ms = 1000".to_string(),
-        ];
-        lines.extend(extra);
+        let lines = crate::servers::campaign_settings(digest, extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
         // the servers see their data under /data
         let text = crate::servers::local_config(
@@ -223,8 +215,7 @@ impl DockerCluster {
             kv,
         );
         let config_path = run_dir.join("cluster.toml");
-        crate::servers::write_private(&config_path, &text)?;
-        let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
+        let config = crate::servers::write_cluster_file(&config_path, &text)?;
         let bridge = format!("br-{}", &network_id[..network_id.len().min(12)]);
         let mut nodes = Vec::new();
         for i in 1..=n {

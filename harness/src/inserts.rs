@@ -181,7 +181,7 @@ pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: 
         r.event("final-op-failed", json!({"f": READ_F, "why": "no HTTP client"}));
         return;
     };
-    let mut process = 1_000_000 + first_process;
+    let mut process = drift_workloads::worker::FINAL_PROCESS_BASE + first_process;
     for (name, url) in &client.replicas.0 {
         let deadline = Instant::now() + per_replica;
         r.set_phase(format!("sync and final read of replica {name}"));

@@ -99,7 +99,7 @@ pub fn judge(
     let results_path = out
         .write_json(store::RESULTS_JSON, &results)
         .map_err(|e| Failure::new(format!("{}: cannot write results: {e}", out.path.display())))?;
-    let report = report::write_with(out, &h, info, &results, &plots)
+    let report = report::write(out, &h, info, &results, &plots)
         .map_err(|e| format!("{}: cannot write: {e}", out.report_html().display()));
     if let Some(store) = latest {
         store

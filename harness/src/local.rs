@@ -17,8 +17,7 @@ use crate::backend::{
 use crate::claim::Block;
 use crate::plan::DigestMode;
 use crate::proxy::ProxyMesh;
-use crate::servers::{damage_files, watch_parent, write_zookeeper_configs, zookeeper_command};
-use drift_node::config::ClusterConfig;
+use crate::servers::{damage_files, signal, watch_parent, write_zookeeper_configs, zookeeper_command};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -160,9 +159,9 @@ impl Db for LocalCluster {
         let n = self.node(i);
         if let Some(mut c) = n.child.take() {
             if n.paused {
-                Self::signal(c.id(), "CONT");
+                signal(c.id(), "CONT");
             }
-            Self::signal(c.id(), "TERM");
+            signal(c.id(), "TERM");
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -245,7 +244,7 @@ impl Pause for LocalCluster {
     fn pause(&mut self, i: u64) {
         let n = self.node(i);
         if let Some(c) = &n.child {
-            Self::signal(c.id(), "STOP");
+            signal(c.id(), "STOP");
             n.paused = true;
         }
     }
@@ -254,7 +253,7 @@ impl Pause for LocalCluster {
         let n = self.node(i);
         if let Some(c) = &n.child {
             if n.paused {
-                Self::signal(c.id(), "CONT");
+                signal(c.id(), "CONT");
             }
         }
         n.paused = false;
@@ -363,15 +362,7 @@ impl LocalCluster {
         } = spec;
         let base = run_dir.join("nodes");
         std::fs::create_dir_all(&base).map_err(|e| format!("{}: {e}", base.display()))?;
-        // campaigns snapshot and compact often, so faults meet them
-        let mut campaign = vec![
-            format!("digest = {:?}", digest.name()),
-            "snapshot_distance = 2000".to_string(),
-            "reserved_log_items = 500".to_string(),
-            "rotate_interval = 1000".to_string(),
-            "session_timeout_min_ms = 1000".to_string(),
-        ];
-        campaign.extend(extra);
+        let campaign = crate::servers::campaign_settings(digest, extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
         let text = crate::servers::local_config(
             n,
@@ -385,8 +376,7 @@ impl LocalCluster {
             kv,
         );
         let config_path = run_dir.join("cluster.toml");
-        crate::servers::write_private(&config_path, &text)?;
-        let config = ClusterConfig::load(&config_path).map_err(|e| e.to_string())?;
+        let config = crate::servers::write_cluster_file(&config_path, &text)?;
         let nodes = (1..=n)
             .map(|i| LocalNode {
                 id: i,
@@ -441,15 +431,6 @@ impl LocalCluster {
     /// next start on.
     pub fn place_in_cgroup(&mut self, i: u64, procs: PathBuf) {
         self.node(i).cgroup = Some(procs);
-    }
-
-    fn signal(pid: u32, sig: &str) {
-        let _ = Command::new("kill")
-            .arg(format!("-{sig}"))
-            .arg(pid.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
     }
 }
 

@@ -61,6 +61,37 @@ pub fn four_letter(addr: SocketAddr, word: &str) -> Option<String> {
     Some(out)
 }
 
+/// The settings a campaign's servers run with, before `extra`: the digest
+/// mode, and snapshots and compaction often, so that faults meet them.
+pub fn campaign_settings(digest: drift_keeper::DigestMode, extra: Vec<String>) -> Vec<String> {
+    let mut set = vec![
+        format!("digest = {:?}", digest.name()),
+        "snapshot_distance = 2000".to_string(),
+        "reserved_log_items = 500".to_string(),
+        "rotate_interval = 1000".to_string(),
+        "session_timeout_min_ms = 1000".to_string(),
+    ];
+    set.extend(extra);
+    set
+}
+
+/// Writes a cluster file (mode 0600: it holds the secret) and reads it back
+/// as the nodes will.
+pub fn write_cluster_file(path: &Path, text: &str) -> Result<ClusterConfig, String> {
+    write_private(path, text)?;
+    ClusterConfig::load(path).map_err(|e| e.to_string())
+}
+
+/// Sends signal `sig` (`STOP`, `CONT`, `TERM`, …) to process `pid`.
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn local_config(
     nodes: u64,

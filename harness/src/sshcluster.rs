@@ -28,7 +28,6 @@ use crate::backend::{
 use crate::hosts::Hosts;
 use crate::local::LocalSpec;
 use crate::ssh::Remote;
-use drift_node::config::ClusterConfig;
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -120,16 +119,7 @@ impl SshCluster {
         let exe_bytes = std::fs::read(&exe_path).map_err(|e| format!("{}: {e}", exe_path.display()))?;
         let sha: String = Sha256::digest(&exe_bytes).iter().map(|b| format!("{b:02x}")).collect();
         let exe = format!("{dir}/drift");
-        let lines = vec![
-            format!("digest = {:?}", digest.name()),
-            "snapshot_distance = 2000".to_string(),
-            "reserved_log_items = 500".to_string(),
-            "rotate_interval = 1000".to_string(),
-            "session_timeout_min_ms = 1000".to_string(),
-        ]
-        .into_iter()
-        .chain(extra)
-        .collect::<Vec<_>>();
+        let lines = crate::servers::campaign_settings(digest, extra);
         let secret = drift_node::peer_auth::new_secret().map_err(|e| format!("a cluster secret: {e}"))?;
         let text = crate::servers::local_config(
             n,
@@ -143,8 +133,7 @@ impl SshCluster {
             kv,
         );
         let local_config = run_dir.join("cluster.toml");
-        crate::servers::write_private(&local_config, &text)?;
-        let config = ClusterConfig::load(&local_config).map_err(|e| e.to_string())?;
+        let config = crate::servers::write_cluster_file(&local_config, &text)?;
         let owner = format!("{} {}", hosts.controller, std::process::id());
         let mut seen = std::collections::BTreeSet::new();
         for r in &remotes {

@@ -726,18 +726,9 @@ fn short_json(v: &serde_json::Value) -> String {
     }
 }
 
-/// Writes `report.html` into `run` (atomically, like the JSON files).
+/// Writes the run's `report.html`: the checkers' findings around the
+/// plots of its history ([`plots`]).
 pub fn write(
-    run: &crate::RunDir,
-    h: &History,
-    info: Option<&RunInfo>,
-    results: &ResultsFile,
-) -> std::io::Result<std::path::PathBuf> {
-    write_with(run, h, info, results, &plots(h, false))
-}
-
-/// [`write`], with the plots drawn already.
-pub fn write_with(
     run: &crate::RunDir,
     h: &History,
     info: Option<&RunInfo>,

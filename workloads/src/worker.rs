@@ -20,10 +20,22 @@ pub const FINAL_PROCESS_BASE: u64 = 1_000_000;
 /// One session of a znode workload's client.
 #[allow(async_fn_in_trait)]
 pub trait Session {
+    /// Invokes one operation, bounded by the op timeout (past it: info).
     async fn invoke(&self, op: &OpSpec) -> Outcome;
+    /// Whether the session is left to expire rather than closed (its fate,
+    /// drawn when it opened).
+    fn detached(&self) -> bool;
     /// The op that ends this session: `close`, or `expire` for one left
     /// to time out.
-    fn end_op(&self) -> &'static str;
+    fn end_op(&self) -> &'static str {
+        if self.detached() {
+            "expire"
+        } else {
+            "close"
+        }
+    }
+    /// Ends the session: `close` waits for the cluster to acknowledge it
+    /// (past the op timeout: info); `expire` walks away.
     async fn end_session(self) -> Outcome;
     /// Gives the session up after a final operation (closing it, or
     /// leaving it to the client to close).

@@ -153,25 +153,18 @@ impl ZkClient {
     pub async fn setup(&self) -> Result<(), String> {
         self.znodes().setup().await
     }
+}
 
-    /// Invokes one operation, bounded by the op timeout (past it: info).
-    pub async fn invoke(&self, op: &OpSpec) -> Outcome {
+impl crate::worker::Session for ZkClient {
+    async fn invoke(&self, op: &OpSpec) -> Outcome {
         self.znodes().invoke(op).await
     }
 
-    /// The op that ends this session: `close`, or `expire` for a session
-    /// left to time out.
-    pub fn end_op(&self) -> &'static str {
-        if self.detached {
-            "expire"
-        } else {
-            "close"
-        }
+    fn detached(&self) -> bool {
+        self.detached
     }
 
-    /// Ends the session: `close` waits for the cluster to acknowledge the
-    /// close (past the op timeout: info); `expire` walks away from it.
-    pub async fn end_session(self) -> Outcome {
+    async fn end_session(self) -> Outcome {
         if self.detached {
             drop(self.client);
             return Outcome::Ok(Value::Null);
@@ -193,20 +186,6 @@ impl ZkClient {
             Err(_) if state.peek_state() == zk::SessionState::Closed => Outcome::Ok(Value::Null),
             Err(_) => Outcome::Info("close timed out".into()),
         }
-    }
-}
-
-impl crate::worker::Session for ZkClient {
-    async fn invoke(&self, op: &OpSpec) -> Outcome {
-        ZkClient::invoke(self, op).await
-    }
-
-    fn end_op(&self) -> &'static str {
-        ZkClient::end_op(self)
-    }
-
-    async fn end_session(self) -> Outcome {
-        ZkClient::end_session(self).await
     }
 
     /// Dropped: the client closes the session in the background.

@@ -94,10 +94,6 @@ fn outcome_of<E: CoordinationError>(e: E) -> Outcome {
     }
 }
 
-fn is<E: CoordinationError>(e: &E, kind: ErrorKind) -> bool {
-    e.kind() == kind
-}
-
 fn parse_int(data: &[u8]) -> Value {
     std::str::from_utf8(data)
         .ok()
@@ -132,7 +128,7 @@ impl<C: Coordination> Znodes<'_, C> {
         for p in ["/drift", self.root()] {
             match self.session.create(p, b"", Mode::Persistent).await {
                 Ok(_) => {}
-                Err(e) if is(&e, ErrorKind::NodeExists) => {}
+                Err(e) if e.kind() == ErrorKind::NodeExists => {}
                 Err(e) => return Err(format!("creating {p}: {e}")),
             }
         }
@@ -213,7 +209,7 @@ impl<C: Coordination> Znodes<'_, C> {
             // a read changes nothing: whatever its error, it did not happen
             "read" => match self.read_data(&path).await {
                 Ok((data, _)) => Outcome::Ok(parse_int(&data)),
-                Err(e) if is(&e, ErrorKind::NoNode) => Outcome::Ok(Value::Null),
+                Err(e) if e.kind() == ErrorKind::NoNode => Outcome::Ok(Value::Null),
                 Err(e) => Outcome::Fail(e.to_string()),
             },
             "write" => {
@@ -221,10 +217,10 @@ impl<C: Coordination> Znodes<'_, C> {
                 let data = data.as_bytes();
                 match s.set_data(&path, data, None).await {
                     Ok(()) => Outcome::Ok(op.value.clone()),
-                    Err(e) if is(&e, ErrorKind::NoNode) => match s.create(&path, data, Mode::Persistent).await {
+                    Err(e) if e.kind() == ErrorKind::NoNode => match s.create(&path, data, Mode::Persistent).await {
                         Ok(_) => Outcome::Ok(op.value.clone()),
                         // someone created it meanwhile: set over it
-                        Err(e) if is(&e, ErrorKind::NodeExists) => match s.set_data(&path, data, None).await {
+                        Err(e) if e.kind() == ErrorKind::NodeExists => match s.set_data(&path, data, None).await {
                             Ok(()) => Outcome::Ok(op.value.clone()),
                             Err(e) => outcome_of(e),
                         },
@@ -245,7 +241,7 @@ impl<C: Coordination> Znodes<'_, C> {
                         }
                     }
                     Ok(_) => Outcome::Fail("value differs".into()),
-                    Err(e) if is(&e, ErrorKind::NoNode) => Outcome::Fail("no value".into()),
+                    Err(e) if e.kind() == ErrorKind::NoNode => Outcome::Fail("no value".into()),
                     // the versioned set was never sent
                     Err(e) => Outcome::Fail(e.to_string()),
                 }
@@ -276,7 +272,7 @@ impl<C: Coordination> Znodes<'_, C> {
                 };
                 match read.await {
                     Ok(n) => Outcome::Ok(json!(n.unwrap_or(0))),
-                    Err(e) if is(&e, ErrorKind::NoNode) => Outcome::Ok(json!(0)),
+                    Err(e) if e.kind() == ErrorKind::NoNode => Outcome::Ok(json!(0)),
                     Err(e) => Outcome::Fail(e.to_string()),
                 }
             }
@@ -357,7 +353,7 @@ impl<C: Coordination> Znodes<'_, C> {
                 };
                 match s.within(left(), s.delete(&path, Some(version))).await {
                     Some(Ok(())) => taken.push(parse_int(&data)),
-                    Some(Err(e)) if is(&e, ErrorKind::NoNode) || is(&e, ErrorKind::BadVersion) => {}
+                    Some(Err(e)) if e.kind() == ErrorKind::NoNode || e.kind() == ErrorKind::BadVersion => {}
                     Some(Err(_)) | None => {
                         if !self.deleted(&path).await {
                             return if taken.is_empty() {
@@ -387,7 +383,7 @@ impl<C: Coordination> Znodes<'_, C> {
             };
             match asked.await {
                 Ok(n) => return n.is_none(),
-                Err(e) if is(&e, ErrorKind::NoNode) => return true,
+                Err(e) if e.kind() == ErrorKind::NoNode => return true,
                 Err(_) => s.sleep_us(RESOLVE_PAUSE_US).await,
             }
         }
@@ -409,12 +405,12 @@ impl<C: Coordination> Znodes<'_, C> {
             let path = format!("{root}/{}", kids[0]);
             let (data, version) = match s.get_data(&path).await {
                 Ok(x) => x,
-                Err(e) if is(&e, ErrorKind::NoNode) => continue,
+                Err(e) if e.kind() == ErrorKind::NoNode => continue,
                 Err(e) => return Err(Outcome::Fail(e.to_string())),
             };
             match s.delete(&path, Some(version)).await {
                 Ok(()) => return Ok(Some(parse_int(&data))),
-                Err(e) if is(&e, ErrorKind::NoNode) || is(&e, ErrorKind::BadVersion) => continue,
+                Err(e) if e.kind() == ErrorKind::NoNode || e.kind() == ErrorKind::BadVersion => continue,
                 Err(e) => return Err(outcome_of(e)),
             }
         }

@@ -258,24 +258,18 @@ impl SimZk {
     pub async fn setup(&self) -> Result<(), String> {
         self.znodes().setup().await
     }
+}
 
-    /// Invokes one operation, bounded by the op timeout (past it: info).
-    pub async fn invoke(&self, op: &OpSpec) -> Outcome {
+impl drift_workloads::worker::Session for SimZk {
+    async fn invoke(&self, op: &OpSpec) -> Outcome {
         self.znodes().invoke(op).await
     }
 
-    /// The op that ends this session.
-    pub fn end_op(&self) -> &'static str {
-        if self.detached {
-            "expire"
-        } else {
-            "close"
-        }
+    fn detached(&self) -> bool {
+        self.detached
     }
 
-    /// Ends the session: `close` waits for the cluster to acknowledge it
-    /// (past the op timeout: info); `expire` walks away.
-    pub async fn end_session(self) -> Outcome {
+    async fn end_session(self) -> Outcome {
         if self.detached {
             exec::hang_up(&self.w, self.conn.get());
             return Outcome::Ok(Value::Null);
@@ -292,23 +286,9 @@ impl SimZk {
         exec::hang_up(&self.w, self.conn.get());
         o
     }
-}
-
-impl drift_workloads::worker::Session for SimZk {
-    async fn invoke(&self, op: &OpSpec) -> Outcome {
-        SimZk::invoke(self, op).await
-    }
-
-    fn end_op(&self) -> &'static str {
-        SimZk::end_op(self)
-    }
-
-    async fn end_session(self) -> Outcome {
-        SimZk::end_session(self).await
-    }
 
     async fn release(self) {
-        SimZk::end_session(self).await;
+        self.end_session().await;
     }
 
     /// A third of the session timeout: a real client's pings.

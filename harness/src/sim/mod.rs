@@ -26,6 +26,7 @@ use drift_keeper::server::{PlantedBugs, ServerConfig};
 use drift_keeper::sim::disk::KillMode;
 use drift_keeper::sim::{Cluster, NetConfig, SimConfig};
 use drift_results::store::Store;
+use drift_workloads::worker::Session as _;
 use drift_workloads::{OpSpec, Outcome, Rng};
 use exec::W;
 use serde_json::{json, Value};
@@ -226,7 +227,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
             loop {
                 if let Ok(z) = SimZk::connect(&w2, &spec2, 0, false).await {
                     if z.setup().await.is_ok() {
-                        z.end_session().await;
+                        z.release().await;
                         *ready2.borrow_mut() = true;
                         return;
                     }
