@@ -29,6 +29,9 @@ pub enum BackendError {
     Running { node: u64, what: &'static str },
     #[error("fault hooks of node {node}: {reason}")]
     Hooks { node: u64, reason: String },
+    /// A server that was started and is not running.
+    #[error("node {node} did not start: {why}")]
+    NotStarted { node: u64, why: String },
     #[error("{0}")]
     Unsupported(&'static str),
 }
@@ -300,10 +303,16 @@ pub trait TableHttp {
     }
 }
 
-/// Everything a campaign drives.
-pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks + LinkCut + TableHttp + Send {
-    /// A short name for progress lines and run.json.
-    fn name(&self) -> &'static str;
+/// What the fault executor acts on (`nemesis`): a cluster it starts,
+/// stops, kills, pauses, damages, asks, hooks and cuts. Processes, hosts
+/// and containers are one; the simulator's cluster is another.
+pub trait Faults: Db + Kill + Pause + Corrupt + Probe + FaultHooks + LinkCut + TableHttp {
+    /// Why damaging node `n`'s disk now would be outside what this
+    /// cluster can be asked to survive; None to go ahead.
+    fn refuse_disk_fault(&mut self, n: u64) -> Option<String> {
+        let _ = n;
+        None
+    }
 
     /// At the heal: brings back a node that exited on its own right after
     /// it was started (it refused its data). A keeper server that did not
@@ -324,6 +333,12 @@ pub trait Backend: Db + Kill + Pause + Corrupt + LogFiles + Probe + FaultHooks +
         let _ = self.start(e.node);
         note
     }
+}
+
+/// Everything a campaign on real servers drives.
+pub trait Backend: Faults + LogFiles + Send {
+    /// A short name for progress lines and run.json.
+    fn name(&self) -> &'static str;
 }
 
 /// Sends a fault-hook command to a server's admin endpoint; its answer.

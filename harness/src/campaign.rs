@@ -9,7 +9,7 @@
 //!    exits fails the setup at once, quoting its log), create the
 //!    workload's root znode;
 //! 3. [`main_phase`] — workers issue operations at the rate while the
-//!    nemesis runs the schedule ([`nemesis::run_schedule`]) and the
+//!    nemesis runs the schedule ([`nemesis::run`]) and the
 //!    monitor turns server log lines into history events;
 //! 4. [`heal`] — every fault stopped, dead servers restarted, the
 //!    replicas converge;
@@ -33,14 +33,15 @@ use crate::fail::Failure;
 use crate::inserts::{self, InsertClient, Replicas};
 use crate::local::{LocalCluster, LocalSpec};
 use crate::nemesis::{self, Partitioner, Step};
-use crate::pace::Pace;
 use crate::plan::TestArgs;
 use crate::plan::{Campaign, Plan, Target};
 use crate::recorder::{Recorder, RecorderHandle};
 use crate::run;
+use crate::settle;
 use drift_checkers::history::{OpType, Process};
 use drift_results::files::RunInfo;
 use drift_results::store::{RunDir, Store};
+use drift_workloads::worker::{self, Clock, Pace, WallClock, Znodes};
 use drift_workloads::zkclient::{ClientSpec, ZkClient};
 use drift_workloads::{OpSpec, Outcome, Rng};
 use serde_json::{json, Value};
@@ -511,12 +512,7 @@ fn record_invoke(r: &Recorder, p: u64, f: &str, value: Value, key: Option<String
 }
 
 fn record_outcome(r: &Recorder, p: u64, f: &str, key: &Option<String>, o: &Outcome) {
-    let (kind, value, err) = match o {
-        Outcome::Ok(v) => (OpType::Ok, v.clone(), None),
-        Outcome::Fail(e) => (OpType::Fail, Value::Null, Some(e.clone())),
-        Outcome::Info(e) => (OpType::Info, Value::Null, Some(e.clone())),
-        Outcome::Partial(v, e) => (OpType::Info, v.clone(), Some(e.clone())),
-    };
+    let (kind, value, err) = o.completion();
     r.record(Process::Client(p), kind, f, value, key.clone(), None, err);
 }
 
@@ -529,22 +525,19 @@ struct Real {
 }
 
 impl Real {
-    fn new(spec: ClientSpec, r: Recorder) -> Real {
-        Real {
-            spec,
-            r,
-            since: Instant::now(),
-        }
+    /// A world whose clock counts from `since`.
+    fn new(spec: ClientSpec, r: Recorder, since: Instant) -> Real {
+        Real { spec, r, since }
+    }
+}
+
+impl Clock for Real {
+    fn now_us(&self) -> u64 {
+        WallClock(self.since).now_us()
     }
 
-    /// `pace` on this world's clock.
-    fn pace(&self, pace: Pace) -> drift_workloads::worker::Pace {
-        drift_workloads::worker::Pace {
-            stride: pace.stride,
-            seed: pace.seed,
-            until_us: pace.until.saturating_duration_since(self.since).as_micros() as u64,
-            every_us: pace.every.as_micros() as u64,
-        }
+    async fn sleep_until_us(&self, at_us: u64) {
+        WallClock(self.since).sleep_until_us(at_us).await
     }
 }
 
@@ -553,17 +546,6 @@ impl drift_workloads::worker::World for Real {
 
     async fn connect(&self, _hint: u64, detached: bool) -> Option<ZkClient> {
         ZkClient::connect(&self.spec, detached).await.ok()
-    }
-
-    fn now_us(&self) -> u64 {
-        self.since.elapsed().as_micros() as u64
-    }
-
-    async fn sleep_until_us(&self, at_us: u64) {
-        let now = self.now_us();
-        if at_us > now {
-            tokio::time::sleep(Duration::from_micros(at_us - now)).await;
-        }
     }
 
     fn record_invoke(&self, process: u64, op: &OpSpec) {
@@ -587,7 +569,30 @@ struct Main {
     stop: Arc<AtomicBool>,
     monitor: JoinHandle<()>,
     progress: JoinHandle<()>,
+    started: Instant,
     watchdog: Instant,
+}
+
+impl Main {
+    /// How long the servers get to converge now: [`PHASE_TIMEOUT`], less
+    /// if the watchdog comes sooner.
+    fn converge_limit_ms(&self) -> u64 {
+        PHASE_TIMEOUT
+            .min(self.watchdog.saturating_duration_since(Instant::now()))
+            .as_millis() as u64
+    }
+
+    /// The real servers as the nemesis's stage.
+    fn stage<'a>(&'a self, env: &'a Env) -> nemesis::Servers<'a> {
+        nemesis::Servers {
+            cluster: &env.cluster,
+            partitioner: &env.partitioner,
+            recorder: &self.recorder,
+            applied: &self.applied,
+            started: self.started,
+            stop: &self.stop,
+        }
+    }
 }
 
 /// Phase 3: the workers and the nemesis, for the time limit; returns once
@@ -618,33 +623,39 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
             deletes::config_event(k.rf, k.w, k.r, k.gc.name(), k.gc_grace_ms, k.repair_interval_ms),
         );
     }
+    // every worker's clock counts from `started`
     let pace = Pace {
         stride: plan.concurrency,
         seed: c.seed,
-        until: main_until,
-        every: Duration::from_secs_f64(plan.concurrency as f64 / plan.rate),
+        until_us: limit.as_micros() as u64,
+        every_us: (plan.concurrency as f64 / plan.rate * 1e6) as u64,
     };
     let workers: Vec<_> = (0..plan.concurrency)
-        .map(|w| match (&env.inserts, &env.kv) {
-            (Some(client), _) => env.rt.spawn(inserts::worker(w, pace, recorder.clone(), client.clone())),
-            (None, Some(client)) => env.rt.spawn(deletes::worker(
-                w,
-                pace,
-                recorder.clone(),
-                client.clone(),
-                plan.workload(),
-            )),
-            (None, None) => {
-                let world = Real::new(env.spec.clone(), recorder.clone());
-                let (workload, pace) = (env.spec.workload, world.pace(pace));
-                env.rt
-                    .spawn(async move { drift_workloads::worker::worker(&world, workload, w, pace).await })
+        .map(|w| {
+            let clock = WallClock(started);
+            match (&env.inserts, &env.kv) {
+                (Some(client), _) => {
+                    let client = inserts::Inserter::new(w, recorder.clone(), client.clone());
+                    env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
+                }
+                (None, Some(client)) => {
+                    let client = deletes::KvRequests::new(w, recorder.clone(), client.clone(), plan.workload());
+                    env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
+                }
+                (None, None) => {
+                    let world = Real::new(env.spec.clone(), recorder.clone(), started);
+                    let workload = env.spec.workload;
+                    env.rt.spawn(async move {
+                        let client = Znodes::new(&world, workload, w);
+                        worker::run(&world, client, w, pace).await
+                    })
+                }
             }
         })
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
     let nem = {
-        let (cl, r, p, a, sched, s) = (
+        let (cluster, recorder, partitioner, applied, schedule, stop) = (
             env.cluster.clone(),
             recorder.clone(),
             env.partitioner.clone(),
@@ -652,7 +663,17 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
             c.schedule.clone(),
             stop.clone(),
         );
-        std::thread::spawn(move || nemesis::run_schedule(&cl, &r, &p, &a, sched, started, &s))
+        std::thread::spawn(move || {
+            let stage = nemesis::Servers {
+                cluster: &cluster,
+                partitioner: &partitioner,
+                recorder: &recorder,
+                applied: &applied,
+                started,
+                stop: &stop,
+            };
+            nemesis::finish(nemesis::run(&stage, schedule))
+        })
     };
     let progress = spawn_progress(recorder.clone(), applied.clone(), stop.clone(), started);
     // one deadline for all workers: an op past it is cut off (its
@@ -676,6 +697,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         stop,
         monitor,
         progress,
+        started,
         watchdog: started + limit + WATCHDOG_SLACK,
     })
 }
@@ -685,18 +707,13 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
 fn heal(env: &Env, main: &Main) {
     out!("\n  healing: every fault stopped, dead servers restarted");
     main.recorder
-        .set_phase("heal: every fault stopped, dead servers restarted");
-    let note = nemesis::heal_all(
-        &env.cluster,
-        &main.recorder,
-        &env.partitioner,
+        .set_phase("heal: every fault stopped, dead servers restarted, the servers to converge");
+    nemesis::finish(settle::heal(
+        &main.stage(env),
         env.inserts.is_some(),
         env.kv.is_some(),
-    );
-    main.recorder.set_phase("the servers to converge after the heal");
-    let converged = wait_converged(&env.cluster, main.watchdog);
-    main.recorder
-        .event("healed", json!({"converged": converged.is_ok(), "note": note}));
+        main.converge_limit_ms(),
+    ));
 }
 
 /// Phase 5: the workload's final operations through fresh clients, then
@@ -774,23 +791,14 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
         };
         let r = main.recorder.clone();
         r.set_phase("the workload's final operations");
-        let world = Real::new(final_spec, r);
+        let world = Real::new(final_spec, r, Instant::now());
         bounded_final(env, main, FINAL_PHASE_TIMEOUT, async move {
-            drift_workloads::worker::final_phase(&world, workload, first).await
+            worker::final_phase(&world, workload, first).await
         });
     }
     // the final phase wrote too: compare digests once the servers agree
     main.recorder.set_phase("the servers' digests to agree");
-    let converged = wait_converged(&env.cluster, main.watchdog);
-    let dgst = final_digests(&env.cluster);
-    main.recorder.event(
-        "final-digests",
-        json!({
-            "converged": converged.is_ok(),
-            "note": converged.as_ref().err(),
-            "nodes": dgst.iter().map(|(n, a, d)| json!({"node": n, "applied_index": a, "digest": d})).collect::<Vec<_>>(),
-        }),
-    );
+    nemesis::finish(settle::final_digests(&main.stage(env), main.converge_limit_ms()));
 }
 
 /// Runs a final phase's operations for at most `limit`; past it, the
@@ -845,43 +853,6 @@ fn teardown(env: Env, main: Main, info: &mut RunInfo, run: &RunDir) -> Result<(u
     info.nemesis_schedule = Campaign::schedule_json(&applied);
     run::write_run_json(run, info)?;
     Ok((ops, problems))
-}
-
-/// Waits until every node is up and reports the same applied index.
-fn wait_converged(cluster: &Mutex<Box<dyn Backend>>, watchdog: Instant) -> Result<(), String> {
-    let deadline = (Instant::now() + PHASE_TIMEOUT).min(watchdog);
-    let mut last = String::new();
-    while Instant::now() < deadline {
-        if let Ok(c) = cluster.lock() {
-            let ids = c.ids();
-            let applied: Vec<Option<String>> = ids.iter().map(|&i| c.applied_index(i)).collect();
-            last = applied_line(&ids, &applied);
-            if c.leader().is_some() && applied.iter().all(|a| a.is_some() && *a == applied[0]) {
-                return Ok(());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Err(format!("replicas did not converge: applied indices {last}"))
-}
-
-/// "n1 120, n2 120, n3 no answer": each server's applied index, for a
-/// person reading the node events or the error.
-fn applied_line(ids: &[u64], applied: &[Option<String>]) -> String {
-    ids.iter()
-        .zip(applied)
-        .map(|(i, a)| format!("n{i} {}", a.as_deref().unwrap_or("no answer")))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// (node, applied index, digest) of every node that answers.
-fn final_digests(cluster: &Mutex<Box<dyn Backend>>) -> Vec<(u64, String, String)> {
-    let Ok(c) = cluster.lock() else { return vec![] };
-    c.ids()
-        .into_iter()
-        .filter_map(|i| c.digest(i).map(|(a, d)| (i, a, d)))
-        .collect()
 }
 
 /// Tails node logs: leader changes, digest aborts and divergences become
@@ -1008,15 +979,4 @@ fn spawn_progress(
             eprintln!();
         }
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_applied_line_names_each_server_without_debug_text() {
-        let line = applied_line(&[1, 2, 3], &[Some("120".into()), None, Some("0".into())]);
-        assert_eq!(line, "n1 120, n2 no answer, n3 0");
-    }
 }

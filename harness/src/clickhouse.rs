@@ -30,7 +30,7 @@
 //! is still recorded. Every process is drift's own child, ended by PID.
 
 use crate::backend::{
-    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Part, Pause, Probe,
+    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Faults, Kill, LinkCut, LogFiles, Part, Pause, Probe,
     TableHttp,
 };
 use crate::cgroup::{Endpoint, NftCut, RunCgroups};
@@ -967,7 +967,9 @@ impl Backend for ClickHouseCluster {
             Coordinator::Zookeeper => "local processes (ClickHouse servers on Apache ZooKeeper)",
         }
     }
+}
 
+impl Faults for ClickHouseCluster {
     /// A server is started again as it is; a coordinator as
     /// [`LocalCluster`] brings one back.
     fn recover_exit(&mut self, e: &Exit) -> Option<String> {

@@ -5,8 +5,9 @@
 //!
 //! * [`config_event`] — the `kv-config` line: RF, W, R and the GC policy
 //!   the checker judges by.
-//! * [`worker`] — one client process: puts (values no other put carries),
-//!   deletes and reads on a few keys, each through a server it picks,
+//! * [`KvRequests`] — the workload's client in the one worker loop: puts
+//!   (values no other put carries), deletes and reads on a few keys, each
+//!   through a server it picks,
 //!   recorded with the timestamp the system assigned. An indeterminate
 //!   write retires the process, as it may still be running.
 //! * [`final_phase`] — after the heal, with every server's scheduled
@@ -18,14 +19,14 @@
 //! What it does not do: judge. It never decides which version should
 //! have won; that is the convergence checker's, from what was recorded.
 
-use crate::pace::Pace;
 use crate::recorder::Recorder;
 use drift_checkers::convergence::{CONFIG_F, REPAIR_F, REPLICA_F};
 use drift_checkers::history::{OpType, Process};
-use drift_workloads::{Outcome, Rng, Workload};
+use drift_workloads::worker::{Client, Ended};
+use drift_workloads::{OpSpec, Rng, Workload};
 use serde_json::{json, Value};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The servers a campaign's workers talk to: (id, `http://addr`).
 #[derive(Clone, Debug)]
@@ -51,29 +52,58 @@ pub fn config_event(rf: u64, w: u64, r: u64, gc: &str, gc_grace_ms: u64, repair_
         "start_ts_us": start_ts_us})
 }
 
-/// One client process of the workload, until `pace.until`.
-pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<KvClient>, workload: Workload) {
-    let mut rng = Rng::new(Rng::derive(pace.seed, &format!("worker-{w}")));
-    let Ok(http) = reqwest::Client::builder().build() else {
-        r.event("worker-failed", json!({"worker": w, "why": "no HTTP client"}));
-        return;
-    };
-    let mut process = w;
-    let mut unique = 0u64;
-    let mut next = Instant::now() + pace.every.mul_f64(rng.unit());
-    while Instant::now() < pace.until {
-        let now = Instant::now();
-        if next > now {
-            tokio::time::sleep(next - now).await;
+/// The delete workload's client in the one worker loop
+/// (`drift_workloads::worker::run`): each operation one kv request to a
+/// server drawn for it, never retried (an indeterminate one retires its
+/// process).
+pub struct KvRequests {
+    w: u64,
+    r: Recorder,
+    client: Arc<KvClient>,
+    workload: Workload,
+    /// None when no HTTP client could be made: the worker does nothing.
+    http: Option<reqwest::Client>,
+    unique: u64,
+}
+
+impl KvRequests {
+    pub fn new(w: u64, r: Recorder, client: Arc<KvClient>, workload: Workload) -> KvRequests {
+        let http = reqwest::Client::builder().build().ok();
+        if http.is_none() {
+            r.event("worker-failed", json!({"worker": w, "why": "no HTTP client"}));
         }
-        next = next.max(Instant::now()) + pace.every.mul_f64(0.5 + rng.unit());
-        if Instant::now() >= pace.until {
-            break;
+        KvRequests {
+            w,
+            r,
+            client,
+            workload,
+            http,
+            unique: 0,
         }
-        let op = workload.next(&mut rng, w, &mut unique);
-        let (node, base) = &client.servers[rng.below(client.servers.len() as u64) as usize];
+    }
+}
+
+impl Client for KvRequests {
+    /// The operation and the server it goes to.
+    type Op = (OpSpec, usize);
+
+    async fn ready(&mut self, _process: u64, _rng: &mut Rng) -> bool {
+        self.http.is_some()
+    }
+
+    fn draw(&mut self, rng: &mut Rng) -> (OpSpec, usize) {
+        let op = self.workload.next(rng, self.w, &mut self.unique);
+        (op, rng.below(self.client.servers.len() as u64) as usize)
+    }
+
+    async fn attempt(&mut self, (op, at): &(OpSpec, usize), _n: u32, process: u64) -> Ended {
+        // ready() refuses a worker without an HTTP client
+        let Some(http) = &self.http else {
+            return Ended::of(OpType::Fail);
+        };
+        let (node, base) = &self.client.servers[*at];
         let record = |kind: OpType, value: Value, error: Option<String>| {
-            r.record(
+            self.r.record(
                 Process::Client(process),
                 kind,
                 op.f,
@@ -84,16 +114,10 @@ pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<KvClient>, work
             )
         };
         record(OpType::Invoke, op.value.clone(), None);
-        let outcome = drift_workloads::kv::execute(&http, base, &op, client.op_timeout).await;
-        let (kind, value, error) = match outcome {
-            Outcome::Ok(v) => (OpType::Ok, v, None),
-            Outcome::Fail(e) => (OpType::Fail, Value::Null, Some(e)),
-            Outcome::Info(e) | Outcome::Partial(_, e) => (OpType::Info, Value::Null, Some(e)),
-        };
+        let outcome = drift_workloads::kv::execute(http, base, op, self.client.op_timeout).await;
+        let (kind, value, error) = outcome.completion();
         record(kind, value, error);
-        if kind == OpType::Info {
-            process += pace.stride;
-        }
+        Ended::of(kind)
     }
 }
 

@@ -23,7 +23,8 @@
 //!   that made it, and a run removes those whose process is gone.
 
 use crate::backend::{
-    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe, TableHttp,
+    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Faults, Kill, LinkCut, LogFiles, Pause, Probe,
+    TableHttp,
 };
 use crate::container::{ContainerEngine, RunSpec};
 use crate::local::LocalSpec;
@@ -514,6 +515,8 @@ impl TableHttp for DockerCluster {
         self.nodes[(i - 1) as usize].kv
     }
 }
+
+impl Faults for DockerCluster {}
 
 impl Backend for DockerCluster {
     fn name(&self) -> &'static str {

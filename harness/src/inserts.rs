@@ -5,8 +5,9 @@
 //! * [`window_event`] — the `dedup-window` line: the table's window (ids
 //!   and seconds), the clock-skew bound ε the checker allows, and the
 //!   replicas the final phase must read.
-//! * [`worker`] — one client process: logical inserts at its pace, each
-//!   attempt an `insert` operation (invoke with the exact blocks, then
+//! * [`Inserter`] — the workload's client in the one worker loop: logical
+//!   inserts at its worker's pace, each attempt an `insert` operation
+//!   (invoke with the exact blocks, then
 //!   `ok` with the server's summary, `fail` with the code of a definite
 //!   error, or `info`), retried after an indeterminate outcome — same
 //!   rows, same token, same split — on the same replica or another until
@@ -20,10 +21,10 @@
 //! What it does not do: judge. It never decides whether a row should be
 //! there; that is the dedup checker's, from what was recorded.
 
-use crate::pace::Pace;
 use crate::recorder::Recorder;
 use drift_checkers::history::{OpType, Process};
 use drift_workloads::table::{self, AttemptOutcome, Dialect, InsertGen};
+use drift_workloads::worker::{Client, Ended, Then};
 use drift_workloads::Rng;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -92,11 +93,7 @@ fn record_attempt_invoke(r: &Recorder, process: u64, value: Value, replica: &str
 }
 
 fn record_attempt_outcome(r: &Recorder, process: u64, replica: &str, o: &AttemptOutcome) {
-    let (kind, value, error) = match o {
-        AttemptOutcome::Ok(summary) => (OpType::Ok, summary.clone(), None),
-        AttemptOutcome::Fail(code, why) => (OpType::Fail, json!({"code": code}), Some(why.clone())),
-        AttemptOutcome::Info(code, why) => (OpType::Info, json!({"code": code}), Some(why.clone())),
-    };
+    let (kind, value, error) = o.completion();
     r.record(
         Process::Client(process),
         kind,
@@ -108,64 +105,90 @@ fn record_attempt_outcome(r: &Recorder, process: u64, replica: &str, o: &Attempt
     );
 }
 
-async fn sleep_until(t: Instant) {
-    let now = Instant::now();
-    if t > now {
-        tokio::time::sleep(t - now).await;
+/// The insert-retry workload's client in the one worker loop
+/// (`drift_workloads::worker::run`): logical inserts over the table's
+/// HTTP interface, each attempt an `insert` operation, retried by
+/// [`Inserter`]'s policy ([`Client::then`]).
+pub struct Inserter {
+    r: Recorder,
+    client: Arc<InsertClient>,
+    /// None when no HTTP client could be made: the worker does nothing.
+    http: Option<reqwest::Client>,
+    gen: InsertGen,
+    /// The replica the next attempt goes to.
+    at: usize,
+    /// Whether a delayed-retry insert was sent again past the window.
+    delayed_sent: bool,
+}
+
+impl Inserter {
+    pub fn new(w: u64, r: Recorder, client: Arc<InsertClient>) -> Inserter {
+        let http = reqwest::Client::builder().build().ok();
+        if http.is_none() {
+            r.event("worker-failed", json!({"worker": w, "why": "no HTTP client"}));
+        }
+        Inserter {
+            gen: InsertGen::for_dialect(w, client.dialect),
+            r,
+            client,
+            http,
+            at: 0,
+            delayed_sent: false,
+        }
     }
 }
 
-/// One client process of the workload, until `pace.until`.
-pub async fn worker(w: u64, pace: Pace, r: Recorder, client: Arc<InsertClient>) {
-    let mut rng = Rng::new(Rng::derive(pace.seed, &format!("worker-{w}")));
-    let Ok(http) = reqwest::Client::builder().build() else {
-        r.event("worker-failed", json!({"worker": w, "why": "no HTTP client"}));
-        return;
-    };
-    let replicas = &client.replicas.0;
-    let mut gen = InsertGen::for_dialect(w, client.dialect);
-    let mut process = w;
-    let mut next = Instant::now() + pace.every.mul_f64(rng.unit());
-    while Instant::now() < pace.until {
-        sleep_until(next).await;
-        next = next.max(Instant::now()) + pace.every.mul_f64(0.5 + rng.unit());
-        if Instant::now() >= pace.until {
-            break;
+impl Client for Inserter {
+    type Op = table::LogicalInsert;
+
+    async fn ready(&mut self, _process: u64, _rng: &mut Rng) -> bool {
+        self.http.is_some()
+    }
+
+    /// A logical insert and the replica of its first attempt.
+    fn draw(&mut self, rng: &mut Rng) -> table::LogicalInsert {
+        let l = self.gen.next(rng);
+        self.at = rng.below(self.client.replicas.0.len() as u64) as usize;
+        self.delayed_sent = false;
+        l
+    }
+
+    async fn attempt(&mut self, l: &table::LogicalInsert, n: u32, process: u64) -> Ended {
+        // ready() refuses a worker without an HTTP client
+        let Some(http) = &self.http else {
+            return Ended::of(OpType::Fail);
+        };
+        let (name, url) = &self.client.replicas.0[self.at];
+        record_attempt_invoke(&self.r, process, l.invoke_value(n, name), name);
+        let o = table::attempt(http, url, l, n, self.client.op_timeout, &self.client.dialect).await;
+        record_attempt_outcome(&self.r, process, name, &o);
+        Ended::of(o.completion().0)
+    }
+
+    /// Until `ok`, a definite failure, or the attempts run out: after an
+    /// indeterminate outcome the same insert again — same rows, token and
+    /// split — a moment later, on the same replica or another; a
+    /// delayed-retry insert once more past the window, whatever its first
+    /// outcome (1 or 2 copies may then stay).
+    fn then(&mut self, l: &table::LogicalInsert, n: u32, ended: Ended, rng: &mut Rng) -> Then {
+        if n >= self.client.attempts_max {
+            return Then::Done;
         }
-        let l = gen.next(&mut rng);
-        let mut at = rng.below(replicas.len() as u64) as usize;
-        let mut delayed_sent = false;
-        for n in 1..=client.attempts_max {
-            let (name, url) = &replicas[at];
-            record_attempt_invoke(&r, process, l.invoke_value(n, name), name);
-            let o = table::attempt(&http, url, &l, n, client.op_timeout, &client.dialect).await;
-            record_attempt_outcome(&r, process, name, &o);
-            let wait = match &o {
-                AttemptOutcome::Ok(_) if l.delayed() && !delayed_sent => {
-                    // sent again past the window: 1 or 2 copies may stay
-                    delayed_sent = true;
-                    client.delayed_retry
-                }
-                AttemptOutcome::Ok(_) | AttemptOutcome::Fail(..) => break,
-                AttemptOutcome::Info(..) => {
-                    // the process may still be executing it: a new one
-                    process += pace.stride;
-                    if l.delayed() && !delayed_sent {
-                        delayed_sent = true;
-                        client.delayed_retry
-                    } else {
-                        Duration::from_millis(RETRY_DELAY_MS.0 + rng.below(RETRY_DELAY_MS.1 - RETRY_DELAY_MS.0))
-                    }
-                }
-            };
-            if Instant::now() + wait >= pace.until {
-                break;
+        let wait = match ended.kind {
+            OpType::Info | OpType::Ok if l.delayed() && !self.delayed_sent => {
+                self.delayed_sent = true;
+                self.client.delayed_retry
             }
-            tokio::time::sleep(wait).await;
-            // the same replica, or another one
-            if replicas.len() > 1 && rng.below(2) == 1 {
-                at = (at + 1 + rng.below(replicas.len() as u64 - 1) as usize) % replicas.len();
-            }
+            OpType::Info => Duration::from_millis(RETRY_DELAY_MS.0 + rng.below(RETRY_DELAY_MS.1 - RETRY_DELAY_MS.0)),
+            _ => return Then::Done,
+        };
+        // the same replica, or another one
+        let replicas = self.client.replicas.0.len();
+        if replicas > 1 && rng.below(2) == 1 {
+            self.at = (self.at + 1 + rng.below(replicas as u64 - 1) as usize) % replicas;
+        }
+        Then::Again {
+            after_us: wait.as_micros() as u64,
         }
     }
 }

@@ -12,7 +12,8 @@
 //! touched. With `zookeeper` it runs Apache ZooKeeper 3.8 the same way.
 
 use crate::backend::{
-    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe, TableHttp,
+    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Faults, Kill, LinkCut, LogFiles, Pause, Probe,
+    TableHttp,
 };
 use crate::claim::Block;
 use crate::plan::DigestMode;
@@ -433,6 +434,8 @@ impl LocalCluster {
         self.node(i).cgroup = Some(procs);
     }
 }
+
+impl Faults for LocalCluster {}
 
 impl Backend for LocalCluster {
     fn name(&self) -> &'static str {

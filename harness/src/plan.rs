@@ -125,8 +125,10 @@ impl Coordinator {
     }
 }
 
-/// The faults a simulated cluster knows.
-pub const SIM_FAULTS: [FaultKind; 7] = [
+/// The faults a simulated cluster knows: every fault but those that act
+/// on the replicated table or the kv service, which the simulator does
+/// not run (it simulates the keeper).
+pub const SIM_FAULTS: [FaultKind; 8] = [
     FaultKind::Partition,
     FaultKind::Kill,
     FaultKind::Pause,
@@ -134,6 +136,7 @@ pub const SIM_FAULTS: [FaultKind; 7] = [
     FaultKind::Diverge,
     FaultKind::Clock,
     FaultKind::Wipe,
+    FaultKind::KeeperRestart,
 ];
 
 /// The faults the clickhouse target takes: its nodes have no drift fault
@@ -703,8 +706,9 @@ impl Plan {
             }
             if let Some(k) = self.nemeses.iter().find(|k| !SIM_FAULTS.contains(k)) {
                 return Err(format!(
-                    "nemesis {} is not simulated (partition, kill, pause, corrupt, diverge, clock and wipe are)",
-                    k.name()
+                    "nemesis {} acts on the {}, which backend sim does not run: it simulates the keeper (partition, kill, pause, corrupt, diverge, clock, wipe and keeper-restart are simulated)",
+                    k.name(),
+                    if k.needs_kv() { "kv service" } else { "replicated table" }
                 ));
             }
             if self.sim.is_none() {

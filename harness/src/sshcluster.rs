@@ -23,7 +23,8 @@
 //! is an error naming the host and the command.
 
 use crate::backend::{
-    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Kill, LinkCut, LogFiles, Pause, Probe, TableHttp,
+    Backend, BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Faults, Kill, LinkCut, LogFiles, Pause, Probe,
+    TableHttp,
 };
 use crate::hosts::Hosts;
 use crate::local::LocalSpec;
@@ -552,6 +553,8 @@ impl TableHttp for SshCluster {
         self.nodes[(i - 1) as usize].kv
     }
 }
+
+impl Faults for SshCluster {}
 
 impl Backend for SshCluster {
     fn name(&self) -> &'static str {

@@ -1,7 +1,7 @@
 //! The harness's modules import one way: no circle among them (a module
 //! that names `crate::x` depends on `x`). Commands and backends share
 //! what they share through modules of their own (`servers.rs`, `run.rs`,
-//! `pace.rs`, `events.rs`), not through each other.
+//! `settle.rs`, `events.rs`), not through each other.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

@@ -135,13 +135,17 @@ fn a_sweep_without_planted_bugs_finds_nothing_on_a_few_seeds() {
 
 #[test]
 fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["sim", "--seeds", "0"], "--seeds"),
         (&["sim", "--jobs", "0"], "--jobs"),
         (&["sim", "--seed", "3"], "--from and --seeds, not --seed"),
         (
             &["sim", "--workload", "insert-retry"],
             "workload insert-retry is not simulated",
+        ),
+        (
+            &["sim", "--nemesis", "drop-reply"],
+            "nemesis drop-reply acts on the replicated table, which backend sim does not run",
         ),
         (&["sim", "--plant", "bogus"], "invalid value 'bogus' for '--plant"),
         (

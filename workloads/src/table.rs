@@ -24,6 +24,7 @@
 //! DB::Exception: …`).
 
 use crate::rng::Rng;
+use drift_checkers::history::OpType;
 use drift_table::block::{split_insert, Block};
 use drift_table::schema::{ColumnType, PartitionKey, Schema, Value as Cell};
 use serde_json::{json, Value};
@@ -380,6 +381,18 @@ pub enum AttemptOutcome {
     Fail(Option<u64>, String),
     /// May have been applied.
     Info(Option<u64>, String),
+}
+
+impl AttemptOutcome {
+    /// The history's completion of it: type, value (the summary, or the
+    /// server's code), error.
+    pub fn completion(&self) -> (OpType, Value, Option<String>) {
+        match self {
+            AttemptOutcome::Ok(summary) => (OpType::Ok, summary.clone(), None),
+            AttemptOutcome::Fail(code, why) => (OpType::Fail, json!({"code": code}), Some(why.clone())),
+            AttemptOutcome::Info(code, why) => (OpType::Info, json!({"code": code}), Some(why.clone())),
+        }
+    }
 }
 
 /// Attempt `n` of `l` against the replica at `url` (`http://host:port/`),

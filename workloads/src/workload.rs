@@ -21,6 +21,7 @@
 //!   every replica's content and Merkle roots, and repairs once more.
 
 use crate::rng::Rng;
+use drift_checkers::history::OpType;
 use drift_checkers::linear::model::ModelKind;
 use drift_checkers::registry::CheckerKind;
 use serde::{Deserialize, Serialize};
@@ -60,6 +61,19 @@ pub enum Outcome {
     /// Happened in part: what it did (the completion's value), and why it
     /// did not finish — a drain that took some elements and stopped.
     Partial(Value, String),
+}
+
+impl Outcome {
+    /// The history's completion of it: type, value, error. One that
+    /// happened in part is `info`, carrying what it did.
+    pub fn completion(&self) -> (OpType, Value, Option<String>) {
+        match self {
+            Outcome::Ok(v) => (OpType::Ok, v.clone(), None),
+            Outcome::Fail(e) => (OpType::Fail, Value::Null, Some(e.clone())),
+            Outcome::Info(e) => (OpType::Info, Value::Null, Some(e.clone())),
+            Outcome::Partial(v, e) => (OpType::Info, v.clone(), Some(e.clone())),
+        }
+    }
 }
 
 /// The workloads by the names the CLI and run configs use.

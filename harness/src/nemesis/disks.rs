@@ -5,10 +5,13 @@
 
 use super::processes::part_note;
 use super::CorruptMode;
-use crate::backend::{Backend, Damage, Part};
+use crate::backend::{Damage, Faults, Part};
 
 /// Kills node `n` (its `part`) and damages its files as `mode` says.
-pub(super) fn corrupt(c: &mut dyn Backend, n: u64, mode: CorruptMode, pick: u64, part: Part) -> String {
+pub(super) fn corrupt(c: &mut dyn Faults, n: u64, mode: CorruptMode, pick: u64, part: Part) -> String {
+    if let Some(why) = c.refuse_disk_fault(n) {
+        return why;
+    }
     c.kill_part(n, part);
     let what = match mode {
         CorruptMode::Wipe => c

@@ -5,7 +5,7 @@
 //! every clock back).
 
 use super::Fault;
-use crate::backend::Backend;
+use crate::backend::Faults;
 
 /// The hook command of a table or kv fault's start or stop.
 pub(super) fn hook_command(fault: &Fault, start: bool) -> Option<String> {
@@ -28,7 +28,7 @@ pub(super) fn hook_command(fault: &Fault, start: bool) -> Option<String> {
 }
 
 /// Sends `cmd` to each of `nodes`' hooks; what each answered.
-pub(super) fn hooks_on(c: &dyn Backend, nodes: &[u64], cmd: &str) -> String {
+pub(super) fn hooks_on(c: &dyn Faults, nodes: &[u64], cmd: &str) -> String {
     nodes
         .iter()
         .map(|&n| match c.admin(n, cmd) {
@@ -41,7 +41,7 @@ pub(super) fn hooks_on(c: &dyn Backend, nodes: &[u64], cmd: &str) -> String {
 
 /// `diverge`: node `n`'s next entry applied differently — a follower's
 /// (a leader's divergence would be every replica's).
-pub(super) fn diverge(c: &mut dyn Backend, n: u64) -> String {
+pub(super) fn diverge(c: &mut dyn Faults, n: u64) -> String {
     let leader = c.leader();
     let target = if Some(n) == leader {
         c.ids()
@@ -59,14 +59,14 @@ pub(super) fn diverge(c: &mut dyn Backend, n: u64) -> String {
 
 /// `clock`: node `n`'s entry times (and kv timestamps) offset by
 /// `offset_ms`; 0 at the stop.
-pub(super) fn clock(c: &mut dyn Backend, n: u64, offset_ms: i64) -> String {
+pub(super) fn clock(c: &mut dyn Faults, n: u64, offset_ms: i64) -> String {
     c.admin(n, &format!("clock {offset_ms}"))
         .unwrap_or_else(|e| e.to_string())
 }
 
 /// The heal's part on one server that is up: its clock back, and with
 /// `table` and `kv` every table and kv hook off. What went wrong.
-pub(super) fn heal(c: &mut dyn Backend, i: u64, table: bool, kv: bool) -> Vec<String> {
+pub(super) fn heal(c: &mut dyn Faults, i: u64, table: bool, kv: bool) -> Vec<String> {
     let _ = c.admin(i, "clock 0");
     let mut faults = Vec::new();
     if table {

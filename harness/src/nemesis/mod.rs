@@ -49,12 +49,12 @@ mod processes;
 
 pub use partitions::{Partitioner, PartitionerMode};
 
-use crate::backend::{Backend, Part};
+use crate::backend::{Backend, Exit, Faults, Part};
 use crate::recorder::Recorder;
 use drift_workloads::Rng;
 use partitions::partition_links;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -549,17 +549,64 @@ fn shuffle(rng: &mut Rng, v: &mut [u64]) {
     }
 }
 
-/// Applies `step` to the cluster; what it did.
-pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
-    if step.fault == Fault::KeeperRestart {
-        // locks the cluster step by step, not for the whole restart
-        return processes::rolling_restart(cluster, &step.nodes, step.part);
+/// The world a fault schedule runs in: the cluster behind [`Faults`],
+/// time, and the history. Real servers are one ([`Servers`]: a locked
+/// backend, the wall clock, the recorder); the simulator is the other
+/// (`sim::Stage`: the simulated cluster, virtual time). The runner, the
+/// executor and the heal below are written once over it.
+pub trait Stage {
+    /// Runs `f` on the cluster and the run's partitioner; None when the
+    /// cluster cannot be had (a poisoned lock).
+    fn with_cluster<R>(&self, f: impl FnOnce(&mut dyn Faults, &Partitioner) -> R) -> Option<R>;
+    /// Milliseconds since the main phase started.
+    fn now_ms(&self) -> u64;
+    /// Waits until `ms` after the main phase's start, recording servers
+    /// that exit meanwhile; false once the run is stopping.
+    async fn sleep_until_ms(&self, ms: u64) -> bool;
+    /// Records a nemesis event in the history.
+    fn event(&self, f: &str, value: Value);
+    /// Keeps `step` as applied (for run.json and the progress line).
+    fn applied(&self, step: &Step);
+    /// Records every server that exited on its own since the last look.
+    fn exits(&self) -> Vec<Exit>;
+}
+
+/// Runs `schedule`: each step applied and stopped at its times, both
+/// recorded as `start-<fault>` / `stop-<fault>` events, each applied step
+/// kept. Returns early once the run is stopping.
+pub async fn run<S: Stage>(s: &S, schedule: Vec<Step>) {
+    for mut step in schedule {
+        if !s.sleep_until_ms(step.start_ms).await {
+            return;
+        }
+        step.applied = apply(s, &step).await;
+        let raw = RawStep::from(step.clone());
+        let mut event = json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied});
+        if !raw.part.is_empty() {
+            event["part"] = json!(raw.part);
+        }
+        s.event(&format!("start-{}", raw.fault), event);
+        s.applied(&step);
+        if !s.sleep_until_ms(step.stop_ms).await {
+            return;
+        }
+        let healed = stop(s, &step);
+        s.event(
+            &format!("stop-{}", raw.fault),
+            json!({"nodes": raw.nodes, "healed": healed}),
+        );
     }
-    let Ok(mut c) = cluster.lock() else {
-        return "cluster lock poisoned".into();
-    };
-    let c = c.as_mut();
-    match &step.fault {
+}
+
+const POISONED: &str = "cluster lock poisoned";
+
+/// Applies `step` to the cluster; what it did.
+pub async fn apply<S: Stage>(s: &S, step: &Step) -> String {
+    if step.fault == Fault::KeeperRestart {
+        // waits between servers: holds the cluster step by step
+        return processes::rolling_restart(s, &step.nodes, step.part).await;
+    }
+    s.with_cluster(|c, p| match &step.fault {
         Fault::Partition { links, .. } => p.cut(c, links, step.part),
         Fault::Kill => processes::kill(c, &step.nodes, step.part),
         Fault::Pause => processes::pause(c, &step.nodes, step.part),
@@ -573,16 +620,13 @@ pub fn apply(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) ->
             let cmd = hooks::hook_command(&step.fault, true).expect("a hooked fault");
             hooks::hooks_on(c, &step.nodes, &cmd)
         }
-    }
+    })
+    .unwrap_or_else(|| POISONED.into())
 }
 
 /// Stops what `step` started; what it did.
-pub fn stop(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> String {
-    let Ok(mut c) = cluster.lock() else {
-        return "cluster lock poisoned".into();
-    };
-    let c = c.as_mut();
-    match &step.fault {
+pub fn stop<S: Stage>(s: &S, step: &Step) -> String {
+    s.with_cluster(|c, p| match &step.fault {
         Fault::Partition { .. } => {
             p.heal(c);
             "healed".into()
@@ -596,104 +640,120 @@ pub fn stop(cluster: &Mutex<Box<dyn Backend>>, p: &Partitioner, step: &Step) -> 
             let cmd = hooks::hook_command(&step.fault, false).expect("a hooked fault");
             hooks::hooks_on(c, &step.nodes, &cmd)
         }
-    }
+    })
+    .unwrap_or_else(|| POISONED.into())
 }
 
-/// Runs `schedule` from `started` on: each step applied and stopped at
-/// its times, both recorded as `start-<fault>` / `stop-<fault>` events,
-/// each applied step kept in `applied`. Returns early once `stop` is set.
-pub fn run_schedule(
-    cluster: &Mutex<Box<dyn Backend>>,
-    r: &Recorder,
-    p: &Partitioner,
-    applied: &Mutex<Vec<Step>>,
-    schedule: Vec<Step>,
-    started: Instant,
-    stop_flag: &AtomicBool,
-) {
-    for mut step in schedule {
-        if !sleep_until(started + Duration::from_millis(step.start_ms), stop_flag, cluster, r) {
-            return;
-        }
-        step.applied = apply(cluster, p, &step);
-        let raw = RawStep::from(step.clone());
-        let mut event = json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied});
-        if !raw.part.is_empty() {
-            event["part"] = json!(raw.part);
-        }
-        r.event(&format!("start-{}", raw.fault), event);
-        if let Ok(mut a) = applied.lock() {
-            a.push(step.clone());
-        }
-        if !sleep_until(started + Duration::from_millis(step.stop_ms), stop_flag, cluster, r) {
-            return;
-        }
-        let healed = stop(cluster, p, &step);
-        r.event(
-            &format!("stop-{}", raw.fault),
-            json!({"nodes": raw.nodes, "healed": healed}),
-        );
-    }
-}
-
-/// Sleeps until `t`, recording servers that exit on their own; false if
-/// the run is stopping.
-fn sleep_until(t: Instant, stop: &AtomicBool, cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> bool {
-    while Instant::now() < t {
-        if stop.load(Ordering::Relaxed) {
-            return false;
-        }
-        record_exits(cluster, r);
-        std::thread::sleep(Duration::from_millis(50).min(t.saturating_duration_since(Instant::now())));
-    }
-    true
-}
-
-/// Records every server that exited on its own since the last look.
-pub fn record_exits(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder) -> Vec<crate::backend::Exit> {
-    let exits = cluster.lock().map(|mut c| c.exits()).unwrap_or_default();
-    for e in &exits {
-        if e.part == Part::Node {
-            r.event("node-exited", json!({"node": e.node, "code": e.code}));
-        } else {
-            r.event(
-                "node-exited",
-                json!({"node": e.node, "code": e.code, "part": e.part.name()}),
-            );
-        }
-    }
-    exits
-}
+/// How long a server started by the heal gets to refuse its data (exit
+/// on its own) before the heal looks.
+const HEAL_EXIT_WAIT_MS: u64 = 2_000;
 
 /// Stops every fault and brings every server back; one that will not
 /// start (a corruption it refuses) is wiped and rejoins from its peers.
 /// With `table`, every replica's fault hooks are turned off too, and with
 /// `kv` the kv service's. What went wrong, if anything.
-pub fn heal_all(cluster: &Mutex<Box<dyn Backend>>, r: &Recorder, p: &Partitioner, table: bool, kv: bool) -> String {
-    let Ok(mut c) = cluster.lock() else {
-        return "cluster lock poisoned".into();
-    };
-    p.heal(c.as_ref());
-    let mut notes = Vec::new();
-    for i in c.ids() {
-        c.resume(i);
-        if c.is_up(i) {
-            notes.extend(hooks::heal(c.as_mut(), i, table, kv));
-        } else if let Err(e) = c.start(i) {
-            notes.push(e.to_string());
+pub async fn heal_all<S: Stage>(s: &S, table: bool, kv: bool) -> String {
+    let Some(mut notes) = s.with_cluster(|c, p| {
+        p.heal(c);
+        let mut notes = Vec::new();
+        for i in c.ids() {
+            c.resume(i);
+            if c.is_up(i) {
+                notes.extend(hooks::heal(c, i, table, kv));
+            } else if let Err(e) = c.start(i) {
+                notes.push(e.to_string());
+            }
         }
-    }
-    drop(c);
-    // a server that exits right away refused its data: the backend brings
+        notes
+    }) else {
+        return POISONED.into();
+    };
+    // a server that exits right away refused its data: the cluster brings
     // it back (a keeper server wiped, to rejoin from its peers)
-    std::thread::sleep(Duration::from_secs(2));
-    let exits = record_exits(cluster, r);
-    if let Ok(mut c) = cluster.lock() {
+    s.sleep_until_ms(s.now_ms() + HEAL_EXIT_WAIT_MS).await;
+    let exits = s.exits();
+    s.with_cluster(|c, _| {
         for e in exits {
             notes.extend(c.recover_exit(&e));
         }
-    }
+    });
     notes.join("; ")
+}
+
+/// Real servers as a [`Stage`]: the locked backend, the wall clock from
+/// the main phase's start, the recorder.
+pub struct Servers<'a> {
+    pub cluster: &'a Mutex<Box<dyn Backend>>,
+    pub partitioner: &'a Partitioner,
+    pub recorder: &'a Recorder,
+    pub applied: &'a Mutex<Vec<Step>>,
+    pub started: Instant,
+    pub stop: &'a AtomicBool,
+}
+
+impl Stage for Servers<'_> {
+    fn with_cluster<R>(&self, f: impl FnOnce(&mut dyn Faults, &Partitioner) -> R) -> Option<R> {
+        let mut c = self.cluster.lock().ok()?;
+        Some(f(c.as_mut(), self.partitioner))
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// Blocks this thread (the nemesis's own): the future is ready when
+    /// it first polls.
+    async fn sleep_until_ms(&self, ms: u64) -> bool {
+        let t = self.started + Duration::from_millis(ms);
+        while Instant::now() < t {
+            if self.stop.load(Ordering::Relaxed) {
+                return false;
+            }
+            self.exits();
+            std::thread::sleep(Duration::from_millis(50).min(t.saturating_duration_since(Instant::now())));
+        }
+        true
+    }
+
+    fn event(&self, f: &str, value: Value) {
+        self.recorder.event(f, value);
+    }
+
+    fn applied(&self, step: &Step) {
+        if let Ok(mut a) = self.applied.lock() {
+            a.push(step.clone());
+        }
+    }
+
+    fn exits(&self) -> Vec<Exit> {
+        let exits = self.cluster.lock().map(|mut c| c.exits()).unwrap_or_default();
+        for e in &exits {
+            record_exit(self, e);
+        }
+        exits
+    }
+}
+
+/// Records that `e`'s server exited on its own.
+pub fn record_exit<S: Stage>(s: &S, e: &Exit) {
+    let mut v = json!({"node": e.node, "code": e.code});
+    if e.part != Part::Node {
+        v["part"] = json!(e.part.name());
+    }
+    s.event("node-exited", v);
+}
+
+/// Drives a future of [`Servers`], whose every await is done when first
+/// polled (its sleeps block the calling thread).
+pub fn finish<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::yield_now();
+    }
 }
 
 /// A `--nemesis` value: a fault, or `none`.

@@ -5,7 +5,7 @@
 //! `partition` step, stopped by its stop and by the heal.
 
 use super::Shape;
-use crate::backend::{Backend, Part};
+use crate::backend::{Faults, Part};
 use serde::{Deserialize, Serialize};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -139,7 +139,7 @@ impl Partitioner {
     /// from a's peer address to b's that belongs to a Raft or kv
     /// connection — to b's Raft or kv port, or from a's — so the rules
     /// touch this run's peer traffic and nothing else on the machine.
-    pub fn cut(&self, cluster: &dyn Backend, links: &[(u64, u64)], part: Part) -> String {
+    pub fn cut(&self, cluster: &dyn Faults, links: &[(u64, u64)], part: Part) -> String {
         match self {
             Partitioner::Iptables { chain, .. } => {
                 let mut n = 0;
@@ -181,7 +181,7 @@ impl Partitioner {
         }
     }
 
-    pub fn heal(&self, cluster: &dyn Backend) {
+    pub fn heal(&self, cluster: &dyn Faults) {
         match self {
             Partitioner::Iptables { chain, .. } => {
                 let _ = ipt(&["-F", chain]);

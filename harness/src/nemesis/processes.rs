@@ -3,48 +3,47 @@
 //! restart of whatever is down, which ends every fault that leaves a
 //! server stopped; and their part of the heal.
 
-use crate::backend::{Backend, Part};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use super::Stage;
+use crate::backend::{Faults, Part};
+use std::time::Duration;
 
 /// How long a server restarted by `keeper-restart` gets to answer again
 /// before the next one is restarted anyway.
-const ROLLING_RESTART_WAIT: Duration = Duration::from_secs(15);
+const ROLLING_RESTART_WAIT_MS: u64 = 15_000;
 
 /// `keeper-restart`: each of `nodes` stopped (SIGTERM) and started again,
-/// the next once this one answers (or [`ROLLING_RESTART_WAIT`] passed).
-/// The cluster is locked per step, not for the whole restart.
-pub(super) fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64], part: Part) -> String {
+/// the next once this one answers (or [`ROLLING_RESTART_WAIT_MS`]
+/// passed). The cluster is held per step, not for the whole restart.
+pub(super) async fn rolling_restart<S: Stage>(s: &S, nodes: &[u64], part: Part) -> String {
     let mut out = Vec::new();
     for &n in nodes {
-        let started = match cluster.lock() {
-            Ok(mut c) => {
-                c.stop_part(n, part, Duration::from_secs(3));
-                c.start_part(n, part)
+        let started = s.with_cluster(|c, _| {
+            c.stop_part(n, part, Duration::from_secs(3));
+            c.start_part(n, part)
+        });
+        match started {
+            None => return "cluster lock poisoned".into(),
+            Some(Err(e)) => {
+                out.push(format!("node {n}: {e}"));
+                continue;
             }
-            Err(_) => return "cluster lock poisoned".into(),
+            Some(Ok(())) => {}
+        }
+        let deadline = s.now_ms() + ROLLING_RESTART_WAIT_MS;
+        let back = loop {
+            let back = s
+                .with_cluster(|c, _| c.four(n, "ruok").as_deref() == Some("imok"))
+                .unwrap_or(false);
+            if back || s.now_ms() >= deadline || !s.sleep_until_ms(s.now_ms() + 100).await {
+                break back;
+            }
         };
-        if let Err(e) = started {
-            out.push(format!("node {n}: {e}"));
-            continue;
-        }
-        let deadline = Instant::now() + ROLLING_RESTART_WAIT;
-        let mut back = false;
-        while Instant::now() < deadline {
-            back = cluster
-                .lock()
-                .is_ok_and(|c| c.four(n, "ruok").as_deref() == Some("imok"));
-            if back {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
         out.push(if back {
             format!("restarted {n}")
         } else {
             format!(
                 "restarted {n} (not answering after {}s)",
-                ROLLING_RESTART_WAIT.as_secs()
+                ROLLING_RESTART_WAIT_MS / 1000
             )
         });
     }
@@ -52,7 +51,7 @@ pub(super) fn rolling_restart(cluster: &Mutex<Box<dyn Backend>>, nodes: &[u64], 
 }
 
 /// `kill`: each of `nodes` (its `part`) killed with SIGKILL.
-pub(super) fn kill(c: &mut dyn Backend, nodes: &[u64], part: Part) -> String {
+pub(super) fn kill(c: &mut dyn Faults, nodes: &[u64], part: Part) -> String {
     for &n in nodes {
         c.kill_part(n, part);
     }
@@ -60,7 +59,7 @@ pub(super) fn kill(c: &mut dyn Backend, nodes: &[u64], part: Part) -> String {
 }
 
 /// `pause`: each of `nodes` (its `part`) stopped with SIGSTOP.
-pub(super) fn pause(c: &mut dyn Backend, nodes: &[u64], part: Part) -> String {
+pub(super) fn pause(c: &mut dyn Faults, nodes: &[u64], part: Part) -> String {
     for &n in nodes {
         c.pause_part(n, part);
     }
@@ -68,7 +67,7 @@ pub(super) fn pause(c: &mut dyn Backend, nodes: &[u64], part: Part) -> String {
 }
 
 /// The stop of `pause`: each of `nodes` continued.
-pub(super) fn resume(c: &mut dyn Backend, nodes: &[u64]) -> String {
+pub(super) fn resume(c: &mut dyn Faults, nodes: &[u64]) -> String {
     for &n in nodes {
         c.resume(n);
     }
@@ -78,7 +77,7 @@ pub(super) fn resume(c: &mut dyn Backend, nodes: &[u64]) -> String {
 /// Every server that is down started again: the stop of every fault that
 /// leaves one stopped (`kill`, `corrupt`, `wipe`, `keeper-restart`, and
 /// `diverge`, whose replica the digest stops).
-pub(super) fn restart_down(c: &mut dyn Backend) -> String {
+pub(super) fn restart_down(c: &mut dyn Faults) -> String {
     let mut out = Vec::new();
     for i in c.ids() {
         if !c.is_up(i) {

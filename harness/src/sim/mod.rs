@@ -15,11 +15,14 @@
 
 pub mod client;
 pub mod exec;
+pub mod stage;
 pub mod sweep;
+pub mod world;
 
 use crate::fail::Failure;
-use crate::nemesis::{CorruptMode, Fault, FaultKind, RawStep, Step};
+use crate::nemesis::{self, FaultKind, Step};
 use crate::plan::{Campaign, PlantedBug};
+use crate::settle;
 use client::{SimZk, Spec};
 use drift_checkers::history::{HistoryWriter, Op, OpType, Process};
 use drift_keeper::server::{PlantedBugs, ServerConfig};
@@ -27,12 +30,13 @@ use drift_keeper::sim::disk::KillMode;
 use drift_keeper::sim::{Cluster, NetConfig, SimConfig};
 use drift_results::store::Store;
 use drift_workloads::worker::Session as _;
-use drift_workloads::{OpSpec, Outcome, Rng};
-use exec::W;
+use drift_workloads::Rng;
 use serde_json::{json, Value};
+use stage::SimStage;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use world::{event, Recording, Sim, H};
 
 /// Simulated time the setup (a leader, the workload's root) may take.
 const SETUP_US: u64 = 60_000_000;
@@ -56,63 +60,6 @@ pub struct Simulated {
     /// Simulated time from the first event to the last.
     pub simulated_us: u64,
     pub events: u64,
-}
-
-/// The history as it is recorded: ops stamped with simulated time.
-#[derive(Default)]
-struct Recording {
-    ops: Vec<Op>,
-    /// Simulated time of the main phase's start: history times count
-    /// from it.
-    t0_us: u64,
-}
-
-type H = Rc<RefCell<Recording>>;
-
-#[allow(clippy::too_many_arguments)] // one field of the history's operation each
-fn record(
-    w: &W,
-    h: &H,
-    process: Process,
-    kind: OpType,
-    f: &str,
-    value: Value,
-    key: Option<String>,
-    error: Option<String>,
-) {
-    let now = exec::now_us(w);
-    let mut r = h.borrow_mut();
-    let time = (now as i64 - r.t0_us as i64) * 1000;
-    r.ops.push(Op {
-        index: 0,
-        time,
-        process,
-        kind,
-        f: f.into(),
-        value,
-        key: key.map(Into::into),
-        node: None,
-        error,
-    });
-}
-
-/// A client's invocation of `f`.
-fn invoke(w: &W, h: &H, process: u64, f: &str, value: Value, key: Option<String>) {
-    record(w, h, Process::Client(process), OpType::Invoke, f, value, key, None);
-}
-
-fn event(w: &W, h: &H, f: &str, value: Value) {
-    record(w, h, Process::Nemesis, OpType::Info, f, value, None, None);
-}
-
-fn record_outcome(w: &W, h: &H, p: u64, f: &str, key: &Option<String>, o: &Outcome) {
-    let (kind, value, err) = match o {
-        Outcome::Ok(v) => (OpType::Ok, v.clone(), None),
-        Outcome::Fail(e) => (OpType::Fail, Value::Null, Some(e.clone())),
-        Outcome::Info(e) => (OpType::Info, Value::Null, Some(e.clone())),
-        Outcome::Partial(v, e) => (OpType::Info, v.clone(), Some(e.clone())),
-    };
-    record(w, h, Process::Client(p), kind, f, value, key.clone(), err);
 }
 
 fn bugs(list: &[PlantedBug]) -> PlantedBugs {
@@ -252,7 +199,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
 
     // main phase: the workers and the nemesis
     let limit_us = plan.time_limit_s * 1_000_000;
-    let applied = Rc::new(RefCell::new(Vec::<Step>::new()));
+    let stage = SimStage::new(&w, &h, sp.torn_writes, t0);
     if *ready.borrow() {
         let every_us = (plan.concurrency as f64 / plan.rate * 1e6) as u64;
         let mut tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>> = Vec::new();
@@ -269,23 +216,20 @@ pub fn simulate(c: &Campaign) -> Simulated {
                 every_us: every_us.max(1),
             };
             tasks.push(Box::pin(async move {
-                drift_workloads::worker::worker(&world, workload, wid, pace).await
+                let client = drift_workloads::worker::Znodes::new(&world, workload, wid);
+                drift_workloads::worker::run(&world, client, wid, pace).await
             }));
         }
-        tasks.push(Box::pin(nemesis(
-            w.clone(),
-            h.clone(),
-            c.schedule.clone(),
-            t0,
-            applied.clone(),
-            sp.torn_writes,
-        )));
+        let (s, schedule) = (stage.clone(), c.schedule.clone());
+        tasks.push(Box::pin(async move { nemesis::run(&s, schedule).await }));
         let until = t0 + limit_us + spec.op_timeout_us * 3 + 5_000_000;
         exec::run(&w, tasks, until);
     }
 
     // heal: every fault stopped, every server back
-    heal(&w, &h);
+    settle_phase(&stage, 2 * CONVERGE_US, |s| async move {
+        settle::heal(&s, false, false, CONVERGE_US / 1000).await
+    });
     // final phase
     if *ready.borrow() {
         let settle = workload
@@ -305,7 +249,9 @@ pub fn simulate(c: &Campaign) -> Simulated {
         let until = exec::now_us(&w) + 120_000_000;
         exec::run(&w, vec![Box::pin(fin)], until);
     }
-    final_digests(&w, &h);
+    settle_phase(&stage, 2 * CONVERGE_US, |s| async move {
+        settle::final_digests(&s, CONVERGE_US / 1000).await
+    });
 
     // the invariants, and the servers' own events, onto the timeline
     let mut world = w.borrow_mut();
@@ -364,7 +310,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
     for (i, o) in ops.iter_mut().enumerate() {
         o.index = i as u64;
     }
-    let applied = applied.borrow().clone();
+    let applied = stage.applied.borrow().clone();
     Simulated {
         ops,
         logs,
@@ -376,264 +322,15 @@ pub fn simulate(c: &Campaign) -> Simulated {
     }
 }
 
-/// The znode workers' world in the simulator: its client's sessions, its
-/// executor's virtual time, its history.
-struct Sim {
-    w: W,
-    h: H,
-    spec: Spec,
-}
-
-impl drift_workloads::worker::World for Sim {
-    type Session = SimZk;
-
-    async fn connect(&self, hint: u64, detached: bool) -> Option<SimZk> {
-        SimZk::connect(&self.w, &self.spec, hint as usize, detached).await.ok()
-    }
-
-    fn now_us(&self) -> u64 {
-        exec::now_us(&self.w)
-    }
-
-    async fn sleep_until_us(&self, at_us: u64) {
-        exec::sleep_until(&self.w, at_us).await
-    }
-
-    fn record_invoke(&self, process: u64, op: &OpSpec) {
-        invoke(&self.w, &self.h, process, op.f, op.value.clone(), op.key.clone());
-    }
-
-    fn record_outcome(&self, process: u64, op: &OpSpec, outcome: &Outcome) {
-        record_outcome(&self.w, &self.h, process, op.f, &op.key, outcome);
-    }
-
-    fn record_event(&self, f: &str, value: Value) {
-        event(&self.w, &self.h, f, value);
-    }
-}
-
-async fn nemesis(w: W, h: H, schedule: Vec<Step>, t0: u64, applied: Rc<RefCell<Vec<Step>>>, torn: bool) {
-    for mut step in schedule {
-        exec::sleep_until(&w, t0 + step.start_ms * 1000).await;
-        step.applied = apply(&w, &step, torn);
-        let raw = RawStep::from(step.clone());
-        event(
-            &w,
-            &h,
-            &format!("start-{}", raw.fault),
-            json!({"nodes": raw.nodes, "variant": raw.variant, "applied": raw.applied}),
-        );
-        applied.borrow_mut().push(step.clone());
-        exec::sleep_until(&w, t0 + step.stop_ms * 1000).await;
-        let healed = stop(&w, &step);
-        event(
-            &w,
-            &h,
-            &format!("stop-{}", raw.fault),
-            json!({"nodes": raw.nodes, "healed": healed}),
-        );
-    }
-}
-
-/// Applies one step of the schedule to the simulated cluster.
-fn apply(w: &W, step: &Step, torn: bool) -> String {
-    let mut world = w.borrow_mut();
-    let c = &mut world.cluster;
-    match &step.fault {
-        Fault::Partition { links, .. } => {
-            c.cut(links);
-            format!("{} directed links cut", links.len())
-        }
-        Fault::Kill => {
-            for &n in &step.nodes {
-                let mid_write = torn && c.draw(2) == 1;
-                c.kill(n, mid_write);
-            }
-            format!("killed {:?}", step.nodes)
-        }
-        Fault::Pause => {
-            for &n in &step.nodes {
-                c.pause(n);
-            }
-            format!("paused {:?}", step.nodes)
-        }
-        Fault::Corrupt { mode, .. } => {
-            let n = step.nodes[0];
-            if let Some(why) = majority_of_disks(c, n) {
-                return why;
-            }
-            c.kill(n, false);
-            match mode {
-                CorruptMode::Wipe => {
-                    c.wipe(n);
-                    format!("wiped node {n}")
-                }
-                CorruptMode::Truncate => c.corrupt(n, true).map_or_else(
-                    || format!("node {n}: nothing to truncate"),
-                    |d| format!("truncated {d}"),
-                ),
-                CorruptMode::Flip => c
-                    .corrupt(n, false)
-                    .map_or_else(|| format!("node {n}: nothing to flip"), |d| format!("flipped {d}")),
-            }
-        }
-        Fault::Wipe => {
-            let n = step.nodes[0];
-            if let Some(why) = majority_of_disks(c, n) {
-                return why;
-            }
-            c.kill(n, false);
-            c.wipe(n);
-            format!("wiped node {n}")
-        }
-        Fault::Diverge => {
-            // a leader's divergence would be every replica's: a follower
-            let leader = c.leader();
-            let n = step.nodes[0];
-            let target = if n == leader {
-                c.ids().into_iter().find(|&i| i != leader && c.is_up(i)).unwrap_or(n)
-            } else {
-                n
-            };
-            let a = c.admin(target, "diverge");
-            format!("diverge armed on node {target}: {a}")
-        }
-        Fault::Clock { offset_ms } => c.admin(step.nodes[0], &format!("clock {offset_ms}")),
-        other => format!("{} is not simulated: nothing done", other.kind().name()),
-    }
-}
-
-/// Why damaging node `n`'s disk now would be outside the fault model:
-/// with the servers that still recover from a lost disk, a majority's
-/// disks would be gone (Raft then may lose committed entries, and a
-/// cluster may never recover: no finding). None when it is within it.
-fn majority_of_disks(c: &mut Cluster, n: u64) -> Option<String> {
-    let others: Vec<u64> = c.recovering().into_iter().filter(|&x| x != n).collect();
-    let nodes = c.ids().len();
-    ((others.len() + 1) * 2 >= nodes).then(|| {
-        format!("skipped: nodes {others:?} still recover lost disks; node {n}'s too would leave no majority of disks")
-    })
-}
-
-/// Stops what `step` started.
-fn stop(w: &W, step: &Step) -> String {
-    let mut world = w.borrow_mut();
-    let c = &mut world.cluster;
-    match &step.fault {
-        Fault::Partition { .. } => {
-            c.heal();
-            "healed".into()
-        }
-        Fault::Pause => {
-            for &n in &step.nodes {
-                c.resume(n);
-            }
-            "resumed".into()
-        }
-        Fault::Clock { .. } => c.admin(step.nodes[0], "clock 0"),
-        _ => restart_down(c).join("; "),
-    }
-}
-
-/// Starts every server that is down; what happened to each.
-fn restart_down(c: &mut Cluster) -> Vec<String> {
-    let mut out = Vec::new();
-    for i in c.ids() {
-        if !c.is_up(i) || c.armed(i) {
-            c.restart(i);
-            out.push(if c.is_up(i) {
-                format!("restarted {i}")
-            } else {
-                format!("node {i} did not start: {:?}", c.down(i))
-            });
-        }
-    }
-    out
-}
-
-/// Stops every fault and brings every server back; one that refuses its
-/// data is wiped and rejoins from its peers. Records `healed`.
-fn heal(w: &W, h: &H) {
-    let notes = {
-        let mut world = w.borrow_mut();
-        let c = &mut world.cluster;
-        c.heal();
-        for i in c.ids() {
-            c.resume(i);
-            if c.is_up(i) {
-                c.admin(i, "clock 0");
-            }
-        }
-        let mut notes: Vec<String> = restart_down(c)
-            .into_iter()
-            .filter(|n| !n.starts_with("restarted"))
-            .collect();
-        for i in c.ids() {
-            if !c.is_up(i) {
-                c.wipe(i);
-                c.restart(i);
-                notes.push(format!("node {i} refused to start: wiped, rejoining from peers"));
-            }
-        }
-        notes
-    };
-    let deadline = exec::now_us(w) + CONVERGE_US;
-    let converged = loop {
-        let now = exec::now_us(w);
-        {
-            let world = w.borrow();
-            let states = world.cluster.states();
-            let leader = world.cluster.leader();
-            if leader != 0 && states.len() == world.cluster.ids().len() && states.windows(2).all(|p| p[0].1 == p[1].1) {
-                break true;
-            }
-        }
-        if now >= deadline {
-            break false;
-        }
-        w.borrow_mut().cluster.run_until(now + 100_000);
-    };
-    event(
-        w,
-        h,
-        "healed",
-        json!({"converged": converged, "note": notes.join("; ")}),
-    );
-}
-
-fn final_digests(w: &W, h: &H) {
-    // the final phase's writes settle on every replica first
-    let deadline = exec::now_us(w) + CONVERGE_US;
-    let converged = loop {
-        let now = exec::now_us(w);
-        let states = w.borrow().cluster.states();
-        if states.windows(2).all(|p| (p[0].1, p[0].2) == (p[1].1, p[1].2)) {
-            break true;
-        }
-        if now >= deadline {
-            break false;
-        }
-        w.borrow_mut().cluster.run_until(now + 100_000);
-    };
-    let states = w.borrow().cluster.states();
-    let nodes: Vec<Value> = states
-        .iter()
-        .map(|(id, applied, digest)| json!({"node": id, "applied_index": applied.to_string(), "digest": format!("{digest:#018x}")}))
-        .collect();
-    event(
-        w,
-        h,
-        "final-digests",
-        json!({
-            "converged": converged,
-            "nodes": nodes,
-            "note": if converged {
-                String::new()
-            } else {
-                format!("the running replicas did not reach one applied index and digest within {} simulated s of the heal", CONVERGE_US / 1_000_000)
-            }
-        }),
-    );
+/// Runs one of the phases written once for both worlds ([`settle`]) on
+/// the simulated stage, for at most `limit_us` of simulated time.
+fn settle_phase<F: std::future::Future<Output = ()> + 'static>(
+    stage: &SimStage,
+    limit_us: u64,
+    phase: impl FnOnce(SimStage) -> F,
+) {
+    let until = exec::now_us(&stage.w) + limit_us;
+    exec::run(&stage.w, vec![Box::pin(phase(stage.clone()))], until);
 }
 
 /// Writes a simulated run's history and server logs into its directory.
@@ -784,6 +481,53 @@ mod tests {
                 "seed {seed} ({nemesis}, swarm {swarmed}): {why}"
             );
         }
+    }
+
+    /// `keeper-restart` runs in the simulator through the one executor:
+    /// every server restarted in turn, the next only once the last
+    /// follows a leader again (a simulated server starts in no time, so
+    /// without that wait all would restart at one instant); the run stays
+    /// valid.
+    #[test]
+    fn a_rolling_restart_waits_for_each_server_to_rejoin() {
+        let c = campaign(
+            &[
+                "--time-limit",
+                "12",
+                "--nemesis",
+                "keeper-restart",
+                "--nemesis-interval",
+                "3",
+            ],
+            5,
+        );
+        let sim = simulate(&c);
+        let steps: Vec<&Op> = sim.ops.iter().filter(|o| o.f == "start-keeper-restart").collect();
+        assert!(!steps.is_empty(), "no rolling restart was applied");
+        for o in &steps {
+            let applied = o.value["applied"].as_str().unwrap_or_default();
+            assert_eq!(applied.matches("restarted").count(), 5, "{applied}");
+            assert!(!applied.contains("not answering"), "{applied}");
+        }
+        let mut restarts: Vec<i64> = sim
+            .logs
+            .values()
+            .flatten()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["event"] == "started")
+            .filter_map(|l| l["ts_ms"].as_i64())
+            .filter(|&t| t > EPOCH_MS)
+            .collect();
+        restarts.sort_unstable();
+        assert_eq!(restarts.len(), 5 * steps.len(), "{restarts:?}");
+        for round in restarts.chunks(5) {
+            assert!(
+                round.windows(2).all(|p| p[0] < p[1]),
+                "servers restarted at one instant: {round:?}"
+            );
+        }
+        let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
+        assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "{why}");
     }
 
     /// Swarm mode draws the world from the seed: the same seed, the same

@@ -235,7 +235,8 @@ pub struct Cluster {
     pub invariants: Invariants,
 }
 
-fn member(id: u64) -> Member {
+/// Server `id`'s names in the simulated network (never a socket).
+pub fn member(id: u64) -> Member {
     let ip = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 10 + id as u8));
     Member {
         id,

@@ -1,0 +1,102 @@
+//! The simulated run's history (ops stamped with simulated time from
+//! the main phase's start) and the znode workers' world in the
+//! simulator: its client's sessions, its executor's virtual time, that
+//! history.
+
+use super::client::{SimZk, Spec};
+use super::exec::{self, W};
+use drift_checkers::history::{Op, OpType, Process};
+use drift_workloads::{OpSpec, Outcome};
+use serde_json::Value;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// The history as it is recorded: ops stamped with simulated time.
+#[derive(Default)]
+pub struct Recording {
+    pub ops: Vec<Op>,
+    /// Simulated time of the main phase's start: history times count
+    /// from it.
+    pub t0_us: u64,
+}
+
+pub type H = Rc<RefCell<Recording>>;
+
+#[allow(clippy::too_many_arguments)] // one field of the history's operation each
+fn record(
+    w: &W,
+    h: &H,
+    process: Process,
+    kind: OpType,
+    f: &str,
+    value: Value,
+    key: Option<String>,
+    error: Option<String>,
+) {
+    let now = exec::now_us(w);
+    let mut r = h.borrow_mut();
+    let time = (now as i64 - r.t0_us as i64) * 1000;
+    r.ops.push(Op {
+        index: 0,
+        time,
+        process,
+        kind,
+        f: f.into(),
+        value,
+        key: key.map(Into::into),
+        node: None,
+        error,
+    });
+}
+
+/// A client's invocation of `f`.
+pub fn invoke(w: &W, h: &H, process: u64, f: &str, value: Value, key: Option<String>) {
+    record(w, h, Process::Client(process), OpType::Invoke, f, value, key, None);
+}
+
+pub fn event(w: &W, h: &H, f: &str, value: Value) {
+    record(w, h, Process::Nemesis, OpType::Info, f, value, None, None);
+}
+
+pub fn record_outcome(w: &W, h: &H, p: u64, f: &str, key: &Option<String>, o: &Outcome) {
+    let (kind, value, err) = o.completion();
+    record(w, h, Process::Client(p), kind, f, value, key.clone(), err);
+}
+
+/// The znode workers' world in the simulator: its client's sessions, its
+/// executor's virtual time, its history.
+pub struct Sim {
+    pub w: W,
+    pub h: H,
+    pub spec: Spec,
+}
+
+impl drift_workloads::worker::Clock for Sim {
+    fn now_us(&self) -> u64 {
+        exec::now_us(&self.w)
+    }
+
+    async fn sleep_until_us(&self, at_us: u64) {
+        exec::sleep_until(&self.w, at_us).await
+    }
+}
+
+impl drift_workloads::worker::World for Sim {
+    type Session = SimZk;
+
+    async fn connect(&self, hint: u64, detached: bool) -> Option<SimZk> {
+        SimZk::connect(&self.w, &self.spec, hint as usize, detached).await.ok()
+    }
+
+    fn record_invoke(&self, process: u64, op: &OpSpec) {
+        invoke(&self.w, &self.h, process, op.f, op.value.clone(), op.key.clone());
+    }
+
+    fn record_outcome(&self, process: u64, op: &OpSpec, outcome: &Outcome) {
+        record_outcome(&self.w, &self.h, process, op.f, &op.key, outcome);
+    }
+
+    fn record_event(&self, f: &str, value: Value) {
+        event(&self.w, &self.h, f, value);
+    }
+}
