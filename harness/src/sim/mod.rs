@@ -14,24 +14,23 @@
 //! event that the `digest` checker counts as a problem.
 
 pub mod client;
+pub mod config;
 pub mod exec;
 pub mod stage;
 pub mod sweep;
 pub mod world;
 
 use crate::fail::Failure;
-use crate::nemesis::{self, FaultKind, Step};
-use crate::plan::{Campaign, PlantedBug};
+use crate::nemesis::{self, Step};
+use crate::plan::Campaign;
 use crate::settle;
 use client::{SimZk, Spec};
-use drift_checkers::history::{HistoryWriter, Op, OpType, Process};
-use drift_keeper::server::{PlantedBugs, ServerConfig};
-use drift_keeper::sim::disk::KillMode;
-use drift_keeper::sim::{Cluster, NetConfig, SimConfig};
+pub use config::{sim_config, swarm};
+use drift_checkers::history::{HistoryWriter, Op};
+use drift_keeper::sim::Cluster;
 use drift_results::store::Store;
 use drift_workloads::worker::Session as _;
-use drift_workloads::Rng;
-use serde_json::{json, Value};
+use serde_json::json;
 use stage::SimStage;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -42,9 +41,6 @@ use world::{event, Recording, Sim, H};
 const SETUP_US: u64 = 60_000_000;
 /// Simulated time the cluster gets to converge after the heal.
 const CONVERGE_US: u64 = 60_000_000;
-/// The wall clock the simulated servers start at (fixed: a run's entry
-/// times are part of what the seed replays).
-const EPOCH_MS: i64 = 1_800_000_000_000;
 
 /// A simulated campaign's outcome.
 pub struct Simulated {
@@ -60,94 +56,6 @@ pub struct Simulated {
     /// Simulated time from the first event to the last.
     pub simulated_us: u64,
     pub events: u64,
-}
-
-fn bugs(list: &[PlantedBug]) -> PlantedBugs {
-    PlantedBugs {
-        send_before_sync: list.contains(&PlantedBug::SendBeforeSync),
-        skip_truncation_rollback: list.contains(&PlantedBug::SkipRollback),
-        local_read_in_quorum_round: list.contains(&PlantedBug::LocalQuorumRead),
-        skip_digest_check: list.contains(&PlantedBug::SkipDigestCheck),
-    }
-}
-
-/// The simulated cluster a campaign runs on.
-pub fn sim_config(c: &Campaign) -> SimConfig {
-    let plan = &c.plan;
-    let sp = plan.sim.clone().unwrap_or_default();
-    SimConfig {
-        nodes: plan.nodes,
-        seed: c.seed,
-        server: ServerConfig {
-            id: 0,
-            members: Vec::new(),
-            tick_ms: 50,
-            election_ticks: 10,
-            snapshot_distance: sp.snapshot_distance.max(1),
-            reserved_log_items: (sp.snapshot_distance / 2).max(1),
-            rotate_interval: sp.snapshot_distance.max(16),
-            quorum_reads: plan.quorum_reads,
-            witness_blocks: false,
-            digest: plan.digest,
-            session_timeout_min_ms: 1_000,
-            session_timeout_max_ms: 60_000,
-            seed: c.seed,
-            bootstrap: true,
-            fault_token: Some("sim".into()),
-            snapshots: drift_keeper::snapshot::Config::default(),
-        },
-        net: NetConfig {
-            delay_us: (100, sp.delay_max_us.max(100)),
-            slow: (0.01, 50_000),
-            loss: sp.loss,
-            duplicate: sp.duplicate,
-            reorder: sp.reorder,
-            clog: (sp.clog, 2_000_000),
-            client_delay_us: (50, 500),
-        },
-        clock_drift_ppm: sp.clock_drift_ppm,
-        kill_mode: if sp.torn_writes {
-            KillMode::Mixed
-        } else {
-            KillMode::Drop
-        },
-        snapshot_write_us: (1_000, 50_000),
-        epoch_ms: EPOCH_MS,
-        bugs: bugs(&sp.bugs),
-        // one advance per input, as every stored simulated run was made
-        batch_us: 0,
-    }
-}
-
-/// Swarm mode: the campaign of `seed` with its world varied — a subset of
-/// the faults, their pace, the network's misbehaviour (loss, duplication,
-/// reordering, delays, clogged links), clock drift, torn writes — all
-/// drawn from the seed.
-pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
-    let mut rng = Rng::new(Rng::derive(seed, "swarm"));
-    let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
-        crate::plan::SIM_FAULTS.to_vec()
-    } else {
-        plan.nemeses.clone()
-    };
-    let mut kinds: Vec<FaultKind> = offered.iter().copied().filter(|_| rng.below(2) == 1).collect();
-    if kinds.is_empty() {
-        kinds.push(offered[rng.below(offered.len() as u64) as usize]);
-    }
-    plan.nemeses = kinds;
-    plan.nemesis_interval_s = 1 + rng.below(8);
-    let odds = |rng: &mut Rng, most: f64| if rng.below(3) == 0 { 0.0 } else { rng.unit() * most };
-    let mut sim = plan.sim.clone().unwrap_or_default();
-    sim.loss = odds(&mut rng, 0.2);
-    sim.duplicate = odds(&mut rng, 0.1);
-    sim.reorder = odds(&mut rng, 0.3);
-    sim.delay_max_us = [1_000, 5_000, 20_000, 100_000][rng.below(4) as usize];
-    sim.clock_drift_ppm = [0, 100, 1_000, 20_000][rng.below(4) as usize];
-    sim.torn_writes = rng.below(4) != 0;
-    sim.snapshot_distance = [100, 1_000, 10_000][rng.below(3) as usize];
-    sim.clog = odds(&mut rng, 0.002);
-    plan.sim = Some(sim);
-    Campaign::new(plan, seed)
 }
 
 /// Runs campaign `c` in a simulated cluster.
@@ -259,52 +167,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let end_us = world.cluster.now_us();
     let t0_us = h.borrow().t0_us;
     let mut ops = std::mem::take(&mut h.borrow_mut().ops);
-    let mut logs = BTreeMap::new();
-    let mut seen = crate::events::Witnessed::default();
-    for id in world.cluster.ids() {
-        let mut lines = Vec::new();
-        for (at, ev, fields) in world.cluster.log(id) {
-            let mut line = json!({"ts_ms": EPOCH_MS + (*at / 1000) as i64, "node": id, "event": ev});
-            if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
-                o.extend(f.clone());
-            }
-            if let Some((f, v)) = crate::events::history_event(id, &line, &mut seen) {
-                ops.push(Op {
-                    index: 0,
-                    time: (*at as i64 - t0_us as i64) * 1000,
-                    process: Process::Nemesis,
-                    kind: OpType::Info,
-                    f: f.into(),
-                    value: v,
-                    key: None,
-                    node: None,
-                    error: None,
-                });
-            }
-            lines.push(line.to_string());
-        }
-        logs.insert(id, lines);
-    }
-    let violations: Vec<(u64, String)> = world
-        .cluster
-        .invariants
-        .violations
-        .iter()
-        .map(|v| (v.node, v.what.clone()))
-        .collect();
-    for v in &world.cluster.invariants.violations {
-        ops.push(Op {
-            index: 0,
-            time: (v.at_us as i64 - t0_us as i64) * 1000,
-            process: Process::Nemesis,
-            kind: OpType::Info,
-            f: "invariant-violated".into(),
-            value: json!({"node": v.node, "what": v.what}),
-            key: None,
-            node: None,
-            error: None,
-        });
-    }
+    let (logs, violations) = world::onto_timeline(&world.cluster, t0_us, &mut ops);
     // one timeline: by time, recorded order within a time
     ops.sort_by_key(|o| o.time);
     for (i, o) in ops.iter_mut().enumerate() {
@@ -389,155 +252,4 @@ pub fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::cli::{Cli, Command};
-    use crate::plan::Plan;
-    use clap::Parser;
-
-    /// The campaign `drift test --backend sim <args>` runs with `seed`.
-    fn campaign(args: &[&str], seed: u64) -> Campaign {
-        let argv = ["drift", "test", "--backend", "sim"].iter().chain(args);
-        let Command::Test(t) = Cli::try_parse_from(argv).expect("arguments parse").command else {
-            panic!("not drift test")
-        };
-        Campaign::new(Plan::from_args(&t).expect("a valid plan"), seed)
-    }
-
-    /// The history as the store writes it: one JSON line per operation.
-    fn history_bytes(s: &Simulated) -> Vec<u8> {
-        let mut out = Vec::new();
-        for op in &s.ops {
-            out.extend(serde_json::to_vec(op).expect("an op serialises"));
-            out.push(b'\n');
-        }
-        out
-    }
-
-    /// Every simulated workload, twice with one seed: the same trace hash,
-    /// byte-identical histories and server logs; another seed gives
-    /// another run.
-    #[test]
-    fn one_seed_gives_one_run_for_every_workload() {
-        for workload in ["register", "unique-ids", "counter", "total-queue", "ephemeral"] {
-            let args = [
-                "--workload",
-                workload,
-                "--time-limit",
-                "8",
-                "--nemesis",
-                "kill,partition,pause,clock",
-                "--nemesis-interval",
-                "2",
-            ];
-            let c = campaign(&args, 7);
-            let (a, b) = (simulate(&c), simulate(&c));
-            assert!(
-                a.ops.iter().filter(|o| o.kind == OpType::Ok).count() > 10,
-                "{workload}: the workload ran"
-            );
-            assert!(!a.applied.is_empty(), "{workload}: faults were injected");
-            assert_eq!(a.trace_hash, b.trace_hash, "{workload}: trace hash");
-            assert!(history_bytes(&a) == history_bytes(&b), "{workload}: histories differ");
-            assert_eq!(a.logs, b.logs, "{workload}: server logs");
-            assert_eq!(a.events, b.events, "{workload}: event counts");
-            let other = simulate(&campaign(&args, 8));
-            assert_ne!(
-                a.trace_hash, other.trace_hash,
-                "{workload}: seeds 7 and 8 gave one trace"
-            );
-            assert!(
-                history_bytes(&a) != history_bytes(&other),
-                "{workload}: seeds 7 and 8 gave one history"
-            );
-        }
-    }
-
-    /// Seeds whose runs found bugs (fixed since; BENCHMARKS.md, "The
-    /// simulator"), run again: each must now be valid.
-    #[test]
-    fn the_seeds_that_found_bugs_stay_fixed() {
-        let six = "partition,kill,pause,clock,corrupt,diverge";
-        let seven = "partition,kill,pause,clock,corrupt,diverge,wipe";
-        let cases: [(&str, bool, u64); 9] = [
-            ("kill", false, 762),
-            ("kill,partition", true, 642),
-            (six, true, 53),
-            (six, true, 133),
-            (six, true, 421),
-            (seven, true, 286),
-            (seven, true, 307),
-            (seven, true, 469),
-            (seven, true, 1626),
-        ];
-        for (nemesis, swarmed, seed) in cases {
-            let c = campaign(&["--time-limit", "30", "--nemesis", nemesis], seed);
-            let c = if swarmed { swarm(c.plan, seed) } else { c };
-            let sim = simulate(&c);
-            let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
-            assert_eq!(
-                verdict,
-                drift_checkers::checker::Verdict::Valid,
-                "seed {seed} ({nemesis}, swarm {swarmed}): {why}"
-            );
-        }
-    }
-
-    /// `keeper-restart` runs in the simulator through the one executor:
-    /// every server restarted in turn, the next only once the last
-    /// follows a leader again (a simulated server starts in no time, so
-    /// without that wait all would restart at one instant); the run stays
-    /// valid.
-    #[test]
-    fn a_rolling_restart_waits_for_each_server_to_rejoin() {
-        let c = campaign(
-            &[
-                "--time-limit",
-                "12",
-                "--nemesis",
-                "keeper-restart",
-                "--nemesis-interval",
-                "3",
-            ],
-            5,
-        );
-        let sim = simulate(&c);
-        let steps: Vec<&Op> = sim.ops.iter().filter(|o| o.f == "start-keeper-restart").collect();
-        assert!(!steps.is_empty(), "no rolling restart was applied");
-        for o in &steps {
-            let applied = o.value["applied"].as_str().unwrap_or_default();
-            assert_eq!(applied.matches("restarted").count(), 5, "{applied}");
-            assert!(!applied.contains("not answering"), "{applied}");
-        }
-        let mut restarts: Vec<i64> = sim
-            .logs
-            .values()
-            .flatten()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|l| l["event"] == "started")
-            .filter_map(|l| l["ts_ms"].as_i64())
-            .filter(|&t| t > EPOCH_MS)
-            .collect();
-        restarts.sort_unstable();
-        assert_eq!(restarts.len(), 5 * steps.len(), "{restarts:?}");
-        for round in restarts.chunks(5) {
-            assert!(
-                round.windows(2).all(|p| p[0] < p[1]),
-                "servers restarted at one instant: {round:?}"
-            );
-        }
-        let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
-        assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "{why}");
-    }
-
-    /// Swarm mode draws the world from the seed: the same seed, the same
-    /// world and the same run.
-    #[test]
-    fn a_swarm_seed_replays_too() {
-        let c = campaign(&["--time-limit", "6"], 1);
-        let (s1, s2) = (swarm(c.plan.clone(), 41), swarm(c.plan.clone(), 41));
-        assert_eq!(s1, s2);
-        assert_ne!(s1.plan.sim, swarm(c.plan.clone(), 42).plan.sim);
-        assert_eq!(simulate(&s1).trace_hash, simulate(&s2).trace_hash);
-    }
-}
+mod tests;

@@ -6,9 +6,12 @@
 use super::client::{SimZk, Spec};
 use super::exec::{self, W};
 use drift_checkers::history::{Op, OpType, Process};
+use drift_keeper::sim::Cluster;
 use drift_workloads::{OpSpec, Outcome};
+use serde_json::json;
 use serde_json::Value;
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::rc::Rc;
 
 /// The history as it is recorded: ops stamped with simulated time.
@@ -99,4 +102,62 @@ impl drift_workloads::worker::World for Sim {
     fn record_event(&self, f: &str, value: Value) {
         event(&self.w, &self.h, f, value);
     }
+}
+
+/// The servers' own log lines onto the history's timeline (through the
+/// one log-line→event map, `crate::events`), and the broken invariants
+/// as `invariant-violated` events: each server's log as JSON lines, and
+/// the violations as (server, what).
+#[allow(clippy::type_complexity)]
+pub fn onto_timeline(
+    cluster: &Cluster,
+    t0_us: u64,
+    ops: &mut Vec<Op>,
+) -> (BTreeMap<u64, Vec<String>>, Vec<(u64, String)>) {
+    let mut logs = BTreeMap::new();
+    let mut seen = crate::events::Witnessed::default();
+    for id in cluster.ids() {
+        let mut lines = Vec::new();
+        for (at, ev, fields) in cluster.log(id) {
+            let mut line = json!({"ts_ms": super::config::EPOCH_MS + (*at / 1000) as i64, "node": id, "event": ev});
+            if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
+                o.extend(f.clone());
+            }
+            if let Some((f, v)) = crate::events::history_event(id, &line, &mut seen) {
+                ops.push(Op {
+                    index: 0,
+                    time: (*at as i64 - t0_us as i64) * 1000,
+                    process: Process::Nemesis,
+                    kind: OpType::Info,
+                    f: f.into(),
+                    value: v,
+                    key: None,
+                    node: None,
+                    error: None,
+                });
+            }
+            lines.push(line.to_string());
+        }
+        logs.insert(id, lines);
+    }
+    let violations: Vec<(u64, String)> = cluster
+        .invariants
+        .violations
+        .iter()
+        .map(|v| (v.node, v.what.clone()))
+        .collect();
+    for v in &cluster.invariants.violations {
+        ops.push(Op {
+            index: 0,
+            time: (v.at_us as i64 - t0_us as i64) * 1000,
+            process: Process::Nemesis,
+            kind: OpType::Info,
+            f: "invariant-violated".into(),
+            value: json!({"node": v.node, "what": v.what}),
+            key: None,
+            node: None,
+            error: None,
+        });
+    }
+    (logs, violations)
 }

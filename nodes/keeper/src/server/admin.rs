@@ -43,6 +43,10 @@ impl<D: Disk> KeeperServer<D> {
         }
         let rest = || line.splitn(3, ' ').nth(2).unwrap_or("").to_string();
         match (words.next(), words.next()) {
+            (Some("diverge"), Some("off")) => {
+                self.diverge_next = false;
+                Reply("ok".into())
+            }
             (Some("diverge"), _) => {
                 self.diverge_next = true;
                 Reply("ok".into())
@@ -83,7 +87,7 @@ impl<D: Disk> KeeperServer<D> {
             (Some("status"), _) => Reply(self.four_letter(b"dgst")),
             (Some("table"), _) => AdminAnswer::Table(rest()),
             (Some("kv"), _) => AdminAnswer::Kv(rest()),
-            _ => Reply("error unknown command (diverge | undecodable | clock <ms> | isolate <ids> | heal | lose-multi <path part>|off | status | table <hook> | kv <hook>)".into()),
+            _ => Reply("error unknown command (diverge [off] | undecodable | clock <ms> | isolate <ids> | heal | lose-multi <path part>|off | status | table <hook> | kv <hook>)".into()),
         }
     }
 

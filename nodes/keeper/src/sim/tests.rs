@@ -458,6 +458,29 @@ fn a_divergence_is_caught_at_the_exact_index_and_the_replica_recovers() {
     );
 }
 
+/// `diverge off` takes back a divergence armed and not yet applied (the
+/// heal sends it): the next write applies alike everywhere, no abort.
+#[test]
+fn a_divergence_taken_back_before_a_write_is_never_applied() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let f = others(&c, l)[0];
+        assert_eq!(c.admin(f, "diverge"), "ok");
+        assert_eq!(c.admin(f, "diverge off"), "ok");
+        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+        let created = call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S).expect("create");
+        assert_eq!(created.err, ZkError::Ok);
+        let t = c.now_us() + 2 * S;
+        c.run_until(t);
+        assert!(c.is_up(f), "seed {seed}: {:?}", c.down(f));
+        assert!(c.invariants.caught.is_empty(), "seed {seed}: {:?}", c.invariants.caught);
+        await_converged(&mut c);
+        assert_clean(&mut c, seed);
+    }
+}
+
 /// Crashes a follower at one of its next disk operations while a client
 /// writes, and restarts it.
 fn crash_mid_write(seed: u64, bugs: PlantedBugs) -> Cluster {

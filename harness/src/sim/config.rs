@@ -1,0 +1,102 @@
+//! The simulated world a campaign runs in: the simulated cluster's
+//! configuration from the plan (servers, network, disks, clocks, planted
+//! bugs), and swarm mode's draws of that world from the seed.
+
+use crate::nemesis::FaultKind;
+use crate::plan::{Campaign, PlantedBug};
+use drift_keeper::server::{PlantedBugs, ServerConfig};
+use drift_keeper::sim::disk::KillMode;
+use drift_keeper::sim::{NetConfig, SimConfig};
+use drift_workloads::Rng;
+
+/// The wall clock the simulated servers start at (fixed: a run's entry
+/// times are part of what the seed replays).
+pub const EPOCH_MS: i64 = 1_800_000_000_000;
+
+fn bugs(list: &[PlantedBug]) -> PlantedBugs {
+    PlantedBugs {
+        send_before_sync: list.contains(&PlantedBug::SendBeforeSync),
+        skip_truncation_rollback: list.contains(&PlantedBug::SkipRollback),
+        local_read_in_quorum_round: list.contains(&PlantedBug::LocalQuorumRead),
+        skip_digest_check: list.contains(&PlantedBug::SkipDigestCheck),
+    }
+}
+
+/// The simulated cluster a campaign runs on.
+pub fn sim_config(c: &Campaign) -> SimConfig {
+    let plan = &c.plan;
+    let sp = plan.sim.clone().unwrap_or_default();
+    SimConfig {
+        nodes: plan.nodes,
+        seed: c.seed,
+        server: ServerConfig {
+            id: 0,
+            members: Vec::new(),
+            tick_ms: 50,
+            election_ticks: 10,
+            snapshot_distance: sp.snapshot_distance.max(1),
+            reserved_log_items: (sp.snapshot_distance / 2).max(1),
+            rotate_interval: sp.snapshot_distance.max(16),
+            quorum_reads: plan.quorum_reads,
+            witness_blocks: false,
+            digest: plan.digest,
+            session_timeout_min_ms: 1_000,
+            session_timeout_max_ms: 60_000,
+            seed: c.seed,
+            bootstrap: true,
+            fault_token: Some("sim".into()),
+            snapshots: drift_keeper::snapshot::Config::default(),
+        },
+        net: NetConfig {
+            delay_us: (100, sp.delay_max_us.max(100)),
+            slow: (0.01, 50_000),
+            loss: sp.loss,
+            duplicate: sp.duplicate,
+            reorder: sp.reorder,
+            clog: (sp.clog, 2_000_000),
+            client_delay_us: (50, 500),
+        },
+        clock_drift_ppm: sp.clock_drift_ppm,
+        kill_mode: if sp.torn_writes {
+            KillMode::Mixed
+        } else {
+            KillMode::Drop
+        },
+        snapshot_write_us: (1_000, 50_000),
+        epoch_ms: EPOCH_MS,
+        bugs: bugs(&sp.bugs),
+        // one advance per input, as every stored simulated run was made
+        batch_us: 0,
+    }
+}
+
+/// Swarm mode: the campaign of `seed` with its world varied — a subset of
+/// the faults, their pace, the network's misbehaviour (loss, duplication,
+/// reordering, delays, clogged links), clock drift, torn writes — all
+/// drawn from the seed.
+pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
+    let mut rng = Rng::new(Rng::derive(seed, "swarm"));
+    let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
+        crate::plan::SIM_FAULTS.to_vec()
+    } else {
+        plan.nemeses.clone()
+    };
+    let mut kinds: Vec<FaultKind> = offered.iter().copied().filter(|_| rng.below(2) == 1).collect();
+    if kinds.is_empty() {
+        kinds.push(offered[rng.below(offered.len() as u64) as usize]);
+    }
+    plan.nemeses = kinds;
+    plan.nemesis_interval_s = 1 + rng.below(8);
+    let odds = |rng: &mut Rng, most: f64| if rng.below(3) == 0 { 0.0 } else { rng.unit() * most };
+    let mut sim = plan.sim.clone().unwrap_or_default();
+    sim.loss = odds(&mut rng, 0.2);
+    sim.duplicate = odds(&mut rng, 0.1);
+    sim.reorder = odds(&mut rng, 0.3);
+    sim.delay_max_us = [1_000, 5_000, 20_000, 100_000][rng.below(4) as usize];
+    sim.clock_drift_ppm = [0, 100, 1_000, 20_000][rng.below(4) as usize];
+    sim.torn_writes = rng.below(4) != 0;
+    sim.snapshot_distance = [100, 1_000, 10_000][rng.below(3) as usize];
+    sim.clog = odds(&mut rng, 0.002);
+    plan.sim = Some(sim);
+    Campaign::new(plan, seed)
+}
