@@ -312,7 +312,11 @@ mod tests {
     use super::*;
 
     fn read_str(text: &str) -> Result<(Vec<Op>, Vec<u64>), HistoryError> {
-        let dir = std::env::temp_dir().join(format!("drift-edn-{}-{}", std::process::id(), text.len()));
+        // one directory per call: tests run in parallel, and two texts
+        // may be of one length
+        static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("drift-edn-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("history.edn");
         std::fs::write(&path, text).unwrap();

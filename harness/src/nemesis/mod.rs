@@ -552,7 +552,7 @@ fn shuffle(rng: &mut Rng, v: &mut [u64]) {
 /// The world a fault schedule runs in: the cluster behind [`Faults`],
 /// time, and the history. Real servers are one ([`Servers`]: a locked
 /// backend, the wall clock, the recorder); the simulator is the other
-/// (`sim::Stage`: the simulated cluster, virtual time). The runner, the
+/// (`sim::stage::SimStage`: the simulated cluster, virtual time). The runner, the
 /// executor and the heal below are written once over it.
 pub trait Stage {
     /// Runs `f` on the cluster and the run's partitioner; None when the

@@ -18,8 +18,10 @@
 //! * [`iblt`] — invertible Bloom lookup tables, the set-reconciliation path
 //! * [`ring`] — which servers hold which token ranges
 //! * [`kv`] — one kv server's replicas, journaled and replayable
+//! * [`coord`] — a server coordinating a write or a read: its decisions
 //! * [`wal`] — the kv server's log records as bytes
 
+pub mod coord;
 pub mod entry;
 pub mod gc;
 pub mod iblt;

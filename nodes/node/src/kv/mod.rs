@@ -29,6 +29,8 @@ pub mod http;
 
 use crate::config::{ClusterConfig, KvDecl};
 use crate::error::NodeError;
+pub use drift_repair::coord::{ReadResult, WriteResult};
+use drift_repair::coord::{ReadRound, Stamper, WriteRound};
 use drift_repair::kv::{GcMode, KvStore};
 use drift_repair::replica::Merged;
 use drift_repair::ring::Ring;
@@ -126,26 +128,6 @@ impl SessionReport {
     }
 }
 
-/// What a coordinated write got.
-#[derive(Debug, Clone)]
-pub struct WriteResult {
-    pub ts: u64,
-    pub acks: usize,
-    /// The replicas that acknowledged, in the order they did.
-    pub acked: Vec<u64>,
-    pub wanted: usize,
-    pub errors: Vec<String>,
-}
-
-/// What a coordinated read got: the winner of the answers, if R came.
-#[derive(Debug, Clone)]
-pub struct ReadResult {
-    pub winner: Option<Entry>,
-    pub replies: usize,
-    pub wanted: usize,
-    pub errors: Vec<String>,
-}
-
 struct Session {
     responder: Responder,
     used: Instant,
@@ -165,7 +147,7 @@ pub struct KvNode {
     syncer: Syncer,
     seed: u64,
     clock_offset_ms: AtomicI64,
-    last_ts: AtomicU64,
+    stamper: Mutex<Stamper>,
     repair_paused: AtomicBool,
     gc_paused: AtomicBool,
     /// The `gc-tombstones` fault: periodic passes purge by time with this
@@ -220,11 +202,7 @@ impl KvNode {
     /// writes behind or ahead of it, as LWW allows).
     fn next_ts(&self) -> u64 {
         let now = self.now_ts();
-        let prev = self
-            .last_ts
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| Some(now.max(last + 1)))
-            .expect("the closure always returns Some");
-        now.max(prev + 1)
+        self.stamper.lock().unwrap_or_else(|p| p.into_inner()).next(now)
     }
 
     pub fn ring(&self) -> &Ring {
@@ -330,87 +308,71 @@ impl KvNode {
         http::version_from_json(&key, &body).map_err(|e| format!("server {replica}: {e}"))
     }
 
-    /// Coordinates a write (a value, or a tombstone for `None`).
+    /// Coordinates a write (a value, or a tombstone for `None`): the
+    /// decisions are [`WriteRound`]'s, this sends and waits.
     pub async fn write(self: &Arc<Self>, key: Vec<u8>, value: Option<Vec<u8>>, w: usize) -> WriteResult {
-        let ts = self.next_ts();
-        let e = Entry { key, ts, value };
+        let e = Entry {
+            key,
+            ts: self.next_ts(),
+            value,
+        };
         let j = self.ring.range_of_key(&e.key);
+        let mut round = WriteRound::new(e, self.ring.replicas(j), w);
         let mut set = tokio::task::JoinSet::new();
-        for r in self.ring.replicas(j) {
-            let me = self.clone();
-            let e = e.clone();
+        for &r in round.replicas() {
+            let (me, e) = (self.clone(), round.entry().clone());
             set.spawn(async move { (r, me.merge_on(r, e).await) });
         }
-        let mut res = WriteResult {
-            ts,
-            acks: 0,
-            acked: Vec::new(),
-            wanted: w,
-            errors: Vec::new(),
-        };
-        let deadline = tokio::time::sleep(Duration::from_millis(self.cfg.request_timeout_ms));
+        let timeout_ms = self.cfg.request_timeout_ms;
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
         tokio::pin!(deadline);
-        while res.acks < w {
+        let res = loop {
             tokio::select! {
                 next = set.join_next() => match next {
-                    None => break,
-                    Some(Ok((r, Ok(())))) => {
-                        res.acks += 1;
-                        res.acked.push(r);
+                    Some(Ok((r, reply))) => {
+                        if let Some(res) = round.on_reply(r, reply) {
+                            break res;
+                        }
                     }
-                    Some(Ok((_, Err(e)))) => res.errors.push(e),
-                    Some(Err(e)) => res.errors.push(format!("replica task: {e}")),
+                    Some(Err(e)) => round.note(format!("replica task: {e}")),
+                    None => break round.give_up("every replica task ended".into()),
                 },
-                _ = &mut deadline => {
-                    res.errors.push(format!("timed out after {} ms", self.cfg.request_timeout_ms));
-                    break;
-                }
+                _ = &mut deadline => break round.timed_out(timeout_ms),
             }
-        }
+        };
         // the other replicas' writes go on: a write reaches every replica
         // it can, acknowledged or not
         set.detach_all();
         res
     }
 
-    /// Coordinates a read of `key` from `r` replicas.
+    /// Coordinates a read of `key` from `r` replicas: the decisions are
+    /// [`ReadRound`]'s, this asks and waits.
     pub async fn read(self: &Arc<Self>, key: Vec<u8>, r: usize) -> ReadResult {
         let j = self.ring.range_of_key(&key);
+        let mut round = ReadRound::new(key, self.ring.replicas(j), r);
         let mut set = tokio::task::JoinSet::new();
-        for replica in self.ring.replicas(j) {
-            let me = self.clone();
-            let key = key.clone();
-            set.spawn(async move { me.get_on(replica, key).await });
+        for &replica in round.replicas() {
+            let (me, key) = (self.clone(), round.key().to_vec());
+            set.spawn(async move { (replica, me.get_on(replica, key).await) });
         }
-        let mut res = ReadResult {
-            winner: None,
-            replies: 0,
-            wanted: r,
-            errors: Vec::new(),
-        };
-        let deadline = tokio::time::sleep(Duration::from_millis(self.cfg.request_timeout_ms));
+        let timeout_ms = self.cfg.request_timeout_ms;
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
         tokio::pin!(deadline);
-        while res.replies < r {
+        let res = loop {
             tokio::select! {
                 next = set.join_next() => match next {
-                    None => break,
-                    Some(Ok(Ok(v))) => {
-                        res.replies += 1;
-                        if let Some(v) = v {
-                            if res.winner.as_ref().is_none_or(|w| v.lww_cmp(w).is_gt()) {
-                                res.winner = Some(v);
-                            }
+                    Some(Ok((replica, reply))) => {
+                        if let Some(res) = round.on_reply(replica, reply) {
+                            break res;
                         }
                     }
-                    Some(Ok(Err(e))) => res.errors.push(e),
-                    Some(Err(e)) => res.errors.push(format!("replica task: {e}")),
+                    Some(Err(e)) => round.note(format!("replica task: {e}")),
+                    None => break round.give_up("every replica task ended".into()),
                 },
-                _ = &mut deadline => {
-                    res.errors.push(format!("timed out after {} ms", self.cfg.request_timeout_ms));
-                    break;
-                }
+                _ = &mut deadline => break round.timed_out(timeout_ms),
             }
-        }
+        };
         set.abort_all();
         res
     }
@@ -818,7 +780,7 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         syncer: Syncer::default(),
         seed: cfg.seed,
         clock_offset_ms: AtomicI64::new(0),
-        last_ts: AtomicU64::new(0),
+        stamper: Mutex::new(Stamper::default()),
         repair_paused: AtomicBool::new(false),
         gc_paused: AtomicBool::new(false),
         gc_grace_override_ms: AtomicU64::new(u64::MAX),
