@@ -19,11 +19,13 @@
 //! * [`ring`] — which servers hold which token ranges
 //! * [`kv`] — one kv server's replicas, journaled and replayable
 //! * [`coord`] — a server coordinating a write or a read: its decisions
+//! * [`held`] — the repair sessions a server holds for its peers, bounded
 //! * [`wal`] — the kv server's log records as bytes
 
 pub mod coord;
 pub mod entry;
 pub mod gc;
+pub mod held;
 pub mod iblt;
 pub mod kv;
 pub mod range;

@@ -31,6 +31,7 @@ use crate::config::{ClusterConfig, KvDecl};
 use crate::error::NodeError;
 pub use drift_repair::coord::{ReadResult, WriteResult};
 use drift_repair::coord::{ReadRound, Stamper, WriteRound};
+use drift_repair::held::{Held, Limits as HeldLimits};
 use drift_repair::kv::{GcMode, KvStore};
 use drift_repair::replica::Merged;
 use drift_repair::ring::Ring;
@@ -128,11 +129,6 @@ impl SessionReport {
     }
 }
 
-struct Session {
-    responder: Responder,
-    used: Instant,
-}
-
 pub struct KvNode {
     pub id: u64,
     /// The memory clients' request bodies may hold together, and other
@@ -154,7 +150,9 @@ pub struct KvNode {
     /// grace (ms) instead of the cluster file's policy; `u64::MAX`: off.
     gc_grace_override_ms: AtomicU64,
     next_session: AtomicU64,
-    sessions: Mutex<BTreeMap<(u64, u64), Session>>,
+    sessions: Mutex<Held<Responder>>,
+    /// The monotonic clock's origin (idle sessions are judged on it).
+    epoch: Instant,
     http: reqwest::Client,
     /// Signs what this server asks of its peers (`/internal/*`).
     signer: crate::http_auth::Signer,
@@ -478,38 +476,18 @@ impl KvNode {
             return Err(format!("server {from} holds no replica of range {j}"));
         }
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        if !sessions.contains_key(&(from, session)) {
-            sessions.retain(|_, s| now.duration_since(s.used) < SESSION_IDLE);
-            let theirs: Vec<(u64, u64)> = sessions.range((from, 0)..=(from, u64::MAX)).map(|(k, _)| *k).collect();
-            if theirs.len() >= SESSIONS_PER_PEER_MAX {
-                let oldest = theirs
-                    .iter()
-                    .min_by_key(|k| sessions[*k].used)
-                    .copied()
-                    .expect("the peer holds sessions");
-                sessions.remove(&oldest);
-            }
-            if sessions.len() >= SESSIONS_MAX {
-                return Err(format!("{SESSIONS_MAX} repair sessions are open here"));
-            }
-            sessions.insert(
-                (from, session),
-                Session {
-                    responder: Responder::new(from, self.now_ts()).with_limits(Self::repair_limits()),
-                    used: now,
-                },
-            );
-        }
-        let s = sessions.get_mut(&(from, session)).expect("inserted above");
-        s.used = now;
+        let now_us = self.epoch.elapsed().as_micros() as u64;
+        let started_ts = self.now_ts();
+        let s = sessions.get_or_open(from, session, now_us, || {
+            Responder::new(from, started_ts).with_limits(Self::repair_limits())
+        })?;
         let (reply, pos) = {
             let mut d = self.lock();
             let replica = d
                 .store
                 .replica_mut(j)
                 .ok_or_else(|| format!("this server holds no range {j}"))?;
-            let reply = s.responder.on_request(replica, msg).unwrap_or_else(|e| {
+            let reply = s.on_request(replica, msg).unwrap_or_else(|e| {
                 // what a peer sent that this side refused is worth a line
                 if matches!(e, drift_repair::session::SessionError::Protocol(_)) {
                     self.log(
@@ -521,9 +499,9 @@ impl KvNode {
             });
             (reply, d.persist().map_err(|e| format!("kv log: {e}"))?)
         };
-        let finished = s.responder.is_finished();
+        let finished = s.is_finished();
         if finished {
-            sessions.remove(&(from, session));
+            sessions.close(from, session);
         }
         drop(sessions);
         if finished {
@@ -785,7 +763,12 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         gc_paused: AtomicBool::new(false),
         gc_grace_override_ms: AtomicU64::new(u64::MAX),
         next_session: AtomicU64::new(0),
-        sessions: Mutex::new(BTreeMap::new()),
+        sessions: Mutex::new(Held::new(HeldLimits {
+            max: SESSIONS_MAX,
+            per_peer_max: SESSIONS_PER_PEER_MAX,
+            idle_us: SESSION_IDLE.as_micros() as u64,
+        })),
+        epoch: Instant::now(),
         client_bodies: crate::body::Budget::new(http::CLIENT_BODIES_BYTES_MAX),
         peer_bodies: crate::body::Budget::new(http::PEER_BODIES_BYTES_MAX),
         signer: crate::http_auth::Signer::new(cfg.secret_bytes(), id),
