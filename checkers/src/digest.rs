@@ -71,7 +71,10 @@ impl Checker for DigestChecker {
             ));
         };
         if finals["converged"] == false {
-            problems.push(format!("replicas did not converge: {}", finals["note"]));
+            problems.push(format!(
+                "replicas did not converge: {}",
+                finals["note"].as_str().unwrap_or("no note")
+            ));
         }
         // digests compare only at the same applied index: applied index ->
         // digest -> nodes
@@ -192,5 +195,16 @@ mod tests {
             {"node": 3, "applied_index": "9", "digest": "a"},
         ]});
         assert_eq!(verdict(&[("final-digests", split)]), Verdict::Invalid);
+        // replicas that never came to one index: the note says where each stood
+        let apart = json!({"converged": false, "note": "applied indices n1 9, n2 no answer",
+            "nodes": [{"node": 1, "applied_index": "9", "digest": "a"}]});
+        let r = DigestChecker
+            .check(&nemesis(&[("final-digests", apart)]), &CheckContext::new(None, 1 << 20))
+            .unwrap();
+        assert_eq!(r.verdict, Verdict::Invalid);
+        assert_eq!(
+            r.details["problems"],
+            json!(["replicas did not converge: applied indices n1 9, n2 no answer"])
+        );
     }
 }

@@ -630,16 +630,40 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         until_us: limit.as_micros() as u64,
         every_us: (plan.concurrency as f64 / plan.rate * 1e6) as u64,
     };
+    // each table or kv worker its own HTTP client (connections), as a
+    // process of its own would have
+    let mut https = Vec::new();
+    if env.inserts.is_some() || env.kv.is_some() {
+        for w in 0..plan.concurrency {
+            https.push(
+                reqwest::Client::builder()
+                    .build()
+                    .map_err(|e| Failure::new(format!("an HTTP client for worker {w}: {e}")))?,
+            );
+        }
+    }
+    let mut https = https.into_iter();
     let workers: Vec<_> = (0..plan.concurrency)
         .map(|w| {
             let clock = WallClock(started);
             match (&env.inserts, &env.kv) {
                 (Some(client), _) => {
-                    let client = inserts::Inserter::new(w, recorder.clone(), client.clone());
+                    let client = inserts::Inserter::new(
+                        w,
+                        recorder.clone(),
+                        client.clone(),
+                        https.next().expect("one per worker"),
+                    );
                     env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
                 }
                 (None, Some(client)) => {
-                    let client = deletes::KvRequests::new(w, recorder.clone(), client.clone(), plan.workload());
+                    let client = deletes::KvRequests::new(
+                        w,
+                        recorder.clone(),
+                        client.clone(),
+                        plan.workload(),
+                        https.next().expect("one per worker"),
+                    );
                     env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
                 }
                 (None, None) => {

@@ -61,17 +61,13 @@ pub struct KvRequests {
     r: Recorder,
     client: Arc<KvClient>,
     workload: Workload,
-    /// None when no HTTP client could be made: the worker does nothing.
-    http: Option<reqwest::Client>,
+    http: reqwest::Client,
     unique: u64,
 }
 
 impl KvRequests {
-    pub fn new(w: u64, r: Recorder, client: Arc<KvClient>, workload: Workload) -> KvRequests {
-        let http = reqwest::Client::builder().build().ok();
-        if http.is_none() {
-            r.event("worker-failed", json!({"worker": w, "why": "no HTTP client"}));
-        }
+    /// Worker `w`'s client, sending with `http`.
+    pub fn new(w: u64, r: Recorder, client: Arc<KvClient>, workload: Workload, http: reqwest::Client) -> KvRequests {
         KvRequests {
             w,
             r,
@@ -87,20 +83,12 @@ impl Client for KvRequests {
     /// The operation and the server it goes to.
     type Op = (OpSpec, usize);
 
-    async fn ready(&mut self, _process: u64, _rng: &mut Rng) -> bool {
-        self.http.is_some()
-    }
-
     fn draw(&mut self, rng: &mut Rng) -> (OpSpec, usize) {
         let op = self.workload.next(rng, self.w, &mut self.unique);
         (op, rng.below(self.client.servers.len() as u64) as usize)
     }
 
     async fn attempt(&mut self, (op, at): &(OpSpec, usize), _n: u32, process: u64) -> Ended {
-        // ready() refuses a worker without an HTTP client
-        let Some(http) = &self.http else {
-            return Ended::of(OpType::Fail);
-        };
         let (node, base) = &self.client.servers[*at];
         let record = |kind: OpType, value: Value, error: Option<String>| {
             self.r.record(
@@ -114,7 +102,7 @@ impl Client for KvRequests {
             )
         };
         record(OpType::Invoke, op.value.clone(), None);
-        let outcome = drift_workloads::kv::execute(http, base, op, self.client.op_timeout).await;
+        let outcome = drift_workloads::kv::execute(&self.http, base, op, self.client.op_timeout).await;
         let (kind, value, error) = outcome.completion();
         record(kind, value, error);
         Ended::of(kind)

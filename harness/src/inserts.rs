@@ -112,8 +112,7 @@ fn record_attempt_outcome(r: &Recorder, process: u64, replica: &str, o: &Attempt
 pub struct Inserter {
     r: Recorder,
     client: Arc<InsertClient>,
-    /// None when no HTTP client could be made: the worker does nothing.
-    http: Option<reqwest::Client>,
+    http: reqwest::Client,
     gen: InsertGen,
     /// The replica the next attempt goes to.
     at: usize,
@@ -122,11 +121,8 @@ pub struct Inserter {
 }
 
 impl Inserter {
-    pub fn new(w: u64, r: Recorder, client: Arc<InsertClient>) -> Inserter {
-        let http = reqwest::Client::builder().build().ok();
-        if http.is_none() {
-            r.event("worker-failed", json!({"worker": w, "why": "no HTTP client"}));
-        }
+    /// Worker `w`'s client, sending with `http`.
+    pub fn new(w: u64, r: Recorder, client: Arc<InsertClient>, http: reqwest::Client) -> Inserter {
         Inserter {
             gen: InsertGen::for_dialect(w, client.dialect),
             r,
@@ -141,10 +137,6 @@ impl Inserter {
 impl Client for Inserter {
     type Op = table::LogicalInsert;
 
-    async fn ready(&mut self, _process: u64, _rng: &mut Rng) -> bool {
-        self.http.is_some()
-    }
-
     /// A logical insert and the replica of its first attempt.
     fn draw(&mut self, rng: &mut Rng) -> table::LogicalInsert {
         let l = self.gen.next(rng);
@@ -154,13 +146,9 @@ impl Client for Inserter {
     }
 
     async fn attempt(&mut self, l: &table::LogicalInsert, n: u32, process: u64) -> Ended {
-        // ready() refuses a worker without an HTTP client
-        let Some(http) = &self.http else {
-            return Ended::of(OpType::Fail);
-        };
         let (name, url) = &self.client.replicas.0[self.at];
         record_attempt_invoke(&self.r, process, l.invoke_value(n, name), name);
-        let o = table::attempt(http, url, l, n, self.client.op_timeout, &self.client.dialect).await;
+        let o = table::attempt(&self.http, url, l, n, self.client.op_timeout, &self.client.dialect).await;
         record_attempt_outcome(&self.r, process, name, &o);
         Ended::of(o.completion().0)
     }

@@ -46,7 +46,8 @@ pub async fn final_digests<S: Stage>(s: &S, limit_ms: u64) {
 }
 
 /// Waits up to `limit_ms` until a leader is known and every server is up
-/// at one applied index; else where each stood.
+/// at one applied index; else where each stood (the `note` of an event
+/// that did not converge).
 pub async fn converged<S: Stage>(s: &S, limit_ms: u64) -> Result<(), String> {
     let deadline = s.now_ms() + limit_ms;
     loop {
@@ -56,17 +57,15 @@ pub async fn converged<S: Stage>(s: &S, limit_ms: u64) -> Result<(), String> {
             let agree = c.leader().is_some() && applied.iter().all(|a| a.is_some() && *a == applied[0]);
             (agree, applied_line(&ids, &applied))
         });
-        let (agree, last) = look.unwrap_or_else(|| (false, "cluster lock poisoned".into()));
+        let (agree, last) = look.unwrap_or_else(|| (false, nemesis::POISONED.into()));
         if agree {
             return Ok(());
         }
         if s.now_ms() >= deadline {
-            return Err(format!("replicas did not converge: applied indices {last}"));
+            return Err(format!("applied indices {last}"));
         }
         if !s.sleep_until_ms(s.now_ms() + POLL_MS).await {
-            return Err(format!(
-                "the run stopped before the replicas converged: applied indices {last}"
-            ));
+            return Err(format!("the run stopped first; applied indices {last}"));
         }
     }
 }

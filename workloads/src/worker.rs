@@ -302,17 +302,23 @@ impl<W: World> Client for Znodes<'_, W> {
         op
     }
 
+    /// Called only after `ready` opened a session.
     async fn attempt(&mut self, op: &OpSpec, _n: u32, process: u64) -> Ended {
+        let Some(s) = self.session.take() else {
+            // nothing sent, nothing recorded: a fresh process next time
+            return Ended {
+                kind: OpType::Fail,
+                retire: true,
+            };
+        };
         let ends = self.workload.ends_session(op.f);
         self.world.record_invoke(process, op);
-        let outcome = match (ends, self.session.take()) {
-            (true, Some(s)) => s.end_session().await,
-            (false, Some(s)) => {
-                let o = s.invoke(op).await;
-                self.session = Some(s);
-                o
-            }
-            (_, None) => Outcome::Fail("no session".into()),
+        let outcome = if ends {
+            s.end_session().await
+        } else {
+            let o = s.invoke(op).await;
+            self.session = Some(s);
+            o
         };
         self.world.record_outcome(process, op, &outcome);
         let (kind, _, _) = outcome.completion();

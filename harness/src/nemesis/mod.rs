@@ -567,8 +567,19 @@ pub trait Stage {
     fn event(&self, f: &str, value: Value);
     /// Keeps `step` as applied (for run.json and the progress line).
     fn applied(&self, step: &Step);
-    /// Records every server that exited on its own since the last look.
-    fn exits(&self) -> Vec<Exit>;
+    /// Records every server that exited on its own since the last look
+    /// (`node-exited`).
+    fn exits(&self) -> Vec<Exit> {
+        let exits = self.with_cluster(|c, _| c.exits()).unwrap_or_default();
+        for e in &exits {
+            let mut v = json!({"node": e.node, "code": e.code});
+            if e.part != Part::Node {
+                v["part"] = json!(e.part.name());
+            }
+            self.event("node-exited", v);
+        }
+        exits
+    }
 }
 
 /// Runs `schedule`: each step applied and stopped at its times, both
@@ -598,7 +609,8 @@ pub async fn run<S: Stage>(s: &S, schedule: Vec<Step>) {
     }
 }
 
-const POISONED: &str = "cluster lock poisoned";
+/// What a step or the heal says when the cluster cannot be had.
+pub const POISONED: &str = "cluster lock poisoned";
 
 /// Applies `step` to the cluster; what it did.
 pub async fn apply<S: Stage>(s: &S, step: &Step) -> String {
@@ -724,23 +736,6 @@ impl Stage for Servers<'_> {
             a.push(step.clone());
         }
     }
-
-    fn exits(&self) -> Vec<Exit> {
-        let exits = self.cluster.lock().map(|mut c| c.exits()).unwrap_or_default();
-        for e in &exits {
-            record_exit(self, e);
-        }
-        exits
-    }
-}
-
-/// Records that `e`'s server exited on its own.
-pub fn record_exit<S: Stage>(s: &S, e: &Exit) {
-    let mut v = json!({"node": e.node, "code": e.code});
-    if e.part != Part::Node {
-        v["part"] = json!(e.part.name());
-    }
-    s.event("node-exited", v);
 }
 
 /// Drives a future of [`Servers`], whose every await is done when first

@@ -22,7 +22,7 @@ pub(super) async fn rolling_restart<S: Stage>(s: &S, nodes: &[u64], part: Part) 
             c.start_part(n, part)
         });
         match started {
-            None => return "cluster lock poisoned".into(),
+            None => return super::POISONED.into(),
             Some(Err(e)) => {
                 out.push(format!("node {n}: {e}"));
                 continue;

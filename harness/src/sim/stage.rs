@@ -16,7 +16,7 @@ use super::world::{event, H};
 use crate::backend::{
     BackendError, Corrupt, Damage, Db, Exit, FaultHooks, Faults, Kill, LinkCut, Part, Pause, Probe, TableHttp,
 };
-use crate::nemesis::{self, Partitioner, Stage, Step};
+use crate::nemesis::{Partitioner, Stage, Step};
 use drift_keeper::sim::Down;
 use serde_json::Value;
 use std::cell::RefCell;
@@ -30,10 +30,10 @@ pub struct SimCluster {
     w: W,
     /// Whether a kill may strike mid-write (the world's torn writes).
     torn: bool,
-    /// Servers the harness stopped, killed or crashed (not exits).
-    stopped: BTreeSet<u64>,
-    /// Servers whose exit was reported and that have not started since.
-    reported: BTreeSet<u64>,
+    /// Servers down for a known reason since they last started: the
+    /// harness stopped them, or their exit was reported. Any other server
+    /// that is down stopped itself: an exit to report.
+    accounted: BTreeSet<u64>,
 }
 
 impl SimCluster {
@@ -41,8 +41,7 @@ impl SimCluster {
         SimCluster {
             w,
             torn,
-            stopped: BTreeSet::new(),
-            reported: BTreeSet::new(),
+            accounted: BTreeSet::new(),
         }
     }
 
@@ -50,7 +49,7 @@ impl SimCluster {
     /// dropped only on a server that is down.
     fn crash_now(&mut self, i: u64) {
         self.w.borrow_mut().cluster.kill(i, false);
-        self.stopped.insert(i);
+        self.accounted.insert(i);
     }
 }
 
@@ -72,8 +71,7 @@ impl Db for SimCluster {
 
     /// Starts a stopped server on its disk (an armed crash strikes first).
     fn start(&mut self, i: u64) -> Result<(), BackendError> {
-        self.stopped.remove(&i);
-        self.reported.remove(&i);
+        self.accounted.remove(&i);
         let mut world = self.w.borrow_mut();
         world.cluster.restart(i);
         if world.cluster.is_up(i) {
@@ -102,7 +100,7 @@ impl Db for SimCluster {
         let world = self.w.borrow();
         let mut out = Vec::new();
         for i in world.cluster.ids() {
-            if world.cluster.is_up(i) || self.stopped.contains(&i) || !self.reported.insert(i) {
+            if world.cluster.is_up(i) || !self.accounted.insert(i) {
                 continue;
             }
             let code = match world.cluster.down(i) {
@@ -133,7 +131,7 @@ impl Kill for SimCluster {
         let mut world = self.w.borrow_mut();
         let mid_write = self.torn && world.cluster.draw(2) == 1;
         world.cluster.kill(i, mid_write);
-        self.stopped.insert(i);
+        self.accounted.insert(i);
     }
 }
 
@@ -302,13 +300,5 @@ impl Stage for SimStage {
 
     fn applied(&self, step: &Step) {
         self.applied.borrow_mut().push(step.clone());
-    }
-
-    fn exits(&self) -> Vec<Exit> {
-        let exits = self.cluster.borrow_mut().exits();
-        for e in &exits {
-            nemesis::record_exit(self, e);
-        }
-        exits
     }
 }

@@ -36,9 +36,8 @@ fn record(
     key: Option<String>,
     error: Option<String>,
 ) {
-    let now = exec::now_us(w);
     let mut r = h.borrow_mut();
-    let time = (now as i64 - r.t0_us as i64) * 1000;
+    let time = at_ns(exec::now_us(w), r.t0_us);
     r.ops.push(Op {
         index: 0,
         time,
@@ -50,6 +49,27 @@ fn record(
         node: None,
         error,
     });
+}
+
+/// Simulated µs `at_us` as history time: ns from the main phase's start.
+fn at_ns(at_us: u64, t0_us: u64) -> i64 {
+    (at_us as i64 - t0_us as i64) * 1000
+}
+
+/// A nemesis event of simulated µs `at_us` (a server's log line, a
+/// broken invariant) as a history operation.
+fn nemesis_op(at_us: u64, t0_us: u64, f: &str, value: Value) -> Op {
+    Op {
+        index: 0,
+        time: at_ns(at_us, t0_us),
+        process: Process::Nemesis,
+        kind: OpType::Info,
+        f: f.into(),
+        value,
+        key: None,
+        node: None,
+        error: None,
+    }
 }
 
 /// A client's invocation of `f`.
@@ -124,17 +144,7 @@ pub fn onto_timeline(
                 o.extend(f.clone());
             }
             if let Some((f, v)) = crate::events::history_event(id, &line, &mut seen) {
-                ops.push(Op {
-                    index: 0,
-                    time: (*at as i64 - t0_us as i64) * 1000,
-                    process: Process::Nemesis,
-                    kind: OpType::Info,
-                    f: f.into(),
-                    value: v,
-                    key: None,
-                    node: None,
-                    error: None,
-                });
+                ops.push(nemesis_op(*at, t0_us, f, v));
             }
             lines.push(line.to_string());
         }
@@ -147,17 +157,8 @@ pub fn onto_timeline(
         .map(|v| (v.node, v.what.clone()))
         .collect();
     for v in &cluster.invariants.violations {
-        ops.push(Op {
-            index: 0,
-            time: (v.at_us as i64 - t0_us as i64) * 1000,
-            process: Process::Nemesis,
-            kind: OpType::Info,
-            f: "invariant-violated".into(),
-            value: json!({"node": v.node, "what": v.what}),
-            key: None,
-            node: None,
-            error: None,
-        });
+        let value = json!({"node": v.node, "what": v.what});
+        ops.push(nemesis_op(v.at_us, t0_us, "invariant-violated", value));
     }
     (logs, violations)
 }

@@ -11,9 +11,9 @@
 //!   replies (no read repair: anti-entropy converges the replicas).
 //!
 //! The driver (the node's kv module, or a simulation) sends the entry or
-//! the read to each of [`WriteRound::replicas`] / [`ReadRound::replicas`],
-//! feeds each reply to `on_reply` until it returns the result, and calls
-//! `timed_out` when the deadline comes first.
+//! the read to each of a [`Round`]'s replicas, feeds each reply to
+//! `on_reply` until it returns the result, and calls `timed_out` when
+//! the deadline comes first.
 
 use crate::entry::Entry;
 use std::collections::BTreeSet;
@@ -53,32 +53,99 @@ pub struct ReadResult {
     pub errors: Vec<String>,
 }
 
+/// What a write and a read share: the replicas asked, those not heard
+/// from, how many useful replies came and how many are wanted, the
+/// errors, and whether the round was decided (after which nothing counts).
+#[derive(Debug, Clone)]
+struct Tally {
+    replicas: Vec<u64>,
+    waiting: BTreeSet<u64>,
+    wanted: usize,
+    got: usize,
+    errors: Vec<String>,
+    decided: bool,
+}
+
+impl Tally {
+    fn new(replicas: Vec<u64>, wanted: usize) -> Tally {
+        Tally {
+            waiting: replicas.iter().copied().collect(),
+            replicas,
+            wanted,
+            got: 0,
+            errors: Vec::new(),
+            decided: false,
+        }
+    }
+
+    /// Counts replica `r`'s reply (`Ok`: a useful one); whether it was
+    /// taken — asked, not heard from yet, and the round undecided.
+    fn hear<T>(&mut self, r: u64, reply: Result<T, String>) -> Option<T> {
+        if self.decided || !self.waiting.remove(&r) {
+            return None;
+        }
+        match reply {
+            Ok(v) => {
+                self.got += 1;
+                Some(v)
+            }
+            Err(e) => {
+                self.errors.push(e);
+                None
+            }
+        }
+    }
+
+    /// Whether the reply just heard decided the round: `wanted` useful
+    /// replies, or every replica heard from.
+    fn decide(&mut self) -> bool {
+        if self.decided {
+            return false;
+        }
+        self.decided = self.got >= self.wanted || self.waiting.is_empty();
+        self.decided
+    }
+}
+
+/// A coordinated request as its driver sees it: whom to ask, each reply,
+/// and the result once decided.
+pub trait Round {
+    /// What a replica answers.
+    type Reply;
+    type Result;
+    /// Every replica of the key: whom the request goes to.
+    fn replicas(&self) -> &[u64];
+    /// Replica `r`'s reply, or why it gave none. The result once the
+    /// request is decided, exactly once; a reply from a replica not asked
+    /// or heard already, or after the decision, is ignored.
+    fn on_reply(&mut self, r: u64, reply: Result<Self::Reply, String>) -> Option<Self::Result>;
+    /// Keeps an error no replica's reply carries (its request failed
+    /// inside the driver).
+    fn note(&mut self, error: String);
+    /// Decided without waiting more, for `why`: what it got by then.
+    fn give_up(&mut self, why: String) -> Self::Result;
+    /// The deadline came first.
+    fn timed_out(&mut self, after_ms: u64) -> Self::Result {
+        self.give_up(format!("timed out after {after_ms} ms"))
+    }
+}
+
 /// One coordinated write.
 #[derive(Debug, Clone)]
 pub struct WriteRound {
     entry: Entry,
-    replicas: Vec<u64>,
-    waiting: BTreeSet<u64>,
-    result: WriteResult,
-    decided: bool,
+    tally: Tally,
+    /// The replicas that acknowledged, in the order they did.
+    acked: Vec<u64>,
 }
 
 impl WriteRound {
     /// The write of `entry` (stamped) to `replicas`, acknowledged after `w`.
     pub fn new(entry: Entry, replicas: Vec<u64>, w: usize) -> WriteRound {
-        let result = WriteResult {
-            ts: entry.ts,
-            acks: 0,
-            acked: Vec::new(),
-            wanted: w,
-            errors: Vec::new(),
-        };
         WriteRound {
             entry,
-            waiting: replicas.iter().copied().collect(),
-            replicas,
-            result,
-            decided: false,
+            tally: Tally::new(replicas, w),
+            acked: Vec::new(),
         }
     }
 
@@ -86,46 +153,41 @@ impl WriteRound {
         &self.entry
     }
 
-    /// Where the entry goes: every replica of its key.
-    pub fn replicas(&self) -> &[u64] {
-        &self.replicas
-    }
-
-    /// Replica `r` applied the entry (`Ok`) or said why not. The result
-    /// once the write is decided: W acknowledgements, or every replica
-    /// heard from. A reply from a replica not asked, or heard already, is
-    /// ignored, and so is every reply once the write was decided.
-    pub fn on_reply(&mut self, r: u64, reply: Result<(), String>) -> Option<WriteResult> {
-        if !self.waiting.remove(&r) || self.decided {
-            return None;
+    fn result(&self) -> WriteResult {
+        WriteResult {
+            ts: self.entry.ts,
+            acks: self.acked.len(),
+            acked: self.acked.clone(),
+            wanted: self.tally.wanted,
+            errors: self.tally.errors.clone(),
         }
-        match reply {
-            Ok(()) => {
-                self.result.acks += 1;
-                self.result.acked.push(r);
-            }
-            Err(e) => self.result.errors.push(e),
+    }
+}
+
+impl Round for WriteRound {
+    /// Applied, or why not.
+    type Reply = ();
+    type Result = WriteResult;
+
+    fn replicas(&self) -> &[u64] {
+        &self.tally.replicas
+    }
+
+    fn on_reply(&mut self, r: u64, reply: Result<(), String>) -> Option<WriteResult> {
+        if self.tally.hear(r, reply).is_some() {
+            self.acked.push(r);
         }
-        self.decided = self.result.acks >= self.result.wanted || self.waiting.is_empty();
-        self.decided.then(|| self.result.clone())
+        self.tally.decide().then(|| self.result())
     }
 
-    /// The deadline came first: what the write got by then.
-    pub fn timed_out(&mut self, after_ms: u64) -> WriteResult {
-        self.give_up(format!("timed out after {after_ms} ms"))
+    fn note(&mut self, error: String) {
+        self.tally.errors.push(error);
     }
 
-    /// Decided without waiting more, for `why`: what it got by then.
-    pub fn give_up(&mut self, why: String) -> WriteResult {
-        self.decided = true;
+    fn give_up(&mut self, why: String) -> WriteResult {
+        self.tally.decided = true;
         self.note(why);
-        self.result.clone()
-    }
-
-    /// Keeps an error no replica's reply carries (its request failed
-    /// inside the driver).
-    pub fn note(&mut self, error: String) {
-        self.result.errors.push(error);
+        self.result()
     }
 }
 
@@ -133,10 +195,8 @@ impl WriteRound {
 #[derive(Debug, Clone)]
 pub struct ReadRound {
     key: Vec<u8>,
-    replicas: Vec<u64>,
-    waiting: BTreeSet<u64>,
-    result: ReadResult,
-    decided: bool,
+    tally: Tally,
+    winner: Option<Entry>,
 }
 
 impl ReadRound {
@@ -144,15 +204,8 @@ impl ReadRound {
     pub fn new(key: Vec<u8>, replicas: Vec<u64>, r: usize) -> ReadRound {
         ReadRound {
             key,
-            waiting: replicas.iter().copied().collect(),
-            replicas,
-            result: ReadResult {
-                winner: None,
-                replies: 0,
-                wanted: r,
-                errors: Vec::new(),
-            },
-            decided: false,
+            tally: Tally::new(replicas, r),
+            winner: None,
         }
     }
 
@@ -160,51 +213,43 @@ impl ReadRound {
         &self.key
     }
 
-    /// Whom the read asks: every replica of its key.
-    pub fn replicas(&self) -> &[u64] {
-        &self.replicas
+    fn result(&self) -> ReadResult {
+        ReadResult {
+            winner: self.winner.clone(),
+            replies: self.tally.got,
+            wanted: self.tally.wanted,
+            errors: self.tally.errors.clone(),
+        }
+    }
+}
+
+impl Round for ReadRound {
+    /// The replica's version of the key (None: it holds none); a version
+    /// of another key is no version.
+    type Reply = Option<Entry>;
+    type Result = ReadResult;
+
+    fn replicas(&self) -> &[u64] {
+        &self.tally.replicas
     }
 
-    /// Replica `r`'s version of the key (None: it holds none), or why it
-    /// could not say. The result once R replies came, or every replica
-    /// was heard from. A version of another key, or a reply from a
-    /// replica not asked or heard already, is ignored, and so is every
-    /// reply once the read was decided.
-    pub fn on_reply(&mut self, r: u64, reply: Result<Option<Entry>, String>) -> Option<ReadResult> {
-        if !self.waiting.remove(&r) || self.decided {
-            return None;
-        }
-        match reply {
-            Ok(v) => {
-                self.result.replies += 1;
-                if let Some(v) = v.filter(|v| v.key == self.key) {
-                    if self.result.winner.as_ref().is_none_or(|w| v.lww_cmp(w).is_gt()) {
-                        self.result.winner = Some(v);
-                    }
-                }
+    fn on_reply(&mut self, r: u64, reply: Result<Option<Entry>, String>) -> Option<ReadResult> {
+        if let Some(v) = self.tally.hear(r, reply).flatten().filter(|v| v.key == self.key) {
+            if self.winner.as_ref().is_none_or(|w| v.lww_cmp(w).is_gt()) {
+                self.winner = Some(v);
             }
-            Err(e) => self.result.errors.push(e),
         }
-        self.decided = self.result.replies >= self.result.wanted || self.waiting.is_empty();
-        self.decided.then(|| self.result.clone())
+        self.tally.decide().then(|| self.result())
     }
 
-    /// The deadline came first: what the read got by then.
-    pub fn timed_out(&mut self, after_ms: u64) -> ReadResult {
-        self.give_up(format!("timed out after {after_ms} ms"))
+    fn note(&mut self, error: String) {
+        self.tally.errors.push(error);
     }
 
-    /// Decided without waiting more, for `why`: what it got by then.
-    pub fn give_up(&mut self, why: String) -> ReadResult {
-        self.decided = true;
+    fn give_up(&mut self, why: String) -> ReadResult {
+        self.tally.decided = true;
         self.note(why);
-        self.result.clone()
-    }
-
-    /// Keeps an error no replica's reply carries (its request failed
-    /// inside the driver).
-    pub fn note(&mut self, error: String) {
-        self.result.errors.push(error);
+        self.result()
     }
 }
 

@@ -413,23 +413,29 @@ fn a_quorum_read_on_a_cut_off_follower_never_returns_the_old_value() {
     );
 }
 
+/// A follower's `admin` hook words (`diverge`, then maybe `diverge off`)
+/// sent, then one write through the leader, and 2 s: the cluster and the
+/// follower.
+fn hooked_follower_then_a_write(seed: u64, words: &[&str]) -> (Cluster, u64) {
+    let mut c = Cluster::new(config(seed));
+    let mut inbox = Inbox::default();
+    let l = await_leader(&mut c);
+    let f = others(&c, l)[0];
+    for w in words {
+        assert_eq!(c.admin(f, w), "ok", "{w}");
+    }
+    let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
+    let created = call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S).expect("create");
+    assert_eq!(created.err, ZkError::Ok);
+    let t = c.now_us() + 2 * S;
+    c.run_until(t);
+    (c, f)
+}
+
 #[test]
 fn a_divergence_is_caught_at_the_exact_index_and_the_replica_recovers() {
     for seed in SEEDS {
-        let mut c = Cluster::new(config(seed));
-        let mut inbox = Inbox::default();
-        let l = await_leader(&mut c);
-        let f = others(&c, l)[0];
-        assert_eq!(c.admin(f, "diverge"), "ok");
-        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
-        assert_eq!(
-            call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S)
-                .expect("create")
-                .err,
-            ZkError::Ok
-        );
-        let t = c.now_us() + 2 * S;
-        c.run_until(t);
+        let (mut c, f) = hooked_follower_then_a_write(seed, &["diverge"]);
         let caught = c.invariants.caught.clone();
         assert_eq!(caught.len(), 1, "seed {seed}: {caught:?}");
         assert_eq!(c.down(f), Some(&Down::DigestAbort { index: caught[0].1 }));
@@ -463,17 +469,7 @@ fn a_divergence_is_caught_at_the_exact_index_and_the_replica_recovers() {
 #[test]
 fn a_divergence_taken_back_before_a_write_is_never_applied() {
     for seed in SEEDS {
-        let mut c = Cluster::new(config(seed));
-        let mut inbox = Inbox::default();
-        let l = await_leader(&mut c);
-        let f = others(&c, l)[0];
-        assert_eq!(c.admin(f, "diverge"), "ok");
-        assert_eq!(c.admin(f, "diverge off"), "ok");
-        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session");
-        let created = call(&mut c, &mut inbox, &mut s, create("/d", "1"), 5 * S).expect("create");
-        assert_eq!(created.err, ZkError::Ok);
-        let t = c.now_us() + 2 * S;
-        c.run_until(t);
+        let (mut c, f) = hooked_follower_then_a_write(seed, &["diverge", "diverge off"]);
         assert!(c.is_up(f), "seed {seed}: {:?}", c.down(f));
         assert!(c.invariants.caught.is_empty(), "seed {seed}: {:?}", c.invariants.caught);
         await_converged(&mut c);

@@ -30,7 +30,7 @@ pub mod http;
 use crate::config::{ClusterConfig, KvDecl};
 use crate::error::NodeError;
 pub use drift_repair::coord::{ReadResult, WriteResult};
-use drift_repair::coord::{ReadRound, Stamper, WriteRound};
+use drift_repair::coord::{ReadRound, Round, Stamper, WriteRound};
 use drift_repair::held::{Held, Limits as HeldLimits};
 use drift_repair::kv::{GcMode, KvStore};
 use drift_repair::replica::Merged;
@@ -306,6 +306,35 @@ impl KvNode {
         http::version_from_json(&key, &body).map_err(|e| format!("server {replica}: {e}"))
     }
 
+    /// Feeds `round` the replies of the requests in `set` until it is
+    /// decided or the request timeout passes; its result.
+    async fn gather<R: Round>(
+        &self,
+        round: &mut R,
+        set: &mut tokio::task::JoinSet<(u64, Result<R::Reply, String>)>,
+    ) -> R::Result
+    where
+        R::Reply: Send + 'static,
+    {
+        let timeout_ms = self.cfg.request_timeout_ms;
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                next = set.join_next() => match next {
+                    Some(Ok((r, reply))) => {
+                        if let Some(res) = round.on_reply(r, reply) {
+                            return res;
+                        }
+                    }
+                    Some(Err(e)) => round.note(format!("replica task: {e}")),
+                    None => return round.give_up("every replica task ended".into()),
+                },
+                _ = &mut deadline => return round.timed_out(timeout_ms),
+            }
+        }
+    }
+
     /// Coordinates a write (a value, or a tombstone for `None`): the
     /// decisions are [`WriteRound`]'s, this sends and waits.
     pub async fn write(self: &Arc<Self>, key: Vec<u8>, value: Option<Vec<u8>>, w: usize) -> WriteResult {
@@ -321,23 +350,7 @@ impl KvNode {
             let (me, e) = (self.clone(), round.entry().clone());
             set.spawn(async move { (r, me.merge_on(r, e).await) });
         }
-        let timeout_ms = self.cfg.request_timeout_ms;
-        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
-        tokio::pin!(deadline);
-        let res = loop {
-            tokio::select! {
-                next = set.join_next() => match next {
-                    Some(Ok((r, reply))) => {
-                        if let Some(res) = round.on_reply(r, reply) {
-                            break res;
-                        }
-                    }
-                    Some(Err(e)) => round.note(format!("replica task: {e}")),
-                    None => break round.give_up("every replica task ended".into()),
-                },
-                _ = &mut deadline => break round.timed_out(timeout_ms),
-            }
-        };
+        let res = self.gather(&mut round, &mut set).await;
         // the other replicas' writes go on: a write reaches every replica
         // it can, acknowledged or not
         set.detach_all();
@@ -354,23 +367,7 @@ impl KvNode {
             let (me, key) = (self.clone(), round.key().to_vec());
             set.spawn(async move { (replica, me.get_on(replica, key).await) });
         }
-        let timeout_ms = self.cfg.request_timeout_ms;
-        let deadline = tokio::time::sleep(Duration::from_millis(timeout_ms));
-        tokio::pin!(deadline);
-        let res = loop {
-            tokio::select! {
-                next = set.join_next() => match next {
-                    Some(Ok((replica, reply))) => {
-                        if let Some(res) = round.on_reply(replica, reply) {
-                            break res;
-                        }
-                    }
-                    Some(Err(e)) => round.note(format!("replica task: {e}")),
-                    None => break round.give_up("every replica task ended".into()),
-                },
-                _ = &mut deadline => break round.timed_out(timeout_ms),
-            }
-        };
+        let res = self.gather(&mut round, &mut set).await;
         set.abort_all();
         res
     }
