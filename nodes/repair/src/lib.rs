@@ -20,6 +20,8 @@
 //! * [`kv`] — one kv server's replicas, journaled and replayable
 //! * [`coord`] — a server coordinating a write or a read: its decisions
 //! * [`held`] — the repair sessions a server holds for its peers, bounded
+//! * [`server`] — one kv server's decisions: requests, peers' versions,
+//!   repair messages, GC, fault hooks
 //! * [`wal`] — the kv server's log records as bytes
 
 pub mod coord;
@@ -31,6 +33,7 @@ pub mod kv;
 pub mod range;
 pub mod replica;
 pub mod ring;
+pub mod server;
 pub mod session;
 pub mod token;
 pub mod tree;

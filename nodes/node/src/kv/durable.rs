@@ -13,7 +13,7 @@
 //! is rewritten as an image of the state (written aside, synced, renamed
 //! over, directory synced), so a crash leaves the old log or the new one.
 
-use drift_repair::kv::KvStore;
+use drift_repair::server::KvServer;
 use drift_repair::wal;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -25,7 +25,8 @@ use std::sync::{Arc, Mutex};
 pub const LOG_COMPACT_BYTES: u64 = 64 << 20;
 
 pub struct Durable {
-    pub store: KvStore,
+    /// The server's state and decisions (drift_repair::server).
+    pub server: KvServer,
     dir: PathBuf,
     file: Arc<File>,
     /// Bytes in the current log file.
@@ -75,8 +76,8 @@ pub fn set_aside(dir: &Path, now_secs: u64) -> std::io::Result<PathBuf> {
 }
 
 impl Durable {
-    /// Opens (or creates) the log under `dir` and replays it into `store`.
-    pub fn open(dir: &Path, mut store: KvStore, fsync: bool) -> std::io::Result<(Durable, Opened)> {
+    /// Opens (or creates) the log under `dir` and replays it into `server`.
+    pub fn open(dir: &Path, mut server: KvServer, fsync: bool) -> std::io::Result<(Durable, Opened)> {
         std::fs::create_dir_all(dir)?;
         let path = log_path(dir);
         let bytes = match std::fs::read(&path) {
@@ -88,7 +89,7 @@ impl Durable {
         let opened = Opened {
             records: decoded.records.len(),
             torn: decoded.torn.clone(),
-            skipped: store.replay(decoded.records),
+            skipped: server.replay(decoded.records),
         };
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         if decoded.valid_bytes as u64 != bytes.len() as u64 {
@@ -99,7 +100,7 @@ impl Durable {
         }
         sync_dir(dir)?;
         let d = Durable {
-            store,
+            server,
             dir: dir.to_path_buf(),
             file: Arc::new(file),
             bytes: decoded.valid_bytes as u64,
@@ -112,7 +113,7 @@ impl Durable {
     /// Appends every change since the last call; returns where the log
     /// ends now. Compacts when the log has grown past its limit.
     pub fn persist(&mut self) -> std::io::Result<Position> {
-        let records = self.store.take_records();
+        let records = self.server.take_records();
         if !records.is_empty() {
             let mut buf = Vec::new();
             for r in &records {
@@ -142,7 +143,7 @@ impl Durable {
 
     fn compact(&mut self) -> std::io::Result<()> {
         let mut buf = Vec::new();
-        for r in self.store.image() {
+        for r in self.server.image() {
             wal::encode(&r, &mut buf);
         }
         let aside = self.dir.join("log.new");
@@ -200,8 +201,22 @@ mod tests {
     use drift_repair::ring::Ring;
     use drift_repair::Entry;
 
-    fn store() -> KvStore {
-        KvStore::new(1, Ring::new(vec![1], 1).unwrap(), 4)
+    fn server() -> KvServer {
+        let ring = Ring::new(vec![1], 1).unwrap();
+        let cfg = drift_repair::server::ServerConfig {
+            id: 1,
+            ring: ring.clone(),
+            tree_depth: 4,
+            w: 1,
+            r: 1,
+            gc: drift_repair::kv::GcMode::Time,
+            gc_grace_ms: 10_000,
+            gc_interval_ms: 1_000,
+            repair_interval_ms: 0,
+            request_timeout_ms: 1_000,
+            seed: 1,
+        };
+        KvServer::new(cfg, drift_repair::kv::KvStore::new(1, ring, 4))
     }
 
     fn tempdir(name: &str) -> PathBuf {
@@ -213,31 +228,31 @@ mod tests {
     #[test]
     fn what_was_synced_is_there_after_a_reopen_and_a_torn_tail_is_cut() {
         let dir = tempdir("reopen");
-        let (d, opened) = Durable::open(&dir, store(), true).unwrap();
+        let (d, opened) = Durable::open(&dir, server(), true).unwrap();
         assert_eq!(opened.records, 0);
         let d = Mutex::new(d);
         let syncer = Syncer::default();
         for i in 0..10u64 {
             let pos = {
                 let mut g = d.lock().unwrap();
-                g.store.merge(Entry::put(format!("k{i}").as_bytes(), i + 1, b"v"));
+                g.server.merge(0, Entry::put(format!("k{i}").as_bytes(), i + 1, b"v")).unwrap();
                 g.persist().unwrap()
             };
             syncer.sync_to(&d, pos).unwrap();
         }
-        let want = d.lock().unwrap().store.dump();
+        let want = d.lock().unwrap().server.store().dump();
         drop(d);
         // a crash mid-append: half a record at the end
         let mut f = OpenOptions::new().append(true).open(log_path(&dir)).unwrap();
         f.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
         drop(f);
-        let (d, opened) = Durable::open(&dir, store(), true).unwrap();
+        let (d, opened) = Durable::open(&dir, server(), true).unwrap();
         assert_eq!(opened.records, 10);
         assert!(opened.torn.is_some());
-        assert_eq!(d.store.dump(), want);
-        let (d2, opened) = Durable::open(&dir, store(), true).unwrap();
+        assert_eq!(d.server.store().dump(), want);
+        let (d2, opened) = Durable::open(&dir, server(), true).unwrap();
         assert!(opened.torn.is_none(), "the tail was cut at the first open");
-        assert_eq!(d2.store.dump(), want);
+        assert_eq!(d2.server.store().dump(), want);
         drop(d);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -245,21 +260,21 @@ mod tests {
     #[test]
     fn a_compacted_log_replays_to_the_same_state() {
         let dir = tempdir("compact");
-        let (mut d, _) = Durable::open(&dir, store(), false).unwrap();
+        let (mut d, _) = Durable::open(&dir, server(), false).unwrap();
         for i in 0..50u64 {
-            d.store.merge(Entry::put(b"same", i + 1, format!("v{i}").as_bytes()));
+            d.server.merge(0, Entry::put(b"same", i + 1, format!("v{i}").as_bytes())).unwrap();
         }
         d.persist().unwrap();
         let long = d.position().bytes;
         d.compact().unwrap();
         assert!(d.position().bytes < long / 10, "one entry left of fifty");
         assert_eq!(d.position().generation, 1);
-        d.store.merge(Entry::tombstone(b"other", 3));
+        d.server.merge(0, Entry::tombstone(b"other", 3)).unwrap();
         d.persist().unwrap();
-        let want = d.store.dump();
+        let want = d.server.store().dump();
         drop(d);
-        let (d, opened) = Durable::open(&dir, store(), false).unwrap();
-        assert_eq!(d.store.dump(), want);
+        let (d, opened) = Durable::open(&dir, server(), false).unwrap();
+        assert_eq!(d.server.store().dump(), want);
         assert!(opened.torn.is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -25,9 +25,9 @@
 //! Keys are UTF-8 in the path, percent-encoded where needed; values are
 //! UTF-8 bodies. Limits: [`KEY_BYTES_MAX`], [`VALUE_BYTES_MAX`].
 
-use super::{KvNode, KEY_BYTES_MAX, TS_SKEW_MAX_US, VALUE_BYTES_MAX};
+use super::{KvNode, Refusal, KEY_BYTES_MAX, VALUE_BYTES_MAX};
 use bytes::Bytes;
-use drift_repair::replica::{Change, Merged};
+use drift_repair::replica::Change;
 use drift_repair::Entry;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -69,6 +69,12 @@ fn error(status: u16, msg: impl Into<String>) -> Refused {
 impl Refused {
     fn response(self) -> Resp {
         json(self.0, serde_json::json!({"error": self.1}))
+    }
+}
+
+impl From<Refusal> for Refused {
+    fn from(r: Refusal) -> Refused {
+        Refused(r.status, r.why)
     }
 }
 
@@ -198,10 +204,8 @@ pub async fn handle(node: Arc<KvNode>, req: Request<Incoming>) -> Result<Resp, s
         (&Method::POST, "/internal/merge") => internal_merge(&node, peer, req).await,
         (&Method::POST, "/internal/repair") => internal_repair(&node, &p, peer, req).await,
         (&Method::GET, _) if path.starts_with("/internal/get/") => {
-            key_of(&path["/internal/get/".len()..]).and_then(|key| match node.get_local(&key) {
-                Ok(v) => Ok(json(200, version_json(v.as_ref()))),
-                Err(j) => Err(error(421, format!("this server holds no replica of range {j}"))),
-            })
+            key_of(&path["/internal/get/".len()..])
+                .and_then(|key| Ok(json(200, version_json(node.get_local(&key)?.as_ref()))))
         }
         (_, _) if path.starts_with("/kv/") => client(&node, &method, &path["/kv/".len()..], &p, req).await,
         _ => Err(error(404, format!("{method} {path}: no such endpoint"))),
@@ -211,21 +215,8 @@ pub async fn handle(node: Arc<KvNode>, req: Request<Incoming>) -> Result<Resp, s
 
 fn key_of(raw: &str) -> Result<Vec<u8>, Refused> {
     let key = percent_decode(raw).ok_or_else(|| error(400, format!("key {raw:?}: a bad %-escape")))?;
-    if key.is_empty() || key.len() > KEY_BYTES_MAX {
-        return Err(error(400, format!("a key must have 1..={KEY_BYTES_MAX} bytes")));
-    }
-    if std::str::from_utf8(&key).is_err() {
-        return Err(error(400, "a key must be UTF-8"));
-    }
+    super::KvServer::check_key(&key)?;
     Ok(key)
-}
-
-fn quorum(p: &BTreeMap<String, String>, name: &str, default: usize, rf: usize) -> Result<usize, Refused> {
-    let n = param::<usize>(p, name)?.unwrap_or(default);
-    if !(1..=rf).contains(&n) {
-        return Err(error(400, format!("?{name}={n}: must be between 1 and rf ({rf})")));
-    }
-    Ok(n)
 }
 
 async fn client(
@@ -236,33 +227,15 @@ async fn client(
     req: Request<Incoming>,
 ) -> Result<Resp, Refused> {
     let key = key_of(raw_key)?;
-    let key_text = String::from_utf8_lossy(&key).into_owned();
-    let rf = node.ring().rf();
     match *method {
         Method::GET => {
-            let r = quorum(p, "r", node.config().r(), rf)?;
-            let res = node.read(key, r).await;
-            if res.replies < r {
-                return Ok(json(
-                    503,
-                    serde_json::json!({"error": format!("{} of {r} replicas answered: {}", res.replies, res.errors.join("; ")),
-                        "key": key_text, "replies": res.replies, "r": r}),
-                ));
-            }
-            let w = res.winner.as_ref();
-            Ok(json(
-                200,
-                serde_json::json!({
-                    "key": key_text,
-                    "value": w.and_then(|e| e.value.as_ref()).map(|v| String::from_utf8_lossy(v).into_owned()),
-                    "ts": w.map(|e| e.ts),
-                    "tombstone": w.is_some_and(|e| e.value.is_none()),
-                    "replies": res.replies, "r": r,
-                }),
-            ))
+            let r = param::<usize>(p, "r")?;
+            let res = node.read(key.clone(), r).await?;
+            let (status, v) = drift_repair::server::read_answer(&key, &res);
+            Ok(json(status, v))
         }
         Method::PUT | Method::DELETE => {
-            let w = quorum(p, "w", node.config().w(), rf)?;
+            let w = param::<usize>(p, "w")?;
             let value = if *method == Method::PUT {
                 let b = body(req, VALUE_BYTES_MAX, &node.client_bodies)
                     .await
@@ -270,20 +243,12 @@ async fn client(
                         413 => error(413, format!("a value has at most {VALUE_BYTES_MAX} bytes: {}", r.1)),
                         _ => r,
                     })?;
-                if std::str::from_utf8(&b.bytes).is_err() {
-                    return Err(error(400, "a value must be UTF-8"));
-                }
                 Some(b.bytes.to_vec())
             } else {
                 None
             };
-            let res = node.write(key, value, w).await;
-            let status = if res.acks >= w { 200 } else { 503 };
-            let mut v =
-                serde_json::json!({"key": key_text, "ts": res.ts, "acks": res.acks, "replicas": res.acked, "w": w});
-            if status != 200 {
-                v["error"] = format!("{} of {w} replicas acknowledged: {}", res.acks, res.errors.join("; ")).into();
-            }
+            let res = node.write(key.clone(), value, w).await?;
+            let (status, v) = drift_repair::server::write_answer(&key, &res);
             Ok(json(status, v))
         }
         _ => Err(error(405, format!("{method} /kv/…: use GET, PUT or DELETE"))),
@@ -325,47 +290,12 @@ async fn internal_merge(
             ))
         }
     };
-    check_merged(&entry, super::wall_us())?;
     let me = node.clone();
     match tokio::task::spawn_blocking(move || me.apply_local(entry)).await {
-        Ok(Ok(Merged::OutOfRange)) => Err(error(421, "this server holds no replica of the key")),
         Ok(Ok(_)) => Ok(reply(200, "text/plain", "ok\n")),
-        Ok(Err(e)) => Err(error(500, e)),
+        Ok(Err(r)) => Err(r.into()),
         Err(e) => Err(error(500, e.to_string())),
     }
-}
-
-/// The limits of a client's write, held for a version a peer sends too,
-/// and its timestamp no further ahead than [`TS_SKEW_MAX_US`].
-fn check_merged(e: &Entry, now_us: u64) -> Result<(), Refused> {
-    if e.key.is_empty() || e.key.len() > KEY_BYTES_MAX || std::str::from_utf8(&e.key).is_err() {
-        return Err(error(
-            400,
-            format!("a merged key must be UTF-8 of 1..={KEY_BYTES_MAX} bytes"),
-        ));
-    }
-    if let Some(v) = &e.value {
-        if v.len() > VALUE_BYTES_MAX {
-            return Err(error(
-                413,
-                format!("a merged value has at most {VALUE_BYTES_MAX} bytes"),
-            ));
-        }
-        if std::str::from_utf8(v).is_err() {
-            return Err(error(400, "a merged value must be UTF-8"));
-        }
-    }
-    if e.ts > now_us.saturating_add(TS_SKEW_MAX_US) {
-        return Err(error(
-            400,
-            format!(
-                "a merged version stamped {} s ahead of this server's clock (at most {} s)",
-                (e.ts - now_us) / 1_000_000,
-                TS_SKEW_MAX_US / 1_000_000
-            ),
-        ));
-    }
-    Ok(())
 }
 
 async fn internal_repair(
@@ -393,25 +323,17 @@ async fn internal_repair(
     let me = node.clone();
     match tokio::task::spawn_blocking(move || me.on_repair_message(j, from, session, &held.bytes)).await {
         Ok(Ok(bytes)) => Ok(reply(200, "application/octet-stream", bytes)),
-        Ok(Err(e)) => Err(error(503, e)),
+        Ok(Err(r)) => Err(r.into()),
         Err(e) => Err(error(500, e.to_string())),
     }
 }
 
 async fn repair(node: &Arc<KvNode>, p: &BTreeMap<String, String>) -> Result<Resp, Refused> {
     let range = param::<usize>(p, "range")?;
-    if let Some(j) = range {
-        if j >= node.ring().ranges() || !node.ring().replicas(j).contains(&node.id) {
-            return Err(error(400, format!("?range={j}: this server holds no such range")));
-        }
-    }
-    let peer = param::<u64>(p, "peer")?;
+    let peer = param::<u64>(p, "peer")?.map(|x| vec![x]);
     let rounds = param::<usize>(p, "rounds")?.unwrap_or(1);
-    if !(1..=10).contains(&rounds) {
-        return Err(error(400, "?rounds= must be in 1..=10"));
-    }
-    let peers = peer.map(|x| vec![x]);
-    let reports = node.repair_now(range, peers.as_deref(), rounds, false).await;
+    let plan = node.lock().server.repair_plan(range, peer.as_deref(), rounds)?;
+    let reports = node.repair_now(plan, false).await;
     Ok(json(200, serde_json::json!({"server": node.id, "sessions": reports})))
 }
 

@@ -2,26 +2,26 @@
 //! token ring, any server coordinating, with Merkle anti-entropy repair
 //! between servers.
 //!
-//! The pure parts — the ring, the replicas and their trees, the repair
-//! session, the log records — are `drift_repair`; this module does the
-//! network, the log file, the clock and the timers, on a tokio runtime of
-//! its own beside the keeper's loop.
+//! Every decision is the sans-IO server's, `drift_repair::server`
+//! ([`KvServer`]: stamping and quorums, what a peer's version may be,
+//! the responder's sessions, whether a scheduled repair or GC pass runs
+//! and with which policy, the fault hooks); the simulator drives the same
+//! server. This module is its driver: the HTTP between clients and
+//! servers, the log file and its syncs, the clock and the timers, on a
+//! tokio runtime of its own beside the keeper's loop.
 //!
-//! * A write gets a timestamp from its coordinator's clock (microseconds
-//!   since the epoch plus the `clock` fault's offset, never going back on
-//!   one coordinator), goes to the key's RF replicas and is acknowledged
-//!   after W of them logged and synced it. A read asks the replicas and
-//!   returns the LWW winner of the first R answers (no read repair, so
-//!   anti-entropy is what converges the replicas).
+//! * A write goes to the key's RF replicas and is acknowledged after W of
+//!   them logged and synced it. A read asks the replicas and returns the
+//!   LWW winner of the first R answers (no read repair, so anti-entropy
+//!   is what converges the replicas).
 //! * Every `repair_interval_ms` each server repairs the ranges it is the
 //!   primary of with every other replica of them, one session per range
-//!   and peer; `POST /repair` runs the same on demand. The responder's
-//!   side of a session lives in a table bounded by [`SESSIONS_MAX`].
+//!   and peer; `POST /repair` runs the same on demand.
 //! * Every `gc_interval_ms` a GC pass purges tombstones by the cluster
 //!   file's policy.
 //!
 //! # Layout
-//! * [`durable`] — the replicas and their log on disk
+//! * [`durable`] — the server and its log on disk
 //! * [`http`] — the client, replica and repair endpoints
 
 pub mod durable;
@@ -30,104 +30,22 @@ pub mod http;
 use crate::config::{ClusterConfig, KvDecl};
 use crate::error::NodeError;
 pub use drift_repair::coord::{ReadResult, WriteResult};
-use drift_repair::coord::{ReadRound, Round, Stamper, WriteRound};
-use drift_repair::held::{Held, Limits as HeldLimits};
+use drift_repair::coord::{ReadRound, Round, WriteRound};
 use drift_repair::kv::{GcMode, KvStore};
 use drift_repair::replica::Merged;
 use drift_repair::ring::Ring;
-use drift_repair::session::{Initiator, Report, Responder, SessionConfig, Step, HASH_BYTES_DEFAULT};
+pub use drift_repair::server::{
+    KvServer, LogLine, Refusal, SessionReport, DEFECT_REPAIR_OVERWRITES, KEY_BYTES_MAX, TS_SKEW_MAX_US, VALUE_BYTES_MAX,
+};
+use drift_repair::server::{ServerConfig, SESSION_ROUNDS_MAX};
+use drift_repair::session::{Report, Step};
 use drift_repair::wal::{self, Record};
 use drift_repair::Entry;
-use durable::{Durable, Syncer};
+use durable::{Durable, Position, Syncer};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// The kv defect a node with fault hooks arms at start when the table's
-/// defect variable names it (`drift_node::table::hooks::DEFECT_ENV`), so it
-/// outlives the node's restarts within a campaign.
-pub const DEFECT_REPAIR_OVERWRITES: &str = "repair-overwrites";
-
-/// Longest key: keys travel in URL paths.
-pub const KEY_BYTES_MAX: usize = 1024;
-/// Largest value a write carries.
-pub const VALUE_BYTES_MAX: usize = 64 << 10;
-/// How far ahead of this server's clock a peer's version, or a GC
-/// horizon a peer proposes, may be (far beyond any skew the `clock` fault
-/// makes): a version stamped further would win every later write of its
-/// key, and such a horizon would purge every tombstone.
-pub const TS_SKEW_MAX_US: u64 = 10 * 60 * 1_000_000;
-/// Responder sessions held at once, and by one peer; a session idle past
-/// [`SESSION_IDLE`] is dropped to make room, and a peer's oldest gives
-/// way to its newest.
-pub const SESSIONS_MAX: usize = 1024;
-pub const SESSIONS_PER_PEER_MAX: usize = 8;
-pub const SESSION_IDLE: Duration = Duration::from_secs(30);
-/// Rounds a session may take: hello, a level per tree level and below it,
-/// then the fingerprint, stream and done rounds.
-const SESSION_ROUNDS_MAX: usize = drift_repair::range::DEPTH_MAX as usize + 8;
-
-/// A session's result, as the log line and `POST /repair` report it.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct SessionReport {
-    pub range: usize,
-    pub peer: u64,
-    pub started_ts: u64,
-    pub finished_ts: u64,
-    pub duration_ms: f64,
-    pub rounds: u32,
-    pub bytes_to_peer: u64,
-    pub bytes_from_peer: u64,
-    pub reconciliation_bytes: u64,
-    pub entries_to_peer: u64,
-    pub entries_from_peer: u64,
-    pub hashes_compared: u64,
-    pub ranges_differing: usize,
-    /// How the difference was found: `set` (a lookup table), `walk` (the
-    /// Merkle walk, the responder's choice) or `set-then-walk` (the table
-    /// did not decode).
-    pub path: &'static str,
-    pub error: Option<String>,
-}
-
-impl SessionReport {
-    fn new(
-        range: usize,
-        peer: u64,
-        started_ts: u64,
-        finished_ts: u64,
-        took: Duration,
-        r: Result<Report, String>,
-    ) -> Self {
-        let (r, error) = match r {
-            Ok(r) => (r, None),
-            Err(e) => (Report::default(), Some(e)),
-        };
-        SessionReport {
-            range,
-            peer,
-            started_ts,
-            finished_ts,
-            duration_ms: took.as_secs_f64() * 1e3,
-            rounds: r.rounds,
-            bytes_to_peer: r.bytes_a_to_b,
-            bytes_from_peer: r.bytes_b_to_a,
-            reconciliation_bytes: if error.is_none() { r.reconciliation_bytes() } else { 0 },
-            entries_to_peer: r.entries_a_to_b,
-            entries_from_peer: r.entries_b_to_a,
-            hashes_compared: r.hashes_compared,
-            ranges_differing: r.ranges.len(),
-            path: match (r.set_cells, r.set_fallback) {
-                (0, _) => "walk",
-                (_, false) => "set",
-                (_, true) => "set-then-walk",
-            },
-            error,
-        }
-    }
-}
 
 pub struct KvNode {
     pub id: u64,
@@ -136,22 +54,13 @@ pub struct KvNode {
     pub client_bodies: crate::body::Budget,
     pub peer_bodies: crate::body::Budget,
     cfg: KvDecl,
-    gc_mode: GcMode,
     ring: Ring,
     peers: BTreeMap<u64, SocketAddr>,
+    /// The server's state and decisions, and its log: one lock, so a
+    /// change's record is appended before anyone sees the change.
     durable: Mutex<Durable>,
     syncer: Syncer,
-    seed: u64,
-    clock_offset_ms: AtomicI64,
-    stamper: Mutex<Stamper>,
-    repair_paused: AtomicBool,
-    gc_paused: AtomicBool,
-    /// The `gc-tombstones` fault: periodic passes purge by time with this
-    /// grace (ms) instead of the cluster file's policy; `u64::MAX`: off.
-    gc_grace_override_ms: AtomicU64,
-    next_session: AtomicU64,
-    sessions: Mutex<Held<Responder>>,
-    /// The monotonic clock's origin (idle sessions are judged on it).
+    /// The monotonic clock's origin (idle repair sessions are judged on it).
     epoch: Instant,
     http: reqwest::Client,
     /// Signs what this server asks of its peers (`/internal/*`).
@@ -165,13 +74,6 @@ pub(crate) fn wall_us() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
         .unwrap_or(0)
-}
-
-fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 impl KvNode {
@@ -189,18 +91,17 @@ impl KvNode {
         eprintln!("{m}");
     }
 
-    /// This server's clock, in microseconds, with the `clock` fault.
-    pub fn now_ts(&self) -> u64 {
-        let offset_us = self.clock_offset_ms.load(Ordering::Relaxed) * 1000;
-        (wall_us() as i64).saturating_add(offset_us).max(0) as u64
+    fn log_line(&self, l: LogLine) {
+        self.log(l.event, l.fields);
     }
 
-    /// A write's timestamp: this server's clock, never repeating or going
-    /// back on this server (a skewed clock still moves other servers'
-    /// writes behind or ahead of it, as LWW allows).
-    fn next_ts(&self) -> u64 {
-        let now = self.now_ts();
-        self.stamper.lock().unwrap_or_else(|p| p.into_inner()).next(now)
+    /// This server's clock, in microseconds, with the `clock` fault.
+    pub fn now_ts(&self) -> u64 {
+        self.lock().server.now_ts(wall_us())
+    }
+
+    fn mono_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
     }
 
     pub fn ring(&self) -> &Ring {
@@ -211,26 +112,36 @@ impl KvNode {
         &self.cfg
     }
 
-    /// Merges `e` here, logs it and syncs the log before returning.
-    pub fn apply_local(&self, e: Entry) -> Result<Merged, String> {
-        let pos = {
-            let mut d = self.lock();
-            let merged = d.store.merge(e);
-            if merged == Merged::OutOfRange {
-                return Ok(merged);
-            }
-            (merged, d.persist().map_err(|e| format!("kv log: {e}"))?)
-        };
-        // synced even when kept: the version that won may not be yet
-        self.syncer
-            .sync_to(&self.durable, pos.1)
-            .map_err(|e| format!("kv log sync: {e}"))?;
-        Ok(pos.0)
+    /// Runs `f` on the server under the lock, appends the changes it
+    /// made to the log, and returns where the log ends with its result.
+    fn changing<T>(&self, f: impl FnOnce(&mut KvServer) -> T) -> Result<(T, Position), String> {
+        let mut d = self.lock();
+        let t = f(&mut d.server);
+        let pos = d.persist().map_err(|e| format!("kv log: {e}"))?;
+        Ok((t, pos))
     }
 
-    /// This server's version of `key`; `Err` when it holds no replica of it.
-    pub fn get_local(&self, key: &[u8]) -> Result<Option<Entry>, usize> {
-        self.lock().store.get(key)
+    fn sync_to(&self, pos: Position) -> Result<(), String> {
+        self.syncer
+            .sync_to(&self.durable, pos)
+            .map_err(|e| format!("kv log sync: {e}"))
+    }
+
+    /// Merges `e` here (a peer's version or this coordinator's own),
+    /// logs it and syncs the log before returning.
+    pub fn apply_local(&self, e: Entry) -> Result<Merged, Refusal> {
+        let (merged, pos) = self
+            .changing(|s| s.merge(wall_us(), e))
+            .map_err(|why| Refusal { status: 500, why })?;
+        let merged = merged?;
+        // synced even when kept: the version that won may not be yet
+        self.sync_to(pos).map_err(|why| Refusal { status: 500, why })?;
+        Ok(merged)
+    }
+
+    /// This server's version of `key` (a peer's read).
+    pub fn get_local(&self, key: &[u8]) -> Result<Option<Entry>, Refusal> {
+        self.lock().server.get(key)
     }
 
     fn peer_url(&self, peer: u64, path: &str) -> Result<String, String> {
@@ -245,9 +156,8 @@ impl KvNode {
         if replica == self.id {
             let me = self.clone();
             return match tokio::task::spawn_blocking(move || me.apply_local(e)).await {
-                Ok(Ok(Merged::OutOfRange)) => Err("this server holds no replica of the key".into()),
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(e),
+                Ok(Err(r)) => Err(r.why),
                 Err(e) => Err(format!("local apply: {e}")),
             };
         }
@@ -282,9 +192,7 @@ impl KvNode {
 
     async fn get_on(self: &Arc<Self>, replica: u64, key: Vec<u8>) -> Result<Option<Entry>, String> {
         if replica == self.id {
-            return self
-                .get_local(&key)
-                .map_err(|_| "this server holds no replica of the key".to_string());
+            return self.get_local(&key).map_err(|r| r.why);
         }
         let target = format!("/internal/get/{}", http::percent_encode(&key));
         let url = self.peer_url(replica, &target)?;
@@ -335,16 +243,10 @@ impl KvNode {
         }
     }
 
-    /// Coordinates a write (a value, or a tombstone for `None`): the
-    /// decisions are [`WriteRound`]'s, this sends and waits.
-    pub async fn write(self: &Arc<Self>, key: Vec<u8>, value: Option<Vec<u8>>, w: usize) -> WriteResult {
-        let e = Entry {
-            key,
-            ts: self.next_ts(),
-            value,
-        };
-        let j = self.ring.range_of_key(&e.key);
-        let mut round = WriteRound::new(e, self.ring.replicas(j), w);
+    /// Coordinates a client's write: the round is the server's, this
+    /// sends it and waits.
+    pub async fn write(self: &Arc<Self>, key: Vec<u8>, value: Option<Vec<u8>>, w: Option<usize>) -> Result<WriteResult, Refusal> {
+        let mut round: WriteRound = self.lock().server.begin_write(wall_us(), key, value, w)?;
         let mut set = tokio::task::JoinSet::new();
         for &r in round.replicas() {
             let (me, e) = (self.clone(), round.entry().clone());
@@ -354,14 +256,13 @@ impl KvNode {
         // the other replicas' writes go on: a write reaches every replica
         // it can, acknowledged or not
         set.detach_all();
-        res
+        Ok(res)
     }
 
-    /// Coordinates a read of `key` from `r` replicas: the decisions are
-    /// [`ReadRound`]'s, this asks and waits.
-    pub async fn read(self: &Arc<Self>, key: Vec<u8>, r: usize) -> ReadResult {
-        let j = self.ring.range_of_key(&key);
-        let mut round = ReadRound::new(key, self.ring.replicas(j), r);
+    /// Coordinates a client's read: the round is the server's, this asks
+    /// and waits.
+    pub async fn read(self: &Arc<Self>, key: Vec<u8>, r: Option<usize>) -> Result<ReadResult, Refusal> {
+        let mut round: ReadRound = self.lock().server.begin_read(key, r)?;
         let mut set = tokio::task::JoinSet::new();
         for &replica in round.replicas() {
             let (me, key) = (self.clone(), round.key().to_vec());
@@ -369,49 +270,29 @@ impl KvNode {
         }
         let res = self.gather(&mut round, &mut set).await;
         set.abort_all();
-        res
+        Ok(res)
     }
 
     /// Runs one repair session of range `j` with `peer`, this server
     /// initiating.
     pub async fn repair_with(self: &Arc<Self>, j: usize, peer: u64, scheduled: bool) -> SessionReport {
-        let session = self.next_session.fetch_add(1, Ordering::Relaxed);
-        let started_ts = self.now_ts();
         let t0 = Instant::now();
-        let result = self.run_session(j, peer, session, started_ts).await;
-        let report = SessionReport::new(j, peer, started_ts, self.now_ts(), t0.elapsed(), result);
-        let mut line = serde_json::to_value(&report).unwrap_or(serde_json::Value::Null);
-        line["trigger"] = if scheduled { "schedule" } else { "request" }.into();
-        self.log(drift_keeper::NodeEvent::KvRepair.name(), line);
+        let out = self.lock().server.start_session(wall_us(), j, peer);
+        let (started_ts, result) = match out {
+            Ok(out) => (out.started_ts, self.run_session(out).await),
+            Err(e) => (self.now_ts(), Err(e)),
+        };
+        let took_us = t0.elapsed().as_micros() as u64;
+        let report = SessionReport::new(j, peer, started_ts, self.now_ts(), took_us, result);
+        self.log_line(report.log_line(scheduled));
         report
     }
 
-    async fn run_session(
-        self: &Arc<Self>,
-        j: usize,
-        peer: u64,
-        session: u64,
-        started_ts: u64,
-    ) -> Result<Report, String> {
-        let cfg = SessionConfig {
-            seed: splitmix(self.seed ^ (self.id << 40) ^ session),
-            row_level: true,
-            started_ts,
-            hash_bytes: HASH_BYTES_DEFAULT,
-            set_reconciliation: true,
-        };
-        let (mut init, mut msg) = {
-            let d = self.lock();
-            let replica = d
-                .store
-                .replica(j)
-                .ok_or_else(|| format!("this server holds no range {j}"))?;
-            let (mut init, msg) = Initiator::start(replica, peer, cfg);
-            init.set_limits(Self::repair_limits());
-            (init, msg)
-        };
-        let target = format!("/internal/repair?range={j}&from={}&session={session}", self.id);
+    async fn run_session(self: &Arc<Self>, mut out: drift_repair::server::Outgoing) -> Result<Report, String> {
+        let (j, peer) = (out.range, out.peer);
+        let target = format!("/internal/repair?range={j}&from={}&session={}", self.id, out.session);
         let url = self.peer_url(peer, &target)?;
+        let mut msg = std::mem::take(&mut out.first);
         for _ in 0..SESSION_ROUNDS_MAX {
             let auth = self.signer.header("POST", &target, &msg);
             let resp = self
@@ -430,23 +311,14 @@ impl KvNode {
                     String::from_utf8_lossy(&reply).trim()
                 ));
             }
-            let (step, pos) = {
-                let mut d = self.lock();
-                let replica = d
-                    .store
-                    .replica_mut(j)
-                    .ok_or_else(|| format!("this server holds no range {j}"))?;
-                let step = init.on_reply(replica, &reply).map_err(|e| e.to_string())?;
-                (step, d.persist().map_err(|e| format!("kv log: {e}"))?)
-            };
-            match step {
+            let (step, pos) = self.changing(|s| s.on_session_reply(&mut out, &reply))?;
+            match step? {
                 Step::Send(next) => msg = next,
                 Step::Done(report) => {
                     let me = self.clone();
-                    tokio::task::spawn_blocking(move || me.syncer.sync_to(&me.durable, pos))
+                    tokio::task::spawn_blocking(move || me.sync_to(pos))
                         .await
-                        .map_err(|e| e.to_string())?
-                        .map_err(|e| format!("kv log sync: {e}"))?;
+                        .map_err(|e| e.to_string())??;
                     return Ok(report);
                 }
             }
@@ -454,193 +326,50 @@ impl KvNode {
         Err(format!("the session took more than {SESSION_ROUNDS_MAX} rounds"))
     }
 
-    /// What a repair session takes from a peer (drift_repair's limits at
-    /// this service's key and value limits, and [`TS_SKEW_MAX_US`]).
-    pub fn repair_limits() -> drift_repair::session::Limits {
-        drift_repair::session::Limits {
-            key_bytes_max: KEY_BYTES_MAX,
-            value_bytes_max: VALUE_BYTES_MAX,
-            skew_us: TS_SKEW_MAX_US,
+    /// Answers one message of a session `from` started (the server's
+    /// decision); syncs what a finished session changed before answering.
+    pub fn on_repair_message(&self, j: usize, from: u64, session: u64, msg: &[u8]) -> Result<Vec<u8>, Refusal> {
+        let mono = self.mono_us();
+        let (answer, pos) = self
+            .changing(|s| s.on_repair_message(mono, wall_us(), j, from, session, msg))
+            .map_err(|why| Refusal { status: 503, why })?;
+        let (reply, finished, refused) = answer?;
+        if let Some(l) = refused {
+            self.log_line(l);
         }
-    }
-
-    /// Answers one message of a session `from` started. A session is
-    /// bound to a range `from` replicates too, and each peer holds at
-    /// most [`SESSIONS_PER_PEER_MAX`] at once (its oldest gives way), so
-    /// one peer cannot keep another's sessions out.
-    pub fn on_repair_message(&self, j: usize, from: u64, session: u64, msg: &[u8]) -> Result<Vec<u8>, String> {
-        if j >= self.ring.ranges() || !self.ring.replicas(j).contains(&from) {
-            return Err(format!("server {from} holds no replica of range {j}"));
-        }
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        let now_us = self.epoch.elapsed().as_micros() as u64;
-        let started_ts = self.now_ts();
-        let s = sessions.get_or_open(from, session, now_us, || {
-            Responder::new(from, started_ts).with_limits(Self::repair_limits())
-        })?;
-        let (reply, pos) = {
-            let mut d = self.lock();
-            let replica = d
-                .store
-                .replica_mut(j)
-                .ok_or_else(|| format!("this server holds no range {j}"))?;
-            let reply = s.on_request(replica, msg).unwrap_or_else(|e| {
-                // what a peer sent that this side refused is worth a line
-                if matches!(e, drift_repair::session::SessionError::Protocol(_)) {
-                    self.log(
-                        "kv_repair_refused",
-                        serde_json::json!({"from": from, "range": j, "session": session, "reason": e.to_string()}),
-                    );
-                }
-                Responder::error_reply(&e)
-            });
-            (reply, d.persist().map_err(|e| format!("kv log: {e}"))?)
-        };
-        let finished = s.is_finished();
         if finished {
-            sessions.close(from, session);
-        }
-        drop(sessions);
-        if finished {
-            self.syncer
-                .sync_to(&self.durable, pos)
-                .map_err(|e| format!("kv log sync: {e}"))?;
+            self.sync_to(pos).map_err(|why| Refusal { status: 503, why })?;
         }
         Ok(reply)
     }
 
-    /// Repairs the ranges this server is the primary of (or `only`), with
-    /// every other replica (or `peers`), `rounds` times over.
-    pub async fn repair_now(
-        self: &Arc<Self>,
-        only: Option<usize>,
-        peers: Option<&[u64]>,
-        rounds: usize,
-        scheduled: bool,
-    ) -> Vec<SessionReport> {
-        let ranges: Vec<usize> = match only {
-            Some(j) => vec![j],
-            None => self.ring.primary_of(self.id),
-        };
+    /// Runs the sessions of a repair (`KvServer::repair_plan`), one at a time.
+    pub async fn repair_now(self: &Arc<Self>, plan: Vec<(usize, u64)>, scheduled: bool) -> Vec<SessionReport> {
         let mut out = Vec::new();
-        for _ in 0..rounds {
-            for &j in &ranges {
-                for p in self.ring.replicas(j) {
-                    if p == self.id || peers.is_some_and(|ps| !ps.contains(&p)) {
-                        continue;
-                    }
-                    out.push(self.repair_with(j, p, scheduled).await);
-                }
-            }
+        for (j, p) in plan {
+            out.push(self.repair_with(j, p, scheduled).await);
         }
         out
     }
 
-    /// A GC pass: the cluster file's policy, or a forced time-based pass
-    /// with `grace_ms` (the `gc-tombstones` fault). Returns the purged
-    /// count and the horizon.
-    pub fn collect_garbage(&self, forced_grace_ms: Option<u64>) -> Result<(usize, u64), String> {
-        let now = self.now_ts();
-        let (mode, grace_ms) = match forced_grace_ms {
-            Some(g) => (GcMode::Time, g),
-            None => (self.gc_mode, self.cfg.gc_grace_ms),
-        };
-        let grace = grace_ms.saturating_mul(1000);
-        let purged: usize = {
-            let mut d = self.lock();
-            let n = d.store.collect_garbage(mode, grace, now).iter().map(|(_, n)| n).sum();
-            d.persist().map_err(|e| format!("kv log: {e}"))?;
-            n
-        };
-        let horizon = now.saturating_sub(grace);
-        if purged > 0 || forced_grace_ms.is_some() {
-            self.log(
-                drift_keeper::NodeEvent::KvGc.name(),
-                serde_json::json!({"grace_ms": grace_ms, "horizon_ts": horizon, "purged": purged,
-                    "mode": if mode == GcMode::Time { "time" } else { "repair" }, "forced": forced_grace_ms.is_some()}),
-            );
-        }
-        Ok((purged, horizon))
-    }
-
     /// Every range's root and entries, as JSON (the final reads).
     pub fn dump(&self) -> serde_json::Value {
-        let d = self.lock();
-        let ranges: Vec<serde_json::Value> = d
-            .store
-            .dump()
-            .into_iter()
-            .map(|r| {
-                let tr = self.ring.range(r.range);
-                let gc = d.store.replica(r.range).map_or(0, |x| x.gc_horizon());
-                serde_json::json!({
-                    "range": r.range, "lo": tr.lo, "hi": tr.hi, "replicas": self.ring.replicas(r.range),
-                    "root": r.root, "count": r.count, "gc_horizon": gc,
-                    "entries": r.entries.iter().map(|e| serde_json::json!([
-                        String::from_utf8_lossy(&e.key), e.ts, e.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned())
-                    ])).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        serde_json::json!({"server": self.id, "ranges": ranges})
+        self.lock().server.dump()
     }
 
-    /// A fault hook: `clock <ms>`; `gc <grace_ms>` (one pass by time with
-    /// that grace); `gc-grace <ms>|off` (every pass so until `off`, and a
-    /// pass now); `gc-off`, `gc-on` (pause the passes); `repair-off`,
-    /// `repair-on` (pause the scheduled repairs); `defect-overwrite on|off`.
+    /// A fault hook (`KvServer::admin`).
     pub fn admin(&self, line: &str) -> String {
-        let mut w = line.split_whitespace();
-        match (w.next(), w.next()) {
-            (Some("clock"), Some(ms)) => match ms.parse::<i64>() {
-                Ok(v) => {
-                    self.clock_offset_ms.store(v, Ordering::Relaxed);
-                    "ok".into()
-                }
-                Err(_) => "error clock needs an integer offset in ms".into(),
-            },
-            (Some("gc"), Some(ms)) => match ms.parse::<u64>() {
-                Ok(g) => match self.collect_garbage(Some(g)) {
-                    Ok((n, h)) => format!("ok purged {n} horizon {h}"),
-                    Err(e) => format!("error {e}"),
-                },
-                Err(_) => "error gc needs a grace in ms".into(),
-            },
-            (Some("gc-grace"), Some("off")) => {
-                self.gc_grace_override_ms.store(u64::MAX, Ordering::Relaxed);
-                "ok".into()
-            }
-            (Some("gc-grace"), Some(ms)) => match ms.parse::<u64>() {
-                Ok(g) if g != u64::MAX => {
-                    self.gc_grace_override_ms.store(g, Ordering::Relaxed);
-                    match self.collect_garbage(Some(g)) {
-                        Ok((n, h)) => format!("ok purged {n} horizon {h}"),
-                        Err(e) => format!("error {e}"),
-                    }
-                }
-                _ => "error gc-grace needs a grace in ms, or off".into(),
-            },
-            (Some(pause @ ("gc-off" | "gc-on")), None) => {
-                self.gc_paused.store(pause == "gc-off", Ordering::Relaxed);
-                "ok".into()
-            }
-            (Some("repair-off"), None) => {
-                self.repair_paused.store(true, Ordering::Relaxed);
-                self.log("kv_repair_paused", serde_json::json!({"paused": true}));
-                "ok".into()
-            }
-            (Some("repair-on"), None) => {
-                self.repair_paused.store(false, Ordering::Relaxed);
-                self.log("kv_repair_paused", serde_json::json!({"paused": false}));
-                "ok".into()
-            }
-            (Some("defect-overwrite"), Some(on @ ("on" | "off"))) => {
-                self.lock().store.set_defect_repair_overwrites(on == "on");
-                self.log("kv_defect", serde_json::json!({"repair_overwrites": on == "on"}));
-                "ok".into()
-            }
-            _ => "error kv hooks: clock <ms> | gc <grace_ms> | gc-grace <ms>|off | gc-off | gc-on | repair-off | repair-on | defect-overwrite on|off".into(),
+        let ((answer, logs), pos) = match self.changing(|s| s.admin(wall_us(), line)) {
+            Ok(v) => v,
+            Err(e) => return format!("error {e}"),
+        };
+        for l in logs {
+            self.log_line(l);
         }
+        if let Err(e) = self.sync_to(pos) {
+            return format!("error {e}");
+        }
+        answer
     }
 
     async fn repair_loop(self: Arc<Self>) {
@@ -650,8 +379,14 @@ impl KvNode {
         let every = Duration::from_millis(self.cfg.repair_interval_ms);
         loop {
             tokio::time::sleep(every).await;
-            if !self.repair_paused.load(Ordering::Relaxed) {
-                self.repair_now(None, None, 1, true).await;
+            let plan = {
+                let d = self.lock();
+                d.server
+                    .scheduled_repair()
+                    .then(|| d.server.repair_plan(None, None, 1).unwrap_or_default())
+            };
+            if let Some(plan) = plan {
+                self.repair_now(plan, true).await;
             }
         }
     }
@@ -667,14 +402,12 @@ impl KvNode {
                     serde_json::json!({"level": "ERROR", "error": e.to_string()}),
                 );
             }
-            if self.gc_paused.load(Ordering::Relaxed) {
-                continue;
-            }
-            let grace = self.gc_grace_override_ms.load(Ordering::Relaxed);
             let me = self.clone();
-            let forced = (grace != u64::MAX).then_some(grace);
-            if let Ok(Err(e)) = tokio::task::spawn_blocking(move || me.collect_garbage(forced)).await {
-                self.log("kv_gc_failed", serde_json::json!({"level": "ERROR", "error": e}));
+            let pass = tokio::task::spawn_blocking(move || me.changing(|s| s.scheduled_gc(wall_us())));
+            match pass.await {
+                Ok(Ok((Some((_, Some(l))), _))) => self.log_line(l),
+                Ok(Err(e)) => self.log("kv_gc_failed", serde_json::json!({"level": "ERROR", "error": e})),
+                _ => {}
             }
         }
     }
@@ -701,24 +434,42 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
     let ring = Ring::new(peers.keys().copied().collect(), decl.rf)
         .map_err(|e| NodeError::Config(crate::error::ConfigError::Invalid(format!("[kv]: {e}"))))?;
     let dir = cfg.node_dir(id).join("kv");
-    // down longer than the grace: its tombstones may have been purged
-    // everywhere else, so a repair would bring back what they deleted.
-    // Such a replica is rebuilt from its peers, not repaired (with
-    // repair-gated GC nothing is purged that it has not seen).
+    let gc_mode = if decl.gc == "repair" {
+        GcMode::Repair
+    } else {
+        GcMode::Time
+    };
+    // down longer than the grace: rebuilt from its peers, not repaired
+    // (drift_repair::server::rebuild_after_absence)
     let now = SystemTime::now();
     let mut rebuilt = None;
-    if decl.gc != "repair" {
-        if let Some(absent) = durable::absent_for(&dir, now).filter(|a| a.as_millis() > decl.gc_grace_ms as u128) {
-            let secs = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-            let to = durable::set_aside(&dir, secs).map_err(|source| NodeError::Io {
-                path: dir.clone(),
-                source,
-            })?;
-            rebuilt = Some((absent, to));
-        }
+    if let Some(absent) = durable::absent_for(&dir, now).filter(|a| {
+        drift_repair::server::rebuild_after_absence(gc_mode, decl.gc_grace_ms, a.as_millis() as u64)
+    }) {
+        let secs = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let to = durable::set_aside(&dir, secs).map_err(|source| NodeError::Io {
+            path: dir.clone(),
+            source,
+        })?;
+        rebuilt = Some((absent, to));
     }
-    let store = KvStore::new(id, ring.clone(), decl.tree_depth);
-    let (durable, opened) = Durable::open(&dir, store, true).map_err(|source| NodeError::Io {
+    let server = KvServer::new(
+        ServerConfig {
+            id,
+            ring: ring.clone(),
+            tree_depth: decl.tree_depth,
+            w: decl.w(),
+            r: decl.r(),
+            gc: gc_mode,
+            gc_grace_ms: decl.gc_grace_ms,
+            gc_interval_ms: decl.gc_interval_ms,
+            repair_interval_ms: decl.repair_interval_ms,
+            request_timeout_ms: decl.request_timeout_ms,
+            seed: cfg.seed,
+        },
+        KvStore::new(id, ring.clone(), decl.tree_depth),
+    );
+    let (durable, opened) = Durable::open(&dir, server, true).map_err(|source| NodeError::Io {
         path: dir.clone(),
         source,
     })?;
@@ -741,30 +492,12 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
         addr,
         source,
     })?;
-    let gc_mode = if decl.gc == "repair" {
-        GcMode::Repair
-    } else {
-        GcMode::Time
-    };
     let node = Arc::new(KvNode {
         id,
-        gc_mode,
         ring,
         peers,
         durable: Mutex::new(durable),
         syncer: Syncer::default(),
-        seed: cfg.seed,
-        clock_offset_ms: AtomicI64::new(0),
-        stamper: Mutex::new(Stamper::default()),
-        repair_paused: AtomicBool::new(false),
-        gc_paused: AtomicBool::new(false),
-        gc_grace_override_ms: AtomicU64::new(u64::MAX),
-        next_session: AtomicU64::new(0),
-        sessions: Mutex::new(Held::new(HeldLimits {
-            max: SESSIONS_MAX,
-            per_peer_max: SESSIONS_PER_PEER_MAX,
-            idle_us: SESSION_IDLE.as_micros() as u64,
-        })),
         epoch: Instant::now(),
         client_bodies: crate::body::Budget::new(http::CLIENT_BODIES_BYTES_MAX),
         peer_bodies: crate::body::Budget::new(http::PEER_BODIES_BYTES_MAX),
@@ -808,7 +541,7 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
     }
     node.log(
         "kv_started",
-        serde_json::json!({"http": addr.to_string(), "ranges": node.lock().store.ranges(),
+        serde_json::json!({"http": addr.to_string(), "ranges": node.lock().server.store().ranges(),
             "records_replayed": opened.records, "records_skipped": opened.skipped}),
     );
     Ok(Some(Kv { node, _runtime: rt }))
