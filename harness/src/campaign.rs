@@ -620,7 +620,12 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
     if let Some(k) = &plan.kv {
         recorder.event(
             deletes::CONFIG_EVENT,
-            deletes::config_event(k.rf, k.w, k.r, k.gc.name(), k.gc_grace_ms, k.repair_interval_ms),
+            deletes::config_event(
+                k,
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_micros() as u64),
+            ),
         );
     }
     // every worker's clock counts from `started`
@@ -657,13 +662,9 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
                     env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
                 }
                 (None, Some(client)) => {
-                    let client = deletes::KvRequests::new(
-                        w,
-                        recorder.clone(),
-                        client.clone(),
-                        plan.workload(),
-                        https.next().expect("one per worker"),
-                    );
+                    let service =
+                        deletes::HttpKv::new(recorder.clone(), client.clone(), https.next().expect("one per worker"));
+                    let client = deletes::KvRequests::new(w, service, plan.workload());
                     env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
                 }
                 (None, None) => {
@@ -805,8 +806,18 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
                 }
             }
         }
-        let (r, client) = (main.recorder.clone(), client.clone());
-        bounded_final(env, main, KV_FINAL_PHASE_TIMEOUT, deletes::final_phase(r, client));
+        match reqwest::Client::builder().build() {
+            Ok(http) => {
+                let service = deletes::HttpKv::new(main.recorder.clone(), client.clone(), http);
+                bounded_final(env, main, KV_FINAL_PHASE_TIMEOUT, async move {
+                    deletes::final_phase(&service).await
+                });
+            }
+            Err(e) => main.recorder.event(
+                "final-op-failed",
+                json!({"f": "repair", "why": format!("no HTTP client: {e}")}),
+            ),
+        }
     }
     if !workload.final_ops().is_empty() {
         let final_spec = ClientSpec {

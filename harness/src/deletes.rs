@@ -1,7 +1,9 @@
 //! The delete workload inside a campaign: what the history must record
 //! for the convergence checker (docs/ARCHITECTURE.md, "History": the
 //! `put`, `delete`, `get`, `kv-config`, `kv-repair`, `kv-gc` and
-//! `kv-replica` shapes), written as the workers go.
+//! `kv-replica` shapes), written as the workers go — once, over a
+//! [`KvService`]: real servers over HTTP ([`HttpKv`]) or the simulated
+//! ones (`crate::sim::kv`).
 //!
 //! * [`config_event`] — the `kv-config` line: RF, W, R and the GC policy
 //!   the checker judges by.
@@ -23,10 +25,40 @@ use crate::recorder::Recorder;
 use drift_checkers::convergence::{CONFIG_F, REPAIR_F, REPLICA_F};
 use drift_checkers::history::{OpType, Process};
 use drift_workloads::worker::{Client, Ended};
-use drift_workloads::{OpSpec, Rng, Workload};
+use drift_workloads::{OpSpec, Outcome, Rng, Workload};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The kv service as the delete workload reaches it, and the history it
+/// writes to.
+pub trait KvService {
+    /// The servers a client may ask.
+    fn servers(&self) -> Vec<u64>;
+    /// Sends `op` to `server`: what came of it.
+    async fn request(&self, server: u64, op: &OpSpec) -> Outcome;
+    /// Has `server` repair its ranges `rounds` times over: its answer,
+    /// `{"sessions": [report…]}`.
+    async fn repair(&self, server: u64, rounds: u32) -> Result<Value, String>;
+    /// `server`'s content and Merkle roots.
+    async fn dump(&self, server: u64) -> Result<Value, String>;
+    /// A client's operation into the history.
+    #[allow(clippy::too_many_arguments)] // one field of the history's operation each
+    fn record(
+        &self,
+        process: u64,
+        kind: OpType,
+        f: &str,
+        value: Value,
+        key: Option<String>,
+        node: u64,
+        error: Option<String>,
+    );
+    /// An event into the history.
+    fn event(&self, f: &str, value: Value);
+    /// What the campaign is doing now (the progress line).
+    fn set_phase(&self, _what: String) {}
+}
 
 /// The servers a campaign's workers talk to: (id, `http://addr`).
 #[derive(Clone, Debug)]
@@ -42,70 +74,138 @@ const FINAL_REPAIR_TIMEOUT: Duration = Duration::from_secs(120);
 pub const CONFIG_EVENT: &str = CONFIG_F;
 
 /// The `kv-config` event, recorded as the main phase starts: the service's
-/// parameters and the controller's clock then (`start_ts_us`, µs since the
-/// epoch), from which findings count their times.
-pub fn config_event(rf: u64, w: u64, r: u64, gc: &str, gc_grace_ms: u64, repair_interval_ms: u64) -> Value {
-    let start_ts_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
-    json!({"rf": rf, "w": w, "r": r, "gc": gc, "gc_grace_ms": gc_grace_ms, "repair_interval_ms": repair_interval_ms,
-        "start_ts_us": start_ts_us})
+/// parameters and the clock then (`start_ts_us`, µs since the epoch: the
+/// controller's, or the simulation's), from which findings count their
+/// times.
+pub fn config_event(k: &crate::plan::KvPlan, start_ts_us: u64) -> Value {
+    json!({"rf": k.rf, "w": k.w, "r": k.r, "gc": k.gc.name(), "gc_grace_ms": k.gc_grace_ms,
+        "repair_interval_ms": k.repair_interval_ms, "start_ts_us": start_ts_us})
 }
 
 /// The delete workload's client in the one worker loop
 /// (`drift_workloads::worker::run`): each operation one kv request to a
 /// server drawn for it, never retried (an indeterminate one retires its
 /// process).
-pub struct KvRequests {
+pub struct KvRequests<S: KvService> {
     w: u64,
-    r: Recorder,
-    client: Arc<KvClient>,
+    service: S,
+    servers: Vec<u64>,
     workload: Workload,
-    http: reqwest::Client,
     unique: u64,
 }
 
-impl KvRequests {
-    /// Worker `w`'s client, sending with `http`.
-    pub fn new(w: u64, r: Recorder, client: Arc<KvClient>, workload: Workload, http: reqwest::Client) -> KvRequests {
+impl<S: KvService> KvRequests<S> {
+    /// Worker `w`'s client of `service`.
+    pub fn new(w: u64, service: S, workload: Workload) -> KvRequests<S> {
         KvRequests {
             w,
-            r,
-            client,
+            servers: service.servers(),
+            service,
             workload,
-            http,
             unique: 0,
         }
     }
 }
 
-impl Client for KvRequests {
+impl<S: KvService> Client for KvRequests<S> {
     /// The operation and the server it goes to.
-    type Op = (OpSpec, usize);
+    type Op = (OpSpec, u64);
 
-    fn draw(&mut self, rng: &mut Rng) -> (OpSpec, usize) {
+    fn draw(&mut self, rng: &mut Rng) -> (OpSpec, u64) {
         let op = self.workload.next(rng, self.w, &mut self.unique);
-        (op, rng.below(self.client.servers.len() as u64) as usize)
+        (op, self.servers[rng.below(self.servers.len() as u64) as usize])
     }
 
-    async fn attempt(&mut self, (op, at): &(OpSpec, usize), _n: u32, process: u64) -> Ended {
-        let (node, base) = &self.client.servers[*at];
+    async fn attempt(&mut self, (op, node): &(OpSpec, u64), _n: u32, process: u64) -> Ended {
         let record = |kind: OpType, value: Value, error: Option<String>| {
-            self.r.record(
-                Process::Client(process),
-                kind,
-                op.f,
-                value,
-                op.key.clone(),
-                Some(node.to_string()),
-                error,
-            )
+            self.service
+                .record(process, kind, op.f, value, op.key.clone(), *node, error)
         };
         record(OpType::Invoke, op.value.clone(), None);
-        let outcome = drift_workloads::kv::execute(&self.http, base, op, self.client.op_timeout).await;
+        let outcome = self.service.request(*node, op).await;
         let (kind, value, error) = outcome.completion();
         record(kind, value, error);
         Ended::of(kind)
+    }
+}
+
+/// Real kv servers over HTTP, and the campaign's recorder.
+pub struct HttpKv {
+    r: Recorder,
+    client: Arc<KvClient>,
+    http: reqwest::Client,
+}
+
+impl HttpKv {
+    pub fn new(r: Recorder, client: Arc<KvClient>, http: reqwest::Client) -> HttpKv {
+        HttpKv { r, client, http }
+    }
+
+    fn base(&self, server: u64) -> Result<&str, String> {
+        self.client
+            .servers
+            .iter()
+            .find(|(id, _)| *id == server)
+            .map(|(_, b)| b.as_str())
+            .ok_or_else(|| format!("no kv address for server {server}"))
+    }
+}
+
+impl KvService for HttpKv {
+    fn servers(&self) -> Vec<u64> {
+        self.client.servers.iter().map(|(id, _)| *id).collect()
+    }
+
+    async fn request(&self, server: u64, op: &OpSpec) -> Outcome {
+        match self.base(server) {
+            Ok(base) => drift_workloads::kv::execute(&self.http, base, op, self.client.op_timeout).await,
+            Err(e) => Outcome::Fail(e),
+        }
+    }
+
+    async fn repair(&self, server: u64, rounds: u32) -> Result<Value, String> {
+        let path = format!("/repair?rounds={rounds}");
+        call(&self.http, "POST", self.base(server)?, &path, FINAL_REPAIR_TIMEOUT).await
+    }
+
+    async fn dump(&self, server: u64) -> Result<Value, String> {
+        call(
+            &self.http,
+            "GET",
+            self.base(server)?,
+            "/dump",
+            self.client.op_timeout * 5,
+        )
+        .await
+    }
+
+    fn record(
+        &self,
+        process: u64,
+        kind: OpType,
+        f: &str,
+        value: Value,
+        key: Option<String>,
+        node: u64,
+        error: Option<String>,
+    ) {
+        self.r.record(
+            Process::Client(process),
+            kind,
+            f,
+            value,
+            key,
+            Some(node.to_string()),
+            error,
+        )
+    }
+
+    fn event(&self, f: &str, value: Value) {
+        self.r.event(f, value);
+    }
+
+    fn set_phase(&self, what: String) {
+        self.r.set_phase(what);
     }
 }
 
@@ -138,9 +238,9 @@ async fn call(
 
 /// Every server repairs its ranges `rounds` times over; each session is a
 /// `kv-repair` line of pass `pass`.
-async fn repair_all(http: &reqwest::Client, r: &Recorder, client: &KvClient, rounds: u32, pass: u64) {
-    for (node, base) in &client.servers {
-        r.set_phase(format!(
+async fn repair_all<S: KvService>(s: &S, rounds: u32, pass: u64) {
+    for node in s.servers() {
+        s.set_phase(format!(
             "repair pass {pass} of 2 ({}), on server {node}",
             if pass == 1 {
                 "two rounds over every range"
@@ -148,24 +248,16 @@ async fn repair_all(http: &reqwest::Client, r: &Recorder, client: &KvClient, rou
                 "must find nothing"
             }
         ));
-        match call(
-            http,
-            "POST",
-            base,
-            &format!("/repair?rounds={rounds}"),
-            FINAL_REPAIR_TIMEOUT,
-        )
-        .await
-        {
+        match s.repair(node, rounds).await {
             Ok(v) => {
-                for s in v["sessions"].as_array().into_iter().flatten() {
-                    let mut s = s.clone();
-                    s["node"] = json!(node);
-                    s["pass"] = json!(pass);
-                    r.event(REPAIR_F, s);
+                for report in v["sessions"].as_array().into_iter().flatten() {
+                    let mut report = report.clone();
+                    report["node"] = json!(node);
+                    report["pass"] = json!(pass);
+                    s.event(REPAIR_F, report);
                 }
             }
-            Err(e) => r.event(
+            Err(e) => s.event(
                 "final-op-failed",
                 json!({"f": "repair", "node": node, "pass": pass, "why": e}),
             ),
@@ -174,18 +266,14 @@ async fn repair_all(http: &reqwest::Client, r: &Recorder, client: &KvClient, rou
 }
 
 /// The final phase (see the module header).
-pub async fn final_phase(r: Recorder, client: Arc<KvClient>) {
-    let Ok(http) = reqwest::Client::builder().build() else {
-        r.event("final-op-failed", json!({"f": "repair", "why": "no HTTP client"}));
-        return;
-    };
-    repair_all(&http, &r, &client, 2, 1).await;
-    for (node, base) in &client.servers {
-        r.set_phase(format!("final read of server {node}'s content and Merkle roots"));
-        match call(&http, "GET", base, "/dump", client.op_timeout * 5).await {
-            Ok(v) => r.event(REPLICA_F, v),
-            Err(e) => r.event("final-op-failed", json!({"f": "dump", "node": node, "why": e})),
+pub async fn final_phase<S: KvService>(s: &S) {
+    repair_all(s, 2, 1).await;
+    for node in s.servers() {
+        s.set_phase(format!("final read of server {node}'s content and Merkle roots"));
+        match s.dump(node).await {
+            Ok(v) => s.event(REPLICA_F, v),
+            Err(e) => s.event("final-op-failed", json!({"f": "dump", "node": node, "why": e})),
         }
     }
-    repair_all(&http, &r, &client, 1, 2).await;
+    repair_all(s, 1, 2).await;
 }

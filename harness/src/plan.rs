@@ -139,6 +139,19 @@ pub const SIM_FAULTS: [FaultKind; 8] = [
     FaultKind::KeeperRestart,
 ];
 
+/// The kv service's own faults, which backend sim simulates too when the
+/// workload runs the kv service (delete).
+pub const SIM_KV_FAULTS: [FaultKind; 2] = [FaultKind::GcTombstones, FaultKind::SkipRepair];
+
+/// The faults backend sim simulates for `workload`.
+pub fn sim_faults(workload: Workload) -> Vec<FaultKind> {
+    let mut f = SIM_FAULTS.to_vec();
+    if workload.is_kv() {
+        f.extend(SIM_KV_FAULTS);
+    }
+    f
+}
+
 /// The faults the clickhouse target takes: its nodes have no drift fault
 /// hooks (drop-reply is a proxy of drift's own in front of each server).
 pub const CLICKHOUSE_FAULTS: [FaultKind; 6] = [
@@ -226,6 +239,12 @@ pub struct KvPlan {
 impl KvPlan {
     pub const DEFAULT_GC_GRACE_MS: u64 = 10_000;
     pub const DEFAULT_REPAIR_INTERVAL_MS: u64 = 2_000;
+    /// How often each server's GC pass runs.
+    pub const GC_INTERVAL_MS: u64 = 500;
+    /// The depth of each range's Merkle tree.
+    pub const TREE_DEPTH: u32 = 8;
+    /// How long a coordinator waits for its replicas.
+    pub const REQUEST_TIMEOUT_MS: u64 = 1_000;
 
     fn from_args(args: &TestArgs) -> KvPlan {
         let rf = args.nodes.min(3);
@@ -248,9 +267,10 @@ impl KvPlan {
             format!("r = {}", self.r),
             format!("gc = {:?}", self.gc.name()),
             format!("gc_grace_ms = {}", self.gc_grace_ms),
-            "gc_interval_ms = 500".to_string(),
+            format!("gc_interval_ms = {}", Self::GC_INTERVAL_MS),
             format!("repair_interval_ms = {}", self.repair_interval_ms),
-            "tree_depth = 8".to_string(),
+            format!("tree_depth = {}", Self::TREE_DEPTH),
+            format!("request_timeout_ms = {}", Self::REQUEST_TIMEOUT_MS),
         ]
     }
 }
@@ -698,15 +718,15 @@ impl Plan {
             ));
         }
         if self.backend == BackendKind::Sim {
-            if self.workload().is_table() || self.workload().is_kv() {
+            if self.workload().is_table() {
                 return Err(format!(
-                    "backend sim simulates the keeper: workload {} is not simulated (register, unique-ids, counter, total-queue and ephemeral are)",
+                    "backend sim simulates the keeper and the kv service: workload {} is not simulated (register, unique-ids, counter, total-queue, ephemeral and delete are)",
                     self.workload().name()
                 ));
             }
-            if let Some(k) = self.nemeses.iter().find(|k| !SIM_FAULTS.contains(k)) {
+            if let Some(k) = self.nemeses.iter().find(|k| !sim_faults(self.workload()).contains(k)) {
                 return Err(format!(
-                    "nemesis {} acts on the {}, which backend sim does not run: it simulates the keeper (partition, kill, pause, corrupt, diverge, clock, wipe and keeper-restart are simulated)",
+                    "nemesis {} acts on the {}, which backend sim does not run: it simulates the keeper (partition, kill, pause, corrupt, diverge, clock, wipe and keeper-restart are simulated) and, with workload delete, the kv service (gc-tombstones, skip-repair)",
                     k.name(),
                     if k.needs_kv() { "kv service" } else { "replicated table" }
                 ));

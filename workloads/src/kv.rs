@@ -87,27 +87,31 @@ pub async fn execute(http: &reqwest::Client, base: &str, op: &OpSpec, timeout: D
         "get" => http.get(&url),
         other => return Outcome::Fail(format!("the delete workload has no operation {other}")),
     };
-    let write = op.f != "get";
-    let sent = req.timeout(timeout).send().await;
-    let resp = match sent {
+    let resp = match req.timeout(timeout).send().await {
         Ok(r) => r,
-        Err(e) if e.is_connect() => return Outcome::Fail(format!("connection refused: {e}")),
-        Err(e) if write => return Outcome::Info(format!("no answer: {e}")),
-        Err(e) => return Outcome::Fail(format!("no answer: {e}")),
+        Err(e) => return unanswered(op, !e.is_connect(), &e.to_string()),
     };
-    let status = resp.status();
-    let body: Value = match resp
+    let status = resp.status().as_u16();
+    let body = resp
         .bytes()
         .await
         .map_err(|e| e.to_string())
-        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("not JSON: {e}")))
-    {
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("not JSON: {e}")));
+    outcome(op, status, body)
+}
+
+/// What a server's answer to `op` means: its status and JSON body, or
+/// why the body could not be read. Written once for the real client and
+/// the simulated one.
+pub fn outcome(op: &OpSpec, status: u16, body: Result<Value, String>) -> Outcome {
+    let write = op.f != "get";
+    let body = match body {
         Ok(v) => v,
         Err(e) if write => return Outcome::Info(format!("{status}: an answer that broke off: {e}")),
         Err(e) => return Outcome::Fail(format!("{status}: an answer that broke off: {e}")),
     };
     let why = || format!("{status}: {}", body["error"].as_str().unwrap_or("no reason given"));
-    match (op.f, status.as_u16()) {
+    match (op.f, status) {
         ("put", 200) => Outcome::Ok(json!({"value": op.value["value"], "ts": body["ts"]})),
         // the servers that acknowledged: the others may have missed it
         ("delete", 200) => Outcome::Ok(json!({"ts": body["ts"], "replicas": body["replicas"]})),
@@ -115,6 +119,19 @@ pub async fn execute(http: &reqwest::Client, base: &str, op: &OpSpec, timeout: D
         (_, 400..=499) => Outcome::Fail(why()),
         ("get", _) => Outcome::Fail(why()),
         _ => Outcome::Info(why()),
+    }
+}
+
+/// What a request that got no answer means: refused before it reached
+/// the server (`connected` false) did not happen; a write that may have
+/// reached it is indeterminate; a read changed nothing.
+pub fn unanswered(op: &OpSpec, connected: bool, why: &str) -> Outcome {
+    if !connected {
+        Outcome::Fail(format!("connection refused: {why}"))
+    } else if op.f != "get" {
+        Outcome::Info(format!("no answer: {why}"))
+    } else {
+        Outcome::Fail(format!("no answer: {why}"))
     }
 }
 

@@ -77,7 +77,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
 pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     let mut rng = Rng::new(Rng::derive(seed, "swarm"));
     let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
-        crate::plan::SIM_FAULTS.to_vec()
+        crate::plan::sim_faults(plan.workload())
     } else {
         plan.nemeses.clone()
     };

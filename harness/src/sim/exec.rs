@@ -107,9 +107,14 @@ struct ConnWaits {
 /// The simulated cluster and what the clients wait for from it.
 pub struct World {
     pub cluster: Cluster,
+    /// The kv service beside the keepers, when the workload needs it.
+    pub kv: Option<super::kv::KvSim>,
     conns: BTreeMap<u64, ConnWaits>,
     timers: BTreeMap<u64, Rc<Slot<()>>>,
     next_token: u64,
+    /// Tasks started from inside a task ([`spawn`]) or left running when
+    /// a [`run`] ended, for the next `run` to poll.
+    spawned: Vec<Task>,
 }
 
 pub type W = Rc<RefCell<World>>;
@@ -119,9 +124,11 @@ impl World {
     pub fn new(cluster: Cluster) -> W {
         Rc::new(RefCell::new(World {
             cluster,
+            kv: None,
             conns: BTreeMap::new(),
             timers: BTreeMap::new(),
             next_token: 1,
+            spawned: Vec::new(),
         }))
     }
 
@@ -162,6 +169,12 @@ impl World {
             }
         }
     }
+}
+
+/// Starts `task` beside the running ones: it runs through this and later
+/// [`run`]s until it ends (a server's timer loop, a message in flight).
+pub fn spawn(w: &W, task: impl Future<Output = ()> + 'static) {
+    w.borrow_mut().spawned.push(Box::pin(task));
 }
 
 /// Sleeps until simulated time `at_us`.
@@ -285,9 +298,10 @@ impl Wake for TaskWaker {
     }
 }
 
-/// Runs `tasks` until all end or simulated time
-/// reaches `until_us`; the tasks still running then are dropped (an
-/// operation they had in flight stays without a completion).
+/// Runs `tasks`, and every task spawned, until `tasks` all end or
+/// simulated time reaches `until_us`. A spawned task still running then
+/// waits for the next `run`; one of `tasks` still running is dropped (an
+/// operation it had in flight stays without a completion).
 pub fn run(w: &W, tasks: Vec<Task>, until_us: u64) {
     let ready = Arc::new(Mutex::new(BTreeSet::new()));
     let mut all: Vec<Option<Task>> = Vec::new();
@@ -303,11 +317,16 @@ pub fn run(w: &W, tasks: Vec<Task>, until_us: u64) {
             r.insert(id);
         }
     };
+    let foreground = tasks.len();
     for t in tasks {
         add(t, &mut all, &mut wakers);
     }
     loop {
         loop {
+            let spawned = std::mem::take(&mut w.borrow_mut().spawned);
+            for t in spawned {
+                add(t, &mut all, &mut wakers);
+            }
             let batch: Vec<usize> = match ready.lock() {
                 Ok(mut r) => std::mem::take(&mut *r).into_iter().collect(),
                 Err(_) => return,
@@ -323,13 +342,17 @@ pub fn run(w: &W, tasks: Vec<Task>, until_us: u64) {
                 }
             }
         }
-        if all.iter().all(Option::is_none) {
-            return;
+        if all[..foreground].iter().all(Option::is_none) {
+            break;
         }
         let ev = w.borrow_mut().cluster.next_client_event(until_us);
         match ev {
             Some(ev) => w.borrow_mut().dispatch(ev),
-            None => return,
+            None => break,
         }
     }
+    // what was spawned goes on in the next run
+    let mut world = w.borrow_mut();
+    let later = std::mem::take(&mut world.spawned);
+    world.spawned = all.into_iter().skip(foreground).flatten().chain(later).collect();
 }

@@ -16,6 +16,7 @@
 pub mod client;
 pub mod config;
 pub mod exec;
+pub mod kv;
 pub mod stage;
 pub mod sweep;
 pub mod world;
@@ -41,6 +42,8 @@ use world::{event, Recording, Sim, H};
 const SETUP_US: u64 = 60_000_000;
 /// Simulated time the cluster gets to converge after the heal.
 const CONVERGE_US: u64 = 60_000_000;
+/// Simulated time the kv final phase (repairs and reads) may take.
+const KV_FINAL_US: u64 = 300_000_000;
 
 /// A simulated campaign's outcome.
 pub struct Simulated {
@@ -65,6 +68,16 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let cluster = Cluster::new(sim_config(c));
     let w = exec::World::new(cluster);
     let h: H = Rc::new(RefCell::new(Recording::default()));
+    let sp = plan.sim.clone().unwrap_or_default();
+    // the kv service beside the keepers, for the delete workload
+    let mut kv_failed = None;
+    if let Some(k) = &plan.kv {
+        let ids: Vec<u64> = (1..=plan.nodes).collect();
+        match kv::KvSim::new(k, &ids, c.seed, sp.torn_writes) {
+            Ok(sim) => kv::start(&w, sim),
+            Err(e) => kv_failed = Some(e),
+        }
+    }
     let spec = Spec {
         workload,
         servers: (1..=plan.nodes).collect(),
@@ -72,7 +85,6 @@ pub fn simulate(c: &Campaign) -> Simulated {
         op_timeout_us: plan.op_timeout_ms * 1000,
         sync_reads: false,
     };
-    let sp = plan.sim.clone().unwrap_or_default();
 
     // setup: a leader and the workload's root
     let ready = Rc::new(RefCell::new(false));
@@ -104,6 +116,24 @@ pub fn simulate(c: &Campaign) -> Simulated {
             json!({"node": 0, "what": "no leader and no workload root within 60 s of the start"}),
         );
     }
+    if let Some(e) = kv_failed {
+        *ready.borrow_mut() = false;
+        event(&w, &h, "invariant-violated", json!({"node": 0, "what": e}));
+    }
+    let kv_service = |w: &exec::W| kv::SimKv {
+        w: w.clone(),
+        h: h.clone(),
+        op_timeout_us: spec.op_timeout_us,
+    };
+    if let Some(k) = &plan.kv {
+        let start_ts_us = config::EPOCH_MS as u64 * 1000 + t0;
+        event(
+            &w,
+            &h,
+            crate::deletes::CONFIG_EVENT,
+            crate::deletes::config_event(k, start_ts_us),
+        );
+    }
 
     // main phase: the workers and the nemesis
     let limit_us = plan.time_limit_s * 1_000_000;
@@ -123,6 +153,14 @@ pub fn simulate(c: &Campaign) -> Simulated {
                 until_us: t0 + limit_us,
                 every_us: every_us.max(1),
             };
+            if plan.kv.is_some() {
+                let service = kv_service(&w);
+                tasks.push(Box::pin(async move {
+                    let client = crate::deletes::KvRequests::new(wid, service, workload);
+                    drift_workloads::worker::run(&world, client, wid, pace).await
+                }));
+                continue;
+            }
             tasks.push(Box::pin(async move {
                 let client = drift_workloads::worker::Znodes::new(&world, workload, wid);
                 drift_workloads::worker::run(&world, client, wid, pace).await
@@ -135,8 +173,9 @@ pub fn simulate(c: &Campaign) -> Simulated {
     }
 
     // heal: every fault stopped, every server back
+    let with_kv = plan.kv.is_some();
     settle_phase(&stage, 2 * CONVERGE_US, |s| async move {
-        settle::heal(&s, false, false, CONVERGE_US / 1000).await
+        settle::heal(&s, false, with_kv, CONVERGE_US / 1000).await
     });
     // final phase
     if *ready.borrow() {
@@ -156,6 +195,9 @@ pub fn simulate(c: &Campaign) -> Simulated {
         let fin = async move { drift_workloads::worker::final_phase(&world, workload, first).await };
         let until = exec::now_us(&w) + 120_000_000;
         exec::run(&w, vec![Box::pin(fin)], until);
+        if with_kv {
+            kv_final_phase(&w, &h, kv_service(&w));
+        }
     }
     settle_phase(&stage, 2 * CONVERGE_US, |s| async move {
         settle::final_digests(&s, CONVERGE_US / 1000).await
@@ -167,7 +209,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let end_us = world.cluster.now_us();
     let t0_us = h.borrow().t0_us;
     let mut ops = std::mem::take(&mut h.borrow_mut().ops);
-    let (logs, violations) = world::onto_timeline(&world.cluster, t0_us, &mut ops);
+    let (logs, violations) = world::onto_timeline(&world.cluster, world.kv.as_ref(), t0_us, &mut ops);
     // one timeline: by time, recorded order within a time
     ops.sort_by_key(|o| o.time);
     for (i, o) in ops.iter_mut().enumerate() {
@@ -183,6 +225,30 @@ pub fn simulate(c: &Campaign) -> Simulated {
         simulated_us: end_us,
         events: world.cluster.events(),
     }
+}
+
+/// The delete workload's final phase (`crate::deletes::final_phase`) on
+/// the simulated service, after every server's scheduled repair and GC
+/// is paused as on processes: nothing moves the replicas but the final
+/// repairs.
+fn kv_final_phase(w: &exec::W, h: &H, service: kv::SimKv) {
+    let ids: Vec<u64> = w.borrow().cluster.ids();
+    for i in ids {
+        for cmd in ["repair-off", "gc-off"] {
+            let answer = kv::admin(w, i, cmd);
+            if answer != "ok" {
+                event(
+                    w,
+                    h,
+                    "final-op-failed",
+                    json!({"f": format!("kv {cmd}"), "node": i, "why": answer}),
+                );
+            }
+        }
+    }
+    let fin = async move { crate::deletes::final_phase(&service).await };
+    let until = exec::now_us(w) + KV_FINAL_US;
+    exec::run(w, vec![Box::pin(fin)], until);
 }
 
 /// Runs one of the phases written once for both worlds ([`settle`]) on

@@ -120,6 +120,7 @@ impl Db for SimCluster {
     fn wipe(&mut self, i: u64) -> Result<(), BackendError> {
         self.crash_now(i);
         self.w.borrow_mut().cluster.wipe(i);
+        super::kv::wipe(&self.w, i);
         Ok(())
     }
 }
@@ -207,8 +208,18 @@ impl FaultHooks for SimCluster {
     }
 
     /// The server's answer (`error down` from one that is not running).
+    /// As on a node, `kv …` goes to its kv service, and `clock` to the
+    /// keeper and the kv service both.
     fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
-        Ok(self.w.borrow_mut().cluster.admin(i, cmd))
+        let kv = self.w.borrow().kv.is_some();
+        if let (true, Some(rest)) = (kv, cmd.strip_prefix("kv ")) {
+            return Ok(super::kv::admin(&self.w, i, rest));
+        }
+        let answer = self.w.borrow_mut().cluster.admin(i, cmd);
+        if kv && cmd.starts_with("clock ") && answer == "ok" {
+            return Ok(super::kv::admin(&self.w, i, cmd));
+        }
+        Ok(answer)
     }
 }
 

@@ -34,6 +34,7 @@ fn record(
     f: &str,
     value: Value,
     key: Option<String>,
+    node: Option<String>,
     error: Option<String>,
 ) {
     let mut r = h.borrow_mut();
@@ -46,9 +47,25 @@ fn record(
         f: f.into(),
         value,
         key: key.map(Into::into),
-        node: None,
+        node: node.map(Into::into),
         error,
     });
+}
+
+/// A client's operation through the server `node` names.
+#[allow(clippy::too_many_arguments)] // one field of the history's operation each
+pub fn record_at(
+    w: &W,
+    h: &H,
+    process: u64,
+    kind: OpType,
+    f: &str,
+    value: Value,
+    key: Option<String>,
+    node: Option<String>,
+    error: Option<String>,
+) {
+    record(w, h, Process::Client(process), kind, f, value, key, node, error);
 }
 
 /// Simulated µs `at_us` as history time: ns from the main phase's start.
@@ -74,16 +91,26 @@ fn nemesis_op(at_us: u64, t0_us: u64, f: &str, value: Value) -> Op {
 
 /// A client's invocation of `f`.
 pub fn invoke(w: &W, h: &H, process: u64, f: &str, value: Value, key: Option<String>) {
-    record(w, h, Process::Client(process), OpType::Invoke, f, value, key, None);
+    record(
+        w,
+        h,
+        Process::Client(process),
+        OpType::Invoke,
+        f,
+        value,
+        key,
+        None,
+        None,
+    );
 }
 
 pub fn event(w: &W, h: &H, f: &str, value: Value) {
-    record(w, h, Process::Nemesis, OpType::Info, f, value, None, None);
+    record(w, h, Process::Nemesis, OpType::Info, f, value, None, None, None);
 }
 
 pub fn record_outcome(w: &W, h: &H, p: u64, f: &str, key: &Option<String>, o: &Outcome) {
     let (kind, value, err) = o.completion();
-    record(w, h, Process::Client(p), kind, f, value, key.clone(), err);
+    record(w, h, Process::Client(p), kind, f, value, key.clone(), None, err);
 }
 
 /// The znode workers' world in the simulator: its client's sessions, its
@@ -126,20 +153,36 @@ impl drift_workloads::worker::World for Sim {
 
 /// The servers' own log lines onto the history's timeline (through the
 /// one log-line→event map, `crate::events`), and the broken invariants
-/// as `invariant-violated` events: each server's log as JSON lines, and
-/// the violations as (server, what).
+/// as `invariant-violated` events: each node's log as JSON lines (its
+/// keeper's lines and its kv server's, `"service": "kv"`, in time order),
+/// and the violations as (server, what).
 #[allow(clippy::type_complexity)]
 pub fn onto_timeline(
     cluster: &Cluster,
+    kv: Option<&super::kv::KvSim>,
     t0_us: u64,
     ops: &mut Vec<Op>,
 ) -> (BTreeMap<u64, Vec<String>>, Vec<(u64, String)>) {
     let mut logs = BTreeMap::new();
     let mut seen = crate::events::Witnessed::default();
+    let none = Vec::new();
     for id in cluster.ids() {
+        let keeper = cluster.log(id).iter().map(|l| (l, false));
+        let service = kv
+            .and_then(|k| k.logs.get(&id))
+            .unwrap_or(&none)
+            .iter()
+            .map(|l| (l, true));
+        let mut all: Vec<_> = keeper.chain(service).collect();
+        // by time; the keeper's lines first within a time (a stable sort)
+        all.sort_by_key(|((at, _, _), _)| *at);
         let mut lines = Vec::new();
-        for (at, ev, fields) in cluster.log(id) {
-            let mut line = json!({"ts_ms": super::config::EPOCH_MS + (*at / 1000) as i64, "node": id, "event": ev});
+        for ((at, ev, fields), is_kv) in all {
+            let mut line = json!({"ts_ms": super::config::EPOCH_MS + (*at / 1000) as i64, "node": id});
+            if is_kv {
+                line["service"] = json!("kv");
+            }
+            line["event"] = json!(ev);
             if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
                 o.extend(f.clone());
             }
@@ -150,15 +193,16 @@ pub fn onto_timeline(
         }
         logs.insert(id, lines);
     }
-    let violations: Vec<(u64, String)> = cluster
+    let mut broken: Vec<(u64, u64, String)> = cluster
         .invariants
         .violations
         .iter()
-        .map(|v| (v.node, v.what.clone()))
+        .map(|v| (v.at_us, v.node, v.what.clone()))
         .collect();
-    for v in &cluster.invariants.violations {
-        let value = json!({"node": v.node, "what": v.what});
-        ops.push(nemesis_op(v.at_us, t0_us, "invariant-violated", value));
+    broken.extend(kv.into_iter().flat_map(|k| k.violations.iter().cloned()));
+    for (at_us, node, what) in &broken {
+        let value = json!({"node": node, "what": what});
+        ops.push(nemesis_op(*at_us, t0_us, "invariant-violated", value));
     }
-    (logs, violations)
+    (logs, broken.into_iter().map(|(_, n, w)| (n, w)).collect())
 }

@@ -138,7 +138,14 @@ pub struct SessionReport {
 impl SessionReport {
     /// The report of a session of `range` with `peer` that took
     /// `took_us` of the driver's time.
-    pub fn new(range: usize, peer: u64, started_ts: u64, finished_ts: u64, took_us: u64, r: Result<Report, String>) -> Self {
+    pub fn new(
+        range: usize,
+        peer: u64,
+        started_ts: u64,
+        finished_ts: u64,
+        took_us: u64,
+        r: Result<Report, String>,
+    ) -> Self {
         let (r, error) = match r {
             Ok(r) => (r, None),
             Err(e) => (Report::default(), Some(e)),
@@ -261,7 +268,9 @@ impl KvServer {
     /// This server's clock at machine time `wall_us`, with the `clock`
     /// fault's offset.
     pub fn now_ts(&self, wall_us: u64) -> u64 {
-        (wall_us as i64).saturating_add(self.clock_offset_ms.saturating_mul(1000)).max(0) as u64
+        (wall_us as i64)
+            .saturating_add(self.clock_offset_ms.saturating_mul(1000))
+            .max(0) as u64
     }
 
     /// Checks a key from a client or a peer.
@@ -296,7 +305,13 @@ impl KvServer {
 
     /// A client's write of `key`, coordinated here at machine time
     /// `wall_us`: the round the driver sends to every replica.
-    pub fn begin_write(&mut self, wall_us: u64, key: Vec<u8>, value: Option<Vec<u8>>, w: Option<usize>) -> Result<WriteRound, Refusal> {
+    pub fn begin_write(
+        &mut self,
+        wall_us: u64,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        w: Option<usize>,
+    ) -> Result<WriteRound, Refusal> {
         Self::check_key(&key)?;
         if let Some(v) = &value {
             Self::check_value(v)?;
@@ -320,7 +335,10 @@ impl KvServer {
     /// skew bound. The driver syncs its record before answering.
     pub fn merge(&mut self, wall_us: u64, e: Entry) -> Result<Merged, Refusal> {
         if e.key.is_empty() || e.key.len() > KEY_BYTES_MAX || std::str::from_utf8(&e.key).is_err() {
-            return Err(refuse(400, format!("a merged key must be UTF-8 of 1..={KEY_BYTES_MAX} bytes")));
+            return Err(refuse(
+                400,
+                format!("a merged key must be UTF-8 of 1..={KEY_BYTES_MAX} bytes"),
+            ));
         }
         if let Some(v) = &e.value {
             Self::check_value(v).map_err(|r| refuse(r.status, format!("merged: {}", r.why)))?;
@@ -352,7 +370,12 @@ impl KvServer {
     /// The sessions a repair of the ranges this server is the primary of
     /// (or `only`), with every other replica (or `peers`), `rounds` times
     /// over, runs: (range, peer), in order.
-    pub fn repair_plan(&self, only: Option<usize>, peers: Option<&[u64]>, rounds: usize) -> Result<Vec<(usize, u64)>, Refusal> {
+    pub fn repair_plan(
+        &self,
+        only: Option<usize>,
+        peers: Option<&[u64]>,
+        rounds: usize,
+    ) -> Result<Vec<(usize, u64)>, Refusal> {
         let ring = &self.cfg.ring;
         if let Some(j) = only {
             if j >= ring.ranges() || !ring.replicas(j).contains(&self.cfg.id) {
@@ -492,7 +515,12 @@ impl KvServer {
             None => (self.cfg.gc, self.cfg.gc_grace_ms),
         };
         let grace = grace_ms.saturating_mul(1000);
-        let purged: usize = self.store.collect_garbage(mode, grace, now).iter().map(|(_, n)| n).sum();
+        let purged: usize = self
+            .store
+            .collect_garbage(mode, grace, now)
+            .iter()
+            .map(|(_, n)| n)
+            .sum();
         let horizon = now.saturating_sub(grace);
         let log = (purged > 0 || forced_grace_ms.is_some()).then(|| {
             line(
@@ -606,7 +634,8 @@ pub fn rebuild_after_absence(gc: GcMode, gc_grace_ms: u64, absent_ms: u64) -> bo
 pub fn write_answer(key: &[u8], res: &crate::coord::WriteResult) -> (u16, Value) {
     let w = res.wanted;
     let status = if res.acks >= w { 200 } else { 503 };
-    let mut v = json!({"key": String::from_utf8_lossy(key), "ts": res.ts, "acks": res.acks, "replicas": res.acked, "w": w});
+    let mut v =
+        json!({"key": String::from_utf8_lossy(key), "ts": res.ts, "acks": res.acks, "replicas": res.acked, "w": w});
     if status != 200 {
         v["error"] = format!("{} of {w} replicas acknowledged: {}", res.acks, res.errors.join("; ")).into();
     }

@@ -914,6 +914,30 @@ impl Cluster {
         self.clogged.clear();
     }
 
+    /// Whether the directed link `from` → `to` is cut: what the
+    /// caller's own traffic between servers (a service beside the
+    /// keeper) must not deliver either.
+    pub fn is_cut(&self, from: u64, to: u64) -> bool {
+        self.cut.contains(&(from, to))
+    }
+
+    /// Server `id`'s machine clock, in µs since the epoch: the
+    /// simulation's time, skewed and drifting as the server's own — what
+    /// a service beside the keeper on that machine reads.
+    pub fn wall_us(&self, id: u64) -> u64 {
+        let local = self
+            .nodes
+            .get(&id)
+            .map_or(self.now_us, |n| n.clock.local_us(self.now_us));
+        (self.cfg.epoch_ms.max(0) as u64) * 1000 + local
+    }
+
+    /// How many times server `id` has started: a service beside the
+    /// keeper crashes with it and starts again with it.
+    pub fn incarnation(&self, id: u64) -> u64 {
+        self.nodes.get(&id).map_or(0, |n| n.incarnation)
+    }
+
     /// Clogs the directed link `from` → `to` until `until_us`: what is
     /// sent over it meanwhile arrives after that, in order.
     pub fn clog(&mut self, from: u64, to: u64, until_us: u64) {

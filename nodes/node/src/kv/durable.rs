@@ -235,7 +235,9 @@ mod tests {
         for i in 0..10u64 {
             let pos = {
                 let mut g = d.lock().unwrap();
-                g.server.merge(0, Entry::put(format!("k{i}").as_bytes(), i + 1, b"v")).unwrap();
+                g.server
+                    .merge(0, Entry::put(format!("k{i}").as_bytes(), i + 1, b"v"))
+                    .unwrap();
                 g.persist().unwrap()
             };
             syncer.sync_to(&d, pos).unwrap();
@@ -262,7 +264,9 @@ mod tests {
         let dir = tempdir("compact");
         let (mut d, _) = Durable::open(&dir, server(), false).unwrap();
         for i in 0..50u64 {
-            d.server.merge(0, Entry::put(b"same", i + 1, format!("v{i}").as_bytes())).unwrap();
+            d.server
+                .merge(0, Entry::put(b"same", i + 1, format!("v{i}").as_bytes()))
+                .unwrap();
         }
         d.persist().unwrap();
         let long = d.position().bytes;

@@ -203,10 +203,8 @@ pub async fn handle(node: Arc<KvNode>, req: Request<Incoming>) -> Result<Resp, s
         (&Method::POST, "/repair") => repair(&node, &p).await,
         (&Method::POST, "/internal/merge") => internal_merge(&node, peer, req).await,
         (&Method::POST, "/internal/repair") => internal_repair(&node, &p, peer, req).await,
-        (&Method::GET, _) if path.starts_with("/internal/get/") => {
-            key_of(&path["/internal/get/".len()..])
-                .and_then(|key| Ok(json(200, version_json(node.get_local(&key)?.as_ref()))))
-        }
+        (&Method::GET, _) if path.starts_with("/internal/get/") => key_of(&path["/internal/get/".len()..])
+            .and_then(|key| Ok(json(200, version_json(node.get_local(&key)?.as_ref())))),
         (_, _) if path.starts_with("/kv/") => client(&node, &method, &path["/kv/".len()..], &p, req).await,
         _ => Err(error(404, format!("{method} {path}: no such endpoint"))),
     };

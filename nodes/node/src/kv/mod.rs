@@ -245,7 +245,12 @@ impl KvNode {
 
     /// Coordinates a client's write: the round is the server's, this
     /// sends it and waits.
-    pub async fn write(self: &Arc<Self>, key: Vec<u8>, value: Option<Vec<u8>>, w: Option<usize>) -> Result<WriteResult, Refusal> {
+    pub async fn write(
+        self: &Arc<Self>,
+        key: Vec<u8>,
+        value: Option<Vec<u8>>,
+        w: Option<usize>,
+    ) -> Result<WriteResult, Refusal> {
         let mut round: WriteRound = self.lock().server.begin_write(wall_us(), key, value, w)?;
         let mut set = tokio::task::JoinSet::new();
         for &r in round.replicas() {
@@ -443,9 +448,9 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Kv>, NodeError> {
     // (drift_repair::server::rebuild_after_absence)
     let now = SystemTime::now();
     let mut rebuilt = None;
-    if let Some(absent) = durable::absent_for(&dir, now).filter(|a| {
-        drift_repair::server::rebuild_after_absence(gc_mode, decl.gc_grace_ms, a.as_millis() as u64)
-    }) {
+    if let Some(absent) = durable::absent_for(&dir, now)
+        .filter(|a| drift_repair::server::rebuild_after_absence(gc_mode, decl.gc_grace_ms, a.as_millis() as u64))
+    {
         let secs = now.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let to = durable::set_aside(&dir, secs).map_err(|source| NodeError::Io {
             path: dir.clone(),

@@ -37,7 +37,9 @@ fn repair(a: &mut KvServer, b: &mut KvServer, j: usize, wall_us: u64) -> Report 
     let mut out = a.start_session(wall_us, j, b.id()).unwrap();
     let mut msg = std::mem::take(&mut out.first);
     for _ in 0..SESSION_ROUNDS_MAX {
-        let (reply, _, refused) = b.on_repair_message(wall_us, wall_us, j, a.id(), out.session, &msg).unwrap();
+        let (reply, _, refused) = b
+            .on_repair_message(wall_us, wall_us, j, a.id(), out.session, &msg)
+            .unwrap();
         assert!(refused.is_none());
         match a.on_session_reply(&mut out, &reply).unwrap() {
             Step::Send(next) => msg = next,
@@ -50,7 +52,9 @@ fn repair(a: &mut KvServer, b: &mut KvServer, j: usize, wall_us: u64) -> Report 
 #[test]
 fn a_write_is_stamped_on_the_skewed_clock_and_never_goes_back() {
     let mut s = servers(GcMode::Time).remove(0);
-    let r1 = s.begin_write(5_000_000, b"k".to_vec(), Some(b"v".to_vec()), None).unwrap();
+    let r1 = s
+        .begin_write(5_000_000, b"k".to_vec(), Some(b"v".to_vec()), None)
+        .unwrap();
     assert_eq!(r1.entry().ts, 5_000_000);
     assert_eq!(r1.replicas().len(), 3, "every replica of the key is asked");
     assert_eq!(s.admin(0, "clock -2000").0, "ok");
@@ -67,10 +71,19 @@ fn requests_outside_the_limits_are_refused_with_their_status() {
     let mut s = servers(GcMode::Time).remove(0);
     let refused = |r: Result<WriteRound, Refusal>| r.err().map(|r| r.status);
     assert_eq!(refused(s.begin_write(1, Vec::new(), None, None)), Some(400));
-    assert_eq!(refused(s.begin_write(1, vec![b'k'; KEY_BYTES_MAX + 1], None, None)), Some(400));
+    assert_eq!(
+        refused(s.begin_write(1, vec![b'k'; KEY_BYTES_MAX + 1], None, None)),
+        Some(400)
+    );
     assert_eq!(refused(s.begin_write(1, vec![0xff], None, None)), Some(400));
-    assert_eq!(refused(s.begin_write(1, b"k".to_vec(), Some(vec![b'v'; VALUE_BYTES_MAX + 1]), None)), Some(413));
-    assert_eq!(refused(s.begin_write(1, b"k".to_vec(), Some(vec![0xc3]), None)), Some(400));
+    assert_eq!(
+        refused(s.begin_write(1, b"k".to_vec(), Some(vec![b'v'; VALUE_BYTES_MAX + 1]), None)),
+        Some(413)
+    );
+    assert_eq!(
+        refused(s.begin_write(1, b"k".to_vec(), Some(vec![0xc3]), None)),
+        Some(400)
+    );
     assert_eq!(refused(s.begin_write(1, b"k".to_vec(), None, Some(0))), Some(400));
     assert_eq!(refused(s.begin_write(1, b"k".to_vec(), None, Some(4))), Some(400));
     assert!(s.begin_read(b"k".to_vec(), Some(4)).is_err());
@@ -100,13 +113,15 @@ fn a_peer_version_far_ahead_of_the_clock_is_refused_and_a_near_one_merged() {
 fn a_written_key_reaches_a_replica_that_missed_it_through_repair_and_a_second_repair_streams_nothing() {
     let mut s = servers(GcMode::Time);
     let now = 50_000_000;
-    let mut round = s[0].begin_write(now, b"key".to_vec(), Some(b"v1".to_vec()), None).unwrap();
+    let mut round = s[0]
+        .begin_write(now, b"key".to_vec(), Some(b"v1".to_vec()), None)
+        .unwrap();
     let e = round.entry().clone();
     // servers 1 and 2 apply it; server 3 misses it
     let mut res = None;
-    for i in 0..2 {
-        let id = s[i].id();
-        s[i].merge(now, e.clone()).unwrap();
+    for server in &mut s[..2] {
+        let id = server.id();
+        server.merge(now, e.clone()).unwrap();
         res = res.or(round.on_reply(id, Ok(())));
     }
     let res = res.expect("W = 2 acks decide the write");
@@ -149,7 +164,10 @@ fn the_repair_plan_is_every_range_this_server_leads_with_every_other_replica() {
     let only = s[0].repair_plan(None, Some(&[3]), 1).unwrap();
     assert!(only.iter().all(|(_, p)| *p == 3));
     assert_eq!(s[0].repair_plan(None, None, 0).unwrap_err().status, 400);
-    assert_eq!(s[0].repair_plan(None, None, REPAIR_ROUNDS_MAX + 1).unwrap_err().status, 400);
+    assert_eq!(
+        s[0].repair_plan(None, None, REPAIR_ROUNDS_MAX + 1).unwrap_err().status,
+        400
+    );
     assert_eq!(s[0].repair_plan(Some(10_000), None, 1).unwrap_err().status, 400);
 }
 
@@ -159,7 +177,11 @@ fn a_repair_message_for_a_range_the_sender_does_not_replicate_is_refused() {
     let cfg = config(1, &ids, GcMode::Time);
     let ring = cfg.ring.clone();
     let mut s = KvServer::new(cfg, KvStore::new(1, ring.clone(), 6));
-    let j = ring.ranges_of(1).into_iter().find(|&j| !ring.replicas(j).contains(&5)).unwrap();
+    let j = ring
+        .ranges_of(1)
+        .into_iter()
+        .find(|&j| !ring.replicas(j).contains(&5))
+        .unwrap();
     let r = s.on_repair_message(0, 0, j, 5, 0, b"hello").unwrap_err();
     assert_eq!(r.status, 503);
     assert!(r.why.contains("holds no replica"), "{}", r.why);
@@ -189,7 +211,10 @@ fn the_skip_repair_and_gc_faults_pause_the_scheduled_passes_and_a_forced_grace_p
     assert_eq!(s.get(b"gone").unwrap(), None);
     assert_eq!(s.admin(now, "gc-grace off").0, "ok");
     assert!(s.admin(now, "gc-grace x").0.starts_with("error"));
-    assert!(s.admin(now, "clock 1 2").0.starts_with("error"), "a hook takes its words and no more");
+    assert!(
+        s.admin(now, "clock 1 2").0.starts_with("error"),
+        "a hook takes its words and no more"
+    );
 }
 
 #[test]
