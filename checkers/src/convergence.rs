@@ -30,7 +30,12 @@
 //!    and one that acknowledged it, covers that replica; every replica
 //!    that missed it must be covered. (A history whose deletes do not name
 //!    the servers that acknowledged them needs two full rounds of repair
-//!    of the range instead.)
+//!    of the range instead.) A session's times are on its initiator's
+//!    clock, the delete's on its coordinator's, the pass's on its own
+//!    server's: a session covers only when it started after the delete
+//!    and ended before the pass by more than the clock skew the
+//!    `kv-config` event states (`clock_skew_ms`), so a finding never
+//!    rests on an order the clocks cannot tell.
 //! 4. **repair-not-idempotent** — a session of the second final repair
 //!    found a range differing, streamed entries, or failed (also when
 //!    rule 1 finds the replicas diverged).
@@ -148,6 +153,11 @@ struct Params {
     /// The run's start on the controller's clock, µs since the epoch (the
     /// `kv-config` event's `start_ts_us`), when the history says.
     start_ts_us: Option<u64>,
+    /// How far apart two servers' clocks may be (µs; the `kv-config`
+    /// event's `clock_skew_ms`, 0 when it does not say): rule 3 compares
+    /// a session's times on its initiator's clock with a GC pass's on
+    /// another server's.
+    skew_us: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -239,6 +249,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     w: v["w"].as_u64().unwrap_or(2),
                     r: v["r"].as_u64().unwrap_or(2),
                     start_ts_us: v["start_ts_us"].as_u64(),
+                    skew_us: v["clock_skew_ms"].as_u64().unwrap_or(0).saturating_mul(1000),
                 };
             }
             REPAIR_F => {
@@ -313,6 +324,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
             w: 2,
             r: 2,
             start_ts_us: None,
+            skew_us: 0,
         };
     }
     for o in &h.operations {
@@ -410,9 +422,18 @@ fn delete_covered(m: &Model, range: u64, acked: Option<&[u64]>, after_ts: u64, b
             } else {
                 return false;
             };
-            s.range == range && s.ok && s.started_ts >= after_ts && s.finished_ts <= by_ts && acked.contains(&other)
+            s.range == range && s.ok && certainly_between(m, s, after_ts, by_ts) && acked.contains(&other)
         })
     })
+}
+
+/// Whether session `s` started after `after_ts` and finished by `by_ts`
+/// whatever the servers' clocks: its times are its initiator's, the
+/// others another server's, so each must hold by the skew the history
+/// states.
+fn certainly_between(m: &Model, s: &Session, after_ts: u64, by_ts: u64) -> bool {
+    let skew = m.params.skew_us;
+    s.started_ts >= after_ts.saturating_add(skew) && s.finished_ts.saturating_add(skew) <= by_ts
 }
 
 /// Whether `range` had [`COVERING_ROUNDS`] full rounds of repair that
@@ -424,7 +445,7 @@ fn covered(m: &Model, range: u64, after_ts: u64, by_ts: u64) -> bool {
         per_pair.entry(s.pair).or_insert(0);
     }
     for s in &m.sessions {
-        if s.range == range && s.ok && s.started_ts >= after_ts && s.finished_ts <= by_ts {
+        if s.range == range && s.ok && certainly_between(m, s, after_ts, by_ts) {
             *per_pair.get_mut(&s.pair).expect("counted above") += 1;
         }
     }

@@ -471,3 +471,40 @@ fn rule_6_without_final_reads_or_the_second_repair_the_verdict_is_unknown() {
     let (v, _) = H::new("time").check();
     assert_eq!(v, Verdict::Unknown, "nothing written");
 }
+
+/// Rule 3 across clocks: a session's times are its initiator's, a GC
+/// pass's its own server's. With the skew the history states, a session
+/// that ended before the pass by less than the skew may have ended after
+/// it: it does not cover the delete, and the value back is expected.
+#[test]
+fn rule_3_a_session_within_the_clock_skew_of_the_purge_does_not_cover_the_delete() {
+    let back: &[Held] = &[("k", 5, Some("v"))];
+    // the pass's clock: horizon 10 + grace 3 ms = 3_010 µs
+    let gc = json!({"node": 1, "grace_ms": 3, "horizon_ts": 10, "purged": 1, "mode": "time"});
+    let run = |skew_ms: u64| {
+        let mut h = H::default();
+        h.event(
+            -1,
+            "kv-config",
+            json!({"rf": 3, "w": 2, "r": 1, "gc": "time", "gc_grace_ms": 3, "clock_skew_ms": skew_ms}),
+        );
+        h.put("k", "v", 5, 0, 10, "ok").op(
+            "k",
+            "delete",
+            Value::Null,
+            20,
+            30,
+            "ok",
+            json!({"ts": 8, "replicas": [1]}),
+        );
+        // started at 2_000 µs, after the delete (8) by more than a
+        // millisecond; ended at 2_100 on its own clock: 910 µs before
+        // the pass
+        h.repair(31, 2, 1, 2_000, 2_100, 1, None);
+        h.event(40, "kv-gc", gc.clone()).finals(back, back, 0).check()
+    };
+    let (v, d) = run(0);
+    assert_eq!((v, count(&d, "resurrected")), (Verdict::Invalid, 1), "{d}");
+    let (v, d) = run(1);
+    assert_eq!((v, count(&d, "resurrected-expected")), (Verdict::Valid, 1), "{d}");
+}

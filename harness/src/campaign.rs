@@ -35,6 +35,7 @@ use crate::local::{LocalCluster, LocalSpec};
 use crate::nemesis::{self, Partitioner, Step};
 use crate::plan::TestArgs;
 use crate::plan::{Campaign, Plan, Target};
+use crate::plan::{CLOCK_FAULT_SKEW_MS, CLOCK_SKEW_MS};
 use crate::recorder::{Recorder, RecorderHandle};
 use crate::run;
 use crate::settle;
@@ -67,10 +68,6 @@ const LOG_LINES_QUOTED: usize = 3;
 /// The table's final phase (a sync and a read of every replica) gets at
 /// most this long: a replica that was wiped clones first.
 const TABLE_FINAL_PHASE_TIMEOUT: Duration = Duration::from_secs(180);
-/// How far apart the controller's clock and the servers' may be, for the
-/// dedup checker's window by seconds (ε); a `clock` fault adds its most.
-const CLOCK_SKEW_MS: u64 = 1000;
-const CLOCK_FAULT_SKEW_MS: u64 = 10_000;
 
 /// `drift test`.
 pub fn run(args: TestArgs) -> Result<i32, Failure> {
@@ -625,6 +622,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_micros() as u64),
+                deletes::clock_skew_ms(plan),
             ),
         );
     }

@@ -77,9 +77,28 @@ pub const CONFIG_EVENT: &str = CONFIG_F;
 /// parameters and the clock then (`start_ts_us`, µs since the epoch: the
 /// controller's, or the simulation's), from which findings count their
 /// times.
-pub fn config_event(k: &crate::plan::KvPlan, start_ts_us: u64) -> Value {
+pub fn config_event(k: &crate::plan::KvPlan, start_ts_us: u64, clock_skew_ms: u64) -> Value {
     json!({"rf": k.rf, "w": k.w, "r": k.r, "gc": k.gc.name(), "gc_grace_ms": k.gc_grace_ms,
-        "repair_interval_ms": k.repair_interval_ms, "start_ts_us": start_ts_us})
+        "repair_interval_ms": k.repair_interval_ms, "start_ts_us": start_ts_us, "clock_skew_ms": clock_skew_ms})
+}
+
+/// How far apart two kv servers' clocks may be in `plan`'s campaign (the
+/// `kv-config` event's `clock_skew_ms`): on machines,
+/// [`crate::plan::CLOCK_SKEW_MS`]; simulated, what the world's clock
+/// drift makes of the run's length (each server drifts by up to the
+/// drift either way, for the main phase and up to three minutes of setup,
+/// heal and final phase); with the `clock` fault, its most besides.
+pub fn clock_skew_ms(plan: &crate::plan::Plan) -> u64 {
+    let fault = if plan.nemeses.contains(&crate::nemesis::FaultKind::Clock) {
+        crate::plan::CLOCK_FAULT_SKEW_MS
+    } else {
+        0
+    };
+    let clocks = match &plan.sim {
+        Some(sim) => 2 * sim.clock_drift_ppm * (plan.time_limit_s + 180) / 1000,
+        None => crate::plan::CLOCK_SKEW_MS,
+    };
+    clocks + fault
 }
 
 /// The delete workload's client in the one worker loop

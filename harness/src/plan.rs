@@ -139,6 +139,14 @@ pub const SIM_FAULTS: [FaultKind; 8] = [
     FaultKind::KeeperRestart,
 ];
 
+/// How far apart the controller's clock and the servers' (and two
+/// servers') may be, for the checkers that compare times across clocks
+/// (the dedup window by seconds, ε; the convergence checker's rule 3); a
+/// `clock` fault adds its most (its offsets are within ±10 s, on one
+/// server at a time).
+pub const CLOCK_SKEW_MS: u64 = 1000;
+pub const CLOCK_FAULT_SKEW_MS: u64 = 10_000;
+
 /// The kv service's own faults, which backend sim simulates too when the
 /// workload runs the kv service (delete).
 pub const SIM_KV_FAULTS: [FaultKind; 2] = [FaultKind::GcTombstones, FaultKind::SkipRepair];

@@ -131,7 +131,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
             &w,
             &h,
             crate::deletes::CONFIG_EVENT,
-            crate::deletes::config_event(k, start_ts_us),
+            crate::deletes::config_event(k, start_ts_us, crate::deletes::clock_skew_ms(plan)),
         );
     }
 

@@ -477,6 +477,12 @@ impl KvServer {
             return Err(refuse(503, format!("server {from} holds no replica of range {j}")));
         }
         let started_ts = self.now_ts(wall_us);
+        if crate::wire::Msg::opens_session(msg) {
+            // a hello begins a session: one held under its id is of an
+            // earlier life of the peer (its count starts again when it
+            // restarts), left unfinished, and gives way
+            self.sessions.close(from, session);
+        }
         let s = self
             .sessions
             .get_or_open(from, session, mono_us, || {

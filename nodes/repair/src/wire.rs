@@ -469,6 +469,12 @@ impl Msg {
         }
     }
 
+    /// Whether `bytes` is a session's first message (a hello, either
+    /// kind), without decoding the rest.
+    pub fn opens_session(bytes: &[u8]) -> bool {
+        matches!(bytes.first(), Some(&(T_HELLO | T_SET_HELLO)))
+    }
+
     pub fn decode(bytes: &[u8]) -> Result<Msg, WireError> {
         let mut r = R { b: bytes, at: 0 };
         let msg = match r.u8()? {

@@ -238,3 +238,30 @@ fn a_read_answers_the_newest_of_r_replies_and_503_with_fewer() {
     let res = round.timed_out(1_000);
     assert_eq!(read_answer(b"k", &res).0, 503);
 }
+
+/// Found by the simulator (`drift sim --workload delete`, seed 35 of the
+/// first sweep): a server killed in the middle of a session starts its
+/// session count again, and its first session after the restart reused
+/// the id of the one its peer still held — the peer refused the new
+/// hello as out of phase, and the replicas stayed apart. A hello begins
+/// a session, whatever was held under its id.
+#[test]
+fn a_peer_restarted_mid_session_starts_a_new_session_under_an_old_id() {
+    let mut s = servers(GcMode::Time);
+    let now = 10_000_000;
+    s[0].merge(now, Entry::put(b"key", 5, b"v")).unwrap();
+    let j = s[0].ring().range_of_key(b"key");
+    // server 1 sends its hello, gets the answer, and is killed
+    let out = s[0].start_session(now, j, 3).unwrap();
+    assert_eq!(out.session, 0);
+    let (_, finished, _) = s[2].on_repair_message(now, now, j, 1, 0, &out.first).unwrap();
+    assert!(!finished);
+    let cfg = s[0].config().clone();
+    let store = KvStore::new(1, cfg.ring.clone(), cfg.tree_depth);
+    let mut restarted = KvServer::new(cfg, store);
+    restarted.merge(now, Entry::put(b"key", 5, b"v")).unwrap();
+    // its first session after the restart is session 0 again
+    let report = repair(&mut restarted, &mut s[2], j, now + 1_000);
+    assert!(report.entries_a_to_b >= 1, "{report:?}");
+    assert_eq!(s[2].get(b"key").unwrap(), Some(Entry::put(b"key", 5, b"v")));
+}
