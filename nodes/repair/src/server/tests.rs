@@ -265,3 +265,109 @@ fn a_peer_restarted_mid_session_starts_a_new_session_under_an_old_id() {
     assert!(report.entries_a_to_b >= 1, "{report:?}");
     assert_eq!(s[2].get(b"key").unwrap(), Some(Entry::put(b"key", 5, b"v")));
 }
+
+mod prop {
+    use super::*;
+    use crate::replica::Change;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// One step of a random history of three servers.
+    #[derive(Debug, Clone)]
+    enum Act {
+        /// Server `by` coordinates a write of key `k` (a value, or a
+        /// tombstone), which reaches the replicas in `reach` (a bit mask).
+        Write { by: usize, k: u8, tomb: bool, reach: u8 },
+        /// Server `s` crashes and starts again on the records it logged.
+        Restart { s: usize },
+        /// A repair session of `k`'s range between two servers.
+        Repair { a: usize, b: usize, k: u8 },
+    }
+
+    fn act() -> impl Strategy<Value = Act> {
+        prop_oneof![
+            4 => (0..3usize, 0..6u8, any::<bool>(), 0..8u8).prop_map(|(by, k, tomb, reach)| Act::Write { by, k, tomb, reach }),
+            1 => (0..3usize).prop_map(|s| Act::Restart { s }),
+            2 => (0..3usize, 1..3usize, 0..6u8).prop_map(|(a, d, k)| Act::Repair { a, b: (a + d) % 3, k }),
+        ]
+    }
+
+    proptest! {
+        /// Against a reference (every version any server applied, LWW):
+        /// no server ever applies a version older than the one it holds,
+        /// a restart on the logged records loses nothing, and two full
+        /// rounds of repair leave every server holding the reference's
+        /// winner of every key.
+        #[test]
+        fn servers_never_go_back_and_two_rounds_of_repair_reach_the_lww_winner(
+            acts in proptest::collection::vec(act(), 1..40),
+        ) {
+            let mut s = servers(GcMode::Repair);
+            let mut logs: Vec<Vec<Record>> = vec![Vec::new(); 3];
+            let mut newest: BTreeMap<Vec<u8>, Entry> = BTreeMap::new();
+            let mut clock = 1_000_000u64;
+            let drain = |s: &mut KvServer, log: &mut Vec<Record>| {
+                for r in s.take_records() {
+                    if let Change::Applied(e) = &r.change {
+                        let held = log.iter().rev().find_map(|x| match &x.change {
+                            Change::Applied(h) if h.key == e.key => Some(h.ts),
+                            _ => None,
+                        });
+                        prop_assert!(held.is_none_or(|ts| ts <= e.ts), "went back on {:?}", e.key);
+                    }
+                    log.push(r);
+                }
+                Ok(())
+            };
+            for a in acts {
+                clock += 1_000;
+                match a {
+                    Act::Write { by, k, tomb, reach } => {
+                        let value = (!tomb).then(|| format!("v{clock}").into_bytes());
+                        let round = s[by].begin_write(clock, format!("k{k}").into_bytes(), value, None).unwrap();
+                        let e = round.entry().clone();
+                        for i in (0..3).filter(|i| reach & (1 << i) != 0) {
+                            s[i].merge(clock, e.clone()).unwrap();
+                            drain(&mut s[i], &mut logs[i])?;
+                            let cur = newest.entry(e.key.clone()).or_insert_with(|| e.clone());
+                            if e.lww_cmp(cur) == std::cmp::Ordering::Greater {
+                                *cur = e.clone();
+                            }
+                        }
+                    }
+                    Act::Restart { s: i } => {
+                        let cfg = s[i].config().clone();
+                        let mut fresh = KvServer::new(cfg.clone(), KvStore::new(cfg.id, cfg.ring.clone(), cfg.tree_depth));
+                        fresh.replay(logs[i].clone());
+                        prop_assert_eq!(fresh.store().dump(), s[i].store().dump());
+                        s[i] = fresh;
+                    }
+                    Act::Repair { a, b, k } => {
+                        let j = s[a].ring().range_of_key(format!("k{k}").as_bytes());
+                        let (x, y) = pair(&mut s, a, b);
+                        repair(x, y, j, clock);
+                        drain(&mut s[a], &mut logs[a])?;
+                        drain(&mut s[b], &mut logs[b])?;
+                    }
+                }
+            }
+            let ranges = s[0].ring().ranges();
+            for _ in 0..2 {
+                for j in 0..ranges {
+                    for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+                        clock += 1_000;
+                        let (x, y) = pair(&mut s, a, b);
+                        repair(x, y, j, clock);
+                        drain(&mut s[a], &mut logs[a])?;
+                        drain(&mut s[b], &mut logs[b])?;
+                    }
+                }
+            }
+            for server in &s {
+                for (key, e) in &newest {
+                    prop_assert_eq!(server.get(key).unwrap(), Some(e.clone()));
+                }
+            }
+        }
+    }
+}
