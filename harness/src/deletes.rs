@@ -3,7 +3,7 @@
 //! `put`, `delete`, `get`, `kv-config`, `kv-repair`, `kv-gc` and
 //! `kv-replica` shapes), written as the workers go — once, over a
 //! [`KvService`]: real servers over HTTP ([`HttpKv`]) or the simulated
-//! ones (`crate::sim::kv`).
+//! ones (the simulator's `sim/kv.rs`).
 //!
 //! * [`config_event`] — the `kv-config` line: RF, W, R and the GC policy
 //!   the checker judges by.

@@ -27,6 +27,8 @@
 //! * [`merge`] — the leader's merge selection.
 //! * [`cleanup`] — which log entries go, which replicas are lost.
 //! * [`zk`] — the table's znodes and the insert's two multis.
+//! * [`insert`] — one block's insert as a state machine: the two round
+//!   trips, what each answer means, a lost commit settled through its lock.
 
 pub mod block;
 pub mod cleanup;
@@ -35,6 +37,7 @@ pub mod entry;
 pub mod error;
 pub mod format;
 pub mod hash;
+pub mod insert;
 pub mod merge;
 pub mod part;
 pub mod queue;

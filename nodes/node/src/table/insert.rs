@@ -1,29 +1,18 @@
-//! The insert path.
-//!
-//! Rows become blocks (`drift_table::block::split_insert`); each block is
-//! committed on its own, in two coordinator round trips:
-//!
-//! 1. one multi checks that the block's id is absent and takes a block
-//!    number (an ephemeral-sequential lock under the partition). "Node
-//!    exists" on the id means a duplicate: the block is dropped and the
-//!    client told success.
-//! 2. the part is written and fsynced; one multi then creates the log
-//!    entry, this replica's part node, the block id (holding the part's
-//!    name), the quorum node if asked, and deletes the lock.
-//!
-//! A commit whose reply is lost is resolved through its lock: deleting the
-//! lock succeeds only if the commit did not happen (the commit deletes it)
-//! and makes sure it never will; when the lock is already gone, the part's
-//! node says whether the commit happened. A block found not committed is
-//! tried again from step 1; one that cannot be resolved before
-//! [`RESOLVE_TIMEOUT`] answers 319 and stays "precommitted" until the
-//! background resolver (same logic) settles it.
+//! The insert path: rows become blocks (`drift_table::block::split_insert`),
+//! and each block is committed on its own, in two coordinator round
+//! trips. What each step asks and what each answer means — the block id's
+//! check riding with the block number's lock, the commit multi, a lost
+//! commit answer settled through the lock, the retries — is the sans-IO
+//! `drift_table::insert::BlockInsert`'s; this module makes its
+//! coordinator calls, writes and removes its part files, holds the commit
+//! gate around the commit, waits for quorums, and turns how a block ended
+//! into the client's answer.
 //!
 //! Errors raised before a block number is taken (read-only, 285, 286, bad
 //! input) are definite failures; everything after is indeterminate for the
 //! client (319 or a keeper error), as the dedup checker expects.
 
-use super::coord::{MultiErr, ZkErr};
+use super::coord::{MultiErr, OpResult, ZkErr};
 use super::error::{
     TResult, TableError, KEEPER_EXCEPTION, TABLE_IS_READ_ONLY, TOO_FEW_LIVE_REPLICAS, UNKNOWN_STATUS_OF_INSERT,
     UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
@@ -33,11 +22,13 @@ use super::hooks::Hooks;
 use super::replica::{wall_ms, Replica};
 use drift_table::block::split_insert;
 use drift_table::dedup::{block_id, token_block_id};
-use drift_table::entry::{EntryKind, LogEntry};
 use drift_table::format::{self, Checksums};
+use drift_table::insert::{
+    BlockInsert, BlockSpec, Defects, Done, Fail, Input, MultiFail, Note, Now, Refused, Resolution, Settle, Step,
+    BLOCK_ATTEMPTS_MAX,
+};
 use drift_table::part::PartInfo;
 use drift_table::quorum::QuorumEntry;
-use drift_table::zk::{allocate_ops, commit_ops, sequence_of, Commit, KeeperOp, QuorumMode, COMMIT_BLOCK_OP};
 use drift_table::Block;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,12 +36,6 @@ use std::time::{Duration, Instant};
 
 /// Longest an insert waits at its commit under the `hold-commits` hook.
 const HOLD_COMMITS_MAX: Duration = Duration::from_secs(60);
-
-/// How long an insert tries to learn whether a commit whose reply was lost
-/// happened, before it answers 319.
-pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(15);
-/// Fresh attempts of a block found not committed.
-const BLOCK_ATTEMPTS_MAX: usize = 3;
 
 /// `insert_quorum`: off, N replicas, or a majority.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +93,24 @@ pub enum Resolved {
 
 fn keeper_error(what: &str, e: &ZkErr) -> TableError {
     TableError::new(KEEPER_EXCEPTION, format!("{what}: {e}"))
+}
+
+/// A coordinator call's failure as the insert's core tells them apart.
+fn fail_of(e: &ZkErr) -> Fail {
+    match e {
+        ZkErr::NodeExists => Fail::NodeExists,
+        ZkErr::NoNode => Fail::NoNode,
+        ZkErr::Lost(why) => Fail::Lost(why.clone()),
+        ZkErr::NoSession => Fail::NoSession,
+        other => Fail::Other(other.to_string()),
+    }
+}
+
+fn multi_fail(e: MultiErr) -> MultiFail {
+    MultiFail {
+        index: e.index,
+        fail: fail_of(&e.err),
+    }
 }
 
 impl Replica {
@@ -219,205 +222,136 @@ impl Replica {
         quorum: u32,
         s: &InsertSettings,
     ) -> TResult<BlockOutcome> {
-        let block = Arc::new(block);
-        for _ in 0..BLOCK_ATTEMPTS_MAX {
-            let t = Instant::now();
-            // the test-only defects: look for no id, or leave none behind
-            let skip = self.hooks.skip_dedup.load(std::sync::atomic::Ordering::SeqCst);
-            let leave_none = skip || self.hooks.no_block_id.load(std::sync::atomic::Ordering::SeqCst);
-            let (check_id, commit_id) = (id.filter(|_| !skip), id.filter(|_| !leave_none));
-            let allocated = self.allocate(partition, check_id).await;
-            self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
-            let Some(lock) = allocated? else {
-                self.events.add(Ev::DuplicatedInsertedBlocks, 1);
-                if quorum > 0 {
-                    self.wait_duplicate_quorum(id, s).await?;
-                }
-                return Ok(BlockOutcome::Duplicate);
-            };
-            let number = sequence_of(&lock, &self.paths.lock_prefix(partition))
-                .ok_or_else(|| TableError::new(KEEPER_EXCEPTION, format!("lock {lock} has no block number")))?;
-            let part = PartInfo::new(partition, number, number, 0);
-            let name = part.name();
-            let store = self.store.clone();
-            let (n2, f2) = (name.clone(), files.clone());
-            let written = tokio::task::spawn_blocking(move || store.write_part(&n2, &f2))
-                .await
-                .map_err(|e| TableError::new(KEEPER_EXCEPTION, e.to_string()))
-                .and_then(|r| r.map_err(|e| TableError::new(KEEPER_EXCEPTION, format!("writing part {name}: {e}"))));
-            if let Err(e) = written {
-                self.discard(&name, &lock).await;
-                return Err(e);
-            }
-            if self.hooks.lose_part.load(std::sync::atomic::Ordering::SeqCst) {
-                self.lose_part(&name, &lock, id).await?;
-                return Ok(BlockOutcome::Committed(part));
-            }
-            if self.hooks.hold_commits.load(std::sync::atomic::Ordering::SeqCst) {
-                self.log("commit_held", serde_json::json!({"part": name}));
-                let until = Instant::now() + HOLD_COMMITS_MAX;
-                while self.hooks.hold_commits.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            }
-            // shared with other commits, exclusive of a queue reload (see
-            // Replica::reload_gate); let go before a long resolution
-            let mut commit_gate = Some(self.reload_gate.read().await);
-            match self.commit(&part, &lock, commit_id, sums, quorum, s).await {
-                Ok(()) => {}
-                Err(CommitFail::Duplicate) => {
-                    drop(commit_gate.take());
-                    self.discard(&name, &lock).await;
-                    self.events.add(Ev::DuplicatedInsertedBlocks, 1);
-                    if quorum > 0 {
-                        self.wait_duplicate_quorum(id, s).await?;
-                    }
-                    return Ok(BlockOutcome::Duplicate);
-                }
-                Err(CommitFail::Definite(e)) => {
-                    self.discard(&name, &lock).await;
-                    return Err(e);
-                }
-                Err(CommitFail::Unknown(why)) => {
-                    commit_gate.take();
-                    match self.resolve(&name, &lock, Instant::now() + RESOLVE_TIMEOUT).await {
-                        Some(Resolved::Committed) => {
-                            self.log("commit_resolved", serde_json::json!({"part": name, "committed": true}))
-                        }
-                        Some(Resolved::NotCommitted) => {
-                            self.log("commit_resolved", serde_json::json!({"part": name, "committed": false}));
-                            self.discard(&name, &lock).await;
-                            continue;
-                        }
-                        None => {
-                            // the background resolver settles it once it can
-                            self.st().precommitted.insert(name.clone(), lock.clone());
-                            self.events.add(Ev::UnknownStatusInserts, 1);
-                            return Err(TableError::new(
-                            UNKNOWN_STATUS_OF_INSERT,
-                            format!("Unknown status of insert: the commit of part {name} got no answer ({why}) and the coordinator could not be asked in time"),
-                        ));
-                        }
-                    }
-                }
-            }
-            self.committed(&part, block.clone());
-            commit_gate.take();
-            if quorum > 0 {
-                self.wait_quorum(&part, s).await?;
-            }
-            return Ok(BlockOutcome::Committed(part));
-        }
-        Err(TableError::new(
-            KEEPER_EXCEPTION,
-            format!("the block was found not committed {BLOCK_ATTEMPTS_MAX} times"),
-        ))
-    }
-
-    /// Round trip 1 (2 in the naive path): `None` for a duplicate, else the
-    /// lock's path.
-    async fn allocate(&self, partition: &str, id: Option<&str>) -> TResult<Option<String>> {
-        let c = &self.coord;
-        if self.naive_insert_path {
-            if let Some(id) = id {
-                self.events.add(Ev::InsertKeeperRoundTrips, 1);
-                if c.exists(&self.paths.block(id))
-                    .await
-                    .map_err(|e| keeper_error("checking the block id", &e))?
-                    .is_some()
-                {
-                    return Ok(None);
-                }
-            }
-        }
-        for _ in 0..2 {
-            self.events.add(Ev::InsertKeeperRoundTrips, 1);
-            let ops = if self.naive_insert_path {
-                allocate_ops(&self.paths, partition, None)
-            } else {
-                allocate_ops(&self.paths, partition, id)
-            };
-            let last = ops.len() - 1;
-            match c.multi(&ops).await {
-                Ok(results) => match results.last() {
-                    Some(super::coord::OpResult::Created(p)) => return Ok(Some(p.clone())),
-                    _ => return Err(TableError::new(KEEPER_EXCEPTION, "the lock's create returned no path")),
-                },
-                Err(MultiErr {
-                    index: Some(0),
-                    err: ZkErr::NodeExists,
-                }) if id.is_some() && last > 0 => return Ok(None),
-                Err(MultiErr {
-                    index: Some(i),
-                    err: ZkErr::NoNode,
-                }) if i == last => {
-                    // the partition's first block: its lock directory
-                    c.ensure(&self.paths.partition_numbers(partition))
-                        .await
-                        .map_err(|e| keeper_error("creating the partition's block numbers", &e))?;
-                }
-                Err(e) => return Err(keeper_error("allocating a block number", &e.err)),
-            }
-        }
-        Err(TableError::new(
-            KEEPER_EXCEPTION,
-            "the partition's lock directory keeps vanishing",
-        ))
-    }
-
-    /// Round trip 2.
-    async fn commit(
-        &self,
-        part: &PartInfo,
-        lock: &str,
-        id: Option<&str>,
-        sums: &Checksums,
-        quorum: u32,
-        s: &InsertSettings,
-    ) -> Result<(), CommitFail> {
-        let name = part.name();
-        let entry = LogEntry {
-            create_time_s: wall_ms() / 1000,
-            source_replica: self.name.clone(),
-            kind: EntryKind::GetPart {
-                part: part.clone(),
-                block_id: id.map(str::to_string),
-                quorum,
+        let armed = |f: &std::sync::atomic::AtomicBool| f.load(std::sync::atomic::Ordering::SeqCst);
+        let mut b = BlockInsert::new(BlockSpec {
+            paths: self.paths.clone(),
+            replica: self.name.clone(),
+            partition: partition.to_string(),
+            id: id.map(str::to_string),
+            sums: sums.encode(),
+            quorum,
+            quorum_parallel: s.quorum_parallel,
+            naive: self.naive_insert_path,
+            // the test-only defects: look for no id, leave none behind,
+            // or keep no part
+            defects: Defects {
+                skip_dedup: armed(&self.hooks.skip_dedup),
+                no_block_id: armed(&self.hooks.no_block_id),
+                lose_part: armed(&self.hooks.lose_part),
             },
-        }
-        .encode();
-        let qmode = if quorum > 0 {
-            let q = QuorumEntry::new(part.clone(), quorum, &self.name).encode();
-            if s.quorum_parallel {
-                QuorumMode::Parallel(q)
-            } else {
-                QuorumMode::Status(q)
-            }
-        } else {
-            QuorumMode::None
+        });
+        // shared with other commits, exclusive of a queue reload (see
+        // Replica::reload_gate): held from the commit until its part is
+        // current, let go before a long resolution
+        let mut commit_gate = None;
+        let mut input = Input::Start;
+        let t0 = Instant::now();
+        let now = || Now {
+            wall_ms: wall_ms().max(0) as u64,
+            mono_ms: t0.elapsed().as_millis() as u64,
         };
-        let quorum_op = (quorum > 0).then(|| COMMIT_BLOCK_OP + usize::from(id.is_some()));
-        let sums_text = sums.encode();
-        let ops = commit_ops(
-            &self.paths,
-            &Commit {
-                log_entry: &entry,
-                lock_path: lock,
-                block_id: id,
-                part: &name,
-                part_data: &sums_text,
-                quorum: qmode,
-            },
-        );
+        loop {
+            let step = b.on(now(), input);
+            self.notes(b.take_notes());
+            input = match step {
+                Step::Allocate(ops) => {
+                    let r = self.timed_multi(&ops).await;
+                    Input::Allocated(match r {
+                        Ok(results) => match results.last() {
+                            Some(OpResult::Created(p)) => Ok(p.clone()),
+                            _ => Err(MultiFail {
+                                index: None,
+                                fail: Fail::Other("the lock's create returned no path".into()),
+                            }),
+                        },
+                        Err(e) => Err(multi_fail(e)),
+                    })
+                }
+                Step::CheckId(path) => {
+                    self.events.add(Ev::InsertKeeperRoundTrips, 1);
+                    Input::IdExists(
+                        self.coord
+                            .exists(&path)
+                            .await
+                            .map(|n| n.is_some())
+                            .map_err(|e| fail_of(&e)),
+                    )
+                }
+                Step::MakeDir(path) => Input::DirMade(self.coord.ensure(&path).await.map_err(|e| fail_of(&e))),
+                Step::WritePart(name) => {
+                    let (store, f2, n2) = (self.store.clone(), files.clone(), name.clone());
+                    let written = tokio::task::spawn_blocking(move || store.write_part(&n2, &f2))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map_err(|e| e.to_string()));
+                    Input::PartWritten(written)
+                }
+                Step::Commit(ops) => {
+                    self.hold_commit(&ops).await;
+                    commit_gate = Some(self.reload_gate.read().await);
+                    let r = self.timed_multi(&ops).await;
+                    let r = self.commit_reply_hooks(&ops, r).map(|_| ()).map_err(multi_fail);
+                    if r.is_err() {
+                        commit_gate = None;
+                    }
+                    Input::Committed(r)
+                }
+                Step::DefectCommit(ops) => {
+                    Input::Committed(self.coord.multi(&ops).await.map(|_| ()).map_err(multi_fail))
+                }
+                Step::Discard { part, lock } => {
+                    self.discard(&part, &lock).await;
+                    Input::Discarded
+                }
+                step @ (Step::DeleteLock(_) | Step::PartNodeExists(_) | Step::SleepUntil(_)) => {
+                    self.settle_step(step, now().mono_ms).await
+                }
+                Step::Done(done) => return self.block_done(done, block, quorum, id, s, commit_gate).await,
+            };
+        }
+    }
+
+    /// A multi of the insert, counted and timed.
+    async fn timed_multi(&self, ops: &[drift_table::zk::KeeperOp]) -> Result<Vec<OpResult>, MultiErr> {
         self.events.add(Ev::InsertKeeperRoundTrips, 1);
         let t = Instant::now();
-        let r = self.coord.multi(&ops).await;
+        let r = self.coord.multi(ops).await;
         self.events.add(Ev::InsertKeeperMicros, t.elapsed().as_micros() as u64);
-        let r = match r {
+        r
+    }
+
+    /// The `hold-commits` hook: the commit waits while it is on (at most
+    /// [`HOLD_COMMITS_MAX`]).
+    async fn hold_commit(&self, ops: &[drift_table::zk::KeeperOp]) {
+        if !self.hooks.hold_commits.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let part = ops
+            .get(2)
+            .map(|o| o.path().rsplit('/').next().unwrap_or_default().to_string());
+        self.log("commit_held", serde_json::json!({"part": part}));
+        let until = Instant::now() + HOLD_COMMITS_MAX;
+        while self.hooks.hold_commits.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The hooks that lose a commit's answer after it happened:
+    /// `cut-after-commit` (and the coordinator cut) and
+    /// `fail-commit-reply`.
+    fn commit_reply_hooks(
+        &self,
+        ops: &[drift_table::zk::KeeperOp],
+        r: Result<Vec<OpResult>, MultiErr>,
+    ) -> Result<Vec<OpResult>, MultiErr> {
+        let part = ops
+            .get(2)
+            .map(|o| o.path().rsplit('/').next().unwrap_or_default().to_string());
+        match r {
             Ok(_) if Hooks::take(&self.hooks.cut_after_commit) => {
                 self.log(
                     "fault_hook",
-                    serde_json::json!({"hook": "cut-after-commit", "part": name}),
+                    serde_json::json!({"hook": "cut-after-commit", "part": part}),
                 );
                 self.coord.set_cut(true);
                 Err(MultiErr {
@@ -428,7 +362,7 @@ impl Replica {
             Ok(_) if Hooks::take(&self.hooks.fail_commit_reply) => {
                 self.log(
                     "fault_hook",
-                    serde_json::json!({"hook": "fail-commit-reply", "part": name}),
+                    serde_json::json!({"hook": "fail-commit-reply", "part": part}),
                 );
                 Err(MultiErr {
                     index: None,
@@ -436,61 +370,119 @@ impl Replica {
                 })
             }
             other => other,
-        };
-        match r {
-            Ok(_) => Ok(()),
-            Err(MultiErr {
-                index: Some(i),
-                err: ZkErr::NodeExists,
-            }) if id.is_some() && i == COMMIT_BLOCK_OP => Err(CommitFail::Duplicate),
-            Err(MultiErr {
-                index: Some(i),
-                err: ZkErr::NodeExists,
-            }) if Some(i) == quorum_op => Err(CommitFail::Definite(TableError::new(
-                UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
-                "Quorum for previous write has not been satisfied yet (another quorum insert committed first)",
-            ))),
-            Err(MultiErr {
-                index: Some(1),
-                err: ZkErr::NoNode,
-            }) => Err(CommitFail::Definite(TableError::new(
-                KEEPER_EXCEPTION,
-                format!("the block number lock {lock} is gone (the session expired): part {name} was not committed"),
-            ))),
-            Err(MultiErr { index: Some(i), err }) => Err(CommitFail::Definite(keeper_error(
-                &format!("committing part {name} (op {i})"),
-                &err,
-            ))),
-            Err(MultiErr { index: None, err }) => match err {
-                ZkErr::Lost(_) | ZkErr::NoSession => Err(CommitFail::Unknown(err.to_string())),
-                other => Err(CommitFail::Definite(keeper_error(
-                    &format!("committing part {name}"),
-                    &other,
-                ))),
-            },
         }
     }
 
-    /// Settles a commit whose reply was lost, through its lock (see the
-    /// module header). `None` when the coordinator could not be asked
-    /// before `deadline`.
-    pub async fn resolve(&self, name: &str, lock: &str, deadline: Instant) -> Option<Resolved> {
-        loop {
-            if self.coord.has_session() {
-                match self.coord.delete(lock, None).await {
-                    Ok(()) => return Some(Resolved::NotCommitted),
-                    Err(ZkErr::NoNode) => match self.coord.exists(&self.paths.my_part(name)).await {
-                        Ok(Some(_)) => return Some(Resolved::Committed),
-                        Ok(None) => return Some(Resolved::NotCommitted),
-                        Err(_) => {}
-                    },
-                    Err(_) => {}
+    /// One step of settling a lost commit ([`Resolution`]): the lock's
+    /// delete (not tried without a session), the part node's check, or a
+    /// wait (from `mono_ms`, the monotonic clock now).
+    async fn settle_step(&self, step: Step, mono_ms: u64) -> Input {
+        match step {
+            Step::DeleteLock(lock) if self.coord.has_session() => {
+                Input::LockDeleted(self.coord.delete(&lock, None).await.map_err(|e| fail_of(&e)))
+            }
+            Step::DeleteLock(_) => Input::LockDeleted(Err(Fail::NoSession)),
+            Step::PartNodeExists(p) => Input::PartNode(
+                self.coord
+                    .exists(&p)
+                    .await
+                    .map(|n| n.is_some())
+                    .map_err(|e| fail_of(&e)),
+            ),
+            Step::SleepUntil(at) => {
+                tokio::time::sleep(Duration::from_millis(at.saturating_sub(mono_ms))).await;
+                Input::Woke
+            }
+            other => Input::PartWritten(Err(format!("not a step of settling a commit: {other:?}"))),
+        }
+    }
+
+    /// The insert core's notes as log lines.
+    fn notes(&self, notes: Vec<Note>) {
+        for n in notes {
+            match n {
+                Note::CommitResolved { part, committed } => self.log(
+                    "commit_resolved",
+                    serde_json::json!({"part": part, "committed": committed}),
+                ),
+                Note::DefectLostPart { part, block_id } => self.log(
+                    "defect_lost_part",
+                    serde_json::json!({"part": part, "block_id": block_id}),
+                ),
+            }
+        }
+    }
+
+    /// How a block ended, as the client's answer: a committed part made
+    /// current (then its quorum awaited), a duplicate (its quorum
+    /// awaited), or the error.
+    async fn block_done(
+        self: &Arc<Self>,
+        done: Done,
+        block: Block,
+        quorum: u32,
+        id: Option<&str>,
+        s: &InsertSettings,
+        commit_gate: Option<tokio::sync::RwLockReadGuard<'_, ()>>,
+    ) -> TResult<BlockOutcome> {
+        match done {
+            Done::Committed(part) => {
+                self.committed(&part, Arc::new(block));
+                drop(commit_gate);
+                if quorum > 0 {
+                    self.wait_quorum(&part, s).await?;
                 }
+                Ok(BlockOutcome::Committed(part))
             }
-            if Instant::now() >= deadline {
-                return None;
+            Done::DefectLost(part) => Ok(BlockOutcome::Committed(part)),
+            Done::Duplicate => {
+                self.events.add(Ev::DuplicatedInsertedBlocks, 1);
+                if quorum > 0 {
+                    self.wait_duplicate_quorum(id, s).await?;
+                }
+                Ok(BlockOutcome::Duplicate)
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            Done::Refused(r) => Err(match r {
+                Refused::Keeper(why) | Refused::LockGone(why) | Refused::PartWrite(why) => {
+                    TableError::new(KEEPER_EXCEPTION, why)
+                }
+                Refused::QuorumBusy => TableError::new(
+                    UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
+                    "Quorum for previous write has not been satisfied yet (another quorum insert committed first)",
+                ),
+                Refused::NotCommitted => TableError::new(
+                    KEEPER_EXCEPTION,
+                    format!("the block was found not committed {BLOCK_ATTEMPTS_MAX} times"),
+                ),
+            }),
+            Done::Unknown { part, lock, why } => {
+                // the background resolver settles it once it can
+                self.st().precommitted.insert(part.clone(), lock);
+                self.events.add(Ev::UnknownStatusInserts, 1);
+                Err(TableError::new(
+                    UNKNOWN_STATUS_OF_INSERT,
+                    format!("Unknown status of insert: the commit of part {part} got no answer ({why}) and the coordinator could not be asked in time"),
+                ))
+            }
+        }
+    }
+
+    /// Settles a commit whose reply was lost, through its lock (the same
+    /// [`Resolution`] as an insert's). `None` when the coordinator could
+    /// not be asked before `deadline`.
+    pub async fn resolve(&self, name: &str, lock: &str, deadline: Instant) -> Option<Resolved> {
+        let t0 = Instant::now();
+        let mono = || t0.elapsed().as_millis() as u64;
+        let left = deadline.saturating_duration_since(t0).as_millis() as u64;
+        let (mut r, mut step) = Resolution::start(&self.paths, name, lock, left);
+        loop {
+            let input = self.settle_step(step, mono()).await;
+            match r.on(mono(), input) {
+                Settle::Step(next) => step = next,
+                Settle::Settled(Some(true)) => return Some(Resolved::Committed),
+                Settle::Settled(Some(false)) => return Some(Resolved::NotCommitted),
+                Settle::Settled(None) => return None,
+            }
         }
     }
 
@@ -512,31 +504,6 @@ impl Replica {
         }
         self.events.add(Ev::InsertedBlocks, 1);
         self.events.add(Ev::InsertedRows, block.rows() as u64);
-    }
-
-    /// The `defect-lose-part` commit: the block id is recorded and the
-    /// lock released, but no log entry or part znode is made and the local
-    /// part goes, so the insert is answered as written while its rows are
-    /// nowhere and every retry is deduplicated against the surviving id.
-    async fn lose_part(&self, name: &str, lock: &str, id: Option<&str>) -> TResult<()> {
-        let mut ops = vec![KeeperOp::Delete {
-            path: lock.to_string(),
-            version: -1,
-        }];
-        if let Some(id) = id {
-            ops.push(KeeperOp::Create {
-                path: self.paths.block(id),
-                data: name.as_bytes().to_vec(),
-                mode: drift_table::zk::CreateMode::Persistent,
-            });
-        }
-        self.coord
-            .multi(&ops)
-            .await
-            .map_err(|e| keeper_error("the defect's commit", &e.err))?;
-        self.discard(name, lock).await;
-        self.log("defect_lost_part", serde_json::json!({"part": name, "block_id": id}));
-        Ok(())
     }
 
     /// A block that did not commit: its part goes, its lock too (if this
@@ -676,12 +643,6 @@ impl Replica {
             }
         }
     }
-}
-
-enum CommitFail {
-    Duplicate,
-    Definite(TableError),
-    Unknown(String),
 }
 
 /// `insert_quorum`'s URL value.
