@@ -26,6 +26,8 @@
 //! * [`queue`] — a replica's queue: selection, postponement, virtual parts.
 //! * [`merge`] — the leader's merge selection.
 //! * [`cleanup`] — which log entries go, which replicas are lost.
+//! * [`reconcile`] — a restarted replica's disk against the coordinator:
+//!   what stays current, what goes, what is fetched again.
 //! * [`zk`] — the table's znodes and the insert's two multis.
 //! * [`insert`] — one block's insert as a state machine: the two round
 //!   trips, what each answer means, a lost commit settled through its lock.
@@ -42,6 +44,7 @@ pub mod merge;
 pub mod part;
 pub mod queue;
 pub mod quorum;
+pub mod reconcile;
 pub mod schema;
 pub mod zk;
 

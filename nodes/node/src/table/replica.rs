@@ -532,9 +532,10 @@ impl Replica {
         Ok(kids.iter().filter_map(|k| sequence_of(k, "log-")).min())
     }
 
-    /// A restarted replica: parts on disk the coordinator does not list go
-    /// to `detached/` (a part it lists and this replica lacks, or holds
-    /// broken, is fetched again).
+    /// A restarted replica: its disk against what the coordinator lists
+    /// for it (`drift_table::reconcile`: old parts a merge replaced go,
+    /// unexpected ones and broken ones are detached, listed parts not held
+    /// are fetched again).
     async fn reconcile(&self) -> Result<(), String> {
         let c = &self.coord;
         let listed: BTreeSet<String> = c
@@ -543,45 +544,31 @@ impl Replica {
             .map_err(|e| format!("reconcile: {e}"))?
             .into_iter()
             .collect();
-        let mut local = BTreeSet::new();
-        for p in self.store.list().map_err(|e| e.to_string())? {
-            if !listed.contains(&p) {
-                let covered = PartInfo::parse(&p).ok().is_some_and(|pi| {
-                    listed
-                        .iter()
-                        .filter_map(|l| PartInfo::parse(l).ok())
-                        .any(|l| l != pi && l.contains(&pi))
-                });
-                if covered {
-                    // replaced by a merge that committed: an old part
-                    self.store.remove(&p).map_err(|e| e.to_string())?;
-                } else {
-                    self.log("part_unexpected", serde_json::json!({"part": p}));
-                    self.store.detach(&p, "unexpected").map_err(|e| e.to_string())?;
-                }
-                continue;
-            }
-            match self.store.read_checked(&self.schema, &p) {
-                Ok(_) => {
-                    local.insert(p);
-                }
-                Err(why) => {
-                    self.events.add(Ev::ReplicatedPartChecksFailed, 1);
-                    self.log("part_broken", serde_json::json!({"part": p, "why": why}));
-                    self.store.detach(&p, "broken").map_err(|e| e.to_string())?;
-                }
-            }
+        let on_disk = self.store.list().map_err(|e| e.to_string())?;
+        let sorted = drift_table::reconcile::sort(&listed, &on_disk);
+        for p in &sorted.remove {
+            // replaced by a merge that committed: an old part
+            self.store.remove(p).map_err(|e| e.to_string())?;
         }
-        let mut current = ActivePartSet::new();
-        for p in &local {
-            if let Ok(pi) = PartInfo::parse(p) {
-                current.add(pi).map_err(|e| format!("reconcile: {e}"))?;
-            }
+        for p in &sorted.unexpected {
+            self.log("part_unexpected", serde_json::json!({"part": p}));
+            self.store.detach(p, "unexpected").map_err(|e| e.to_string())?;
         }
-        // listed but missing: forget it here and queue its fetch, atomically
+        let checked: BTreeMap<String, Result<(), String>> = sorted
+            .check
+            .iter()
+            .map(|p| (p.clone(), self.store.read_checked(&self.schema, p).map(|_| ())))
+            .collect();
+        let settled = drift_table::reconcile::settle(&listed, &checked)?;
+        for (p, why) in &settled.broken {
+            self.events.add(Ev::ReplicatedPartChecksFailed, 1);
+            self.log("part_broken", serde_json::json!({"part": p, "why": why}));
+            self.store.detach(p, "broken").map_err(|e| e.to_string())?;
+        }
+        // listed but not held: forget it here and queue its fetch, atomically
         let now_s = wall_ms() / 1000;
-        for p in listed.difference(&local) {
-            let Ok(part) = PartInfo::parse(p) else { continue };
+        for part in settled.refetch {
+            let p = part.name();
             let entry = LogEntry {
                 create_time_s: now_s,
                 source_replica: self.name.clone(),
@@ -593,7 +580,7 @@ impl Replica {
             };
             c.multi(&[
                 KeeperOp::Delete {
-                    path: self.paths.my_part(p),
+                    path: self.paths.my_part(&p),
                     version: -1,
                 },
                 KeeperOp::Create {
@@ -606,7 +593,7 @@ impl Replica {
             .map_err(|e| format!("re-queueing missing part {p}: {}", e.err))?;
             self.log("part_missing_refetch", serde_json::json!({"part": p}));
         }
-        self.st().queue = Queue::new(current);
+        self.st().queue = Queue::new(settled.current);
         Ok(())
     }
 
