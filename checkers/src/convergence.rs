@@ -35,7 +35,10 @@
 //!    server's: a session covers only when it started after the delete
 //!    and ended before the pass by more than the clock skew the
 //!    `kv-config` event states (`clock_skew_ms`), so a finding never
-//!    rests on an order the clocks cannot tell.
+//!    rests on an order the clocks cannot tell. A pass that purged nothing
+//!    logs nothing, yet its horizon travels with repair sessions, which
+//!    purge by it: under GC by time, a replica's final GC horizon past the
+//!    tombstone counts as a purge as early as the grace after the delete.
 //! 4. **repair-not-idempotent** — a session of the second final repair
 //!    found a range differing, streamed entries, or failed (also when
 //!    rule 1 finds the replicas diverged).
@@ -158,6 +161,9 @@ struct Params {
     /// a session's times on its initiator's clock with a GC pass's on
     /// another server's.
     skew_us: u64,
+    /// GC by time (`gc = "time"`), and its grace (µs).
+    gc_time: bool,
+    grace_us: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -190,6 +196,8 @@ struct RangeRead {
     replicas: Vec<u64>,
     root: String,
     entries: BTreeMap<String, Version>,
+    /// The replica's GC horizon at the end (0 when the read does not say).
+    gc_horizon: u64,
 }
 
 struct Model {
@@ -250,6 +258,8 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                     r: v["r"].as_u64().unwrap_or(2),
                     start_ts_us: v["start_ts_us"].as_u64(),
                     skew_us: v["clock_skew_ms"].as_u64().unwrap_or(0).saturating_mul(1000),
+                    gc_time: v["gc"].as_str() != Some("repair"),
+                    grace_us: v["gc_grace_ms"].as_u64().unwrap_or(0).saturating_mul(1000),
                 };
             }
             REPAIR_F => {
@@ -311,6 +321,7 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
                             .collect(),
                         root: r["root"].as_str().unwrap_or("").to_string(),
                         entries,
+                        gc_horizon: r["gc_horizon"].as_u64().unwrap_or(0),
                     });
                 }
             }
@@ -325,6 +336,8 @@ fn read_model(h: &History) -> Result<Model, HistoryError> {
             r: 2,
             start_ts_us: None,
             skew_us: 0,
+            gc_time: false,
+            grace_us: 0,
         };
     }
     for o in &h.operations {
@@ -647,9 +660,21 @@ fn rule_2_3_final_versions<'m>(
                         .iter()
                         .find(|w| w.at == newest_at)
                         .and_then(|w| w.acked.as_deref());
-                    let expected = m.gcs.iter().any(|g| {
+                    let logged = m.gcs.iter().any(|g| {
                         g.time_based && g.horizon_ts > newest.ts && !delete_covered(m, range, acked, newest.ts, g.at_ts)
                     });
+                    // a pass that purged nothing here logs nothing, yet its
+                    // horizon travels with repair sessions, which purge by
+                    // it: a final horizon past the tombstone says a purge
+                    // could come as early as its grace after it
+                    let by_horizon = m.params.gc_time
+                        && m.finals
+                            .get(&range)
+                            .into_iter()
+                            .flatten()
+                            .any(|r| r.gc_horizon > newest.ts)
+                        && !delete_covered(m, range, acked, newest.ts, newest.ts.saturating_add(m.params.grace_us));
+                    let expected = logged || by_horizon;
                     let kind = if expected {
                         "resurrected-expected"
                     } else {

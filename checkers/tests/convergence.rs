@@ -508,3 +508,55 @@ fn rule_3_a_session_within_the_clock_skew_of_the_purge_does_not_cover_the_delete
     let (v, d) = run(1);
     assert_eq!((v, count(&d, "resurrected-expected")), (Verdict::Valid, 1), "{d}");
 }
+
+/// Rule 3 when no pass logged the purge: a GC pass that purged nothing on
+/// its server logs nothing, yet its horizon travels with repair sessions,
+/// which purge by it. A replica's final GC horizon past the tombstone
+/// counts as a purge as early as the grace after the delete (found by
+/// `drift sim --workload delete --swarm`, seed 5275).
+#[test]
+fn rule_3_a_final_gc_horizon_past_the_tombstone_is_a_purge_a_grace_after_the_delete() {
+    // grace 1 ms: a purge could come from 1_008 µs on
+    let run = |covering_at: Option<u64>, horizon: u64| {
+        let mut h = H::default();
+        h.event(
+            -1,
+            "kv-config",
+            json!({"rf": 3, "w": 2, "r": 1, "gc": "time", "gc_grace_ms": 1}),
+        );
+        h.put("k", "v", 5, 0, 10, "ok").op(
+            "k",
+            "delete",
+            Value::Null,
+            20,
+            30,
+            "ok",
+            json!({"ts": 8, "replicas": [1]}),
+        );
+        if let Some(t) = covering_at {
+            h.repair(40, 2, 1, t, t + 10, 1, None);
+        }
+        let entries = json!([["k", 5, "v"]]);
+        for server in [1, 2] {
+            h.event(
+                900_100,
+                "kv-replica",
+                json!({"server": server, "ranges": [{"range": 0, "replicas": [1, 2], "root": "r", "count": 1,
+                    "entries": entries, "gc_horizon": horizon}]}),
+            );
+        }
+        h.repair(900_000, 1, 2, 5_000, 5_001, 0, Some(1));
+        h.repair(900_200, 1, 2, 5_002, 5_003, 0, Some(2));
+        h.check()
+    };
+    // no session before the grace ran out, a horizon past the tombstone:
+    // the cost of GC by time
+    let (v, d) = run(None, 10);
+    assert_eq!((v, count(&d, "resurrected-expected")), (Verdict::Valid, 1), "{d}");
+    // a covering session well inside the grace: the value back is a bug
+    let (v, d) = run(Some(100), 10);
+    assert_eq!((v, count(&d, "resurrected")), (Verdict::Invalid, 1), "{d}");
+    // a horizon short of the tombstone purged nothing of it: a bug
+    let (v, d) = run(None, 7);
+    assert_eq!((v, count(&d, "resurrected")), (Verdict::Invalid, 1), "{d}");
+}
