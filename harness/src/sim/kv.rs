@@ -734,21 +734,35 @@ pub struct SimKv {
     pub op_timeout_us: u64,
 }
 
+/// Why a client's request to a simulated server got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unanswered {
+    /// The server was down: the request never reached it.
+    Refused,
+    /// The server crashed while it handled the request.
+    Reset,
+}
+
 impl SimKv {
-    /// A client's request reaching `server`, then waiting for `run`.
-    async fn at_server<T>(&self, server: u64, run: impl AsyncFnOnce(u64) -> Option<T>) -> Result<T, String> {
-        let d = deliver(&self.w, None, server).await;
-        let Delivery::Arrived(life) = d else {
-            return Err(format!("server {server}: connection refused"));
+    /// A client's request reaching `server`, handled by `run` there, and
+    /// its answer's way back.
+    async fn at_server<T>(&self, server: u64, run: impl AsyncFnOnce(u64) -> Option<T>) -> Result<T, Unanswered> {
+        let Delivery::Arrived(life) = deliver(&self.w, None, server).await else {
+            return Err(Unanswered::Refused);
         };
-        let t = run(life)
-            .await
-            .ok_or_else(|| format!("server {server}: connection reset"))?;
+        let t = run(life).await.ok_or(Unanswered::Reset)?;
         answer_back(&self.w, server, None).await;
         if !alive(&self.w, server, life) {
-            return Err(format!("server {server}: connection reset"));
+            return Err(Unanswered::Reset);
         }
         Ok(t)
+    }
+}
+
+fn unanswered_why(server: u64, u: Unanswered) -> String {
+    match u {
+        Unanswered::Refused => format!("server {server}: connection refused"),
+        Unanswered::Reset => format!("server {server}: connection reset"),
     }
 }
 
@@ -763,22 +777,18 @@ impl KvService for SimKv {
     }
 
     async fn request(&self, server: u64, op: &OpSpec) -> Outcome {
-        let sent = exec::timeout(&self.w, self.op_timeout_us, async {
-            let d = deliver(&self.w, None, server).await;
-            let Delivery::Arrived(life) = d else {
-                return drift_workloads::kv::unanswered(op, false, &format!("server {server} is down"));
-            };
-            let Some((status, body)) = coordinate(&self.w, server, life, op).await else {
-                return drift_workloads::kv::unanswered(op, true, "connection reset");
-            };
-            answer_back(&self.w, server, None).await;
-            if !alive(&self.w, server, life) {
-                return drift_workloads::kv::unanswered(op, true, "connection reset");
-            }
-            drift_workloads::kv::outcome(op, status, Ok(body))
-        })
+        let w = &self.w;
+        let sent = exec::timeout(
+            w,
+            self.op_timeout_us,
+            self.at_server(server, async |life| coordinate(w, server, life, op).await),
+        )
         .await;
-        sent.unwrap_or_else(|| drift_workloads::kv::unanswered(op, true, "timed out"))
+        match sent {
+            Some(Ok((status, body))) => drift_workloads::kv::outcome(op, status, Ok(body)),
+            Some(Err(u)) => drift_workloads::kv::unanswered(op, u != Unanswered::Refused, &unanswered_why(server, u)),
+            None => drift_workloads::kv::unanswered(op, true, "timed out"),
+        }
     }
 
     async fn repair(&self, server: u64, rounds: u32) -> Result<Value, String> {
@@ -793,6 +803,7 @@ impl KvService for SimKv {
             Some(json!({"server": server, "sessions": reports}))
         })
         .await
+        .map_err(|u| unanswered_why(server, u))
     }
 
     async fn dump(&self, server: u64) -> Result<Value, String> {
@@ -801,6 +812,7 @@ impl KvService for SimKv {
             with_core(w, server, life, |s, _| s.dump()).map(|(d, _)| d)
         })
         .await
+        .map_err(|u| unanswered_why(server, u))
     }
 
     fn record(
