@@ -261,12 +261,31 @@ impl Resolution {
 enum State {
     Start,
     CheckingId,
-    Allocating { tries: u32 },
-    MakingDir { tries: u32 },
-    Writing { part: PartInfo, lock: String },
-    Committing { part: PartInfo, lock: String, defect: bool },
-    Discarding { then: Then },
-    Resolving { part: PartInfo, why: String, r: Resolution },
+    /// `last`: the index of the multi's last op, the lock's create.
+    Allocating {
+        tries: u32,
+        last: usize,
+    },
+    MakingDir {
+        tries: u32,
+    },
+    Writing {
+        part: PartInfo,
+        lock: String,
+    },
+    Committing {
+        part: PartInfo,
+        lock: String,
+        defect: bool,
+    },
+    Discarding {
+        then: Then,
+    },
+    Resolving {
+        part: PartInfo,
+        why: String,
+        r: Resolution,
+    },
     Finished,
 }
 
@@ -315,9 +334,13 @@ impl BlockInsert {
     }
 
     fn allocate(&mut self, tries: u32) -> Step {
-        self.state = State::Allocating { tries: tries + 1 };
         let id = if self.spec.naive { None } else { self.check_id() };
-        Step::Allocate(allocate_ops(&self.spec.paths, &self.spec.partition, id))
+        let ops = allocate_ops(&self.spec.paths, &self.spec.partition, id);
+        self.state = State::Allocating {
+            tries: tries + 1,
+            last: ops.len() - 1,
+        };
+        Step::Allocate(ops)
     }
 
     fn attempt(&mut self) -> Step {
@@ -419,7 +442,7 @@ impl BlockInsert {
             (State::CheckingId, Input::IdExists(Ok(true))) => self.finish(Done::Duplicate),
             (State::CheckingId, Input::IdExists(Ok(false))) => self.allocate(0),
             (State::CheckingId, Input::IdExists(Err(f))) => self.finish(Self::keeper("checking the block id", &f)),
-            (State::Allocating { tries }, Input::Allocated(r)) => self.on_allocated(tries, r),
+            (State::Allocating { tries, last }, Input::Allocated(r)) => self.on_allocated(tries, last, r),
             (State::MakingDir { tries }, Input::DirMade(Ok(()))) => self.allocate(tries),
             (State::MakingDir { .. }, Input::DirMade(Err(f))) => {
                 self.finish(Self::keeper("creating the partition's block numbers", &f))
@@ -500,14 +523,7 @@ impl BlockInsert {
         }
     }
 
-    fn on_allocated(&mut self, tries: u32, r: Result<String, MultiFail>) -> Step {
-        let ops_len = allocate_ops(
-            &self.spec.paths,
-            &self.spec.partition,
-            if self.spec.naive { None } else { self.check_id() },
-        )
-        .len();
-        let last = ops_len - 1;
+    fn on_allocated(&mut self, tries: u32, last: usize, r: Result<String, MultiFail>) -> Step {
         match r {
             Ok(lock) => {
                 let prefix = self.spec.paths.lock_prefix(&self.spec.partition);
