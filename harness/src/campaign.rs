@@ -611,7 +611,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         let epsilon_ms = CLOCK_SKEW_MS + if clock { CLOCK_FAULT_SKEW_MS } else { 0 };
         recorder.event(
             drift_checkers::dedup::PARAMS_F,
-            inserts::window_event(w, w_s, epsilon_ms, &client.replicas, plan.witness()),
+            inserts::window_event(w, w_s, epsilon_ms, client.replicas.names(), plan.witness()),
         );
     }
     if let Some(k) = &plan.kv {
@@ -651,12 +651,12 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
             let clock = WallClock(started);
             match (&env.inserts, &env.kv) {
                 (Some(client), _) => {
-                    let client = inserts::Inserter::new(
-                        w,
+                    let service = inserts::HttpTable::new(
                         recorder.clone(),
                         client.clone(),
                         https.next().expect("one per worker"),
                     );
+                    let client = inserts::Inserter::new(w, service, client);
                     env.rt.spawn(async move { worker::run(&clock, client, w, pace).await })
                 }
                 (None, Some(client)) => {
@@ -759,12 +759,18 @@ fn final_reads(c: &Campaign, env: &Env, main: &Main) {
         // each replica's share of the phase: a replica still recovering its
         // coordinator session is read again until its share runs out
         let per_read = TABLE_FINAL_PHASE_TIMEOUT / client.replicas.0.len().max(1) as u32;
-        bounded_final(
-            env,
-            main,
-            TABLE_FINAL_PHASE_TIMEOUT,
-            inserts::final_reads(r, client, first, per_read),
-        );
+        match reqwest::Client::builder().build() {
+            Ok(http) => {
+                let service = inserts::HttpTable::new(r, client, http);
+                bounded_final(env, main, TABLE_FINAL_PHASE_TIMEOUT, async move {
+                    inserts::final_reads(&service, first, per_read).await
+                });
+            }
+            Err(e) => r.event(
+                "final-op-failed",
+                json!({"f": inserts::READ_F, "why": format!("no HTTP client: {e}")}),
+            ),
+        }
         // the ids a server logs where the monitor does not read (real
         // ClickHouse's own log), for the dedup witness
         let logged = env.cluster.lock().map(|c| c.logged_block_ids()).unwrap_or_default();

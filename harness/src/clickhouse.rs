@@ -334,6 +334,7 @@ pub fn detect(addr: SocketAddr) -> Result<Facts, String> {
             token: has("insert_deduplication_token"),
             quorum_parallel: has("insert_quorum_parallel"),
             squash_off: has("min_insert_block_size_rows") && has("min_insert_block_size_bytes"),
+            quorum: true,
         },
         merge_tree,
     })

@@ -5,6 +5,8 @@
 //! * [`window_event`] — the `dedup-window` line: the table's window (ids
 //!   and seconds), the clock-skew bound ε the checker allows, and the
 //!   replicas the final phase must read.
+//! * [`TableService`] — the replicas as the client reaches them: over
+//!   HTTP ([`HttpTable`]) or in the simulator.
 //! * [`Inserter`] — the workload's client in the one worker loop: logical
 //!   inserts at its worker's pace, each attempt an `insert` operation
 //!   (invoke with the exact blocks, then
@@ -70,87 +72,181 @@ pub struct InsertClient {
 
 /// The `dedup-window` line's value; `witness`: the coordinator records
 /// every block id it creates and removes (the checker's rule 6a).
-pub fn window_event(window: u64, window_s: u64, epsilon_ms: u64, replicas: &Replicas, witness: bool) -> Value {
+pub fn window_event(window: u64, window_s: u64, epsilon_ms: u64, replicas: Vec<String>, witness: bool) -> Value {
     json!({
         "window": window,
         "window_seconds": window_s,
         "epsilon_ms": epsilon_ms,
-        "replicas": replicas.names(),
+        "replicas": replicas,
         "witness": witness,
     })
 }
 
-fn record_attempt_invoke(r: &Recorder, process: u64, value: Value, replica: &str) {
-    r.record(
-        Process::Client(process),
-        OpType::Invoke,
-        INSERT_F,
-        value,
-        None,
-        Some(replica.to_string()),
-        None,
+/// A table's replicas as the workload's client reaches them: over HTTP
+/// ([`HttpTable`]), or inside the simulator (`crate::sim::table`). The
+/// client's policy ([`Inserter`]) and the final phase ([`final_reads`])
+/// are written once over it.
+pub trait TableService {
+    /// The replicas' names, as the table names them; a replica is asked
+    /// by its index here.
+    fn replicas(&self) -> Vec<String>;
+    /// Attempt `n` of `l` on replica `at`.
+    async fn attempt(&self, at: usize, l: &table::LogicalInsert, n: u32) -> AttemptOutcome;
+    /// `SYSTEM SYNC REPLICA` on replica `at`, then all its rows, within
+    /// `timeout`.
+    async fn sync_and_read(&self, at: usize, timeout: Duration) -> Result<Vec<Value>, String>;
+    /// What replica `at` says of itself, for a failed final read's record.
+    async fn replica_state(&self, at: usize) -> String;
+    /// A client's operation into the history.
+    #[allow(clippy::too_many_arguments)] // one field of the history's operation each
+    fn record(
+        &self,
+        process: u64,
+        kind: OpType,
+        f: &str,
+        value: Value,
+        key: Option<String>,
+        node: Option<String>,
+        error: Option<String>,
     );
+    /// An event into the history.
+    fn event(&self, f: &str, value: Value);
+    /// What the campaign is doing now (the progress line).
+    fn set_phase(&self, _what: String) {}
+    /// The service's clock (µs from any origin), and a wait on it.
+    fn now_us(&self) -> u64;
+    async fn sleep_us(&self, us: u64);
 }
 
-fn record_attempt_outcome(r: &Recorder, process: u64, replica: &str, o: &AttemptOutcome) {
-    let (kind, value, error) = o.completion();
-    r.record(
-        Process::Client(process),
-        kind,
-        INSERT_F,
-        value,
-        None,
-        Some(replica.to_string()),
-        error,
-    );
-}
-
-/// The insert-retry workload's client in the one worker loop
-/// (`drift_workloads::worker::run`): logical inserts over the table's
-/// HTTP interface, each attempt an `insert` operation, retried by
-/// [`Inserter`]'s policy ([`Client::then`]).
-pub struct Inserter {
+/// drift's table or ClickHouse over HTTP, recorded by a campaign's
+/// [`Recorder`].
+#[derive(Clone)]
+pub struct HttpTable {
     r: Recorder,
     client: Arc<InsertClient>,
     http: reqwest::Client,
+    t0: Instant,
+}
+
+impl HttpTable {
+    pub fn new(r: Recorder, client: Arc<InsertClient>, http: reqwest::Client) -> HttpTable {
+        HttpTable {
+            r,
+            client,
+            http,
+            t0: Instant::now(),
+        }
+    }
+}
+
+impl TableService for HttpTable {
+    fn replicas(&self) -> Vec<String> {
+        self.client.replicas.names()
+    }
+
+    async fn attempt(&self, at: usize, l: &table::LogicalInsert, n: u32) -> AttemptOutcome {
+        let url = &self.client.replicas.0[at].1;
+        table::attempt(&self.http, url, l, n, self.client.op_timeout, &self.client.dialect).await
+    }
+
+    async fn sync_and_read(&self, at: usize, timeout: Duration) -> Result<Vec<Value>, String> {
+        table::sync_and_read(&self.http, &self.client.replicas.0[at].1, timeout).await
+    }
+
+    async fn replica_state(&self, at: usize) -> String {
+        table::replica_state(&self.http, &self.client.replicas.0[at].1).await
+    }
+
+    fn record(
+        &self,
+        process: u64,
+        kind: OpType,
+        f: &str,
+        value: Value,
+        key: Option<String>,
+        node: Option<String>,
+        error: Option<String>,
+    ) {
+        self.r
+            .record(Process::Client(process), kind, f, value, key, node, error);
+    }
+
+    fn event(&self, f: &str, value: Value) {
+        self.r.event(f, value);
+    }
+
+    fn set_phase(&self, what: String) {
+        self.r.set_phase(what);
+    }
+
+    fn now_us(&self) -> u64 {
+        self.t0.elapsed().as_micros() as u64
+    }
+
+    async fn sleep_us(&self, us: u64) {
+        tokio::time::sleep(Duration::from_micros(us)).await
+    }
+}
+
+/// The insert-retry workload's client in the one worker loop
+/// (`drift_workloads::worker::run`): logical inserts through a
+/// [`TableService`], each attempt an `insert` operation, retried by
+/// [`Inserter`]'s policy ([`Client::then`]).
+pub struct Inserter<S: TableService> {
+    service: S,
     gen: InsertGen,
+    replicas: Vec<String>,
+    attempts_max: u32,
+    delayed_retry: Duration,
     /// The replica the next attempt goes to.
     at: usize,
     /// Whether a delayed-retry insert was sent again past the window.
     delayed_sent: bool,
 }
 
-impl Inserter {
-    /// Worker `w`'s client, sending with `http`.
-    pub fn new(w: u64, r: Recorder, client: Arc<InsertClient>, http: reqwest::Client) -> Inserter {
+impl<S: TableService> Inserter<S> {
+    /// Worker `w`'s client through `service`, with the policy's knobs
+    /// from `client`.
+    pub fn new(w: u64, service: S, client: &InsertClient) -> Inserter<S> {
         Inserter {
             gen: InsertGen::for_dialect(w, client.dialect),
-            r,
-            client,
-            http,
+            replicas: service.replicas(),
+            service,
+            attempts_max: client.attempts_max,
+            delayed_retry: client.delayed_retry,
             at: 0,
             delayed_sent: false,
         }
     }
 }
 
-impl Client for Inserter {
+impl<S: TableService> Client for Inserter<S> {
     type Op = table::LogicalInsert;
 
     /// A logical insert and the replica of its first attempt.
     fn draw(&mut self, rng: &mut Rng) -> table::LogicalInsert {
         let l = self.gen.next(rng);
-        self.at = rng.below(self.client.replicas.0.len() as u64) as usize;
+        self.at = rng.below(self.replicas.len() as u64) as usize;
         self.delayed_sent = false;
         l
     }
 
     async fn attempt(&mut self, l: &table::LogicalInsert, n: u32, process: u64) -> Ended {
-        let (name, url) = &self.client.replicas.0[self.at];
-        record_attempt_invoke(&self.r, process, l.invoke_value(n, name), name);
-        let o = table::attempt(&self.http, url, l, n, self.client.op_timeout, &self.client.dialect).await;
-        record_attempt_outcome(&self.r, process, name, &o);
-        Ended::of(o.completion().0)
+        let name = self.replicas[self.at].clone();
+        let node = Some(name.clone());
+        self.service.record(
+            process,
+            OpType::Invoke,
+            INSERT_F,
+            l.invoke_value(n, &name),
+            None,
+            node.clone(),
+            None,
+        );
+        let o = self.service.attempt(self.at, l, n).await;
+        let (kind, value, error) = o.completion();
+        self.service.record(process, kind, INSERT_F, value, None, node, error);
+        Ended::of(kind)
     }
 
     /// Until `ok`, a definite failure, or the attempts run out: after an
@@ -159,19 +255,19 @@ impl Client for Inserter {
     /// delayed-retry insert once more past the window, whatever its first
     /// outcome (1 or 2 copies may then stay).
     fn then(&mut self, l: &table::LogicalInsert, n: u32, ended: Ended, rng: &mut Rng) -> Then {
-        if n >= self.client.attempts_max {
+        if n >= self.attempts_max {
             return Then::Done;
         }
         let wait = match ended.kind {
             OpType::Info | OpType::Ok if l.delayed() && !self.delayed_sent => {
                 self.delayed_sent = true;
-                self.client.delayed_retry
+                self.delayed_retry
             }
             OpType::Info => Duration::from_millis(RETRY_DELAY_MS.0 + rng.below(RETRY_DELAY_MS.1 - RETRY_DELAY_MS.0)),
             _ => return Then::Done,
         };
         // the same replica, or another one
-        let replicas = self.client.replicas.0.len();
+        let replicas = self.replicas.len();
         if replicas > 1 && rng.below(2) == 1 {
             self.at = (self.at + 1 + rng.below(replicas as u64 - 1) as usize) % replicas;
         }
@@ -187,60 +283,48 @@ impl Client for Inserter {
 /// fault can take many seconds to get a new one (ClickHouse 18.16's
 /// restarting thread tries every ten); a replica that never answers is an
 /// event (the dedup checker then says which replica went unread).
-pub async fn final_reads(r: Recorder, client: Arc<InsertClient>, first_process: u64, per_replica: Duration) {
-    let Ok(http) = reqwest::Client::builder().build() else {
-        r.event("final-op-failed", json!({"f": READ_F, "why": "no HTTP client"}));
-        return;
-    };
+pub async fn final_reads<S: TableService>(service: &S, first_process: u64, per_replica: Duration) {
     let mut process = drift_workloads::worker::FINAL_PROCESS_BASE + first_process;
-    for (name, url) in &client.replicas.0 {
-        let deadline = Instant::now() + per_replica;
-        r.set_phase(format!("sync and final read of replica {name}"));
+    let per_replica_us = per_replica.as_micros() as u64;
+    let pause_us = FINAL_READ_PAUSE.as_micros() as u64;
+    for (at, name) in service.replicas().into_iter().enumerate() {
+        let deadline = service.now_us() + per_replica_us;
+        service.set_phase(format!("sync and final read of replica {name}"));
         let mut done = false;
         for _ in 0..FINAL_READ_TRIES_MAX {
-            r.record(
-                Process::Client(process),
+            let node = Some(name.clone());
+            service.record(
+                process,
                 OpType::Invoke,
                 READ_F,
                 Value::Null,
-                Some(name.clone()),
-                Some(name.clone()),
+                node.clone(),
+                node.clone(),
                 None,
             );
-            let left = deadline
-                .saturating_duration_since(Instant::now())
-                .max(FINAL_READ_TIMEOUT_MIN);
-            let got = table::sync_and_read(&http, url, left).await;
-            let (kind, value, error) = match got {
+            let left = Duration::from_micros(deadline.saturating_sub(service.now_us())).max(FINAL_READ_TIMEOUT_MIN);
+            let (kind, value, error) = match service.sync_and_read(at, left).await {
                 Ok(rows) => (OpType::Ok, Value::Array(rows), None),
                 // a read changes nothing: a failed one did not happen; say
                 // what the replica was stuck on, for whoever reads the run
                 Err(e) => {
-                    let state = table::replica_state(&http, url).await;
+                    let state = service.replica_state(at).await;
                     (OpType::Fail, Value::Null, Some(format!("{e}; replica state: {state}")))
                 }
             };
-            r.record(
-                Process::Client(process),
-                kind,
-                READ_F,
-                value,
-                Some(name.clone()),
-                Some(name.clone()),
-                error,
-            );
+            service.record(process, kind, READ_F, value, node.clone(), node, error);
             process += 1;
             if kind == OpType::Ok {
                 done = true;
                 break;
             }
-            if Instant::now() + FINAL_READ_PAUSE >= deadline {
+            if service.now_us() + pause_us >= deadline {
                 break;
             }
-            tokio::time::sleep(FINAL_READ_PAUSE).await;
+            service.sleep_us(pause_us).await;
         }
         if !done {
-            r.event("final-op-failed", json!({"f": READ_F, "key": name}));
+            service.event("final-op-failed", json!({"f": READ_F, "key": name}));
         }
     }
 }
@@ -298,7 +382,9 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(final_reads(r.clone(), client, 0, Duration::from_secs(30)));
+        let service = HttpTable::new(r.clone(), client, reqwest::Client::new());
+        rt.block_on(final_reads(&service, 0, Duration::from_secs(30)));
+        drop(service);
         drop(r);
         handle.finish().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();

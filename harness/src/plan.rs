@@ -151,11 +151,18 @@ pub const CLOCK_FAULT_SKEW_MS: u64 = 10_000;
 /// workload runs the kv service (delete).
 pub const SIM_KV_FAULTS: [FaultKind; 2] = [FaultKind::GcTombstones, FaultKind::SkipRepair];
 
+/// The table's own faults, which backend sim simulates too when the
+/// workload runs the table (insert-retry).
+pub const SIM_TABLE_FAULTS: [FaultKind; 3] = [FaultKind::DropReply, FaultKind::StopFetches, FaultKind::KeeperCut];
+
 /// The faults backend sim simulates for `workload`.
 pub fn sim_faults(workload: Workload) -> Vec<FaultKind> {
     let mut f = SIM_FAULTS.to_vec();
     if workload.is_kv() {
         f.extend(SIM_KV_FAULTS);
+    }
+    if workload.is_table() {
+        f.extend(SIM_TABLE_FAULTS);
     }
     f
 }
@@ -592,7 +599,7 @@ impl Plan {
     /// removes (`witness_blocks` in the cluster file).
     pub fn witness(&self) -> bool {
         self.table.is_some()
-            && self.backend == BackendKind::Local
+            && matches!(self.backend, BackendKind::Local | BackendKind::Sim)
             && match self.target {
                 Target::Drift => true,
                 Target::Zookeeper => false,
@@ -726,17 +733,18 @@ impl Plan {
             ));
         }
         if self.backend == BackendKind::Sim {
-            if self.workload().is_table() {
+            if self.target != Target::Drift {
                 return Err(format!(
-                    "backend sim simulates the keeper and the kv service: workload {} is not simulated (register, unique-ids, counter, total-queue, ephemeral and delete are)",
-                    self.workload().name()
+                    "backend sim simulates drift's own servers, not target {}",
+                    self.target.name()
                 ));
             }
             if let Some(k) = self.nemeses.iter().find(|k| !sim_faults(self.workload()).contains(k)) {
                 return Err(format!(
-                    "nemesis {} acts on the {}, which backend sim does not run: it simulates the keeper (partition, kill, pause, corrupt, diverge, clock, wipe and keeper-restart are simulated) and, with workload delete, the kv service (gc-tombstones, skip-repair)",
+                    "nemesis {} acts on the {}, which workload {} does not run: backend sim simulates the keeper (partition, kill, pause, corrupt, diverge, clock, wipe and keeper-restart), with workload delete the kv service (gc-tombstones, skip-repair), with workload insert-retry the table (drop-reply, stop-fetches, keeper-cut)",
                     k.name(),
-                    if k.needs_kv() { "kv service" } else { "replicated table" }
+                    if k.needs_kv() { "kv service" } else { "replicated table" },
+                    self.workload().name()
                 ));
             }
             if self.sim.is_none() {

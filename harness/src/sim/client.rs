@@ -5,7 +5,7 @@
 //! `drift_workloads::znode` writes once for this client and the real one.
 
 use super::exec::{self, CallError, W};
-use drift_keeper::client::{ClientOp, Reply, ReplyBody};
+use drift_keeper::client::{ClientOp, MultiOp, Reply, ReplyBody};
 use drift_keeper::{CreateMode, ZkError};
 use drift_workloads::znode::{Coordination, CoordinationError, ErrorKind, Mode, Znodes};
 use drift_workloads::{OpSpec, Outcome, Workload};
@@ -127,9 +127,13 @@ impl Coordination for SimZk {
     async fn multi_create(&self, creates: &[(String, Vec<u8>, Mode)]) -> Result<(), CallError> {
         let creates = creates
             .iter()
-            .map(|(p, d, m)| (p.clone(), d.clone(), create_mode(*m)))
+            .map(|(p, d, m)| MultiOp::Create {
+                path: p.clone(),
+                data: d.clone(),
+                mode: create_mode(*m),
+            })
             .collect();
-        match self.call(ClientOp::MultiCreate(creates)).await?.body {
+        match self.call(ClientOp::Multi(creates)).await?.body {
             ReplyBody::Multi(results) => match results.into_iter().find_map(Result::err) {
                 None => Ok(()),
                 Some(e) => Err(CallError::Zk(e)),
@@ -231,6 +235,23 @@ impl SimZk {
             Err(_) => {}
         }
         answer
+    }
+
+    /// Walks away from the session without a goodbye: its connection is
+    /// hung up and every later call fails as expired, so the servers
+    /// expire it (and its ephemerals) after its timeout.
+    pub fn abandon(&self) {
+        self.expired.set(true);
+        exec::hang_up(&self.w, self.conn.get());
+    }
+
+    pub fn session_id(&self) -> i64 {
+        self.session
+    }
+
+    /// Whether the session is known to be gone.
+    pub fn is_expired(&self) -> bool {
+        self.expired.get()
     }
 
     /// Keeps the session alive while its worker waits (a real client's

@@ -38,7 +38,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             reserved_log_items: (sp.snapshot_distance / 2).max(1),
             rotate_interval: sp.snapshot_distance.max(16),
             quorum_reads: plan.quorum_reads,
-            witness_blocks: false,
+            witness_blocks: plan.table.is_some(),
             digest: plan.digest,
             session_timeout_min_ms: 1_000,
             session_timeout_max_ms: 60_000,

@@ -20,6 +20,12 @@ pub struct Slot<T> {
     waker: RefCell<Option<Waker>>,
 }
 
+/// A value one task hands another: fill it once, wait for it once.
+pub fn oneshot<T>() -> (Rc<Slot<T>>, Wait<T>) {
+    let slot = Slot::new();
+    (slot.clone(), Wait(slot))
+}
+
 impl<T> Slot<T> {
     fn new() -> Rc<Slot<T>> {
         Rc::new(Slot {
@@ -28,7 +34,7 @@ impl<T> Slot<T> {
         })
     }
 
-    fn fill(&self, v: T) {
+    pub fn fill(&self, v: T) {
         *self.value.borrow_mut() = Some(v);
         if let Some(w) = self.waker.borrow_mut().take() {
             w.wake();
@@ -109,6 +115,8 @@ pub struct World {
     pub cluster: Cluster,
     /// The kv service beside the keepers, when the workload needs it.
     pub kv: Option<super::kv::KvSim>,
+    /// The replicated table beside the keepers, when the workload needs it.
+    pub table: Option<super::table::TableSim>,
     conns: BTreeMap<u64, ConnWaits>,
     timers: BTreeMap<u64, Rc<Slot<()>>>,
     next_token: u64,
@@ -125,6 +133,7 @@ impl World {
         Rc::new(RefCell::new(World {
             cluster,
             kv: None,
+            table: None,
             conns: BTreeMap::new(),
             timers: BTreeMap::new(),
             next_token: 1,

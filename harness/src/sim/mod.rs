@@ -19,6 +19,7 @@ pub mod exec;
 pub mod kv;
 pub mod stage;
 pub mod sweep;
+pub mod table;
 pub mod world;
 
 use crate::fail::Failure;
@@ -44,6 +45,9 @@ const SETUP_US: u64 = 60_000_000;
 const CONVERGE_US: u64 = 60_000_000;
 /// Simulated time the kv final phase (repairs and reads) may take.
 const KV_FINAL_US: u64 = 300_000_000;
+/// Simulated time the table's final phase (a sync and a read of every
+/// replica) may take.
+const TABLE_FINAL_US: u64 = 120_000_000;
 
 /// A simulated campaign's outcome.
 pub struct Simulated {
@@ -85,6 +89,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
         op_timeout_us: plan.op_timeout_ms * 1000,
         sync_reads: false,
     };
+    let ids: Vec<u64> = (1..=plan.nodes).collect();
 
     // setup: a leader and the workload's root
     let ready = Rc::new(RefCell::new(false));
@@ -106,6 +111,24 @@ pub fn simulate(c: &Campaign) -> Simulated {
         let until = exec::now_us(&w) + SETUP_US;
         exec::run(&w, vec![Box::pin(setup)], until);
     }
+    // the table beside the keepers, for the insert-retry workload: its
+    // replicas register once a leader is there
+    let inserts = plan.table.as_ref().map(|t| {
+        table::start(&w, table::TableSim::new(t, &ids, spec.clone()));
+        let client = crate::inserts::InsertClient {
+            replicas: crate::inserts::Replicas(ids.iter().map(|i| (format!("r{i}"), String::new())).collect()),
+            op_timeout: std::time::Duration::from_millis(plan.op_timeout_ms),
+            attempts_max: t.insert_attempts,
+            delayed_retry: std::time::Duration::from_millis(
+                t.dedup_window_seconds * 1000 + 2 * t.cleanup_period_ms.max(1000) + 500,
+            ),
+            dialect: drift_workloads::table::Dialect::SIMULATED,
+        };
+        let clock = plan.nemeses.contains(&nemesis::FaultKind::Clock);
+        let epsilon_ms = crate::plan::CLOCK_SKEW_MS + if clock { crate::plan::CLOCK_FAULT_SKEW_MS } else { 0 };
+        (t.clone(), client, epsilon_ms)
+    });
+    let writable = inserts.is_none() || !*ready.borrow() || table::wait_writable(&w, SETUP_US);
     let t0 = exec::now_us(&w);
     h.borrow_mut().t0_us = t0;
     if !*ready.borrow() {
@@ -116,9 +139,39 @@ pub fn simulate(c: &Campaign) -> Simulated {
             json!({"node": 0, "what": "no leader and no workload root within 60 s of the start"}),
         );
     }
+    if !writable {
+        *ready.borrow_mut() = false;
+        event(
+            &w,
+            &h,
+            "invariant-violated",
+            json!({"node": 0, "what": "the table's replicas were not all writable within 60 s of a leader"}),
+        );
+    }
     if let Some(e) = kv_failed {
         *ready.borrow_mut() = false;
         event(&w, &h, "invariant-violated", json!({"node": 0, "what": e}));
+    }
+    let table_service = |w: &exec::W| table::SimTable {
+        w: w.clone(),
+        h: h.clone(),
+        ids: ids.clone(),
+        op_timeout_us: spec.op_timeout_us,
+    };
+    if let Some((t, _, epsilon_ms)) = &inserts {
+        let names = ids.iter().map(|i| format!("r{i}")).collect();
+        event(
+            &w,
+            &h,
+            drift_checkers::dedup::PARAMS_F,
+            crate::inserts::window_event(
+                t.dedup_window,
+                t.dedup_window_seconds,
+                *epsilon_ms,
+                names,
+                plan.witness(),
+            ),
+        );
     }
     let kv_service = |w: &exec::W| kv::SimKv {
         w: w.clone(),
@@ -153,6 +206,14 @@ pub fn simulate(c: &Campaign) -> Simulated {
                 until_us: t0 + limit_us,
                 every_us: every_us.max(1),
             };
+            if let Some((_, client, _)) = &inserts {
+                let service = table_service(&w);
+                let client = crate::inserts::Inserter::new(wid, service, client);
+                tasks.push(Box::pin(async move {
+                    drift_workloads::worker::run(&world, client, wid, pace).await
+                }));
+                continue;
+            }
             if plan.kv.is_some() {
                 let service = kv_service(&w);
                 tasks.push(Box::pin(async move {
@@ -198,6 +259,13 @@ pub fn simulate(c: &Campaign) -> Simulated {
         if with_kv {
             kv_final_phase(&w, &h, kv_service(&w));
         }
+        if inserts.is_some() {
+            let service = table_service(&w);
+            let per_replica = std::time::Duration::from_micros(TABLE_FINAL_US / ids.len().max(1) as u64);
+            let fin = async move { crate::inserts::final_reads(&service, first, per_replica).await };
+            let until = exec::now_us(&w) + TABLE_FINAL_US;
+            exec::run(&w, vec![Box::pin(fin)], until);
+        }
     }
     settle_phase(&stage, 2 * CONVERGE_US, |s| async move {
         settle::final_digests(&s, CONVERGE_US / 1000).await
@@ -209,7 +277,12 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let end_us = world.cluster.now_us();
     let t0_us = h.borrow().t0_us;
     let mut ops = std::mem::take(&mut h.borrow_mut().ops);
-    let (logs, violations) = world::onto_timeline(&world.cluster, world.kv.as_ref(), t0_us, &mut ops);
+    let (logs, violations) =
+        world::onto_timeline(&world.cluster, world.kv.as_ref(), world.table.as_ref(), t0_us, &mut ops);
+    // a replica's session holds the world: let go of them
+    if let Some(t) = world.table.as_mut() {
+        t.shut_down();
+    }
     // one timeline: by time, recorded order within a time
     ops.sort_by_key(|o| o.time);
     for (i, o) in ops.iter_mut().enumerate() {

@@ -121,6 +121,7 @@ impl Db for SimCluster {
         self.crash_now(i);
         self.w.borrow_mut().cluster.wipe(i);
         super::kv::wipe(&self.w, i);
+        super::table::wipe(&self.w, i);
         Ok(())
     }
 }
@@ -211,7 +212,13 @@ impl FaultHooks for SimCluster {
     /// As on a node, `kv …` goes to its kv service, and `clock` to the
     /// keeper and the kv service both.
     fn admin(&self, i: u64, cmd: &str) -> Result<String, BackendError> {
-        let kv = self.w.borrow().kv.is_some();
+        let (kv, table) = {
+            let w = self.w.borrow();
+            (w.kv.is_some(), w.table.is_some())
+        };
+        if let (true, Some(rest)) = (table, cmd.strip_prefix("table ")) {
+            return Ok(super::table::admin(&self.w, i, rest));
+        }
         if let (true, Some(rest)) = (kv, cmd.strip_prefix("kv ")) {
             return Ok(super::kv::admin(&self.w, i, rest));
         }

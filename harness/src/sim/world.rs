@@ -154,12 +154,14 @@ impl drift_workloads::worker::World for Sim {
 /// The servers' own log lines onto the history's timeline (through the
 /// one log-line→event map, `crate::events`), and the broken invariants
 /// as `invariant-violated` events: each node's log as JSON lines (its
-/// keeper's lines and its kv server's, `"service": "kv"`, in time order),
+/// keeper's lines, its kv server's (`"service": "kv"`) and its table
+/// replica's (`"service": "table"`), in time order),
 /// and the violations as (server, what).
 #[allow(clippy::type_complexity)]
 pub fn onto_timeline(
     cluster: &Cluster,
     kv: Option<&super::kv::KvSim>,
+    table: Option<&super::table::TableSim>,
     t0_us: u64,
     ops: &mut Vec<Op>,
 ) -> (BTreeMap<u64, Vec<String>>, Vec<(u64, String)>) {
@@ -167,20 +169,25 @@ pub fn onto_timeline(
     let mut seen = crate::events::Witnessed::default();
     let none = Vec::new();
     for id in cluster.ids() {
-        let keeper = cluster.log(id).iter().map(|l| (l, false));
+        let keeper = cluster.log(id).iter().map(|l| (l, None));
         let service = kv
             .and_then(|k| k.logs.get(&id))
             .unwrap_or(&none)
             .iter()
-            .map(|l| (l, true));
-        let mut all: Vec<_> = keeper.chain(service).collect();
+            .map(|l| (l, Some("kv")));
+        let replica = table
+            .and_then(|t| t.logs.get(&id))
+            .unwrap_or(&none)
+            .iter()
+            .map(|l| (l, Some("table")));
+        let mut all: Vec<_> = keeper.chain(service).chain(replica).collect();
         // by time; the keeper's lines first within a time (a stable sort)
         all.sort_by_key(|((at, _, _), _)| *at);
         let mut lines = Vec::new();
-        for ((at, ev, fields), is_kv) in all {
+        for ((at, ev, fields), service) in all {
             let mut line = json!({"ts_ms": super::config::EPOCH_MS + (*at / 1000) as i64, "node": id});
-            if is_kv {
-                line["service"] = json!("kv");
+            if let Some(s) = service {
+                line["service"] = json!(s);
             }
             line["event"] = json!(ev);
             if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
@@ -200,6 +207,7 @@ pub fn onto_timeline(
         .map(|v| (v.at_us, v.node, v.what.clone()))
         .collect();
     broken.extend(kv.into_iter().flat_map(|k| k.violations.iter().cloned()));
+    broken.extend(table.into_iter().flat_map(|t| t.violations.iter().cloned()));
     for (at_us, node, what) in &broken {
         let value = json!({"node": node, "what": what});
         ops.push(nemesis_op(*at_us, t0_us, "invariant-violated", value));

@@ -37,10 +37,44 @@ pub enum ClientOp {
     Sync {
         path: String,
     },
-    /// A multi of creates (what the workloads use multis for).
-    MultiCreate(Vec<(String, Vec<u8>, CreateMode)>),
+    /// A multi: all of its ops or none.
+    Multi(Vec<MultiOp>),
     Close,
     Ping,
+}
+
+/// One op of a [`ClientOp::Multi`] (`version` -1: any).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiOp {
+    Create {
+        path: String,
+        data: Vec<u8>,
+        mode: CreateMode,
+    },
+    Delete {
+        path: String,
+        version: i32,
+    },
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
+    Check {
+        path: String,
+        version: i32,
+    },
+}
+
+impl MultiOp {
+    pub fn opcode(&self) -> i32 {
+        match self {
+            MultiOp::Create { .. } => opcode::CREATE,
+            MultiOp::Delete { .. } => opcode::DELETE,
+            MultiOp::SetData { .. } => opcode::SET_DATA,
+            MultiOp::Check { .. } => opcode::CHECK,
+        }
+    }
 }
 
 impl ClientOp {
@@ -53,7 +87,7 @@ impl ClientOp {
             ClientOp::SetData { .. } => opcode::SET_DATA,
             ClientOp::GetChildren { .. } => opcode::GET_CHILDREN,
             ClientOp::Sync { .. } => opcode::SYNC,
-            ClientOp::MultiCreate(_) => opcode::MULTI,
+            ClientOp::Multi(_) => opcode::MULTI,
             ClientOp::Close => opcode::CLOSE_SESSION,
             ClientOp::Ping => opcode::PING,
         }
@@ -104,15 +138,28 @@ pub fn encode_request(xid: i32, op: &ClientOp) -> Vec<u8> {
             o.int(*version);
         }
         ClientOp::Sync { path } => o.string(path),
-        ClientOp::MultiCreate(creates) => {
-            for (path, data, mode) in creates {
-                o.int(opcode::CREATE);
+        ClientOp::Multi(ops) => {
+            for op in ops {
+                o.int(op.opcode());
                 o.bool(false);
                 o.int(-1);
-                o.string(path);
-                o.buffer(data);
-                open_acl(&mut o);
-                o.int(*mode as i32);
+                match op {
+                    MultiOp::Create { path, data, mode } => {
+                        o.string(path);
+                        o.buffer(data);
+                        open_acl(&mut o);
+                        o.int(*mode as i32);
+                    }
+                    MultiOp::Delete { path, version } | MultiOp::Check { path, version } => {
+                        o.string(path);
+                        o.int(*version);
+                    }
+                    MultiOp::SetData { path, data, version } => {
+                        o.string(path);
+                        o.buffer(data);
+                        o.int(*version);
+                    }
+                }
             }
             o.int(-1);
             o.bool(true);
@@ -154,7 +201,8 @@ pub enum ReplyBody {
     Stat(Stat),
     Data(Vec<u8>, Stat),
     Children(Vec<String>),
-    /// Per op of a multi: the created path, or the op's error.
+    /// Per op of a multi: the created path (empty for an op that creates
+    /// nothing), or the op's error.
     Multi(Vec<Result<String, ZkError>>),
 }
 
@@ -223,13 +271,18 @@ pub fn decode_reply(payload: &[u8], op: i32) -> Result<Reply, JuteError> {
                         r.stat()?;
                         Ok(p)
                     }
+                    opcode::DELETE | opcode::CHECK => Ok(String::new()),
+                    opcode::SET_DATA => {
+                        r.stat()?;
+                        Ok(String::new())
+                    }
                     opcode::ERROR => {
                         let e = r.int()?;
                         Err(ZkError::from_code(e)
                             .or(ZkError::from_code(code))
                             .unwrap_or(ZkError::SystemError))
                     }
-                    t => return r.fail(format!("a multi of creates answered with opcode {t}")),
+                    t => return r.fail(format!("a multi answered with opcode {t}")),
                 });
             }
             ReplyBody::Multi(results)
@@ -271,13 +324,29 @@ mod tests {
         }
         let multi = encode_request(
             8,
-            &ClientOp::MultiCreate(vec![
-                ("/c/x-".into(), vec![], CreateMode::PersistentSequential),
-                ("/c/y-".into(), vec![], CreateMode::PersistentSequential),
+            &ClientOp::Multi(vec![
+                MultiOp::Create {
+                    path: "/c/x-".into(),
+                    data: vec![],
+                    mode: CreateMode::PersistentSequential,
+                },
+                MultiOp::Delete {
+                    path: "/c/y".into(),
+                    version: 3,
+                },
+                MultiOp::SetData {
+                    path: "/c/z".into(),
+                    data: b"1".to_vec(),
+                    version: -1,
+                },
+                MultiOp::Check {
+                    path: "/c".into(),
+                    version: 0,
+                },
             ]),
         );
         match Request::decode(payload(&multi)).unwrap().body {
-            ClientRequest::Write(Write::Multi(ops)) => assert_eq!(ops.len(), 2),
+            ClientRequest::Write(Write::Multi(ops)) => assert_eq!(ops.len(), 4),
             other => panic!("{other:?}"),
         }
         let ping = encode_request(9, &ClientOp::Ping);

@@ -26,6 +26,8 @@
 //! * [`queue`] — a replica's queue: selection, postponement, virtual parts.
 //! * [`merge`] — the leader's merge selection.
 //! * [`cleanup`] — which log entries go, which replicas are lost.
+//! * [`replica`] — registration, the log puller's copies, a fetched
+//!   part's checks and the multi that records a held part.
 //! * [`reconcile`] — a restarted replica's disk against the coordinator:
 //!   what stays current, what goes, what is fetched again.
 //! * [`zk`] — the table's znodes and the insert's two multis.
@@ -45,6 +47,7 @@ pub mod part;
 pub mod queue;
 pub mod quorum;
 pub mod reconcile;
+pub mod replica;
 pub mod schema;
 pub mod zk;
 

@@ -593,7 +593,11 @@ fn pipelined_session(seed: u64, quorum_reads: bool, on_leader: bool) {
         script.push((get.clone(), Some(v)));
     }
     script.push((
-        ClientOp::MultiCreate(vec![("/p/m".into(), b"x".to_vec(), CreateMode::Persistent)]),
+        ClientOp::Multi(vec![crate::client::MultiOp::Create {
+            path: "/p/m".into(),
+            data: b"x".to_vec(),
+            mode: CreateMode::Persistent,
+        }]),
         None,
     ));
     script.push((get.clone(), Some("3")));

@@ -120,14 +120,10 @@ impl Replica {
     async fn commit_entry_as(
         &self,
         sel: &Selected,
-        mut ops: Vec<KeeperOp>,
+        ops: Vec<KeeperOp>,
         covering: Option<&PartInfo>,
     ) -> Result<(), ZkErr> {
-        ops.push(KeeperOp::Delete {
-            path: self.queue_entry_path(&sel.znode),
-            version: -1,
-        });
-        let queue_op = ops.len() - 1;
+        let (ops, queue_op) = drift_table::replica::entry_done(ops, &self.queue_entry_path(&sel.znode));
         let _commit = self.reload_gate.read().await;
         match self.coord.multi(&ops).await {
             Ok(_) if Hooks::take(&self.hooks.fail_entry_commit_reply) => {
@@ -225,19 +221,10 @@ impl Replica {
         files: std::collections::BTreeMap<String, Vec<u8>>,
         listed: &format::Checksums,
     ) -> Result<format::Checksums, String> {
-        let sums = match format::verify(&self.schema, &files) {
-            Ok(s) if s == *listed => s,
-            Ok(_) => {
-                self.events.add(Ev::ReplicatedPartChecksFailed, 1);
-                return Err(format!(
-                    "part {part} refused: its files match their own checksums.txt, not the checksums the coordinator lists for it"
-                ));
-            }
-            Err(e) => {
-                self.events.add(Ev::ReplicatedPartChecksFailed, 1);
-                return Err(format!("part {part} refused: {e}"));
-            }
-        };
+        let sums = drift_table::replica::check_fetched(&self.schema, &files, listed).map_err(|why| {
+            self.events.add(Ev::ReplicatedPartChecksFailed, 1);
+            format!("part {part} refused: {why}")
+        })?;
         let block = format::decode_part(&self.schema, &files).map_err(|e| format!("part {part}: {e}"))?;
         let name = part.name();
         let store = self.store.clone();
@@ -308,15 +295,12 @@ impl Replica {
         // a covering part fetched in place of the entry's own
         let covering = (sel.entry.new_part() != part).then_some(part);
         for _ in 0..5 {
-            let mut ops = vec![KeeperOp::Create {
-                path: self.paths.my_part(&part.name()),
-                data: sums.encode(),
-                mode: CreateMode::Persistent,
-            }];
-            ops.extend(self.drop_part_ops(&self.replaced_by(part)));
-            if quorum {
-                ops.extend(self.quorum_ops(part).await?);
-            }
+            let extra = if quorum {
+                self.quorum_ops(part).await?
+            } else {
+                Vec::new()
+            };
+            let ops = drift_table::replica::held_ops(&self.paths, part, sums, &self.replaced_by(part), extra);
             match self.commit_entry_as(sel, ops, covering).await {
                 // the quorum node changed under us: read it again
                 Err(ZkErr::BadVersion) => continue,

@@ -348,24 +348,7 @@ impl Replica {
         let identity = self.store.identity().map_err(|e| e.to_string())?;
         let wiped = exists && identity.is_none();
         if !exists {
-            let mut ops = vec![KeeperOp::Create {
-                path: me.clone(),
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-            }];
-            for (p, d) in [
-                (self.paths.host_of(&self.name), self.interserver.to_string()),
-                (self.paths.log_pointer_of(&self.name), String::new()),
-                (self.paths.queue_of(&self.name), String::new()),
-                (self.paths.parts_of(&self.name), String::new()),
-                (self.paths.is_lost_of(&self.name), "0".to_string()),
-            ] {
-                ops.push(KeeperOp::Create {
-                    path: p,
-                    data: d.into_bytes(),
-                    mode: CreateMode::Persistent,
-                });
-            }
+            let ops = drift_table::replica::register_ops(&self.paths, &self.name, &self.interserver.to_string());
             c.multi(&ops)
                 .await
                 .map_err(|e| format!("creating replica {}: {}", self.name, e.err))?;
@@ -569,26 +552,12 @@ impl Replica {
         let now_s = wall_ms() / 1000;
         for part in settled.refetch {
             let p = part.name();
-            let entry = LogEntry {
-                create_time_s: now_s,
-                source_replica: self.name.clone(),
-                kind: drift_table::EntryKind::GetPart {
-                    part,
-                    block_id: None,
-                    quorum: 0,
-                },
-            };
-            c.multi(&[
-                KeeperOp::Delete {
-                    path: self.paths.my_part(&p),
-                    version: -1,
-                },
-                KeeperOp::Create {
-                    path: self.paths.queue_prefix(),
-                    data: entry.encode().into_bytes(),
-                    mode: CreateMode::PersistentSequential,
-                },
-            ])
+            c.multi(&drift_table::replica::refetch_ops(
+                &self.paths,
+                &self.name,
+                &part,
+                now_s,
+            ))
             .await
             .map_err(|e| format!("re-queueing missing part {p}: {}", e.err))?;
             self.log("part_missing_refetch", serde_json::json!({"part": p}));
@@ -625,10 +594,7 @@ impl Replica {
             .await
             .map_err(|e| format!("log_pointer: {e}"))?
             .ok_or("no log_pointer")?;
-        let pointer: u64 = std::str::from_utf8(&ptr)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(0);
+        let pointer = drift_table::replica::parse_pointer(&ptr);
         let mut current = ActivePartSet::new();
         for p in self.store.list().map_err(|e| e.to_string())? {
             if !listed.contains(&p) {
@@ -686,16 +652,10 @@ impl Replica {
             None => c.children(&self.paths.log()).await?,
         };
         let pointer = self.st().log_pointer;
-        let mut new: Vec<(u64, String)> = names
-            .into_iter()
-            .filter_map(|n| sequence_of(&n, "log-").map(|i| (i, n)))
-            .filter(|(i, _)| *i >= pointer)
-            .collect();
-        new.sort();
-        if new.first().is_some_and(|(i, _)| *i > pointer) && pointer > 0 {
+        let drift_table::replica::ToCopy { entries: new, gap } = drift_table::replica::to_copy(&names, pointer);
+        if let Some(oldest_kept) = gap {
             // entries this replica never copied were cleaned: it is lost
             // unless the gap is only numbers no entry took
-            let oldest_kept = new[0].0;
             self.log(
                 "log_gap",
                 serde_json::json!({"log_pointer": pointer, "oldest_entry": oldest_kept}),
@@ -708,31 +668,21 @@ impl Replica {
             let chunk = &new[at..(at + batch).min(new.len())];
             let paths: Vec<String> = chunk.iter().map(|(_, n)| format!("{}/{n}", self.paths.log())).collect();
             let datas = c.get_many(&paths).await?;
-            let mut ops = Vec::new();
-            let mut entries = Vec::new();
-            for d in datas.into_iter().flatten() {
-                match std::str::from_utf8(&d.0)
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| LogEntry::decode(t).map_err(|e| e.to_string()))
-                {
-                    Ok(e) => {
-                        ops.push(KeeperOp::Create {
-                            path: self.paths.queue_prefix(),
-                            data: d.0.clone(),
-                            mode: CreateMode::PersistentSequential,
-                        });
-                        entries.push(e);
-                    }
-                    Err(why) => self.log("log_entry_unreadable", serde_json::json!({"why": why})),
-                }
-            }
+            let datas: Vec<(u64, Option<Vec<u8>>)> = chunk
+                .iter()
+                .zip(datas)
+                .map(|((i, _), d)| (*i, d.map(|(d, _)| d)))
+                .collect();
             let next = chunk.last().expect("non-empty chunk").0 + 1;
             let version = self.st().log_pointer_version;
-            ops.push(KeeperOp::SetData {
-                path: self.paths.log_pointer_of(&self.name),
-                data: next.to_string().into_bytes(),
-                version,
-            });
+            let drift_table::replica::CopyBatch {
+                ops,
+                entries,
+                unreadable,
+            } = drift_table::replica::copy_batch(&self.paths, &self.name, &datas, next, version);
+            for (index, why) in unreadable {
+                self.log("log_entry_unreadable", serde_json::json!({"index": index, "why": why}));
+            }
             let results = match c.multi(&ops).await {
                 Ok(r) => r,
                 Err(e) if e.err == ZkErr::BadVersion => {
@@ -767,7 +717,7 @@ impl Replica {
             copied += chunk.len();
             self.events.add(Ev::LogEntriesPulled, chunk.len() as u64);
             at += chunk.len();
-            batch = (batch * 2).min(MULTI_OPS_MAX - 1);
+            batch = drift_table::replica::next_batch(batch);
         }
         if copied > 0 {
             self.wake.notify_one();

@@ -1,0 +1,1565 @@
+//! The replicated table in the simulator: one replica beside each
+//! simulated keeper, coordinated by the simulated keeper cluster itself
+//! through a simulated ZooKeeper session, so a keeper fault (a lost
+//! leader, a partition, a kill) reaches the table the way it does on
+//! processes. The replica's decisions are the sans-IO cores the node
+//! runs: one block's insert (`drift_table::insert::BlockInsert`: the two
+//! round trips, a lost commit settled through its lock), registration,
+//! the log puller's copies, a fetched part's checks and the multi that
+//! records it (`drift_table::replica`), the queue's choices
+//! (`drift_table::queue`), a restart's reconciliation
+//! (`drift_table::reconcile`) and the leader's block-id cleanup
+//! (`drift_table::dedup`). What is here is the driving: calls, timers,
+//! the disk, the network between replicas.
+//!
+//! What the simulation stands in for:
+//!
+//! * **The disk.** A part's files are written whole (the node writes
+//!   them to a temporary directory, syncs and renames): after a crash a
+//!   part is there or not, never torn. A wipe empties the disk.
+//! * **The process.** A replica lives and dies with its node's keeper
+//!   (killed, stopped by a digest abort, paused); it starts again with
+//!   it, reconciling its disk with what the coordinator lists for it.
+//! * **The interserver network.** A fetch takes the world's delays; over
+//!   a cut link or from a replica that is down it fails, and is retried
+//!   after the queue's backoff.
+//! * **The HTTP client.** A request and its answer each take a client
+//!   hop; the client gives up after its timeout while the insert goes on
+//!   at the replica (as an HTTP handler does).
+//!
+//! Not simulated (yet), and refused with a reason where a campaign asks:
+//! quorum inserts, merges, lost-replica cloning.
+//!
+//! Invariants checked inside the simulation, beside the checkers: a part
+//! is never current on a replica before the coordinator lists it there;
+//! an acknowledged insert's blocks are in the coordinator (the part
+//! listed, the id recorded); a replica never installs a part whose files
+//! fail the checksums its writer listed.
+
+use super::client::{SimZk, Spec};
+use super::exec::{self, CallError, W};
+use super::world::{self, H};
+use crate::inserts::TableService;
+use drift_checkers::history::OpType;
+use drift_keeper::client::{ClientOp, MultiOp, ReplyBody};
+use drift_keeper::ZkError;
+use drift_table::block::split_insert;
+use drift_table::dedup::{block_id, block_ids_to_remove, token_block_id};
+use drift_table::entry::EntryKind;
+use drift_table::format::{self, Checksums};
+use drift_table::insert::{
+    BlockInsert, BlockSpec, Defects, Done, Fail, Input, MultiFail, Note, Now, Refused, Resolution, Settle, Step,
+    RESOLVE_TIMEOUT_MS,
+};
+use drift_table::part::{ActivePartSet, PartInfo};
+use drift_table::queue::{Queue, Selected};
+use drift_table::replica as core;
+use drift_table::schema::Value as Cell;
+use drift_table::zk::{sequence_of, CreateMode, KeeperOp, Paths};
+use drift_table::{Block, Schema};
+use drift_workloads::table::{AttemptOutcome, LogicalInsert};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+/// How often a replica's loop runs: it pulls the log, starts what its
+/// queue lets run, pings its session and, as the leader, cleans up.
+const LOOP_US: u64 = 100_000;
+/// One coordinator call's bound (the node's `OP_TIMEOUT`): past it, its
+/// outcome is unknown.
+const OP_TIMEOUT_US: u64 = 10_000_000;
+/// Between two tries to get a session.
+const RECONNECT_US: u64 = 200_000;
+/// How often the supervisor matches each replica's life to its keeper's.
+const SUPERVISE_US: u64 = 50_000;
+/// Where the table lives in the coordinator.
+const TABLE_PATH: &str = "/clickhouse/tables/inserts";
+/// ClickHouse's codes the simulated replica answers with (the node's
+/// `table::error`).
+const TABLE_IS_READ_ONLY: u64 = 242;
+const UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE: u64 = 286;
+const UNKNOWN_STATUS_OF_INSERT: u64 = 319;
+const KEEPER_EXCEPTION: u64 = 999;
+
+/// A part's files.
+type Files = BTreeMap<String, Vec<u8>>;
+
+/// The fault hooks of one replica (the node's `table` hooks the
+/// nemesis turns on and off).
+#[derive(Default, Clone, Copy)]
+struct Hooks {
+    /// Every insert that succeeds gets no answer (`drop-reply`).
+    drop_replies: bool,
+    /// Fetches fail (`stop-fetches`).
+    fetches_stopped: bool,
+    /// The session is abandoned and no new one made (`keeper-cut`).
+    keeper_cut: bool,
+}
+
+/// What a running replica holds in memory.
+struct Run {
+    session: Option<Rc<SimZk>>,
+    /// Why it refuses writes (no session, not registered yet).
+    readonly: Option<String>,
+    registered: bool,
+    queue: Queue,
+    log_pointer: u64,
+    pointer_version: i32,
+    /// This session's leader candidacy.
+    candidacy: Option<String>,
+    last_cleanup_us: u64,
+}
+
+/// One node's replica: its disk, its life, its hooks.
+struct Replica {
+    name: String,
+    /// Parts on disk.
+    disk: BTreeMap<String, Files>,
+    /// The keeper's incarnation the running replica started with.
+    keeper_life: u64,
+    /// Counts this replica's starts: a task of an earlier life stops.
+    life: u64,
+    run: Option<Run>,
+    hooks: Hooks,
+}
+
+/// The simulated table: every node's replica, their log lines and the
+/// broken invariants.
+pub struct TableSim {
+    schema: Schema,
+    paths: Paths,
+    defects: Defects,
+    spec: Spec,
+    replicas: BTreeMap<u64, Replica>,
+    /// Each node's log lines: (simulated µs, event, fields).
+    pub logs: BTreeMap<u64, Vec<(u64, &'static str, Value)>>,
+    /// Broken invariants: (simulated µs, node, what), each once.
+    pub violations: Vec<(u64, u64, String)>,
+    reported: BTreeSet<(u64, String)>,
+}
+
+impl TableSim {
+    /// The table of `plan` on nodes `ids`, its replicas' sessions made
+    /// as `spec` says.
+    pub fn new(plan: &crate::plan::TablePlan, ids: &[u64], spec: Spec) -> TableSim {
+        let mut schema = drift_workloads::table::schema();
+        schema.settings.replicated_deduplication_window = plan.dedup_window;
+        schema.settings.replicated_deduplication_window_seconds = plan.dedup_window_seconds;
+        schema.settings.cleanup_delay_period_ms = plan.cleanup_period_ms;
+        schema.settings.zookeeper_path = TABLE_PATH.into();
+        let d = plan.defect;
+        use crate::plan::Defect;
+        TableSim {
+            paths: Paths::new(TABLE_PATH, ""),
+            schema,
+            defects: Defects {
+                skip_dedup: d == Some(Defect::SkipDedup),
+                no_block_id: d == Some(Defect::NoBlockId),
+                lose_part: d == Some(Defect::LosePart),
+            },
+            spec,
+            replicas: ids
+                .iter()
+                .map(|&i| {
+                    (
+                        i,
+                        Replica {
+                            name: format!("r{i}"),
+                            disk: BTreeMap::new(),
+                            keeper_life: 0,
+                            life: 0,
+                            run: None,
+                            hooks: Hooks::default(),
+                        },
+                    )
+                })
+                .collect(),
+            logs: BTreeMap::new(),
+            violations: Vec::new(),
+            reported: BTreeSet::new(),
+        }
+    }
+
+    fn paths_of(&self, id: u64) -> Paths {
+        Paths::new(TABLE_PATH, &self.replicas[&id].name)
+    }
+
+    /// Every session let go (the end of a run: a session holds the world).
+    pub fn shut_down(&mut self) {
+        for r in self.replicas.values_mut() {
+            r.run = None;
+        }
+    }
+}
+
+// ---- the world's bookkeeping ------------------------------------------------
+
+fn log(w: &W, id: u64, event: &'static str, fields: Value) {
+    let mut world = w.borrow_mut();
+    let now = world.cluster.now_us();
+    if let Some(t) = world.table.as_mut() {
+        t.logs.entry(id).or_default().push((now, event, fields));
+    }
+}
+
+fn violated(w: &W, id: u64, what: String) {
+    let mut world = w.borrow_mut();
+    let now = world.cluster.now_us();
+    if let Some(t) = world.table.as_mut() {
+        if t.reported.insert((id, what.clone())) {
+            t.violations.push((now, id, what));
+        }
+    }
+}
+
+/// Matches replica `id`'s life to its keeper's: gone with it, started
+/// again with it (a new life, its loop spawned).
+fn reconcile(w: &W, id: u64) {
+    let mut gone = None;
+    let started = {
+        let mut world = w.borrow_mut();
+        let world = &mut *world;
+        let (up, life) = (world.cluster.is_up(id), world.cluster.incarnation(id));
+        let Some(t) = world.table.as_mut() else { return };
+        let Some(r) = t.replicas.get_mut(&id) else { return };
+        if r.run.is_some() && (!up || r.keeper_life != life) {
+            // the process is gone: its session walks away with it
+            gone = r.run.take().and_then(|run| run.session);
+        }
+        if r.run.is_none() && up {
+            r.run = Some(Run {
+                session: None,
+                readonly: Some("starting".into()),
+                registered: false,
+                queue: Queue::new(ActivePartSet::new()),
+                log_pointer: 0,
+                pointer_version: -1,
+                candidacy: None,
+                last_cleanup_us: 0,
+            });
+            r.keeper_life = life;
+            r.life += 1;
+            Some(r.life)
+        } else {
+            None
+        }
+    };
+    if let Some(s) = gone {
+        s.abandon();
+    }
+    if let Some(life) = started {
+        exec::spawn(w, replica_loop(w.clone(), id, life));
+    }
+}
+
+/// Starts the table: every replica, and the supervisor that keeps each
+/// one's life matched to its keeper's.
+pub fn start(w: &W, t: TableSim) {
+    let ids: Vec<u64> = t.replicas.keys().copied().collect();
+    w.borrow_mut().table = Some(t);
+    for &id in &ids {
+        reconcile(w, id);
+    }
+    let w2 = w.clone();
+    exec::spawn(w, async move {
+        loop {
+            let at = exec::now_us(&w2) + SUPERVISE_US;
+            exec::sleep_until(&w2, at).await;
+            for &id in &ids {
+                reconcile(&w2, id);
+            }
+        }
+    });
+}
+
+/// Runs the world until every replica is writable (registered, with a
+/// session), for at most `limit_us`: whether they all are.
+pub fn wait_writable(w: &W, limit_us: u64) -> bool {
+    let done = Rc::new(std::cell::Cell::new(false));
+    let (w2, done2) = (w.clone(), done.clone());
+    let wait = async move {
+        loop {
+            let all = w2.borrow().table.as_ref().is_some_and(|t| {
+                t.replicas
+                    .values()
+                    .all(|r| r.run.as_ref().is_some_and(|run| run.readonly.is_none()))
+            });
+            if all {
+                done2.set(true);
+                return;
+            }
+            sleep_for(&w2, LOOP_US).await;
+        }
+    };
+    let until = exec::now_us(w) + limit_us;
+    exec::run(w, vec![Box::pin(wait)], until);
+    done.get()
+}
+
+/// Whether replica `id` is still in life `life`.
+fn alive(w: &W, id: u64, life: u64) -> bool {
+    reconcile(w, id);
+    let world = w.borrow();
+    world
+        .table
+        .as_ref()
+        .and_then(|t| t.replicas.get(&id))
+        .is_some_and(|r| r.run.is_some() && r.life == life)
+}
+
+/// Runs `f` on replica `id`'s running state in life `life`.
+fn with_run<T>(w: &W, id: u64, life: u64, f: impl FnOnce(&mut Run) -> T) -> Option<T> {
+    let mut world = w.borrow_mut();
+    let r = world.table.as_mut()?.replicas.get_mut(&id)?;
+    if r.life != life {
+        return None;
+    }
+    r.run.as_mut().map(f)
+}
+
+fn hooks(w: &W, id: u64) -> Hooks {
+    w.borrow()
+        .table
+        .as_ref()
+        .and_then(|t| t.replicas.get(&id))
+        .map(|r| r.hooks)
+        .unwrap_or_default()
+}
+
+fn session(w: &W, id: u64, life: u64) -> Option<Rc<SimZk>> {
+    with_run(w, id, life, |run| run.session.clone()).flatten()
+}
+
+async fn sleep_for(w: &W, us: u64) {
+    let at = exec::now_us(w) + us;
+    exec::sleep_until(w, at).await;
+}
+
+/// Waits while node `id` is paused (its process stopped).
+async fn while_paused(w: &W, id: u64) {
+    while w.borrow().cluster.is_paused(id) {
+        sleep_for(w, 10_000).await;
+    }
+}
+
+fn hop_us(w: &W, client: bool) -> u64 {
+    let mut world = w.borrow_mut();
+    let net = &world.cluster.config().net;
+    let (lo, hi) = if client { net.client_delay_us } else { net.delay_us };
+    lo + world.cluster.draw(hi.saturating_sub(lo) + 1)
+}
+
+// ---- coordinator calls ----------------------------------------------------
+
+fn fail_of(e: CallError) -> Fail {
+    match e {
+        CallError::Zk(ZkError::NoNode) => Fail::NoNode,
+        CallError::Zk(ZkError::NodeExists) => Fail::NodeExists,
+        CallError::Zk(e) => Fail::Other(format!("{e:?}")),
+        CallError::ConnectionLoss => Fail::Lost("connection loss".into()),
+        CallError::SessionExpired => Fail::NoSession,
+    }
+}
+
+/// One call through `s`, bounded by [`OP_TIMEOUT_US`].
+async fn call(w: &W, s: &SimZk, op: ClientOp) -> Result<ReplyBody, Fail> {
+    match exec::timeout(w, OP_TIMEOUT_US, s.call(op)).await {
+        Some(Ok(r)) => Ok(r.body),
+        Some(Err(e)) => Err(fail_of(e)),
+        None => Err(Fail::Lost("timed out".into())),
+    }
+}
+
+async fn exists(w: &W, s: &SimZk, path: &str) -> Result<Option<drift_keeper::node::Stat>, Fail> {
+    match call(w, s, ClientOp::Exists { path: path.into() }).await {
+        Ok(ReplyBody::Stat(st)) => Ok(Some(st)),
+        Ok(_) => Ok(None),
+        Err(Fail::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+async fn get(w: &W, s: &SimZk, path: &str) -> Result<Option<(Vec<u8>, i32)>, Fail> {
+    match call(w, s, ClientOp::GetData { path: path.into() }).await {
+        Ok(ReplyBody::Data(d, st)) => Ok(Some((d, st.version))),
+        Ok(_) => Err(Fail::Other("getData answered without data".into())),
+        Err(Fail::NoNode) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+async fn children(w: &W, s: &SimZk, path: &str) -> Result<Vec<String>, Fail> {
+    match call(w, s, ClientOp::GetChildren { path: path.into() }).await? {
+        ReplyBody::Children(k) => Ok(k),
+        _ => Err(Fail::Other("getChildren answered without children".into())),
+    }
+}
+
+async fn create(w: &W, s: &SimZk, path: &str, data: &[u8], mode: CreateMode) -> Result<String, Fail> {
+    let op = ClientOp::Create {
+        path: path.into(),
+        data: data.to_vec(),
+        mode: keeper_mode(mode),
+    };
+    match call(w, s, op).await? {
+        ReplyBody::Path(p) => Ok(p),
+        _ => Ok(path.to_string()),
+    }
+}
+
+async fn delete(w: &W, s: &SimZk, path: &str) -> Result<(), Fail> {
+    let op = ClientOp::Delete {
+        path: path.into(),
+        version: -1,
+    };
+    call(w, s, op).await.map(|_| ())
+}
+
+fn keeper_mode(m: CreateMode) -> drift_keeper::CreateMode {
+    match m {
+        CreateMode::Persistent => drift_keeper::CreateMode::Persistent,
+        CreateMode::PersistentSequential => drift_keeper::CreateMode::PersistentSequential,
+        CreateMode::Ephemeral => drift_keeper::CreateMode::Ephemeral,
+        CreateMode::EphemeralSequential => drift_keeper::CreateMode::EphemeralSequential,
+    }
+}
+
+fn multi_op(op: &KeeperOp) -> MultiOp {
+    match op.clone() {
+        KeeperOp::Create { path, data, mode } => MultiOp::Create {
+            path,
+            data,
+            mode: keeper_mode(mode),
+        },
+        KeeperOp::Delete { path, version } => MultiOp::Delete { path, version },
+        KeeperOp::SetData { path, data, version } => MultiOp::SetData { path, data, version },
+        KeeperOp::Check { path, version } => MultiOp::Check { path, version },
+    }
+}
+
+/// A multi: each op's created path (empty for the others), or the op
+/// that failed and why.
+async fn multi(w: &W, s: &SimZk, ops: &[KeeperOp]) -> Result<Vec<String>, MultiFail> {
+    let body = call(w, s, ClientOp::Multi(ops.iter().map(multi_op).collect()))
+        .await
+        .map_err(|fail| MultiFail { index: None, fail })?;
+    let ReplyBody::Multi(results) = body else {
+        return Err(MultiFail {
+            index: None,
+            fail: Fail::Other("a multi answered without results".into()),
+        });
+    };
+    // the op that failed; the others say ok or "runtime inconsistency"
+    let failed = results.iter().enumerate().find_map(|(i, r)| match r {
+        Err(e) if !matches!(e, ZkError::Ok | ZkError::RuntimeInconsistency) => Some((i, *e)),
+        _ => None,
+    });
+    match failed {
+        None => Ok(results.into_iter().map(|r| r.unwrap_or_default()).collect()),
+        Some((i, e)) => Err(MultiFail {
+            index: Some(i),
+            fail: fail_of(CallError::Zk(e)),
+        }),
+    }
+}
+
+/// Whether any running keeper's applied tree has `path` (the
+/// invariants' look at the coordinator, outside the simulation's
+/// messages).
+fn coordinator_has(w: &W, path: &str) -> bool {
+    let world = w.borrow();
+    let c = &world.cluster;
+    c.ids()
+        .into_iter()
+        .filter_map(|i| c.server(i))
+        .any(|s| s.state().get(path).is_some())
+}
+
+// ---- the replica's life ---------------------------------------------------
+
+/// A replica's loop in life `life`: a session (registering the replica
+/// on its first), then, every [`LOOP_US`], the log pulled, the queue
+/// run, the session pinged and the leader's cleanup.
+async fn replica_loop(w: W, id: u64, life: u64) {
+    while alive(&w, id, life) {
+        while_paused(&w, id).await;
+        if !alive(&w, id, life) {
+            return;
+        }
+        let s = match session(&w, id, life) {
+            Some(s) if !s.is_expired() && !hooks(&w, id).keeper_cut => s,
+            gone => {
+                if let Some(s) = gone {
+                    // expired, or cut: walk away, read-only until a new one
+                    s.abandon();
+                    log(&w, id, "session_ended", json!({"session": s.session_id()}));
+                    with_run(&w, id, life, |run| {
+                        run.session = None;
+                        run.readonly = Some("no coordinator session".into());
+                    });
+                }
+                if hooks(&w, id).keeper_cut {
+                    sleep_for(&w, RECONNECT_US).await;
+                    continue;
+                }
+                match activate(&w, id, life).await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        log(&w, id, "activate_failed", json!({"error": e}));
+                        if let Some(s) = with_run(&w, id, life, |run| run.session.take()).flatten() {
+                            s.abandon();
+                        }
+                        sleep_for(&w, RECONNECT_US).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        s.ping();
+        if let Err(e) = pull_log(&w, id, life, &s).await {
+            if e != Fail::NoSession {
+                log(&w, id, "pull_failed", json!({"error": e.to_string()}));
+            }
+        }
+        // every entry the queue lets run now, each on a task of its own
+        // (the fetch pool bounds them), as the node's runner does
+        let pool = w
+            .borrow()
+            .table
+            .as_ref()
+            .map(|t| t.schema.settings.fetch_pool_size)
+            .unwrap_or(1);
+        loop {
+            let now_ms = exec::now_us(&w) / 1000;
+            let sel = with_run(&w, id, life, |run| {
+                if run.readonly.is_some() {
+                    None
+                } else {
+                    run.queue.select(now_ms, pool, 0)
+                }
+            })
+            .flatten();
+            let Some(sel) = sel else { break };
+            let (w2, s2) = (w.clone(), s.clone());
+            exec::spawn(&w, async move { run_entry(&w2, id, life, &s2, sel).await });
+        }
+        cleanup(&w, id, life, &s).await;
+        sleep_for(&w, LOOP_US).await;
+    }
+}
+
+/// A new session: the table's nodes, the replica's registration (first
+/// time in this life), `is_active`, the leader candidacy.
+async fn activate(w: &W, id: u64, life: u64) -> Result<(), String> {
+    let spec = w.borrow().table.as_ref().map(|t| t.spec.clone()).ok_or("no table")?;
+    let first = spec.servers.iter().position(|&s| s == id).unwrap_or(0);
+    let s = Rc::new(SimZk::connect(w, &spec, first, false).await?);
+    if !alive(w, id, life) {
+        s.abandon();
+        return Err("the replica stopped".into());
+    }
+    with_run(w, id, life, |run| run.session = Some(s.clone()));
+    let (paths, name) = {
+        let world = w.borrow();
+        let t = world.table.as_ref().ok_or("no table")?;
+        (t.paths_of(id), t.replicas[&id].name.clone())
+    };
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |f: Fail| format!("{what}: {f}")
+    };
+    let mut skeleton = paths.table_skeleton();
+    skeleton.push(paths.quorum_last_part());
+    for p in skeleton {
+        match create(w, &s, &p, b"", CreateMode::Persistent).await {
+            Ok(_) | Err(Fail::NodeExists) => {}
+            Err(f) => return Err(e(&p)(f)),
+        }
+    }
+    let registered = with_run(w, id, life, |run| run.registered).unwrap_or(false);
+    if !registered {
+        register(w, id, life, &s, &paths, &name).await?;
+    }
+    // is_active: one left by an earlier session of this replica goes
+    let active = paths.is_active_of(&name);
+    let me = s.session_id().to_string();
+    let mut marked = false;
+    for _ in 0..3 {
+        match create(w, &s, &active, me.as_bytes(), CreateMode::Ephemeral).await {
+            Ok(_) => {
+                marked = true;
+                break;
+            }
+            Err(Fail::NodeExists) => {
+                if let Some(st) = exists(w, &s, &active).await.map_err(e("is_active"))? {
+                    if st.ephemeral_owner == s.session_id() {
+                        marked = true;
+                        break;
+                    }
+                    let _ = delete(w, &s, &active).await;
+                }
+            }
+            Err(f) => return Err(e("is_active")(f)),
+        }
+    }
+    if !marked {
+        return Err("is_active: another session keeps recreating it".into());
+    }
+    let candidacy = create(
+        w,
+        &s,
+        &format!("{}/leader-", paths.leader_election()),
+        name.as_bytes(),
+        CreateMode::EphemeralSequential,
+    )
+    .await
+    .map_err(e("leader candidacy"))?;
+    with_run(w, id, life, |run| {
+        run.candidacy = Some(candidacy);
+        run.readonly = None;
+    });
+    log(w, id, "replica_active", json!({"session": s.session_id()}));
+    Ok(())
+}
+
+/// The replica's registration in this life: created if the coordinator
+/// does not know it, else its disk reconciled with what the coordinator
+/// lists for it; then its queue and log pointer loaded.
+async fn register(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
+    let host = format!("sim:{id}");
+    let known = exists(w, s, &paths.me())
+        .await
+        .map_err(|f| format!("replica node: {f}"))?;
+    if known.is_none() {
+        match multi(w, s, &core::register_ops(paths, name, &host)).await {
+            Ok(_) => log(w, id, "replica_created", json!({})),
+            Err(MultiFail {
+                index: Some(0),
+                fail: Fail::NodeExists,
+            }) => {}
+            Err(f) => return Err(format!("creating replica {name}: {}", f.fail)),
+        }
+    }
+    let listed: BTreeSet<String> = children(w, s, &paths.parts_of(name))
+        .await
+        .map_err(|f| format!("reconcile: {f}"))?
+        .into_iter()
+        .collect();
+    let on_disk: Vec<String> = disk_parts(w, id);
+    let sorted = drift_table::reconcile::sort(&listed, &on_disk);
+    for p in sorted.remove.iter().chain(&sorted.unexpected) {
+        if sorted.unexpected.contains(p) {
+            log(w, id, "part_unexpected", json!({"part": p}));
+        }
+        remove_part(w, id, p);
+    }
+    let schema = w.borrow().table.as_ref().map(|t| t.schema.clone()).ok_or("no table")?;
+    let checked: BTreeMap<String, Result<(), String>> = sorted
+        .check
+        .iter()
+        .map(|p| {
+            let files = read_part(w, id, p).unwrap_or_default();
+            (
+                p.clone(),
+                format::verify(&schema, &files).map(|_| ()).map_err(|e| e.to_string()),
+            )
+        })
+        .collect();
+    let settled = drift_table::reconcile::settle(&listed, &checked)?;
+    for (p, why) in &settled.broken {
+        log(w, id, "part_broken", json!({"part": p, "why": why}));
+        remove_part(w, id, p);
+    }
+    let now_s = wall_ms(w, id) / 1000;
+    for part in &settled.refetch {
+        multi(w, s, &core::refetch_ops(paths, name, part, now_s as i64))
+            .await
+            .map_err(|f| format!("re-queueing missing part {part}: {}", f.fail))?;
+        log(w, id, "part_missing_refetch", json!({"part": part.name()}));
+    }
+    // the queue and the pointer
+    let dir = paths.queue_of(name);
+    let kids = children(w, s, &dir).await.map_err(|f| format!("queue: {f}"))?;
+    let mut queue = Queue::new(settled.current);
+    let mut obsolete = Vec::new();
+    for k in &kids {
+        let Some((d, _)) = get(w, s, &format!("{dir}/{k}"))
+            .await
+            .map_err(|f| format!("queue entry: {f}"))?
+        else {
+            continue;
+        };
+        match drift_table::LogEntry::decode(&String::from_utf8_lossy(&d)) {
+            Ok(entry) => obsolete.extend(queue.push(k.clone(), entry)?),
+            Err(why) => log(
+                w,
+                id,
+                "queue_entry_unreadable",
+                json!({"entry": k, "why": why.to_string()}),
+            ),
+        }
+    }
+    for z in obsolete {
+        let _ = delete(w, s, &format!("{dir}/{z}")).await;
+    }
+    let (ptr, version) = get(w, s, &paths.log_pointer_of(name))
+        .await
+        .map_err(|f| format!("log_pointer: {f}"))?
+        .ok_or("no log_pointer")?;
+    let current: Vec<PartInfo> = queue.current().iter().cloned().collect();
+    with_run(w, id, life, |run| {
+        run.queue = queue;
+        run.log_pointer = core::parse_pointer(&ptr);
+        run.pointer_version = version;
+        run.registered = true;
+    });
+    for p in current {
+        check_current(w, id, &paths.my_part(&p.name()), &p);
+    }
+    Ok(())
+}
+
+/// The invariant: a part becomes current only where the coordinator
+/// lists it for this replica.
+fn check_current(w: &W, id: u64, listing: &str, part: &PartInfo) {
+    if !coordinator_has(w, listing) {
+        violated(
+            w,
+            id,
+            format!("part {part} became current on r{id} while the coordinator does not list it there"),
+        );
+    }
+}
+
+// ---- the disk ---------------------------------------------------------------
+
+fn disk_parts(w: &W, id: u64) -> Vec<String> {
+    let world = w.borrow();
+    world
+        .table
+        .as_ref()
+        .and_then(|t| t.replicas.get(&id))
+        .map(|r| r.disk.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+fn read_part(w: &W, id: u64, name: &str) -> Option<Files> {
+    let world = w.borrow();
+    world.table.as_ref()?.replicas.get(&id)?.disk.get(name).cloned()
+}
+
+fn write_part(w: &W, id: u64, name: &str, files: Files) {
+    if let Some(r) = w.borrow_mut().table.as_mut().and_then(|t| t.replicas.get_mut(&id)) {
+        r.disk.insert(name.to_string(), files);
+    }
+}
+
+fn remove_part(w: &W, id: u64, name: &str) {
+    if let Some(r) = w.borrow_mut().table.as_mut().and_then(|t| t.replicas.get_mut(&id)) {
+        r.disk.remove(name);
+    }
+}
+
+fn wall_ms(w: &W, id: u64) -> u64 {
+    w.borrow().cluster.wall_us(id) / 1000
+}
+
+// ---- the log puller ---------------------------------------------------------
+
+async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
+    let (paths, name) = {
+        let world = w.borrow();
+        let t = world.table.as_ref().ok_or(Fail::NoSession)?;
+        (t.paths_of(id), t.replicas[&id].name.clone())
+    };
+    let names = children(w, s, &paths.log()).await?;
+    let Some(pointer) = with_run(w, id, life, |run| run.log_pointer) else {
+        return Ok(());
+    };
+    let to_copy = core::to_copy(&names, pointer);
+    if let Some(oldest) = to_copy.gap {
+        log(
+            w,
+            id,
+            "log_gap",
+            json!({"log_pointer": pointer, "oldest_entry": oldest}),
+        );
+    }
+    let mut batch = 1;
+    let mut at = 0;
+    let new = to_copy.entries;
+    while at < new.len() {
+        let chunk = &new[at..(at + batch).min(new.len())];
+        let mut datas = Vec::new();
+        for (i, n) in chunk {
+            let d = get(w, s, &format!("{}/{n}", paths.log())).await?;
+            datas.push((*i, d.map(|(d, _)| d)));
+        }
+        let next = chunk.last().map(|(i, _)| i + 1).unwrap_or(pointer);
+        let Some(version) = with_run(w, id, life, |run| run.pointer_version) else {
+            return Ok(());
+        };
+        let b = core::copy_batch(&paths, &name, &datas, next, version);
+        for (index, why) in &b.unreadable {
+            log(w, id, "log_entry_unreadable", json!({"index": index, "why": why}));
+        }
+        let created = match multi(w, s, &b.ops).await {
+            Ok(r) => r,
+            Err(MultiFail { fail, .. }) => return Err(fail),
+        };
+        let obsolete = with_run(w, id, life, |run| {
+            let mut obsolete = Vec::new();
+            for (path, e) in created.iter().zip(b.entries) {
+                let znode = path.rsplit('/').next().unwrap_or(path).to_string();
+                match run.queue.push(znode, e) {
+                    Ok(o) => obsolete.extend(o),
+                    Err(why) => obsolete.push(format!("!{why}")),
+                }
+            }
+            run.log_pointer = next;
+            run.pointer_version = version + 1;
+            obsolete
+        })
+        .unwrap_or_default();
+        for z in obsolete {
+            match z.strip_prefix('!') {
+                Some(why) => log(w, id, "queue_push_refused", json!({"why": why})),
+                None => {
+                    let _ = delete(w, s, &format!("{}/{z}", paths.queue_of(&name))).await;
+                }
+            }
+        }
+        at += chunk.len();
+        batch = core::next_batch(batch);
+    }
+    Ok(())
+}
+
+// ---- the queue ----------------------------------------------------------------
+
+/// Runs one selected entry (a part to fetch: the only kind this table's
+/// log holds without merges) and finishes it in the queue.
+async fn run_entry(w: &W, id: u64, life: u64, s: &SimZk, sel: Selected) {
+    let outcome = match &sel.entry.kind {
+        EntryKind::GetPart { part, .. } => get_part(w, id, life, s, &sel, part).await,
+        other => Err(format!(
+            "entry {} ({}) is not simulated",
+            sel.znode,
+            match other {
+                EntryKind::MergeParts { .. } => "MERGE_PARTS",
+                _ => "DROP_RANGE",
+            }
+        )),
+    };
+    if let Err(why) = outcome {
+        let now_ms = exec::now_us(w) / 1000;
+        with_run(w, id, life, |run| run.queue.finish_err(&sel.znode, now_ms, &why));
+    }
+}
+
+/// A GET_PART entry: done if the part is here, else fetched from a
+/// replica that lists it, checked, written and recorded with the entry's
+/// removal in one multi.
+async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &PartInfo) -> Result<(), String> {
+    let (paths, name, schema) = {
+        let world = w.borrow();
+        let t = world.table.as_ref().ok_or("no table")?;
+        (t.paths_of(id), t.replicas[&id].name.clone(), t.schema.clone())
+    };
+    let entry_path = format!("{}/{}", paths.queue_of(&name), sel.znode);
+    let have = with_run(w, id, life, |run| run.queue.current().containing(part).is_some()).unwrap_or(false);
+    if have {
+        commit_entry(w, id, life, s, sel, Vec::new(), &entry_path).await?;
+        return Ok(());
+    }
+    if hooks(w, id).fetches_stopped {
+        return Err("fetches are stopped".into());
+    }
+    // a replica (not this one) that lists the part and is active
+    let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
+    let mut source = None;
+    for r in replicas.iter().filter(|r| **r != name) {
+        if exists(w, s, &paths.part_of(r, &part.name()))
+            .await
+            .map_err(|f| f.to_string())?
+            .is_none()
+        {
+            continue;
+        }
+        if exists(w, s, &paths.is_active_of(r))
+            .await
+            .map_err(|f| f.to_string())?
+            .is_none()
+        {
+            continue;
+        }
+        source = Some(r.clone());
+        break;
+    }
+    let Some(source) = source else {
+        return Err(format!("No active replica has part {part} or covering part"));
+    };
+    let listed = match get(w, s, &paths.part_of(&source, &part.name()))
+        .await
+        .map_err(|f| f.to_string())?
+    {
+        Some((d, _)) => Checksums::decode(&d).map_err(|e| format!("part {part}: {source} lists bad checksums: {e}"))?,
+        None => return Err(format!("part {part}: {source} does not list it")),
+    };
+    let from: u64 = source
+        .trim_start_matches('r')
+        .parse()
+        .map_err(|_| format!("replica {source}"))?;
+    let files = fetch(w, id, from, &part.name()).await?;
+    let sums = match core::check_fetched(&schema, &files, &listed) {
+        Ok(sums) => sums,
+        Err(why) => {
+            log(
+                w,
+                id,
+                "fetch_refused",
+                json!({"part": part.name(), "from": source, "error": why.to_string()}),
+            );
+            return Err(format!("part {part} refused: {why}"));
+        }
+    };
+    if Checksums::of(&files) != listed {
+        violated(
+            w,
+            id,
+            format!("part {part} installed on r{id} with files its writer's checksums do not match"),
+        );
+    }
+    if !alive(w, id, life) {
+        return Err("the replica stopped".into());
+    }
+    write_part(w, id, &part.name(), files);
+    let replaced: Vec<PartInfo> = with_run(w, id, life, |run| {
+        run.queue
+            .current()
+            .contained_by(part)
+            .into_iter()
+            .filter(|p| p != part)
+            .collect()
+    })
+    .unwrap_or_default();
+    let held = core::held_ops(&paths, part, &sums, &replaced, Vec::new());
+    commit_entry(w, id, life, s, sel, held, &entry_path).await?;
+    log(w, id, "part_fetched", json!({"part": part.name(), "from": source}));
+    Ok(())
+}
+
+/// Commits an entry's result `ops` with the entry's removal; on success
+/// the part is current and the entry gone here too.
+async fn commit_entry(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    sel: &Selected,
+    ops: Vec<KeeperOp>,
+    entry_path: &str,
+) -> Result<(), String> {
+    let (ops, last) = core::entry_done(ops, entry_path);
+    let listing = match ops.first() {
+        Some(KeeperOp::Create { path, .. }) if last > 0 => Some(path.clone()),
+        _ => None,
+    };
+    match multi(w, s, &ops).await {
+        Ok(_) => {}
+        // nothing but the entry's removal, and the entry is gone: an
+        // earlier run of it committed and lost the answer
+        Err(MultiFail {
+            index: Some(i),
+            fail: Fail::NoNode,
+        }) if i == last && last == 0 => {}
+        // listed already: an earlier run committed all of it
+        Err(MultiFail {
+            index: Some(0),
+            fail: Fail::NodeExists,
+        }) if listing.is_some() => {}
+        Err(f) => return Err(format!("committing entry {}: {}", sel.znode, f.fail)),
+    }
+    let part = sel.entry.new_part().clone();
+    let finished = with_run(w, id, life, |run| {
+        if listing.is_some() {
+            run.queue.add_current(part.clone())?;
+        }
+        run.queue.finish_ok(&sel.znode).map(|_| ())
+    });
+    match finished {
+        Some(Ok(())) => {
+            if let Some(l) = listing {
+                check_current(w, id, &l, &part);
+            }
+            Ok(())
+        }
+        Some(Err(e)) => {
+            log(w, id, "queue_finish_refused", json!({"entry": sel.znode, "error": e}));
+            Ok(())
+        }
+        None => Err("the replica stopped".into()),
+    }
+}
+
+/// A part's files from replica `from`'s disk, over the interserver
+/// network: fails over a cut link or from a replica that is down.
+async fn fetch(w: &W, to: u64, from: u64, part: &str) -> Result<Files, String> {
+    let d = hop_us(w, false);
+    sleep_for(w, d).await;
+    if w.borrow().cluster.is_cut(to, from) {
+        sleep_for(w, OP_TIMEOUT_US).await;
+        return Err(format!("fetch of {part} from r{from}: timed out (the link is cut)"));
+    }
+    while_paused(w, from).await;
+    reconcile(w, from);
+    let up = w
+        .borrow()
+        .table
+        .as_ref()
+        .and_then(|t| t.replicas.get(&from))
+        .is_some_and(|r| r.run.is_some());
+    if !up {
+        return Err(format!("fetch of {part} from r{from}: connection refused"));
+    }
+    let files = read_part(w, from, part);
+    let d = hop_us(w, false);
+    sleep_for(w, d).await;
+    if w.borrow().cluster.is_cut(from, to) {
+        return Err(format!(
+            "fetch of {part} from r{from}: the answer broke off (the link is cut)"
+        ));
+    }
+    files.ok_or_else(|| format!("fetch of {part} from r{from}: no such part"))
+}
+
+// ---- the leader's cleanup -------------------------------------------------------
+
+/// As the leader (the lowest candidacy), every cleanup period: the block
+/// ids past the window removed.
+async fn cleanup(w: &W, id: u64, life: u64, s: &SimZk) {
+    let now = exec::now_us(w);
+    let (paths, window, window_s, period_us) = {
+        let world = w.borrow();
+        let Some(t) = world.table.as_ref() else { return };
+        let st = &t.schema.settings;
+        (
+            t.paths_of(id),
+            st.replicated_deduplication_window,
+            st.replicated_deduplication_window_seconds,
+            st.cleanup_delay_period_ms.max(1) * 1000,
+        )
+    };
+    let Some((candidacy, last)) = with_run(w, id, life, |run| (run.candidacy.clone(), run.last_cleanup_us)) else {
+        return;
+    };
+    let Some(candidacy) = candidacy else { return };
+    if now < last + period_us {
+        return;
+    }
+    with_run(w, id, life, |run| run.last_cleanup_us = now);
+    let Ok(candidates) = children(w, s, &paths.leader_election()).await else {
+        return;
+    };
+    let prefix = format!("{}/leader-", paths.leader_election());
+    let lowest = candidates
+        .iter()
+        .filter_map(|c| sequence_of(&format!("{}/{c}", paths.leader_election()), &prefix).map(|n| (n, c)))
+        .min();
+    if lowest.map(|(_, c)| format!("{}/{c}", paths.leader_election())) != Some(candidacy) {
+        return;
+    }
+    let Ok(ids) = children(w, s, &paths.blocks()).await else {
+        return;
+    };
+    let mut dated = Vec::new();
+    for b in ids {
+        if let Ok(Some(st)) = exists(w, s, &format!("{}/{b}", paths.blocks())).await {
+            dated.push((b, st.ctime));
+        }
+    }
+    let remove = block_ids_to_remove(&dated, window, window_s);
+    let mut removed = 0;
+    for b in &remove {
+        if delete(w, s, &format!("{}/{b}", paths.blocks())).await.is_ok() {
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        log(
+            w,
+            id,
+            "block_ids_cleaned",
+            json!({"removed": removed, "kept": dated.len() - removed}),
+        );
+    }
+}
+
+// ---- inserts ----------------------------------------------------------------------
+
+/// A failed insert's answer, as the client reads its code: definite only
+/// where the code says nothing was written (`blocks`: the insert's).
+fn refusal(code: u64, why: String, blocks: usize) -> AttemptOutcome {
+    if drift_checkers::dedup::definite_failure(code, blocks) {
+        AttemptOutcome::Fail(Some(code), why)
+    } else {
+        AttemptOutcome::Info(Some(code), why)
+    }
+}
+
+/// Attempt `n` of `l` at replica `id`, as the node's HTTP handler runs
+/// it: the rows cut into blocks, each block's insert by the core.
+async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome {
+    while_paused(w, id).await;
+    reconcile(w, id);
+    let (life, readonly, schema, paths, name, defects) = {
+        let world = w.borrow();
+        let Some(t) = world.table.as_ref() else {
+            return AttemptOutcome::Fail(None, "no table".into());
+        };
+        let r = &t.replicas[&id];
+        let readonly = match &r.run {
+            None => return AttemptOutcome::Fail(None, format!("connection refused: r{id} is down")),
+            Some(run) => run.readonly.clone(),
+        };
+        (
+            r.life,
+            readonly,
+            t.schema.clone(),
+            t.paths_of(id),
+            r.name.clone(),
+            t.defects,
+        )
+    };
+    if let Some(why) = readonly {
+        return AttemptOutcome::Fail(
+            Some(TABLE_IS_READ_ONLY),
+            format!("Code: 242. DB::Exception: Table is in readonly mode: {why}"),
+        );
+    }
+    let Some(s) = session(w, id, life) else {
+        return AttemptOutcome::Fail(Some(TABLE_IS_READ_ONLY), "Code: 242. no coordinator session".into());
+    };
+    let rows: Vec<Vec<Cell>> = l
+        .rows
+        .iter()
+        .map(|r| vec![Cell::UInt64(r.id), Cell::UInt64(r.p), Cell::String(r.tag.clone())])
+        .collect();
+    let block = match Block::from_rows(&schema, rows) {
+        Ok(b) => b,
+        Err(e) => return AttemptOutcome::Fail(Some(27), e),
+    };
+    let max_rows = l
+        .max_block_rows
+        .unwrap_or(drift_table::block::MAX_INSERT_BLOCK_SIZE_DEFAULT);
+    let window = schema.settings.replicated_deduplication_window;
+    let (mut written, mut deduplicated, mut parts) = (0u64, 0u64, Vec::new());
+    let mut rows_written = 0u64;
+    let split = split_insert(&schema, &block, max_rows.max(1));
+    let blocks = split.len();
+    let parts_dir = paths.parts_of(&name);
+    for (ordinal, (partition, block)) in split.into_iter().enumerate() {
+        let files = format::encode_part(&schema, &block);
+        let sums = Checksums::of(&files);
+        let bid = (window > 0).then(|| match &l.token {
+            Some(t) => token_block_id(&partition, t, ordinal),
+            None => block_id(&partition, &sums),
+        });
+        if let Some(b) = &bid {
+            log(
+                w,
+                id,
+                drift_keeper::NodeEvent::InsertBlock.name(),
+                json!({"query_id": l.query_id(n), "block_id": b, "ordinal": ordinal, "partition": partition}),
+            );
+        }
+        let spec = BlockSpec {
+            paths: paths.clone(),
+            replica: name.clone(),
+            partition,
+            id: bid.clone(),
+            sums: sums.encode(),
+            quorum: 0,
+            quorum_parallel: true,
+            naive: false,
+            defects,
+        };
+        match insert_block(w, id, life, &s, spec, files, &parts_dir).await {
+            Ok(Done::Committed(part)) => {
+                // the invariant: what is acknowledged is in the coordinator
+                if !coordinator_has(w, &paths.my_part(&part.name())) {
+                    violated(
+                        w,
+                        id,
+                        format!("insert of part {part} acknowledged on r{id}, the part not listed there"),
+                    );
+                }
+                if let Some(b) = bid.as_ref().filter(|_| !(defects.skip_dedup || defects.no_block_id)) {
+                    if !coordinator_has(w, &paths.block(b)) {
+                        violated(
+                            w,
+                            id,
+                            format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded"),
+                        );
+                    }
+                }
+                written += 1;
+                rows_written += block.rows() as u64;
+                parts.push(part.name());
+            }
+            Ok(Done::DefectLost(part)) => {
+                written += 1;
+                rows_written += block.rows() as u64;
+                parts.push(part.name());
+            }
+            Ok(Done::Duplicate) => deduplicated += 1,
+            Ok(Done::Refused(r)) => {
+                let code = match r {
+                    Refused::QuorumBusy => UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
+                    _ => KEEPER_EXCEPTION,
+                };
+                return refusal(code, format!("Code: {code}. DB::Exception: {r:?}"), blocks);
+            }
+            Ok(Done::Unknown { part, lock, why }) => {
+                // the node's background resolver settles it once it can
+                exec::spawn(
+                    w,
+                    resolve_later(w.clone(), id, life, part.clone(), lock, parts_dir.clone()),
+                );
+                return refusal(
+                    UNKNOWN_STATUS_OF_INSERT,
+                    format!("Code: 319. DB::Exception: Unknown status of insert: the commit of part {part} got no answer ({why})"),
+                    blocks,
+                );
+            }
+            Err(why) => return AttemptOutcome::Info(None, format!("no answer: {why}")),
+        }
+    }
+    if hooks(w, id).drop_replies {
+        log(
+            w,
+            id,
+            "fault_hook",
+            json!({"hook": "drop-replies", "query_id": l.query_id(n)}),
+        );
+        return AttemptOutcome::Info(None, "no answer: the connection closed (drop-reply)".into());
+    }
+    AttemptOutcome::Ok(json!({"written_rows": rows_written, "written_blocks": written,
+        "deduplicated_blocks": deduplicated, "parts": parts}))
+}
+
+/// One block's insert by the core: its steps made against the
+/// coordinator and the disk. `Err`: the replica stopped under it.
+async fn insert_block(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    spec: BlockSpec,
+    files: Files,
+    parts_dir: &str,
+) -> Result<Done, String> {
+    let mut b = BlockInsert::new(spec);
+    let mut input = Input::Start;
+    let t0 = exec::now_us(w);
+    loop {
+        if !alive(w, id, life) {
+            return Err("the replica stopped".into());
+        }
+        let now = Now {
+            wall_ms: wall_ms(w, id),
+            mono_ms: (exec::now_us(w) - t0) / 1000,
+        };
+        let step = b.on(now, input);
+        for note in b.take_notes() {
+            match note {
+                Note::CommitResolved { part, committed } => {
+                    log(w, id, "commit_resolved", json!({"part": part, "committed": committed}))
+                }
+                Note::DefectLostPart { part, block_id } => {
+                    log(w, id, "defect_lost_part", json!({"part": part, "block_id": block_id}))
+                }
+            }
+        }
+        input = match step {
+            Step::Allocate(ops) => Input::Allocated(match multi(w, s, &ops).await {
+                Ok(created) => created.last().cloned().filter(|p| !p.is_empty()).ok_or(MultiFail {
+                    index: None,
+                    fail: Fail::Other("the lock's create returned no path".into()),
+                }),
+                Err(e) => Err(e),
+            }),
+            Step::CheckId(path) => Input::IdExists(exists(w, s, &path).await.map(|st| st.is_some())),
+            Step::MakeDir(path) => Input::DirMade(match create(w, s, &path, b"", CreateMode::Persistent).await {
+                Ok(_) | Err(Fail::NodeExists) => Ok(()),
+                Err(f) => Err(f),
+            }),
+            Step::WritePart(name) => {
+                write_part(w, id, &name, files.clone());
+                Input::PartWritten(Ok(()))
+            }
+            Step::Commit(ops) | Step::DefectCommit(ops) => Input::Committed(multi(w, s, &ops).await.map(|_| ())),
+            Step::Discard { part, lock } => {
+                remove_part(w, id, &part);
+                let _ = delete(w, s, &lock).await;
+                Input::Discarded
+            }
+            Step::DeleteLock(lock) => {
+                if s.is_expired() {
+                    Input::LockDeleted(Err(Fail::NoSession))
+                } else {
+                    Input::LockDeleted(delete(w, s, &lock).await)
+                }
+            }
+            Step::PartNodeExists(path) => Input::PartNode(exists(w, s, &path).await.map(|st| st.is_some())),
+            Step::SleepUntil(at_ms) => {
+                let at = t0 + at_ms * 1000;
+                exec::sleep_until(w, at.max(exec::now_us(w))).await;
+                Input::Woke
+            }
+            Step::Done(done) => {
+                if let Done::Committed(part) = &done {
+                    // the commit is known: the part is current
+                    make_current(w, id, life, part, parts_dir);
+                }
+                return Ok(done);
+            }
+        };
+    }
+}
+
+/// A part whose commit is known, current on replica `id` (the
+/// invariant checked: the coordinator lists it there).
+fn make_current(w: &W, id: u64, life: u64, part: &PartInfo, parts_dir: &str) {
+    check_current(w, id, &format!("{parts_dir}/{}", part.name()), part);
+    let refused = with_run(w, id, life, |run| run.queue.add_current(part.clone()).err()).flatten();
+    if let Some(e) = refused {
+        log(w, id, "insert_part_refused", json!({"part": part.name(), "error": e}));
+    }
+}
+
+/// A commit whose answer was lost and could not be settled in time,
+/// settled in the background through its lock (the insert core's
+/// [`Resolution`]): committed, the part is current; not, it goes.
+async fn resolve_later(w: W, id: u64, life: u64, part: String, lock: String, parts_dir: String) {
+    let paths = match w.borrow().table.as_ref() {
+        Some(t) => t.paths_of(id),
+        None => return,
+    };
+    loop {
+        if !alive(&w, id, life) {
+            return;
+        }
+        let Some(s) = session(&w, id, life).filter(|s| !s.is_expired()) else {
+            sleep_for(&w, RECONNECT_US).await;
+            continue;
+        };
+        let t0 = exec::now_us(&w);
+        let (mut r, mut step) = Resolution::start(&paths, &part, &lock, RESOLVE_TIMEOUT_MS);
+        let settled = loop {
+            let mono_ms = (exec::now_us(&w) - t0) / 1000;
+            let input = match step {
+                Step::DeleteLock(l) => Input::LockDeleted(delete(&w, &s, &l).await),
+                Step::PartNodeExists(p) => Input::PartNode(exists(&w, &s, &p).await.map(|st| st.is_some())),
+                Step::SleepUntil(at_ms) => {
+                    exec::sleep_until(&w, (t0 + at_ms * 1000).max(exec::now_us(&w))).await;
+                    Input::Woke
+                }
+                _ => Input::Woke,
+            };
+            match r.on(mono_ms, input) {
+                Settle::Step(next) => step = next,
+                Settle::Settled(done) => break done,
+            }
+        };
+        match settled {
+            Some(committed) => {
+                log(&w, id, "commit_resolved", json!({"part": part, "committed": committed}));
+                match PartInfo::parse(&part) {
+                    Ok(p) if committed => make_current(&w, id, life, &p, &parts_dir),
+                    _ => remove_part(&w, id, &part),
+                }
+                return;
+            }
+            None => sleep_for(&w, RECONNECT_US).await,
+        }
+    }
+}
+
+// ---- the final phase's reads ---------------------------------------------------------
+
+/// `SYSTEM SYNC REPLICA`: the log pulled up to its newest entry and the
+/// queue empty, within `timeout_us`; then every row of the current parts.
+async fn sync_and_read(w: &W, id: u64, timeout_us: u64) -> Result<Vec<Value>, String> {
+    let deadline = exec::now_us(w) + timeout_us;
+    loop {
+        reconcile(w, id);
+        let state = {
+            let world = w.borrow();
+            let t = world.table.as_ref().ok_or("no table")?;
+            let r = &t.replicas[&id];
+            r.run
+                .as_ref()
+                .map(|run| (r.life, run.readonly.clone(), run.queue.len(), run.log_pointer))
+        };
+        let Some((life, readonly, queued, pointer)) = state else {
+            return Err(format!("connection refused: r{id} is down"));
+        };
+        if readonly.is_none() {
+            if let Some(s) = session(w, id, life) {
+                let log_path = w.borrow().table.as_ref().map(|t| t.paths.log()).unwrap_or_default();
+                if let Ok(names) = children(w, &s, &log_path).await {
+                    let behind = !core::to_copy(&names, pointer).entries.is_empty();
+                    if !behind && queued == 0 {
+                        return Ok(read_rows(w, id));
+                    }
+                }
+            }
+        }
+        if exec::now_us(w) >= deadline {
+            return Err(format!(
+                "SYNC REPLICA: timed out (readonly: {readonly:?}, queue: {queued}, log_pointer: {pointer})"
+            ));
+        }
+        sleep_for(w, LOOP_US).await;
+    }
+}
+
+/// Every row of replica `id`'s current parts, as `[id, p, tag]`, by id.
+fn read_rows(w: &W, id: u64) -> Vec<Value> {
+    let world = w.borrow();
+    let Some(t) = world.table.as_ref() else {
+        return Vec::new();
+    };
+    let r = &t.replicas[&id];
+    let Some(run) = &r.run else { return Vec::new() };
+    let mut rows = Vec::new();
+    for p in run.queue.current().iter() {
+        let Some(files) = r.disk.get(&p.name()) else { continue };
+        let Ok(block) = format::decode_part(&t.schema, files) else {
+            continue;
+        };
+        for i in 0..block.rows() {
+            if let [Cell::UInt64(rid), Cell::UInt64(pv), Cell::String(tag)] = block.row(i).as_slice() {
+                rows.push((*rid, json!([rid, pv, tag])));
+            }
+        }
+    }
+    rows.sort_by_key(|(rid, _)| *rid);
+    rows.into_iter().map(|(_, v)| v).collect()
+}
+
+fn replica_state(w: &W, id: u64) -> String {
+    let world = w.borrow();
+    let Some(r) = world.table.as_ref().and_then(|t| t.replicas.get(&id)) else {
+        return "no such replica".into();
+    };
+    match &r.run {
+        None => "down".into(),
+        Some(run) => format!(
+            "readonly: {:?}, queue: {}, log_pointer: {}",
+            run.readonly,
+            run.queue.len(),
+            run.log_pointer
+        ),
+    }
+}
+
+/// The table hooks the nemesis arms (`table …` admin commands): what the
+/// replica answers.
+pub fn admin(w: &W, id: u64, cmd: &str) -> String {
+    let mut world = w.borrow_mut();
+    let up = world.cluster.is_up(id);
+    let Some(r) = world.table.as_mut().and_then(|t| t.replicas.get_mut(&id)) else {
+        return format!("error no table replica on node {id}");
+    };
+    if !up {
+        return "error down".into();
+    }
+    match cmd.trim() {
+        "drop-replies-on" => r.hooks.drop_replies = true,
+        "drop-replies-off" => r.hooks.drop_replies = false,
+        "stop-fetches" => r.hooks.fetches_stopped = true,
+        "resume-fetches" => r.hooks.fetches_stopped = false,
+        "keeper-cut" => r.hooks.keeper_cut = true,
+        "keeper-heal" => r.hooks.keeper_cut = false,
+        other => return format!("error unknown table hook {other:?} in the simulator"),
+    }
+    "ok".into()
+}
+
+/// A wiped node's disk: every part gone (its keeper's data goes too).
+pub fn wipe(w: &W, id: u64) {
+    if let Some(r) = w.borrow_mut().table.as_mut().and_then(|t| t.replicas.get_mut(&id)) {
+        r.disk.clear();
+    }
+}
+
+/// The simulated table as the workload's client reaches it
+/// ([`TableService`]): each request a client hop to the replica and one
+/// back; the client gives up after `op_timeout_us` while the insert
+/// goes on at the replica.
+#[derive(Clone)]
+pub struct SimTable {
+    pub w: W,
+    pub h: H,
+    pub ids: Vec<u64>,
+    pub op_timeout_us: u64,
+}
+
+impl TableService for SimTable {
+    fn replicas(&self) -> Vec<String> {
+        self.ids.iter().map(|i| format!("r{i}")).collect()
+    }
+
+    async fn attempt(&self, at: usize, l: &LogicalInsert, n: u32) -> AttemptOutcome {
+        let (id, w) = (self.ids[at], self.w.clone());
+        let (slot, answer) = exec::oneshot();
+        let (l, w2) = (l.clone(), w.clone());
+        exec::spawn(&w, async move {
+            let d = hop_us(&w2, true);
+            sleep_for(&w2, d).await;
+            let o = insert_at(&w2, id, &l, n).await;
+            let d = hop_us(&w2, true);
+            sleep_for(&w2, d).await;
+            slot.fill(o);
+        });
+        exec::timeout(&w, self.op_timeout_us, answer)
+            .await
+            .unwrap_or_else(|| AttemptOutcome::Info(None, "no answer: timed out".into()))
+    }
+
+    async fn sync_and_read(&self, at: usize, timeout: Duration) -> Result<Vec<Value>, String> {
+        sync_and_read(&self.w, self.ids[at], timeout.as_micros() as u64).await
+    }
+
+    async fn replica_state(&self, at: usize) -> String {
+        replica_state(&self.w, self.ids[at])
+    }
+
+    fn record(
+        &self,
+        process: u64,
+        kind: OpType,
+        f: &str,
+        value: Value,
+        key: Option<String>,
+        node: Option<String>,
+        error: Option<String>,
+    ) {
+        world::record_at(&self.w, &self.h, process, kind, f, value, key, node, error);
+    }
+
+    fn event(&self, f: &str, value: Value) {
+        world::event(&self.w, &self.h, f, value);
+    }
+
+    fn now_us(&self) -> u64 {
+        exec::now_us(&self.w)
+    }
+
+    async fn sleep_us(&self, us: u64) {
+        sleep_for(&self.w, us).await
+    }
+}
