@@ -47,7 +47,7 @@ const CONVERGE_US: u64 = 60_000_000;
 const KV_FINAL_US: u64 = 300_000_000;
 /// Simulated time the table's final phase (a sync and a read of every
 /// replica) may take.
-const TABLE_FINAL_US: u64 = 120_000_000;
+const TABLE_FINAL_US: u64 = 180_000_000;
 
 /// A simulated campaign's outcome.
 pub struct Simulated {

@@ -73,6 +73,8 @@ const OP_TIMEOUT_US: u64 = 10_000_000;
 const RECONNECT_US: u64 = 200_000;
 /// How often the supervisor matches each replica's life to its keeper's.
 const SUPERVISE_US: u64 = 50_000;
+/// Reads of the queue one reload makes at most while commits land.
+const RELOAD_TRIES_MAX: usize = 10;
 /// Where the table lives in the coordinator.
 const TABLE_PATH: &str = "/clickhouse/tables/inserts";
 /// ClickHouse's codes the simulated replica answers with (the node's
@@ -108,7 +110,10 @@ struct Run {
     pointer_version: i32,
     /// This session's leader candidacy.
     candidacy: Option<String>,
-    last_cleanup_us: u64,
+    /// Counts parts made current by commits: a queue reload that saw it
+    /// change under it reads again (the node's reload gate, which
+    /// commits hold shared and a reload alone, orders them the same way).
+    commits: u64,
 }
 
 /// One node's replica: its disk, its life, its hooks.
@@ -236,7 +241,7 @@ fn reconcile(w: &W, id: u64) {
                 log_pointer: 0,
                 pointer_version: -1,
                 candidacy: None,
-                last_cleanup_us: 0,
+                commits: 0,
             });
             r.keeper_life = life;
             r.life += 1;
@@ -250,6 +255,7 @@ fn reconcile(w: &W, id: u64) {
     }
     if let Some(life) = started {
         exec::spawn(w, replica_loop(w.clone(), id, life));
+        exec::spawn(w, leader_loop(w.clone(), id, life));
     }
 }
 
@@ -356,6 +362,7 @@ fn fail_of(e: CallError) -> Fail {
     match e {
         CallError::Zk(ZkError::NoNode) => Fail::NoNode,
         CallError::Zk(ZkError::NodeExists) => Fail::NodeExists,
+        CallError::Zk(ZkError::BadVersion) => Fail::BadVersion,
         CallError::Zk(e) => Fail::Other(format!("{e:?}")),
         CallError::ConnectionLoss => Fail::Lost("connection loss".into()),
         CallError::SessionExpired => Fail::NoSession,
@@ -524,28 +531,33 @@ async fn replica_loop(w: W, id: u64, life: u64) {
         }
         // every entry the queue lets run now, each on a task of its own
         // (the fetch pool bounds them), as the node's runner does
-        let pool = w
-            .borrow()
-            .table
-            .as_ref()
-            .map(|t| t.schema.settings.fetch_pool_size)
-            .unwrap_or(1);
         loop {
-            let now_ms = exec::now_us(&w) / 1000;
-            let sel = with_run(&w, id, life, |run| {
-                if run.readonly.is_some() {
-                    None
-                } else {
-                    run.queue.select(now_ms, pool, 0)
-                }
-            })
-            .flatten();
-            let Some(sel) = sel else { break };
+            let Some(sel) = select(&w, id, life) else { break };
             let (w2, s2) = (w.clone(), s.clone());
-            exec::spawn(&w, async move { run_entry(&w2, id, life, &s2, sel).await });
+            exec::spawn(&w, async move { run_entries(&w2, id, life, &s2, sel).await });
         }
-        cleanup(&w, id, life, &s).await;
         sleep_for(&w, LOOP_US).await;
+    }
+}
+
+/// The leader's chores in life `life`, on a task of their own (as the
+/// node's leader loop): every cleanup period, the block ids past the
+/// window removed when this replica is the leader.
+async fn leader_loop(w: W, id: u64, life: u64) {
+    let period_us = w
+        .borrow()
+        .table
+        .as_ref()
+        .map(|t| t.schema.settings.cleanup_delay_period_ms.max(1) * 1000)
+        .unwrap_or(1_000_000);
+    while alive(&w, id, life) {
+        sleep_for(&w, period_us).await;
+        while_paused(&w, id).await;
+        let s = session(&w, id, life).filter(|s| !s.is_expired());
+        let writable = with_run(&w, id, life, |run| run.readonly.is_none()).unwrap_or(false);
+        if let (Some(s), true) = (s, writable) {
+            cleanup(&w, id, life, s).await;
+        }
     }
 }
 
@@ -678,20 +690,63 @@ async fn register(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &st
             .map_err(|f| format!("re-queueing missing part {part}: {}", f.fail))?;
         log(w, id, "part_missing_refetch", json!({"part": part.name()}));
     }
-    // the queue and the pointer
+    load_queue(w, id, life, s, paths, name).await?;
+    with_run(w, id, life, |run| run.registered = true);
+    Ok(())
+}
+
+/// Reads the replica's queue and log pointer from the coordinator into
+/// memory, its current parts those on disk the coordinator lists for it
+/// (after registration, and after a pull whose pointer moved under it:
+/// an earlier pull that committed and lost its answer).
+async fn load_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
+    for _ in 0..RELOAD_TRIES_MAX {
+        if read_queue(w, id, life, s, paths, name).await? {
+            return Ok(());
+        }
+    }
+    Err(format!(
+        "commits kept landing during {RELOAD_TRIES_MAX} reloads of the queue"
+    ))
+}
+
+/// One [`load_queue`]: false if a commit made a part current while it
+/// read (the listing it read may miss that part), nothing swapped.
+async fn read_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<bool, String> {
+    let Some(epoch) = with_run(w, id, life, |run| run.commits) else {
+        return Ok(true);
+    };
+    let listed: BTreeSet<String> = children(w, s, &paths.parts_of(name))
+        .await
+        .map_err(|f| format!("parts: {f}"))?
+        .into_iter()
+        .collect();
     let dir = paths.queue_of(name);
     let kids = children(w, s, &dir).await.map_err(|f| format!("queue: {f}"))?;
-    let mut queue = Queue::new(settled.current);
-    let mut obsolete = Vec::new();
+    let mut entries = Vec::new();
     for k in &kids {
-        let Some((d, _)) = get(w, s, &format!("{dir}/{k}"))
+        if let Some((d, _)) = get(w, s, &format!("{dir}/{k}"))
             .await
             .map_err(|f| format!("queue entry: {f}"))?
-        else {
-            continue;
-        };
+        {
+            entries.push((k.clone(), d));
+        }
+    }
+    let (ptr, version) = get(w, s, &paths.log_pointer_of(name))
+        .await
+        .map_err(|f| format!("log_pointer: {f}"))?
+        .ok_or("no log_pointer")?;
+    let mut current = ActivePartSet::new();
+    for p in disk_parts(w, id).into_iter().filter(|p| listed.contains(p)) {
+        if let Ok(pi) = PartInfo::parse(&p) {
+            let _ = current.add(pi);
+        }
+    }
+    let mut queue = Queue::new(current);
+    let mut obsolete = Vec::new();
+    for (k, d) in entries {
         match drift_table::LogEntry::decode(&String::from_utf8_lossy(&d)) {
-            Ok(entry) => obsolete.extend(queue.push(k.clone(), entry)?),
+            Ok(entry) => obsolete.extend(queue.push(k, entry)?),
             Err(why) => log(
                 w,
                 id,
@@ -703,21 +758,25 @@ async fn register(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &st
     for z in obsolete {
         let _ = delete(w, s, &format!("{dir}/{z}")).await;
     }
-    let (ptr, version) = get(w, s, &paths.log_pointer_of(name))
-        .await
-        .map_err(|f| format!("log_pointer: {f}"))?
-        .ok_or("no log_pointer")?;
     let current: Vec<PartInfo> = queue.current().iter().cloned().collect();
-    with_run(w, id, life, |run| {
+    let swapped = with_run(w, id, life, |run| {
+        if run.commits != epoch {
+            return false;
+        }
+        // entries running now finish against the new queue
+        queue.adopt_running(&run.queue);
         run.queue = queue;
         run.log_pointer = core::parse_pointer(&ptr);
         run.pointer_version = version;
-        run.registered = true;
+        true
     });
+    if swapped != Some(true) {
+        return Ok(swapped.is_none());
+    }
     for p in current {
         check_current(w, id, &paths.my_part(&p.name()), &p);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The invariant: a part becomes current only where the coordinator
@@ -806,6 +865,16 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
         }
         let created = match multi(w, s, &b.ops).await {
             Ok(r) => r,
+            Err(MultiFail {
+                fail: Fail::BadVersion, ..
+            }) => {
+                // the pointer moved under this pull (an earlier one that
+                // committed and lost its answer): the queue read again
+                if let Err(e) = load_queue(w, id, life, s, &paths, &name).await {
+                    log(w, id, "queue_reload_failed", json!({"error": e}));
+                }
+                return Ok(());
+            }
             Err(MultiFail { fail, .. }) => return Err(fail),
         };
         let obsolete = with_run(w, id, life, |run| {
@@ -837,6 +906,34 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
 }
 
 // ---- the queue ----------------------------------------------------------------
+
+/// The next entry the queue lets run on replica `id` now (none while it
+/// is read-only; the fetch pool bounds how many run at once).
+fn select(w: &W, id: u64, life: u64) -> Option<Selected> {
+    let pool = w.borrow().table.as_ref()?.schema.settings.fetch_pool_size;
+    let now_ms = exec::now_us(w) / 1000;
+    with_run(w, id, life, |run| {
+        if run.readonly.is_some() {
+            None
+        } else {
+            run.queue.select(now_ms, pool, 0)
+        }
+    })
+    .flatten()
+}
+
+/// Runs `first`, then whatever the queue lets run next, until it lets
+/// nothing run (a finished entry wakes the runner, as on the node).
+async fn run_entries(w: &W, id: u64, life: u64, s: &SimZk, first: Selected) {
+    let mut next = Some(first);
+    while let Some(sel) = next {
+        run_entry(w, id, life, s, sel).await;
+        if s.is_expired() || !alive(w, id, life) {
+            return;
+        }
+        next = select(w, id, life);
+    }
+}
 
 /// Runs one selected entry (a part to fetch: the only kind this table's
 /// log holds without merges) and finishes it in the queue.
@@ -984,6 +1081,7 @@ async fn commit_entry(
     let part = sel.entry.new_part().clone();
     let finished = with_run(w, id, life, |run| {
         if listing.is_some() {
+            run.commits += 1;
             run.queue.add_current(part.clone())?;
         }
         run.queue.finish_ok(&sel.znode).map(|_| ())
@@ -1036,11 +1134,11 @@ async fn fetch(w: &W, to: u64, from: u64, part: &str) -> Result<Files, String> {
 
 // ---- the leader's cleanup -------------------------------------------------------
 
-/// As the leader (the lowest candidacy), every cleanup period: the block
-/// ids past the window removed.
-async fn cleanup(w: &W, id: u64, life: u64, s: &SimZk) {
-    let now = exec::now_us(w);
-    let (paths, window, window_s, period_us) = {
+/// As the leader (the lowest candidacy): the block ids past the window
+/// removed, a multi per chunk (the ids' creation times asked all at
+/// once, as the node's one multi-read does).
+async fn cleanup(w: &W, id: u64, life: u64, s: Rc<SimZk>) {
+    let (paths, window, window_s) = {
         let world = w.borrow();
         let Some(t) = world.table.as_ref() else { return };
         let st = &t.schema.settings;
@@ -1048,42 +1146,61 @@ async fn cleanup(w: &W, id: u64, life: u64, s: &SimZk) {
             t.paths_of(id),
             st.replicated_deduplication_window,
             st.replicated_deduplication_window_seconds,
-            st.cleanup_delay_period_ms.max(1) * 1000,
         )
     };
-    let Some((candidacy, last)) = with_run(w, id, life, |run| (run.candidacy.clone(), run.last_cleanup_us)) else {
+    let Some(Some(candidacy)) = with_run(w, id, life, |run| run.candidacy.clone()) else {
         return;
     };
-    let Some(candidacy) = candidacy else { return };
-    if now < last + period_us {
-        return;
-    }
-    with_run(w, id, life, |run| run.last_cleanup_us = now);
-    let Ok(candidates) = children(w, s, &paths.leader_election()).await else {
+    let Ok(candidates) = children(w, &s, &paths.leader_election()).await else {
         return;
     };
-    let prefix = format!("{}/leader-", paths.leader_election());
+    let dir = paths.leader_election();
+    let prefix = format!("{dir}/leader-");
     let lowest = candidates
         .iter()
-        .filter_map(|c| sequence_of(&format!("{}/{c}", paths.leader_election()), &prefix).map(|n| (n, c)))
+        .map(|c| format!("{dir}/{c}"))
+        .filter_map(|c| sequence_of(&c, &prefix).map(|n| (n, c)))
         .min();
-    if lowest.map(|(_, c)| format!("{}/{c}", paths.leader_election())) != Some(candidacy) {
+    if lowest.map(|(_, c)| c) != Some(candidacy) {
         return;
     }
-    let Ok(ids) = children(w, s, &paths.blocks()).await else {
+    let Ok(ids) = children(w, &s, &paths.blocks()).await else {
         return;
     };
+    let mut waits = Vec::new();
+    for b in &ids {
+        let (slot, wait) = exec::oneshot();
+        let (w2, s2, path) = (w.clone(), s.clone(), format!("{}/{b}", paths.blocks()));
+        exec::spawn(w, async move { slot.fill(exists(&w2, &s2, &path).await) });
+        waits.push(wait);
+    }
     let mut dated = Vec::new();
-    for b in ids {
-        if let Ok(Some(st)) = exists(w, s, &format!("{}/{b}", paths.blocks())).await {
+    for (b, wait) in ids.into_iter().zip(waits) {
+        if let Ok(Some(st)) = wait.await {
             dated.push((b, st.ctime));
         }
     }
     let remove = block_ids_to_remove(&dated, window, window_s);
     let mut removed = 0;
-    for b in &remove {
-        if delete(w, s, &format!("{}/{b}", paths.blocks())).await.is_ok() {
-            removed += 1;
+    for chunk in remove.chunks(drift_table::zk::MULTI_OPS_MAX) {
+        let ops: Vec<KeeperOp> = chunk
+            .iter()
+            .map(|b| KeeperOp::Delete {
+                path: format!("{}/{b}", paths.blocks()),
+                version: -1,
+            })
+            .collect();
+        match multi(w, &s, &ops).await {
+            Ok(_) => removed += chunk.len(),
+            // one gone already: the rest one by one
+            Err(MultiFail { index: Some(_), .. }) => {
+                for op in &ops {
+                    if delete(w, &s, op.path()).await.is_ok() {
+                        removed += 1;
+                    }
+                }
+            }
+            Err(_) => break,
         }
     }
     if removed > 0 {
@@ -1092,6 +1209,65 @@ async fn cleanup(w: &W, id: u64, life: u64, s: &SimZk) {
             id,
             "block_ids_cleaned",
             json!({"removed": removed, "kept": dated.len() - removed}),
+        );
+    }
+    clean_log(w, id, &s, &paths).await;
+}
+
+/// The leader's log cleanup: entries every replica copied go, the
+/// newest `min_replicated_logs_to_keep` stay (`drift_table::cleanup`).
+/// No replica is marked lost: the simulated table does not clone one.
+async fn clean_log(w: &W, id: u64, s: &SimZk, paths: &Paths) {
+    let min_keep = match w.borrow().table.as_ref() {
+        Some(t) => t.schema.settings.min_replicated_logs_to_keep,
+        None => return,
+    };
+    let Ok(names) = children(w, s, &paths.log()).await else {
+        return;
+    };
+    let prefix = paths.log_prefix();
+    let entries: Vec<(u64, String)> = names
+        .iter()
+        .filter_map(|n| sequence_of(&format!("{}/{n}", paths.log()), &prefix).map(|i| (i, n.clone())))
+        .collect();
+    let newest = entries.iter().map(|(i, _)| *i).max();
+    let Ok(replicas) = children(w, s, &paths.replicas()).await else {
+        return;
+    };
+    let mut pointers = Vec::new();
+    for r in replicas {
+        let Ok(Some((p, _))) = get(w, s, &paths.log_pointer_of(&r)).await else {
+            return;
+        };
+        pointers.push(drift_table::cleanup::ReplicaPointer {
+            log_pointer: core::parse_pointer(&p),
+            is_active: true,
+            is_lost: false,
+            name: r,
+        });
+    }
+    let plan = drift_table::cleanup::log_cleanup(newest, &pointers, min_keep, u64::MAX);
+    let old: Vec<KeeperOp> = entries
+        .iter()
+        .filter(|(i, _)| *i < plan.remove_below)
+        .map(|(_, n)| KeeperOp::Delete {
+            path: format!("{}/{n}", paths.log()),
+            version: -1,
+        })
+        .collect();
+    let mut removed = 0;
+    for chunk in old.chunks(drift_table::zk::MULTI_OPS_MAX) {
+        if multi(w, s, chunk).await.is_err() {
+            break;
+        }
+        removed += chunk.len();
+    }
+    if removed > 0 {
+        log(
+            w,
+            id,
+            "log_cleaned",
+            json!({"removed": removed, "below": plan.remove_below}),
         );
     }
 }
@@ -1333,7 +1509,11 @@ async fn insert_block(
 /// invariant checked: the coordinator lists it there).
 fn make_current(w: &W, id: u64, life: u64, part: &PartInfo, parts_dir: &str) {
     check_current(w, id, &format!("{parts_dir}/{}", part.name()), part);
-    let refused = with_run(w, id, life, |run| run.queue.add_current(part.clone()).err()).flatten();
+    let refused = with_run(w, id, life, |run| {
+        run.commits += 1;
+        run.queue.add_current(part.clone()).err()
+    })
+    .flatten();
     if let Some(e) = refused {
         log(w, id, "insert_part_refused", json!({"part": part.name(), "error": e}));
     }

@@ -46,6 +46,8 @@ const ALLOCATE_TRIES_MAX: u32 = 2;
 pub enum Fail {
     NodeExists,
     NoNode,
+    /// A versioned op found another version.
+    BadVersion,
     /// The outcome is unknown (the answer was lost).
     Lost(String),
     /// No live session: the call was not made.
@@ -58,6 +60,7 @@ impl std::fmt::Display for Fail {
         match self {
             Fail::NodeExists => write!(f, "node exists"),
             Fail::NoNode => write!(f, "no node"),
+            Fail::BadVersion => write!(f, "bad version"),
             Fail::Lost(why) => write!(f, "outcome unknown: {why}"),
             Fail::NoSession => write!(f, "no coordinator session"),
             Fail::Other(why) => write!(f, "{why}"),

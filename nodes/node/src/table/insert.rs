@@ -100,6 +100,7 @@ fn fail_of(e: &ZkErr) -> Fail {
     match e {
         ZkErr::NodeExists => Fail::NodeExists,
         ZkErr::NoNode => Fail::NoNode,
+        ZkErr::BadVersion => Fail::BadVersion,
         ZkErr::Lost(why) => Fail::Lost(why.clone()),
         ZkErr::NoSession => Fail::NoSession,
         other => Fail::Other(other.to_string()),
