@@ -180,6 +180,25 @@ impl World {
     }
 }
 
+/// Ends the world's tasks and what clients wait for: a task holds the
+/// world, and the world its tasks, so without this a finished run would
+/// never be freed (a sweep runs thousands).
+pub fn shut_down(w: &W) {
+    let (tasks, conns, timers, table) = {
+        let mut world = w.borrow_mut();
+        (
+            std::mem::take(&mut world.spawned),
+            std::mem::take(&mut world.conns),
+            std::mem::take(&mut world.timers),
+            world.table.take(),
+        )
+    };
+    drop(tasks);
+    drop(conns);
+    drop(timers);
+    drop(table);
+}
+
 /// Starts `task` beside the running ones: it runs through this and later
 /// [`run`]s until it ends (a server's timer loop, a message in flight).
 pub fn spawn(w: &W, task: impl Future<Output = ()> + 'static) {

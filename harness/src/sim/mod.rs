@@ -279,17 +279,13 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let mut ops = std::mem::take(&mut h.borrow_mut().ops);
     let (logs, violations) =
         world::onto_timeline(&world.cluster, world.kv.as_ref(), world.table.as_ref(), t0_us, &mut ops);
-    // a replica's session holds the world: let go of them
-    if let Some(t) = world.table.as_mut() {
-        t.shut_down();
-    }
     // one timeline: by time, recorded order within a time
     ops.sort_by_key(|o| o.time);
     for (i, o) in ops.iter_mut().enumerate() {
         o.index = i as u64;
     }
     let applied = stage.applied.borrow().clone();
-    Simulated {
+    let done = Simulated {
         ops,
         logs,
         applied,
@@ -297,7 +293,10 @@ pub fn simulate(c: &Campaign) -> Simulated {
         trace_hash: world.cluster.trace_hash(),
         simulated_us: end_us,
         events: world.cluster.events(),
-    }
+    };
+    drop(world);
+    exec::shut_down(&w);
+    done
 }
 
 /// The delete workload's final phase (`crate::deletes::final_phase`) on

@@ -141,6 +141,7 @@ pub struct TableSim {
     pub logs: BTreeMap<u64, Vec<(u64, &'static str, Value)>>,
     /// Broken invariants: (simulated µs, node, what), each once.
     pub violations: Vec<(u64, u64, String)>,
+    /// (replica, kind) of the invariants reported broken.
     reported: BTreeSet<(u64, String)>,
 }
 
@@ -189,13 +190,6 @@ impl TableSim {
     fn paths_of(&self, id: u64) -> Paths {
         Paths::new(TABLE_PATH, &self.replicas[&id].name)
     }
-
-    /// Every session let go (the end of a run: a session holds the world).
-    pub fn shut_down(&mut self) {
-        for r in self.replicas.values_mut() {
-            r.run = None;
-        }
-    }
 }
 
 // ---- the world's bookkeeping ------------------------------------------------
@@ -208,11 +202,13 @@ fn log(w: &W, id: u64, event: &'static str, fields: Value) {
     }
 }
 
-fn violated(w: &W, id: u64, what: String) {
+/// A broken invariant, reported once per replica and `kind` (a defect
+/// breaks it at every insert: the first says what).
+fn violated(w: &W, id: u64, kind: &str, what: String) {
     let mut world = w.borrow_mut();
     let now = world.cluster.now_us();
     if let Some(t) = world.table.as_mut() {
-        if t.reported.insert((id, what.clone())) {
+        if t.reported.insert((id, kind.to_string())) {
             t.violations.push((now, id, what));
         }
     }
@@ -786,6 +782,7 @@ fn check_current(w: &W, id: u64, listing: &str, part: &PartInfo) {
         violated(
             w,
             id,
+            "current before listed",
             format!("part {part} became current on r{id} while the coordinator does not list it there"),
         );
     }
@@ -1022,11 +1019,8 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
         }
     };
     if Checksums::of(&files) != listed {
-        violated(
-            w,
-            id,
-            format!("part {part} installed on r{id} with files its writer's checksums do not match"),
-        );
+        let what = format!("part {part} installed on r{id} with files its writer's checksums do not match");
+        violated(w, id, "installed unchecked", what);
     }
     if !alive(w, id, life) {
         return Err("the replica stopped".into());
@@ -1362,29 +1356,21 @@ async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome 
             defects,
         };
         match insert_block(w, id, life, &s, spec, files, &parts_dir).await {
-            Ok(Done::Committed(part)) => {
+            Ok(Done::Committed(part) | Done::DefectLost(part)) => {
                 // the invariant: what is acknowledged is in the coordinator
+                // (what the `lose-part`, `no-block-id` and `skip-dedup`
+                // defects break)
                 if !coordinator_has(w, &paths.my_part(&part.name())) {
-                    violated(
-                        w,
-                        id,
-                        format!("insert of part {part} acknowledged on r{id}, the part not listed there"),
-                    );
+                    let what = format!("insert of part {part} acknowledged on r{id}, the part not listed there");
+                    violated(w, id, "acknowledged part not listed", what);
                 }
-                if let Some(b) = bid.as_ref().filter(|_| !(defects.skip_dedup || defects.no_block_id)) {
+                if let Some(b) = &bid {
                     if !coordinator_has(w, &paths.block(b)) {
-                        violated(
-                            w,
-                            id,
-                            format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded"),
-                        );
+                        let what =
+                            format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded");
+                        violated(w, id, "acknowledged block id not recorded", what);
                     }
                 }
-                written += 1;
-                rows_written += block.rows() as u64;
-                parts.push(part.name());
-            }
-            Ok(Done::DefectLost(part)) => {
                 written += 1;
                 rows_written += block.rows() as u64;
                 parts.push(part.name());

@@ -241,6 +241,30 @@ mod tests {
         Paths::new("/t", "r1")
     }
 
+    proptest::proptest! {
+        /// Against a reference: the puller copies every entry at or past
+        /// its pointer, each once, in index order, and names a gap exactly
+        /// when the oldest left is past a pointer that moved.
+        #[test]
+        fn the_puller_copies_what_a_reference_says(
+            indexes in proptest::collection::btree_set(0u64..200, 0..40),
+            junk in proptest::collection::vec("[a-z]{1,8}", 0..4),
+            pointer in 0u64..220,
+        ) {
+            let mut names: Vec<String> = indexes.iter().map(|i| crate::zk::sequence_name("log-", *i)).collect();
+            names.extend(junk);
+            names.reverse();
+            let c = to_copy(&names, pointer);
+            let want: Vec<u64> = indexes.iter().copied().filter(|i| *i >= pointer).collect();
+            proptest::prop_assert_eq!(c.entries.iter().map(|(i, _)| *i).collect::<Vec<_>>(), want.clone());
+            for (i, n) in &c.entries {
+                proptest::prop_assert_eq!(sequence_of(n, "log-"), Some(*i));
+            }
+            let gap = want.first().copied().filter(|f| *f > pointer && pointer > 0);
+            proptest::prop_assert_eq!(c.gap, gap);
+        }
+    }
+
     #[test]
     fn the_puller_copies_from_its_pointer_in_order_and_names_a_gap() {
         let names: Vec<String> = ["log-0000000004", "log-0000000002", "log-0000000003", "junk"]
