@@ -527,8 +527,7 @@ async fn replica_loop(w: W, id: u64, life: u64) {
         }
         // every entry the queue lets run now, each on a task of its own
         // (the fetch pool bounds them), as the node's runner does
-        loop {
-            let Some(sel) = select(&w, id, life) else { break };
+        while let Some(sel) = select(&w, id, life) {
             let (w2, s2) = (w.clone(), s.clone());
             exec::spawn(&w, async move { run_entries(&w2, id, life, &s2, sel).await });
         }
