@@ -592,6 +592,46 @@ fn rule_12_a_reused_token_shows_only_the_first_data() {
     assert!(count(&d, "phantom") >= 1, "{d}");
 }
 
+/// Found by the simulator (`drift sim --workload insert-retry`, seed
+/// 778): a reused token's second attempt was deduplicated against the
+/// first data, the id was then freed by the window, and a third attempt
+/// stored its data. Where the removal fell is known only as a range: it
+/// may come after the second attempt, so the third's data may stand
+/// beside the first's. The second's data may not (it never committed
+/// first after a removal possible before it), nor may the first's be
+/// missing with the others there.
+#[test]
+fn rule_12_a_removal_may_fall_after_a_deduplicated_attempt() {
+    let build = |visible: &[Row]| {
+        let mut h = H::new(2, 600.0, &R);
+        h.attempt(1, 1, Some("t"), &[("0", A)], 0, 10, "ok", None);
+        for (i, id) in [10u64, 11, 12].iter().enumerate() {
+            h.simple(
+                10 + i as u64,
+                1,
+                &[(*id, "o", 0)],
+                20 + i as i64 * 10,
+                25 + i as i64 * 10,
+                "ok",
+            );
+        }
+        h.attempt(2, 1, Some("t"), &[("0", B)], 100, 110, "ok", None);
+        h.attempt(3, 1, Some("t"), &[("0", &[(9, "c", 9)][..])], 120, 130, "ok", None);
+        let mut rows: Vec<Row> = vec![(10, "o", 0), (11, "o", 0), (12, "o", 0)];
+        rows.extend_from_slice(visible);
+        h.read_all(&R, &rows);
+        h.check()
+    };
+    let c: &[Row] = &[(9, "c", 9)];
+    let first_and_third: Vec<Row> = A.iter().chain(c).copied().collect();
+    let (v, d) = build(&first_and_third);
+    assert_eq!(v, Verdict::Valid, "{d}");
+    let second_and_third: Vec<Row> = B.iter().chain(c).copied().collect();
+    let (v, d) = build(&second_and_third);
+    assert_eq!(v, Verdict::Invalid, "{d}");
+    assert!(count(&d, "phantom") >= 1, "{d}");
+}
+
 #[test]
 fn rule_13_a_retry_with_another_split_is_nonidempotent() {
     let (v, d) = H::new(1000, 600.0, &R)

@@ -125,9 +125,9 @@ impl Coordinator {
     }
 }
 
-/// The faults a simulated cluster knows: every fault but those that act
-/// on the replicated table or the kv service, which the simulator does
-/// not run (it simulates the keeper).
+/// The faults a simulated keeper cluster knows: every fault but those
+/// that act on the replicated table or the kv service, which the
+/// simulator adds for the workloads that run them.
 pub const SIM_FAULTS: [FaultKind; 8] = [
     FaultKind::Partition,
     FaultKind::Kill,

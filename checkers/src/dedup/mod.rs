@@ -45,7 +45,12 @@
 //!     and (11) distinct tokens do not.
 //! 12. A token reused with different data: only the data of one attempt
 //!     invoked before the key's earliest `ok` completion may be visible;
-//!     anything else of that key is phantom.
+//!     anything else of that key is phantom — except, per removal rule 6
+//!     allows, the data of one attempt that committed after it. Where a
+//!     removal fell is known only as a range, so every placement is
+//!     tried: the visible data must be, in chain order, the first commit
+//!     and then commits each possible after a removal of the id the one
+//!     before stored.
 //! 13. **nonidempotent-retry** — a retry whose block split differs from its
 //!     first attempt's; its blocks count as keys of their own and its
 //!     logical insert is left out of rules 6–7.
@@ -615,8 +620,10 @@ struct Removals {
 struct KeyJudgement<'k> {
     key: &'k Key,
     removals: Removals,
-    /// Rule 12: per variant, whether it may be visible.
+    /// Rule 12: per variant, whether it may be visible by the epochs
+    /// alone (a chain too long to search), and the search's facts.
     allowed_variants: Vec<bool>,
+    rule_12: Option<Rule12>,
     /// Rule 6a's allowance, when the witness knows the key's ids.
     allowance: Option<witness::Allowance>,
     live: u64,
@@ -842,10 +849,105 @@ fn rule_6_removals(timeline: &Timeline, params: &Params, ki: u32, chain: &[&Atte
     Removals { pairs, epoch_of }
 }
 
-/// Rule 12, per variant of a token key: whether an attempt of it could
-/// have committed before its epoch's first acknowledgement (an
-/// indeterminate attempt ends never, so whatever follows it is a new
-/// epoch). Empty where the key has one variant.
+/// Rule 12 for a token key with several data (variants): which of its
+/// attempts may have stored its data first, and after which others a
+/// removal of the id was possible. Where the removals fell is not known,
+/// only where they could have: the variants a replica shows are judged
+/// against every placement (see [`Rule12::allows`]).
+struct Rule12 {
+    /// Per attempt of the chain, the variant its rows are.
+    variant_at: Vec<Option<usize>>,
+    /// Per attempt: not failed, and invoked before the key's first
+    /// acknowledgement (it could have committed first of all).
+    first: Vec<bool>,
+    /// `after[p][q]` (p before q in the chain): q could have committed
+    /// after a removal of the id p stored (rule 6, either order).
+    after: Vec<Vec<bool>>,
+}
+
+/// Chains longer than this are judged by the epochs alone (the search
+/// below is over subsets of the chain).
+const RULE_12_CHAIN_MAX: usize = 64;
+
+impl Rule12 {
+    fn new(timeline: &Timeline, params: &Params, ki: u32, k: &Key, chain: &[&Attempt]) -> Option<Rule12> {
+        if k.variants.len() <= 1 || chain.len() > RULE_12_CHAIN_MAX {
+            return None;
+        }
+        let first_ok = chain
+            .iter()
+            .filter(|a| a.class == Class::Ok)
+            .map(|a| a.end)
+            .min()
+            .unwrap_or(i64::MAX);
+        let variant_at = k
+            .chain
+            .iter()
+            .map(|&a| k.variants.iter().position(|v| v.attempts.contains(&a)))
+            .collect();
+        let live = |a: &Attempt| a.class != Class::Fail;
+        let first = chain.iter().map(|a| live(a) && a.start < first_ok).collect();
+        let after = (0..chain.len())
+            .map(|p| {
+                (0..chain.len())
+                    .map(|q| {
+                        q > p
+                            && live(chain[q])
+                            && (removal_possible(timeline, params, ki, chain[p], chain[q])
+                                || removal_possible(timeline, params, ki, chain[q], chain[p]))
+                    })
+                    .collect()
+            })
+            .collect();
+        Some(Rule12 {
+            variant_at,
+            first,
+            after,
+        })
+    }
+
+    /// Whether the `visible` variants can each be the data of the first
+    /// commit of one stretch between removals: some attempts c0 < c1 < …
+    /// of the chain, one per visible variant, c0 able to commit first of
+    /// all and each next one after a removal of the id the one before it
+    /// stored (the removal placed just before its commit: whatever was
+    /// acknowledged before that deduplicated against the earlier id).
+    fn allows(&self, visible: &[usize]) -> bool {
+        let mut left: Vec<usize> = visible.to_vec();
+        self.search(None, &mut left)
+    }
+
+    fn search(&self, prev: Option<usize>, left: &mut Vec<usize>) -> bool {
+        if left.is_empty() {
+            return true;
+        }
+        let from = prev.map_or(0, |p| p + 1);
+        for q in from..self.variant_at.len() {
+            let Some(v) = self.variant_at[q] else { continue };
+            let Some(i) = left.iter().position(|&x| x == v) else {
+                continue;
+            };
+            let can = match prev {
+                None => self.first[q],
+                Some(p) => self.after[p][q],
+            };
+            if can {
+                left.swap_remove(i);
+                if self.search(Some(q), left) {
+                    return true;
+                }
+                left.push(v);
+                let last = left.len() - 1;
+                left.swap(i, last);
+            }
+        }
+        false
+    }
+}
+
+/// Rule 12 by the epochs of rule 6 alone, for a chain too long to search:
+/// per variant, whether an attempt of it could have committed before its
+/// epoch's first acknowledgement.
 fn rule_12_allowed_variants(m: &Model, k: &Key, chain: &[&Attempt], removals: &Removals) -> Vec<bool> {
     if k.variants.len() <= 1 {
         return Vec::new();
@@ -942,8 +1044,11 @@ impl Judge<'_> {
             return;
         }
         let epochs = j.removals.pairs as usize + 1;
-        let bad_variants = visible.iter().filter(|&&vi| !j.allowed_variants[vi]).count();
-        if visible.len() > epochs || bad_variants > 0 {
+        let allowed = match &j.rule_12 {
+            Some(r) => r.allows(visible),
+            None => visible.len() <= epochs && visible.iter().all(|&vi| j.allowed_variants[vi]),
+        };
+        if !allowed {
             let k = j.key;
             self.f.add(
                 "phantom",
@@ -1303,10 +1408,12 @@ impl Checker for Dedup {
                 }
             }
             let allowed_variants = rule_12_allowed_variants(&m, k, &chain, &removals);
+            let rule_12 = Rule12::new(&timeline, &params, ki, k, &chain);
             judge.key(&KeyJudgement {
                 key: k,
                 removals,
                 allowed_variants,
+                rule_12,
                 allowance,
                 live,
                 has_ok,

@@ -6,6 +6,9 @@
 //! fault schedule, the same history format, checkers and store as a
 //! campaign on real processes. The seed replays a run exactly, event for
 //! event: `drift replay` of a simulated run gives the same history.
+//! Beside each keeper runs, for the delete workload, a kv server
+//! (`kv.rs`), and for the insert-retry workload a table replica
+//! (`table.rs`) that the simulated keepers coordinate.
 //!
 //! Besides the history checkers, the cluster's invariants (one leader per
 //! term, committed entries never change, digest aborts exactly where a

@@ -969,26 +969,39 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
     if hooks(w, id).fetches_stopped {
         return Err("fetches are stopped".into());
     }
-    // a replica (not this one) that lists the part and is active
-    let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
+    // the writer on the first try (one round trip: it has the part
+    // unless it lost it), after a failure an active replica that lists it
     let mut source = None;
-    for r in replicas.iter().filter(|r| **r != name) {
-        if exists(w, s, &paths.part_of(r, &part.name()))
+    let writer = &sel.entry.source_replica;
+    if sel.tries <= 1 && *writer != name {
+        if exists(w, s, &paths.part_of(writer, &part.name()))
             .await
             .map_err(|f| f.to_string())?
-            .is_none()
+            .is_some()
         {
-            continue;
+            source = Some(writer.clone());
         }
-        if exists(w, s, &paths.is_active_of(r))
-            .await
-            .map_err(|f| f.to_string())?
-            .is_none()
-        {
-            continue;
+    }
+    if source.is_none() {
+        let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
+        for r in replicas.iter().filter(|r| **r != name) {
+            if exists(w, s, &paths.part_of(r, &part.name()))
+                .await
+                .map_err(|f| f.to_string())?
+                .is_none()
+            {
+                continue;
+            }
+            if exists(w, s, &paths.is_active_of(r))
+                .await
+                .map_err(|f| f.to_string())?
+                .is_none()
+            {
+                continue;
+            }
+            source = Some(r.clone());
+            break;
         }
-        source = Some(r.clone());
-        break;
     }
     let Some(source) = source else {
         return Err(format!("No active replica has part {part} or covering part"));
