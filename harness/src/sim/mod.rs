@@ -275,6 +275,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
     });
 
     // the invariants, and the servers' own events, onto the timeline
+    table::finish(&w);
     let mut world = w.borrow_mut();
     world.cluster.invariants.finish();
     let end_us = world.cluster.now_us();

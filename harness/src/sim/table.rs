@@ -143,6 +143,13 @@ pub struct TableSim {
     pub violations: Vec<(u64, u64, String)>,
     /// (replica, kind) of the invariants reported broken.
     reported: BTreeSet<(u64, String)>,
+    /// Paths an invariant expects in the coordinator that no running
+    /// keeper had applied yet when it looked (the server that answered may
+    /// have crashed before any other applied the commit): (replica, kind)
+    /// → (path, what it breaks if it never shows).
+    pending: BTreeMap<(u64, String), (String, String)>,
+    /// Inserts still running at a replica (their client may have given up).
+    in_flight: u64,
 }
 
 impl TableSim {
@@ -184,6 +191,8 @@ impl TableSim {
             logs: BTreeMap::new(),
             violations: Vec::new(),
             reported: BTreeSet::new(),
+            pending: BTreeMap::new(),
+            in_flight: 0,
         }
     }
 
@@ -271,6 +280,7 @@ pub fn start(w: &W, t: TableSim) {
             for &id in &ids {
                 reconcile(&w2, id);
             }
+            recheck(&w2);
         }
     });
 }
@@ -467,16 +477,72 @@ async fn multi(w: &W, s: &SimZk, ops: &[KeeperOp]) -> Result<Vec<String>, MultiF
     }
 }
 
-/// Whether any running keeper's applied tree has `path` (the
-/// invariants' look at the coordinator, outside the simulation's
-/// messages).
+/// Whether any running keeper's applied tree has `path`, or a keeper
+/// witnessed its creation as a block id (the invariants' look at the
+/// coordinator, outside the simulation's messages).
 fn coordinator_has(w: &W, path: &str) -> bool {
     let world = w.borrow();
     let c = &world.cluster;
-    c.ids()
+    let applied = c
+        .ids()
         .into_iter()
         .filter_map(|i| c.server(i))
-        .any(|s| s.state().get(path).is_some())
+        .any(|s| s.state().get(path).is_some());
+    applied
+        || c.ids().into_iter().any(|i| {
+            c.log(i).iter().any(|(_, ev, f)| {
+                *ev == drift_keeper::NodeEvent::BlockId.name()
+                    && f["path"] == path
+                    && f["op"] == "create"
+                    && !f["ctime_ms"].is_null()
+            })
+        })
+}
+
+/// An invariant that `path` is in the coordinator: checked now, and if no
+/// running keeper has it yet, again as the run goes on; broken (`what`)
+/// only if it never shows ([`finish`]). One pending look per replica and
+/// kind, none once that kind was reported.
+fn expect_in_coordinator(w: &W, id: u64, kind: &str, path: &str, what: String) {
+    if coordinator_has(w, path) {
+        return;
+    }
+    let mut world = w.borrow_mut();
+    if let Some(t) = world.table.as_mut() {
+        let key = (id, kind.to_string());
+        if !t.reported.contains(&key) {
+            t.pending.entry(key).or_insert_with(|| (path.to_string(), what));
+        }
+    }
+}
+
+/// Looks again at the pending expectations: those the coordinator now
+/// shows are met.
+fn recheck(w: &W) {
+    let pending: Vec<((u64, String), String)> = match w.borrow().table.as_ref() {
+        Some(t) => t.pending.iter().map(|(k, (p, _))| (k.clone(), p.clone())).collect(),
+        None => return,
+    };
+    for (key, path) in pending {
+        if coordinator_has(w, &path) {
+            if let Some(t) = w.borrow_mut().table.as_mut() {
+                t.pending.remove(&key);
+            }
+        }
+    }
+}
+
+/// The run's end: an expectation still unmet after the heal and the
+/// final phase (every keeper back and converged) is a broken invariant.
+pub fn finish(w: &W) {
+    recheck(w);
+    let pending = match w.borrow_mut().table.as_mut() {
+        Some(t) => std::mem::take(&mut t.pending),
+        None => return,
+    };
+    for ((id, kind), (_, what)) in pending {
+        violated(w, id, &kind, what);
+    }
 }
 
 // ---- the replica's life ---------------------------------------------------
@@ -777,14 +843,8 @@ async fn read_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &
 /// The invariant: a part becomes current only where the coordinator
 /// lists it for this replica.
 fn check_current(w: &W, id: u64, listing: &str, part: &PartInfo) {
-    if !coordinator_has(w, listing) {
-        violated(
-            w,
-            id,
-            "current before listed",
-            format!("part {part} became current on r{id} while the coordinator does not list it there"),
-        );
-    }
+    let what = format!("part {part} became current on r{id} while the coordinator does not list it there");
+    expect_in_coordinator(w, id, "current before listed", listing, what);
 }
 
 // ---- the disk ---------------------------------------------------------------
@@ -1372,16 +1432,17 @@ async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome 
                 // the invariant: what is acknowledged is in the coordinator
                 // (what the `lose-part`, `no-block-id` and `skip-dedup`
                 // defects break)
-                if !coordinator_has(w, &paths.my_part(&part.name())) {
-                    let what = format!("insert of part {part} acknowledged on r{id}, the part not listed there");
-                    violated(w, id, "acknowledged part not listed", what);
-                }
+                let what = format!("insert of part {part} acknowledged on r{id}, the part not listed there");
+                expect_in_coordinator(
+                    w,
+                    id,
+                    "acknowledged part not listed",
+                    &paths.my_part(&part.name()),
+                    what,
+                );
                 if let Some(b) = &bid {
-                    if !coordinator_has(w, &paths.block(b)) {
-                        let what =
-                            format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded");
-                        violated(w, id, "acknowledged block id not recorded", what);
-                    }
+                    let what = format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded");
+                    expect_in_coordinator(w, id, "acknowledged block id not recorded", &paths.block(b), what);
                 }
                 written += 1;
                 rows_written += block.rows() as u64;
@@ -1567,10 +1628,26 @@ async fn resolve_later(w: W, id: u64, life: u64, part: String, lock: String, par
 
 // ---- the final phase's reads ---------------------------------------------------------
 
+fn in_flight(w: &W, by: i64) {
+    if let Some(t) = w.borrow_mut().table.as_mut() {
+        t.in_flight = t.in_flight.saturating_add_signed(by);
+    }
+}
+
 /// `SYSTEM SYNC REPLICA`: the log pulled up to its newest entry and the
 /// queue empty, within `timeout_us`; then every row of the current parts.
+/// It starts once no insert runs at any replica: a client that gave up
+/// leaves its insert going on at the replica, and a block it commits
+/// after one replica was read and before another would part them (the
+/// checker reads every replica as of one moment).
 async fn sync_and_read(w: &W, id: u64, timeout_us: u64) -> Result<Vec<Value>, String> {
     let deadline = exec::now_us(w) + timeout_us;
+    while w.borrow().table.as_ref().is_some_and(|t| t.in_flight > 0) {
+        if exec::now_us(w) >= deadline {
+            return Err("SYNC REPLICA: inserts still running at the replicas".into());
+        }
+        sleep_for(w, LOOP_US).await;
+    }
     loop {
         reconcile(w, id);
         let state = {
@@ -1698,7 +1775,9 @@ impl TableService for SimTable {
         exec::spawn(&w, async move {
             let d = hop_us(&w2, true);
             sleep_for(&w2, d).await;
+            in_flight(&w2, 1);
             let o = insert_at(&w2, id, &l, n).await;
+            in_flight(&w2, -1);
             let d = hop_us(&w2, true);
             sleep_for(&w2, d).await;
             slot.fill(o);
