@@ -761,8 +761,9 @@ async fn register(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &st
 /// (after registration, and after a pull whose pointer moved under it:
 /// an earlier pull that committed and lost its answer).
 async fn load_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
-    for _ in 0..RELOAD_TRIES_MAX {
+    for tries in 1..=RELOAD_TRIES_MAX {
         if read_queue(w, id, life, s, paths, name).await? {
+            log(w, id, "queue_loaded", json!({"reads": tries}));
             return Ok(());
         }
     }
@@ -926,6 +927,7 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
             }) => {
                 // the pointer moved under this pull (an earlier one that
                 // committed and lost its answer): the queue read again
+                log(w, id, "pointer_moved", json!({"log_pointer": pointer}));
                 if let Err(e) = load_queue(w, id, life, s, &paths, &name).await {
                     log(w, id, "queue_reload_failed", json!({"error": e}));
                 }
