@@ -1035,14 +1035,14 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
     // unless it lost it), after a failure an active replica that lists it
     let mut source = None;
     let writer = &sel.entry.source_replica;
-    if sel.tries <= 1 && *writer != name {
-        if exists(w, s, &paths.part_of(writer, &part.name()))
+    if sel.tries <= 1
+        && *writer != name
+        && exists(w, s, &paths.part_of(writer, &part.name()))
             .await
             .map_err(|f| f.to_string())?
             .is_some()
-        {
-            source = Some(writer.clone());
-        }
+    {
+        source = Some(writer.clone());
     }
     if source.is_none() {
         let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
