@@ -83,7 +83,7 @@ pub fn window_event(window: u64, window_s: u64, epsilon_ms: u64, replicas: Vec<S
 }
 
 /// A table's replicas as the workload's client reaches them: over HTTP
-/// ([`HttpTable`]), or inside the simulator (`crate::sim::table`). The
+/// ([`HttpTable`]), or inside the simulator (the `sim` module's table). The
 /// client's policy ([`Inserter`]) and the final phase ([`final_reads`])
 /// are written once over it.
 pub trait TableService {

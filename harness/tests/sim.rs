@@ -135,17 +135,33 @@ fn a_sweep_without_planted_bugs_finds_nothing_on_a_few_seeds() {
 
 #[test]
 fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["sim", "--seeds", "0"], "--seeds"),
         (&["sim", "--jobs", "0"], "--jobs"),
         (&["sim", "--seed", "3"], "--from and --seeds, not --seed"),
+        // one short seed each, so that a case the simulator came to accept
+        // fails at once instead of sweeping a thousand seeds
         (
-            &["sim", "--workload", "insert-retry"],
-            "workload insert-retry is not simulated",
+            &["sim", "--target", "clickhouse", "--seeds", "1", "--time-limit", "1"],
+            "backend sim simulates drift's own servers, not target clickhouse",
         ),
         (
-            &["sim", "--nemesis", "drop-reply"],
-            "nemesis drop-reply acts on the replicated table, which backend sim does not run",
+            &["sim", "--nemesis", "drop-reply", "--seeds", "1", "--time-limit", "1"],
+            "nemesis drop-reply acts on the replicated table, which workload register does not run",
+        ),
+        (
+            &[
+                "sim",
+                "--workload",
+                "insert-retry",
+                "--nemesis",
+                "gc-tombstones",
+                "--seeds",
+                "1",
+                "--time-limit",
+                "1",
+            ],
+            "nemesis gc-tombstones acts on the kv service",
         ),
         (&["sim", "--plant", "bogus"], "invalid value 'bogus' for '--plant"),
         (
