@@ -591,12 +591,7 @@ async fn replica_loop(w: W, id: u64, life: u64) {
                 log(&w, id, "pull_failed", json!({"error": e.to_string()}));
             }
         }
-        // every entry the queue lets run now, each on a task of its own
-        // (the fetch pool bounds them), as the node's runner does
-        while let Some(sel) = select(&w, id, life) {
-            let (w2, s2) = (w.clone(), s.clone());
-            exec::spawn(&w, async move { run_entries(&w2, id, life, &s2, sel).await });
-        }
+        run_queue(&w, id, life, &s);
         sleep_for(&w, LOOP_US).await;
     }
 }
@@ -883,7 +878,7 @@ fn wall_ms(w: &W, id: u64) -> u64 {
 
 // ---- the log puller ---------------------------------------------------------
 
-async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
+async fn pull_log(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
     let (paths, name) = {
         let world = w.borrow();
         let t = world.table.as_ref().ok_or(Fail::NoSession)?;
@@ -907,9 +902,18 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
     let new = to_copy.entries;
     while at < new.len() {
         let chunk = &new[at..(at + batch).min(new.len())];
+        // the batch's entries read in one round trip, as the node's
+        // multi-read does: the requests pipelined on the session
+        let mut waits = Vec::new();
+        for (_, n) in chunk {
+            let (slot, wait) = exec::oneshot();
+            let (w2, s2, path) = (w.clone(), s.clone(), format!("{}/{n}", paths.log()));
+            exec::spawn(w, async move { slot.fill(get(&w2, &s2, &path).await) });
+            waits.push(wait);
+        }
         let mut datas = Vec::new();
-        for (i, n) in chunk {
-            let d = get(w, s, &format!("{}/{n}", paths.log())).await?;
+        for ((i, _), wait) in chunk.iter().zip(waits) {
+            let d = wait.await?;
             datas.push((*i, d.map(|(d, _)| d)));
         }
         let next = chunk.last().map(|(i, _)| i + 1).unwrap_or(pointer);
@@ -959,6 +963,9 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &SimZk) -> Result<(), Fail> {
         }
         at += chunk.len();
         batch = core::next_batch(batch);
+        // what was copied runs while the pull goes on (the node's queue
+        // runner does not wait for its puller)
+        run_queue(w, id, life, s);
     }
     Ok(())
 }
@@ -978,6 +985,15 @@ fn select(w: &W, id: u64, life: u64) -> Option<Selected> {
         }
     })
     .flatten()
+}
+
+/// Starts every entry the queue lets run now, each on a task of its own
+/// (the fetch pool bounds them), as the node's runner does.
+fn run_queue(w: &W, id: u64, life: u64, s: &Rc<SimZk>) {
+    while let Some(sel) = select(w, id, life) {
+        let (w2, s2) = (w.clone(), s.clone());
+        exec::spawn(w, async move { run_entries(&w2, id, life, &s2, sel).await });
+    }
 }
 
 /// Runs `first`, then whatever the queue lets run next, until it lets
@@ -1066,7 +1082,36 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
         }
     }
     let Some(source) = source else {
-        return Err(format!("No active replica has part {part} or covering part"));
+        // no replica at all, active or not, lists it (parts are never
+        // merged here, so none covers it): its writer lost it before
+        // anyone fetched it (a wiped disk). Lost forever, as the node
+        // says: the entry goes, the rows are gone and the checker must
+        // see that rather than a queue stuck on them
+        let mut anywhere = false;
+        for r in children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())? {
+            if exists(w, s, &paths.part_of(&r, &part.name()))
+                .await
+                .map_err(|f| f.to_string())?
+                .is_some()
+            {
+                anywhere = true;
+                break;
+            }
+        }
+        if anywhere {
+            return Err(format!("No active replica has part {part} or covering part"));
+        }
+        match delete(w, s, &entry_path).await {
+            Ok(()) | Err(Fail::NoNode) => {}
+            Err(f) => return Err(format!("part {part} is lost forever, its entry stays: {f}")),
+        }
+        log(w, id, "part_lost_forever", json!({"part": part.name()}));
+        let now_ms = exec::now_us(w) / 1000;
+        with_run(w, id, life, |run| {
+            run.queue.finish_err(&sel.znode, now_ms, "lost forever");
+            run.queue.remove(&sel.znode)
+        });
+        return Ok(());
     };
     let listed = match get(w, s, &paths.part_of(&source, &part.name()))
         .await
