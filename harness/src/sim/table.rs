@@ -1060,14 +1060,20 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
     {
         source = Some(writer.clone());
     }
+    // whether any replica, active or not, this one too, lists it
+    let mut anywhere = source.is_some();
     if source.is_none() {
         let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
-        for r in replicas.iter().filter(|r| **r != name) {
+        for r in &replicas {
             if exists(w, s, &paths.part_of(r, &part.name()))
                 .await
                 .map_err(|f| f.to_string())?
                 .is_none()
             {
+                continue;
+            }
+            anywhere = true;
+            if *r == name {
                 continue;
             }
             if exists(w, s, &paths.is_active_of(r))
@@ -1082,22 +1088,11 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
         }
     }
     let Some(source) = source else {
-        // no replica at all, active or not, lists it (parts are never
-        // merged here, so none covers it): its writer lost it before
-        // anyone fetched it (a wiped disk). Lost forever, as the node
-        // says: the entry goes, the rows are gone and the checker must
-        // see that rather than a queue stuck on them
-        let mut anywhere = false;
-        for r in children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())? {
-            if exists(w, s, &paths.part_of(&r, &part.name()))
-                .await
-                .map_err(|f| f.to_string())?
-                .is_some()
-            {
-                anywhere = true;
-                break;
-            }
-        }
+        // no replica at all lists it (parts are never merged here, so
+        // none covers it): its writer lost it before anyone fetched it
+        // (a wiped disk). Lost forever, as the node says: the entry goes,
+        // the rows are gone and the checker must see that rather than a
+        // queue stuck on them
         if anywhere {
             return Err(format!("No active replica has part {part} or covering part"));
         }
@@ -1106,11 +1101,9 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
             Err(f) => return Err(format!("part {part} is lost forever, its entry stays: {f}")),
         }
         log(w, id, "part_lost_forever", json!({"part": part.name()}));
-        let now_ms = exec::now_us(w) / 1000;
-        with_run(w, id, life, |run| {
-            run.queue.finish_err(&sel.znode, now_ms, "lost forever");
-            run.queue.remove(&sel.znode)
-        });
+        if let Some(Err(e)) = with_run(w, id, life, |run| run.queue.drop_running(&sel.znode)) {
+            log(w, id, "queue_remove_failed", json!({"entry": sel.znode, "error": e}));
+        }
         return Ok(());
     };
     let listed = match get(w, s, &paths.part_of(&source, &part.name()))

@@ -401,33 +401,40 @@ fn each_table_defect_is_found_inside_the_simulation_and_by_the_checker() {
     }
 }
 
-/// A seed that takes the simulated replicas through the paths the first
+/// Seeds that take the simulated replicas through the paths the first
 /// sweeps of the table found broken in its driver: a pull whose pointer
 /// moved under it (an earlier pull committed and lost its answer: the
 /// queue is read again, BadVersion once kept a replica's queue stuck), a
 /// queue reload during which a commit made a part current (read again,
 /// else the part went missing from one replica), and a lost commit
-/// settled through its lock. It must reach them and stay valid. (Seed
-/// 6 reached them until the pull read its batches in one round trip.)
+/// settled through its lock. Seeds from 1 on run until each path was
+/// reached (any change to the driver moves which seed reaches which, so
+/// no single seed is pinned); every one of them must stay valid.
 #[test]
 fn the_table_seeds_that_found_bugs_stay_fixed() {
-    let c = campaign(&["--workload", "insert-retry", "--time-limit", "30"], 9);
-    let sim = simulate(&c);
-    let lines: Vec<&String> = sim.logs.values().flatten().collect();
-    for (what, needle) in [
+    let mut unreached = vec![
         ("a pointer moved under a pull", "pointer_moved"),
         ("a reload read again", "\"reads\":2"),
         ("a lost commit settled", "commit_resolved"),
-    ] {
-        assert!(
-            lines.iter().any(|l| l.contains(needle)),
-            "seed 9 no longer reaches {what}"
-        );
+    ];
+    for seed in 1..=SEEDS_TO_REACH_MAX {
+        let c = campaign(&["--workload", "insert-retry", "--time-limit", "30"], seed);
+        let sim = simulate(&c);
+        assert!(sim.violations.is_empty(), "seed {seed}: {:?}", sim.violations);
+        let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
+        assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "seed {seed}: {why}");
+        let lines: Vec<&String> = sim.logs.values().flatten().collect();
+        unreached.retain(|(_, needle)| !lines.iter().any(|l| l.contains(needle)));
+        if unreached.is_empty() {
+            return;
+        }
     }
-    assert!(sim.violations.is_empty(), "{:?}", sim.violations);
-    let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
-    assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "{why}");
+    panic!("no seed up to {SEEDS_TO_REACH_MAX} reaches {unreached:?}");
 }
+
+/// How many seeds [`the_table_seeds_that_found_bugs_stay_fixed`] runs at
+/// most (seed 9 alone reached all three paths when it was written).
+const SEEDS_TO_REACH_MAX: u64 = 20;
 
 /// Two swarm seeds of the table with every fault the simulator offers.
 /// Seed 3 (12 % loss, clogged links): a pull of a hundred entries read

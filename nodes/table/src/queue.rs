@@ -348,6 +348,15 @@ impl Queue {
         e.last_exception = error.to_string();
     }
 
+    /// The running `znode` will never run again (its part is on no
+    /// replica: lost forever, or its quorum failed): its run ends and it
+    /// leaves the queue. One queued but not running here (a reload took
+    /// it under the run) leaves too; one another run holds is refused.
+    pub fn drop_running(&mut self, znode: &str) -> Result<bool, String> {
+        self.end_run(znode);
+        self.remove(znode)
+    }
+
     /// Removes an entry that will never run (a part no replica holds that
     /// the quorum machinery gave up on). Refused while it runs.
     pub fn remove(&mut self, znode: &str) -> Result<bool, String> {
@@ -551,5 +560,20 @@ mod tests {
         q.finish_err(&b.znode, 0, "late");
         q.check_invariant().unwrap();
         assert!(q.is_empty());
+    }
+
+    #[test]
+    fn a_running_entry_whose_part_is_lost_leaves_the_queue_and_frees_its_pool_slot() {
+        let mut q = Queue::new(ActivePartSet::new());
+        q.push("queue-1".into(), get("0_1_1_0")).unwrap();
+        q.push("queue-2".into(), get("0_2_2_0")).unwrap();
+        let a = q.select(0, 1, 0).unwrap();
+        assert!(q.select(0, 1, 0).is_none(), "a pool of one is full");
+        assert_eq!(q.drop_running(&a.znode), Ok(true));
+        assert!(!q.contains(&a.znode));
+        assert!(!q.virtual_parts().contains_exactly(&p("0_1_1_0")));
+        assert_eq!(q.select(0, 1, 0).map(|s| s.znode), Some("queue-2".to_string()));
+        q.check_invariant().unwrap();
+        assert_eq!(q.drop_running("queue-9"), Ok(false), "not queued: nothing to drop");
     }
 }

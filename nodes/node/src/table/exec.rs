@@ -89,14 +89,12 @@ impl Replica {
                 self.st().queue.finish_err(&sel.znode, now, &why);
             }
             Outcome::Dropped(why) => {
-                let now = self.now_ms();
                 let mut st = self.st();
-                st.queue.finish_err(&sel.znode, now, &why);
-                if let Err(e) = st.queue.remove(&sel.znode) {
+                if let Err(e) = st.queue.drop_running(&sel.znode) {
                     drop(st);
                     self.log(
                         "queue_remove_failed",
-                        serde_json::json!({"entry": sel.znode, "error": e}),
+                        serde_json::json!({"entry": sel.znode, "dropped": why, "error": e}),
                     );
                 }
             }
