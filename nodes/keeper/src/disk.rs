@@ -30,12 +30,36 @@ pub trait Disk {
 #[derive(Debug, Clone, Default)]
 struct MemFile {
     current: Vec<u8>,
-    /// What survives a crash; `None` for a file never synced.
-    durable: Option<Vec<u8>>,
-    /// Whether `current` is `durable` with appends after it (nothing
-    /// rewritten or cut since the last sync): a sync then copies only the
-    /// appended tail, not the whole file.
-    appended_only: bool,
+    /// What survives a crash.
+    durable: Durable,
+}
+
+/// A file's durable bytes, kept without a second copy while only appends
+/// follow the last sync (the changelog's whole life): a sync is then a
+/// length, not a copy of the file.
+#[derive(Debug, Clone, Default)]
+enum Durable {
+    /// Never synced: the file vanishes in a crash.
+    #[default]
+    Never,
+    /// The first `n` bytes of `current`: nothing below `n` has changed
+    /// since the sync.
+    Prefix(usize),
+    /// Bytes of their own, taken when a truncate or rewrite changed
+    /// `current` below the synced length.
+    Copy(Vec<u8>),
+}
+
+impl MemFile {
+    /// Before `current` changes below byte `from`: keeps the synced bytes
+    /// it would lose as a copy of their own.
+    fn detach_below(&mut self, from: usize) {
+        if let Durable::Prefix(n) = self.durable {
+            if from < n {
+                self.durable = Durable::Copy(self.current[..n].to_vec());
+            }
+        }
+    }
 }
 
 /// Operations a fault can be armed on.
@@ -124,30 +148,43 @@ impl MemDisk {
     pub fn crash_with(&mut self, mut fate: impl FnMut(&str, usize) -> TailFate) {
         let mut files = BTreeMap::new();
         for (name, f) in std::mem::take(&mut self.files) {
-            let Some(durable) = f.durable else { continue };
-            let mut data = durable.clone();
-            if f.current.len() > durable.len() && f.current.starts_with(&durable) {
-                let tail = &f.current[durable.len()..];
-                match fate(&name, tail.len()) {
-                    TailFate::Drop => {}
-                    TailFate::Keep => data.extend_from_slice(tail),
-                    TailFate::Torn(k) => data.extend_from_slice(&tail[..k.min(tail.len())]),
+            // the durable bytes, and the appended tail past them if any
+            let (mut data, synced) = match f.durable {
+                Durable::Never => continue,
+                Durable::Prefix(n) => (f.current, n),
+                Durable::Copy(d) if f.current.len() > d.len() && f.current.starts_with(&d) => {
+                    let n = d.len();
+                    (f.current, n)
+                }
+                Durable::Copy(d) => {
+                    let n = d.len();
+                    (d, n)
+                }
+            };
+            let tail = data.len() - synced;
+            let kept = if tail == 0 {
+                0
+            } else {
+                match fate(&name, tail) {
+                    TailFate::Drop => 0,
+                    TailFate::Keep => tail,
+                    TailFate::Torn(k) => k.min(tail),
                     TailFate::Corrupt { keep, offset, mask } => {
-                        let kept = &tail[..keep.clamp(1, tail.len())];
-                        let at = data.len() + offset % kept.len();
-                        data.extend_from_slice(kept);
-                        for b in &mut data[at..] {
+                        let kept = keep.clamp(1, tail);
+                        for b in &mut data[synced + offset % kept..synced + kept] {
                             *b ^= mask.max(1);
                         }
+                        kept
                     }
                 }
-            }
+            };
+            data.truncate(synced + kept);
+            let len = data.len();
             files.insert(
                 name,
                 MemFile {
-                    current: data.clone(),
-                    durable: Some(data),
-                    appended_only: true,
+                    current: data,
+                    durable: Durable::Prefix(len),
                 },
             );
         }
@@ -159,7 +196,7 @@ impl MemDisk {
     pub fn flip(&mut self, name: &str, offset: usize, mask: u8) {
         let f = self.files.get_mut(name).expect("flip: no such file");
         f.current[offset] ^= mask;
-        if let Some(d) = f.durable.as_mut() {
+        if let Durable::Copy(d) = &mut f.durable {
             if offset < d.len() {
                 d[offset] ^= mask;
             }
@@ -199,8 +236,8 @@ impl Disk for MemDisk {
     fn write(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
         self.check(DiskOp::Write, name)?;
         let f = self.files.entry(name.to_string()).or_default();
+        f.detach_below(0);
         f.current = bytes.to_vec();
-        f.appended_only = false;
         Ok(())
     }
 
@@ -210,8 +247,8 @@ impl Disk for MemDisk {
             .files
             .get_mut(name)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
+        f.detach_below(len as usize);
         f.current.truncate(len as usize);
-        f.appended_only = false;
         Ok(())
     }
 
@@ -221,14 +258,7 @@ impl Disk for MemDisk {
             .files
             .get_mut(name)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
-        match f.durable.as_mut() {
-            Some(d) if f.appended_only && d.len() <= f.current.len() => {
-                let synced = d.len();
-                d.extend_from_slice(&f.current[synced..]);
-            }
-            _ => f.durable = Some(f.current.clone()),
-        }
-        f.appended_only = true;
+        f.durable = Durable::Prefix(f.current.len());
         self.syncs += 1;
         Ok(())
     }
@@ -290,6 +320,38 @@ mod tests {
         d.sync("a").unwrap();
         d.crash();
         assert_eq!(d.read("a").unwrap(), b"xyz!");
+    }
+
+    #[test]
+    fn an_unsynced_cut_or_rewrite_reverts_in_a_crash_and_keeps_no_tail() {
+        let mut d = MemDisk::new();
+        d.append("a", b"1234").unwrap();
+        d.sync("a").unwrap();
+        d.truncate("a", 2).unwrap();
+        d.append("a", b"xyz").unwrap();
+        d.flip("a", 0, 0xff);
+        d.crash_with(|_, _| TailFate::Keep);
+        assert_eq!(
+            d.read("a").unwrap(),
+            [!b'1', b'2', b'3', b'4'],
+            "the synced bytes, flipped at rest"
+        );
+        d.write("a", b"12345678").unwrap();
+        d.crash_with(|_, _| TailFate::Keep);
+        assert_eq!(d.read("a").unwrap(), [!b'1', b'2', b'3', b'4']);
+        // a cut above the synced length leaves the rest an appended tail
+        d.append("a", b"56").unwrap();
+        d.truncate("a", 5).unwrap();
+        d.append("a", b"7").unwrap();
+        d.crash_with(|_, n| {
+            assert_eq!(n, 2);
+            TailFate::Corrupt {
+                keep: 2,
+                offset: 1,
+                mask: 1,
+            }
+        });
+        assert_eq!(d.read("a").unwrap(), [!b'1', b'2', b'3', b'4', b'5', b'7' ^ 1]);
     }
 
     #[test]

@@ -98,14 +98,14 @@ fn crash_at_any_byte_keeps_exactly_the_whole_records_before_it() {
 
 #[test]
 fn a_record_hidden_in_an_entrys_data_does_not_turn_a_torn_tail_into_corruption() {
-    // a client's data may hold the bytes of a well-formed record (zstd
-    // keeps incompressible data verbatim); tearing the entry that carries
-    // them is still a torn tail
+    // a client's data may hold the bytes of a well-formed record (a raw
+    // record stores data verbatim); tearing the entry that carries them is
+    // still a torn tail
     let mut disk = MemDisk::new();
     let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
     log.append(&mut disk, &[rec(1, 1), rec(2, 1)]).unwrap();
     let mut data = changelog::encode_record(&rec(1, 1), 1);
-    // incompressible filler around it keeps it verbatim
+    // incompressible filler around it: the carrier is stored raw
     let mut x = 0x9e37_79b9u32;
     let noise: Vec<u8> = (0..2048)
         .map(|_| {
@@ -136,6 +136,60 @@ fn a_record_hidden_in_an_entrys_data_does_not_turn_a_torn_tail_into_corruption()
     let (log, report) = Changelog::open(&mut d, config(1000)).expect("a torn tail, not corruption");
     assert_eq!(log.last_index(), Some(2));
     assert!(report.torn_tail.is_some());
+}
+
+#[test]
+fn small_records_are_stored_raw_and_large_compressible_ones_compressed() {
+    let small = rec(1, 1);
+    let raw = changelog::encode_record(&small, 1);
+    assert_eq!(raw[..4], 0xD71F_7C0Bu32.to_be_bytes(), "raw record magic");
+    assert!(raw.ends_with(&small.data), "the data is stored as it is");
+    let large = LogRecord {
+        index: 2,
+        term: 1,
+        kind: 0,
+        data: b"/clickhouse/tables/t/blocks/all_1_1_0".repeat(200),
+    };
+    let packed = changelog::encode_record(&large, 1);
+    assert_eq!(packed[..4], 0xD71F_7C0Au32.to_be_bytes(), "compressed record magic");
+    assert!(packed.len() < large.data.len() / 4, "{} bytes", packed.len());
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+    log.append(&mut disk, &[small.clone(), large.clone()]).unwrap();
+    let (log, report) = Changelog::open(&mut disk, config(1000)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!((log.get(1), log.get(2)), (Some(&small), Some(&large)));
+}
+
+#[test]
+fn a_changelog_written_with_every_record_compressed_still_loads() {
+    // the format before raw records compressed even the smallest record
+    let mut bytes = Vec::new();
+    for i in 1..=3 {
+        let r = rec(i, 2);
+        let mut plain = Vec::new();
+        plain.extend_from_slice(&r.index.to_be_bytes());
+        plain.extend_from_slice(&r.term.to_be_bytes());
+        plain.push(r.kind);
+        plain.extend_from_slice(&r.data);
+        let payload = zstd::bulk::compress(&plain, 1).unwrap();
+        bytes.extend_from_slice(&0xD71F_7C0Au32.to_be_bytes());
+        bytes.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        bytes.extend_from_slice(&crc32fast::hash(&payload).to_be_bytes());
+        bytes.extend_from_slice(&payload);
+    }
+    let mut disk = MemDisk::new();
+    let name = changelog::segment_name(1);
+    disk.write(&name, &bytes).unwrap();
+    disk.sync(&name).unwrap();
+    let (mut log, report) = Changelog::open(&mut disk, config(1000)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(indices(&log), [(1, 2), (2, 2), (3, 2)]);
+    assert_eq!(log.get(2), Some(&rec(2, 2)));
+    // and appending after them mixes the two kinds in one segment
+    log.append(&mut disk, &[rec(4, 2)]).unwrap();
+    let (log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+    assert_eq!(log.get(4), Some(&rec(4, 2)));
 }
 
 #[test]
