@@ -93,6 +93,9 @@ pub fn parse_name(name: &str) -> Option<(u64, u64)> {
 
 // ---- encoding ----
 
+/// Bytes [`encode_stat`] writes: six i64 and five i32.
+const STAT_BYTES: usize = 6 * 8 + 5 * 4;
+
 fn encode_stat(w: &mut Writer, s: &Stat) {
     w.i64(s.czxid);
     w.i64(s.mzxid);
@@ -126,13 +129,20 @@ fn decode_stat(r: &mut Reader<'_>) -> Result<Stat, DecodeError> {
 /// The body: header, ACL table, nodes, sessions.
 fn encode_body(state: &State, meta: &SnapshotMeta) -> Vec<u8> {
     let mut acl_ids: BTreeMap<&[Acl], u32> = BTreeMap::new();
-    for (_, n) in state.nodes() {
+    // the body's size, so that it is written without regrowing: each node
+    // is its path and data with their lengths, a stat, an ACL id and a
+    // counter
+    let mut size = 1024 + state.sessions().len() * 64;
+    for (p, n) in state.nodes() {
         acl_ids.entry(&n.acl).or_insert(0);
+        size += p.len() + n.data.len() + 8 + STAT_BYTES + 4 + 8;
     }
     for (i, v) in acl_ids.values_mut().enumerate() {
         *v = i as u32;
     }
-    let mut w = Writer::new();
+    let mut w = Writer {
+        buf: Vec::with_capacity(size),
+    };
     w.u64(meta.last_index);
     w.u64(meta.last_term);
     w.i64(meta.zxid);

@@ -173,6 +173,12 @@ impl Invariants {
     pub fn sent(&mut self, id: u64, raft_bytes: &[u8]) {
         use protobuf::Message as _;
         use raft::prelude::{Message, MessageType};
+        // Only two kinds of message make promises; the rest (appends with
+        // their entries above all) are not worth decoding.
+        let kind = message_type(raft_bytes);
+        if kind != MessageType::MsgAppendResponse as u64 && kind != MessageType::MsgRequestVoteResponse as u64 {
+            return;
+        }
         let Ok(m) = Message::parse_from_bytes(raft_bytes) else {
             return;
         };
@@ -252,5 +258,52 @@ impl Invariants {
     /// Committed indexes seen so far.
     pub fn committed(&self) -> usize {
         self.committed.len()
+    }
+}
+
+/// A Raft message's type read off its encoding without decoding it: the
+/// protobuf encoder writes fields in number order, so the type (field 1, a
+/// varint) comes first, or is absent when it is 0 (`MsgHup`). Anything
+/// unreadable reads as `u64::MAX`, which no type has.
+fn message_type(bytes: &[u8]) -> u64 {
+    const TYPE_TAG: u8 = 1 << 3; // field 1, wire type 0 (varint)
+    match bytes.first() {
+        Some(&TYPE_TAG) => {}
+        _ => return 0,
+    }
+    let mut v = 0u64;
+    for (i, b) in bytes[1..].iter().take(10).enumerate() {
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return v;
+        }
+    }
+    u64::MAX
+}
+
+#[cfg(test)]
+mod message_type_tests {
+    use super::message_type;
+    use protobuf::{Message as _, ProtobufEnum as _};
+    use raft::prelude::{Entry, Message, MessageType};
+
+    #[test]
+    fn the_type_read_off_the_bytes_is_the_decoded_type_for_every_kind() {
+        for kind in MessageType::values() {
+            let mut m = Message::default();
+            m.set_msg_type(*kind);
+            m.to = 2;
+            m.from = 3;
+            m.term = 7;
+            m.index = 300;
+            m.reject = true;
+            let mut e = Entry::default();
+            e.data = vec![8u8; 40].into();
+            m.entries = vec![e].into();
+            let bytes = m.write_to_bytes().unwrap();
+            assert_eq!(message_type(&bytes), kind.value() as u64, "{kind:?}");
+        }
+        assert_eq!(message_type(&[]), 0);
+        assert_eq!(message_type(&[8, 0x80]), u64::MAX, "a cut varint");
     }
 }

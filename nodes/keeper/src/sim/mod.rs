@@ -135,13 +135,17 @@ enum Ev {
     },
     SnapshotDone {
         node: u64,
-        job: crate::server::SnapshotJob,
+        /// Boxed: a tree copy would make every queued event that large.
+        job: Box<crate::server::SnapshotJob>,
         incarnation: u64,
     },
     /// The end of a server's batch of inputs (see [`SimConfig::batch_us`]).
     Advance(u64),
     Client(ClientEvent),
 }
+
+// The queue moves events as it orders them: keep them small (box what is large).
+const _: () = assert!(std::mem::size_of::<Ev>() <= 96);
 
 impl Ev {
     /// The server the event happens at (none for the caller's events).
@@ -520,7 +524,7 @@ impl Cluster {
                         self.now_us + d,
                         Ev::SnapshotDone {
                             node: id,
-                            job,
+                            job: Box::new(job),
                             incarnation,
                         },
                     );
