@@ -297,8 +297,10 @@ mod message_type_tests {
             m.term = 7;
             m.index = 300;
             m.reject = true;
-            let mut e = Entry::default();
-            e.data = vec![8u8; 40].into();
+            let e = Entry {
+                data: vec![8u8; 40].into(),
+                ..Default::default()
+            };
             m.entries = vec![e].into();
             let bytes = m.write_to_bytes().unwrap();
             assert_eq!(message_type(&bytes), kind.value() as u64, "{kind:?}");
