@@ -54,12 +54,6 @@ mod sshcluster;
 use clap::Parser;
 use cli::{BenchWhat, Cli, Command};
 
-/// mimalloc, not the system allocator: the node and the simulator make
-/// many small short-lived allocations, where it measured a fifth faster
-/// (BENCHMARKS.md, the simulator's speed).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
