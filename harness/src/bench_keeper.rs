@@ -8,6 +8,9 @@
 //!   digest check) of a tree of `--nodes` nodes;
 //! * changelog — append throughput with one fsync per batch, for several
 //!   batch sizes, beside a raw 4 KiB append + fdatasync probe.
+//!
+//! With `--against zookeeper` it measures instead a keeper cluster beside
+//! an Apache ZooKeeper ensemble under client load (`bench_keeper_zk`).
 
 use crate::cli::BenchKeeperArgs;
 use crate::fail::Failure;
@@ -47,6 +50,9 @@ struct ApplyRow {
 }
 
 pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
+    if args.against.is_some() {
+        return crate::bench_keeper_zk::against(&args);
+    }
     let dir = args
         .dir
         .clone()
@@ -407,7 +413,7 @@ fn changelog_bench(dir: &std::path::Path, say: &dyn Fn(&str)) -> Result<serde_js
 }
 
 /// p50 and p99 µs of a 4 KiB append + fdatasync, the durable-write floor.
-fn fsync_probe(dir: &std::path::Path) -> Result<(f64, f64), Failure> {
+pub(crate) fn fsync_probe(dir: &std::path::Path) -> Result<(f64, f64), Failure> {
     let path: PathBuf = dir.join("fsync-probe");
     let mut f = std::fs::OpenOptions::new()
         .create(true)

@@ -83,7 +83,7 @@ const CH_TABLE_DDL: &str = "CREATE TABLE IF NOT EXISTS bench (id UInt64, key Str
 
 /// The PIDs of a cluster's coordinator: its ZooKeeper JVMs, else its
 /// drift nodes.
-fn coordinator_pids(dir: &std::path::Path) -> Vec<u32> {
+pub(crate) fn coordinator_pids(dir: &std::path::Path) -> Vec<u32> {
     let zk = dir.join("zk-pids");
     let file = if zk.exists() { zk } else { dir.join("pids") };
     std::fs::read_to_string(file)
@@ -94,7 +94,7 @@ fn coordinator_pids(dir: &std::path::Path) -> Vec<u32> {
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat`'s times.
-fn clock_ticks() -> f64 {
+pub(crate) fn clock_ticks() -> f64 {
     std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
@@ -104,7 +104,7 @@ fn clock_ticks() -> f64 {
 }
 
 /// (CPU seconds so far, resident MB) summed over `pids`.
-fn cpu_and_rss(pids: &[u32], ticks: f64) -> (f64, f64) {
+pub(crate) fn cpu_and_rss(pids: &[u32], ticks: f64) -> (f64, f64) {
     let mut cpu = 0.0;
     let mut rss = 0.0;
     for p in pids {
@@ -243,6 +243,7 @@ pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
             kv: None,
             zookeeper: matches!(setup, TableSetup::Zookeeper | TableSetup::ClickhouseZookeeper),
             clickhouse: clickhouse.as_ref(),
+            zookeeper_heap_mb: None,
         });
         let running = Running { dir: dir.clone() };
         let config = config?;

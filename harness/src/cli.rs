@@ -356,4 +356,62 @@ pub struct BenchKeeperArgs {
     /// Print one JSON document instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Instead of the in-process costs: a 3-node keeper cluster beside a
+    /// 3-node cluster of this peer under the same closed-loop client load,
+    /// fresh clusters each round, rounds alternated.
+    #[arg(long, value_enum)]
+    pub against: Option<KeeperPeer>,
+    /// With --against: the operations measured (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [KeeperLoad::Create, KeeperLoad::Set, KeeperLoad::Multi, KeeperLoad::Get], requires = "against")]
+    pub load: Vec<KeeperLoad>,
+    /// With --against: concurrent sessions per cell (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [16usize, 64], value_parser = concurrency_value, requires = "against")]
+    pub concurrency: Vec<usize>,
+    /// With --against: rounds (each system's median round is reported).
+    #[arg(long, default_value_t = 3, value_parser = usize_positive, requires = "against")]
+    pub rounds: usize,
+    /// With --against: timed seconds per cell.
+    #[arg(long, default_value_t = 5.0, value_parser = parse_cell_seconds, requires = "against")]
+    pub seconds: f64,
+    /// With --against: untimed seconds before each cell's timed window.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_warmup_seconds, requires = "against")]
+    pub warmup: f64,
+    /// With --against: the clusters' client port (each claims its own
+    /// loopback address block).
+    #[arg(long, default_value_t = 23200, value_parser = clap::value_parser!(u16).range(1024..=65530), requires = "against")]
+    pub port: u16,
+}
+
+/// What `drift bench keeper --against` measures the keeper beside.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KeeperPeer {
+    /// Apache ZooKeeper, a 3-server ensemble on loopback.
+    Zookeeper,
+}
+
+/// One operation of `drift bench keeper --against`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum KeeperLoad {
+    /// A persistent sequential node under one parent.
+    Create,
+    /// setData on the session's own node.
+    Set,
+    /// A block node and a sequential log node in one multi.
+    Multi,
+    /// getData of the session's own node.
+    Get,
+}
+
+fn concurrency_value(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=1024).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: a number of sessions from 1 to 1024")),
+    }
+}
+
+fn parse_warmup_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=60.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?}: seconds from 0 to 60")),
+    }
 }

@@ -236,6 +236,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                     kv: None,
                     zookeeper: coordinator == CoordinatorArg::Zookeeper,
                     clickhouse: Some(&ch),
+                    zookeeper_heap_mb: None,
                 });
             } else if clickhouse_bin.is_some() {
                 return Err(Failure::new("--clickhouse-bin is for --target clickhouse"));
@@ -271,6 +272,11 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                     &table_settings,
                 )?)
             };
+            if coordinator == CoordinatorArg::Zookeeper && table.is_none() {
+                return Err(Failure::new(
+                    "--coordinator zookeeper coordinates the table: not with --no-table",
+                ));
+            }
             up(UpSpec {
                 nodes,
                 dir: &dir,
@@ -283,6 +289,7 @@ pub fn cluster(args: ClusterArgs) -> Result<i32, Failure> {
                 kv: kv.as_ref(),
                 zookeeper: coordinator == CoordinatorArg::Zookeeper,
                 clickhouse: None,
+                zookeeper_heap_mb: None,
             })
         }
         ClusterAction::Stop { dir, node } => stop_node(&dir, node),
@@ -330,6 +337,8 @@ pub struct UpSpec<'a> {
     /// Real ClickHouse servers hold the table (then no drift table, and no
     /// drift node beside a ZooKeeper ensemble).
     pub clickhouse: Option<&'a ClickHouseUp>,
+    /// The ZooKeeper JVMs' fixed heap (default: the small one tests use).
+    pub zookeeper_heap_mb: Option<u32>,
 }
 
 /// The ClickHouse servers of `drift cluster up --target clickhouse`.
@@ -392,15 +401,16 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
         kv,
         zookeeper,
         clickhouse,
+        zookeeper_heap_mb,
     } = *spec;
     if zookeeper && !crate::servers::zookeeper_installed() {
         return Err(Failure::new(
             "--coordinator zookeeper needs Apache ZooKeeper (apt install zookeeper)",
         ));
     }
-    if zookeeper && table.is_none() && clickhouse.is_none() {
+    if zookeeper && table.is_none() && clickhouse.is_none() && kv.is_some() {
         return Err(Failure::new(
-            "--coordinator zookeeper coordinates the table: not with --no-table",
+            "a ZooKeeper ensemble coordinates a table, or runs bare: not beside the kv service alone",
         ));
     }
     if !(1..=NODES_MAX).contains(&nodes) {
@@ -449,14 +459,15 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
     }
     spawn_holder(&dir, &claim)?;
     if zookeeper {
-        start_zookeeper(&dir, &config, claim.block, nodes, port, &claim)?;
+        start_zookeeper(&dir, &config, claim.block, nodes, port, &claim, zookeeper_heap_mb)?;
     }
     // each pid is recorded as soon as its node runs, so `down` can end
     // whatever started even if a later node fails to; beside ZooKeeper,
-    // ClickHouse servers need no drift node
+    // ClickHouse servers need no drift node, and a bare ensemble (a
+    // benchmark's peer) none either
     let mut pids = Vec::new();
     write_pids(&dir, &pids)?;
-    for i in (1..=nodes).filter(|_| !(zookeeper && clickhouse.is_some())) {
+    for i in (1..=nodes).filter(|_| !(zookeeper && (clickhouse.is_some() || table.is_none()))) {
         let pid = spawn_node(&dir, i, true, Some(&claim))?.id();
         pids.push((i, pid));
         write_pids(&dir, &pids)?;
@@ -581,6 +592,7 @@ fn start_zookeeper(
     nodes: u64,
     port: u16,
     claim: &Claim,
+    heap_mb: Option<u32>,
 ) -> Result<(), Failure> {
     crate::servers::write_zookeeper_configs(config, block, nodes, port).map_err(Failure::new)?;
     let mut pids = Vec::new();
@@ -596,7 +608,7 @@ fn start_zookeeper(
                 .share()
                 .map_err(|e| Failure::new(format!("the address block's lock: {e}")))?,
         );
-        let child = crate::servers::zookeeper_command(&config.node_dir(i))
+        let child = crate::servers::zookeeper_command(&config.node_dir(i), heap_mb)
             .stdin(stdin)
             .stdout(log.try_clone().map_err(|e| Failure::new(e.to_string()))?)
             .stderr(log)

@@ -116,7 +116,7 @@ impl Db for LocalCluster {
             None => c,
         };
         if zookeeper {
-            let child = placed(zookeeper_command(&n.dir))
+            let child = placed(zookeeper_command(&n.dir, None))
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
                 .stderr(log)

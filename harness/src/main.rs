@@ -14,6 +14,7 @@ mod backend;
 mod bench;
 mod bench_harness;
 mod bench_keeper;
+mod bench_keeper_zk;
 mod bench_linear;
 mod bench_repair;
 mod bench_table;

@@ -221,10 +221,17 @@ pub(crate) fn write_zookeeper_configs(config: &ClusterConfig, block: Block, n: u
     Ok(())
 }
 
-/// The command that runs one Apache ZooKeeper server from `dir/zoo.cfg`.
-pub(crate) fn zookeeper_command(dir: &Path) -> Command {
+/// The command that runs one Apache ZooKeeper server from `dir/zoo.cfg`:
+/// by default a small heap and the serial collector (tests and campaigns
+/// run several JVMs on two cores); with `heap_mb`, that fixed heap and the
+/// JVM's default collector, as a performance comparison runs it.
+pub(crate) fn zookeeper_command(dir: &Path, heap_mb: Option<u32>) -> Command {
     let mut c = Command::new("java");
-    c.args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-cp", ZOOKEEPER_CLASSPATH])
+    match heap_mb {
+        Some(mb) => c.args([format!("-Xms{mb}m"), format!("-Xmx{mb}m")]),
+        None => c.args(["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC"]),
+    };
+    c.args(["-cp", ZOOKEEPER_CLASSPATH])
         .arg(format!("-Dzookeeper.log.dir={}", dir.display()))
         .arg("-Dzookeeper.root.logger=INFO,CONSOLE")
         .arg("-Dlog4j.configuration=file:/etc/zookeeper/conf/log4j.properties")

@@ -832,3 +832,57 @@ async fn persistent_watches_come_back_with_set_watches2_on_another_server() {
     writer.create("/p/kid", b"", &persistent()).await.unwrap();
     assert_eq!(wire::notification(&mut s2), (4, "/p".to_string()));
 }
+
+#[test]
+fn bench_keeper_against_zookeeper_measures_both_systems_in_one_command() {
+    // its options belong to --against
+    let (code, _, stderr) = common::run(common::drift().args(["bench", "keeper", "--load", "get"]));
+    assert_eq!(code, 3, "bad arguments exit 3: {stderr}");
+    assert!(stderr.contains("--against"), "{stderr}");
+    if !common::have_zookeeper() {
+        return;
+    }
+    let (code, stdout, stderr) = common::run(common::drift().args([
+        "bench",
+        "keeper",
+        "--against",
+        "zookeeper",
+        "--load",
+        "set,multi",
+        "--concurrency",
+        "4",
+        "--rounds",
+        "2",
+        "--seconds",
+        "1",
+        "--warmup",
+        "0.5",
+        "--port",
+        "23400",
+        "--json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{v}");
+    for c in cells {
+        for system in ["drift", "zookeeper"] {
+            let s = &c[system];
+            assert!(s["ops"].as_u64().unwrap() > 0, "{system}: {c}");
+            assert_eq!(s["errors"], 0, "{system}: {c}");
+            assert!(s["server_cpu_us_per_op"].as_f64().unwrap() > 0.0, "{system}: {c}");
+            assert!(s["servers_rss_mb"].as_f64().unwrap() > 10.0, "{system}: {c}");
+        }
+        assert!(c["ops_ratio"].as_f64().unwrap() > 0.0, "{c}");
+    }
+    // both systems ran each round, each with its fsync probe, and the
+    // rounds alternated which went first
+    let runs = v["runs"].as_array().unwrap();
+    let order: Vec<(u64, &str)> = runs
+        .iter()
+        .filter(|r| r["op"] == "set")
+        .map(|r| (r["round"].as_u64().unwrap(), r["system"].as_str().unwrap()))
+        .collect();
+    assert_eq!(order, [(1, "drift"), (1, "zookeeper"), (2, "zookeeper"), (2, "drift")]);
+    assert_eq!(v["fsync_probes"].as_array().unwrap().len(), 4);
+}

@@ -241,7 +241,9 @@ pub fn simulate(c: &Campaign) -> Simulated {
     settle_phase(&stage, 2 * CONVERGE_US, |s| async move {
         settle::heal(&s, false, with_kv, CONVERGE_US / 1000).await
     });
-    // final phase
+    // final phase, on a calm network (as a heal removes every network
+    // fault on processes)
+    w.borrow_mut().cluster.calm_network();
     if *ready.borrow() {
         let settle = workload
             .settle_before_final(std::time::Duration::from_millis(plan.session_timeout_ms))

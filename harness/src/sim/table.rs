@@ -694,7 +694,7 @@ async fn activate(w: &W, id: u64, life: u64) -> Result<(), String> {
 /// The replica's registration in this life: created if the coordinator
 /// does not know it, else its disk reconciled with what the coordinator
 /// lists for it; then its queue and log pointer loaded.
-async fn register(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
+async fn register(w: &W, id: u64, life: u64, s: &Rc<SimZk>, paths: &Paths, name: &str) -> Result<(), String> {
     let host = format!("sim:{id}");
     let known = exists(w, s, &paths.me())
         .await
@@ -755,7 +755,7 @@ async fn register(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &st
 /// memory, its current parts those on disk the coordinator lists for it
 /// (after registration, and after a pull whose pointer moved under it:
 /// an earlier pull that committed and lost its answer).
-async fn load_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
+async fn load_queue(w: &W, id: u64, life: u64, s: &Rc<SimZk>, paths: &Paths, name: &str) -> Result<(), String> {
     for tries in 1..=RELOAD_TRIES_MAX {
         if read_queue(w, id, life, s, paths, name).await? {
             log(w, id, "queue_loaded", json!({"reads": tries}));
@@ -769,7 +769,7 @@ async fn load_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &
 
 /// One [`load_queue`]: false if a commit made a part current while it
 /// read (the listing it read may miss that part), nothing swapped.
-async fn read_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<bool, String> {
+async fn read_queue(w: &W, id: u64, life: u64, s: &Rc<SimZk>, paths: &Paths, name: &str) -> Result<bool, String> {
     let Some(epoch) = with_run(w, id, life, |run| run.commits) else {
         return Ok(true);
     };
@@ -780,12 +780,18 @@ async fn read_queue(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths, name: &
         .collect();
     let dir = paths.queue_of(name);
     let kids = children(w, s, &dir).await.map_err(|f| format!("queue: {f}"))?;
-    let mut entries = Vec::new();
+    // every entry read in one round trip, as the node's multi-read does:
+    // the requests pipelined on the session
+    let mut waits = Vec::new();
     for k in &kids {
-        if let Some((d, _)) = get(w, s, &format!("{dir}/{k}"))
-            .await
-            .map_err(|f| format!("queue entry: {f}"))?
-        {
+        let (slot, wait) = exec::oneshot();
+        let (w2, s2, path) = (w.clone(), s.clone(), format!("{dir}/{k}"));
+        exec::spawn(w, async move { slot.fill(get(&w2, &s2, &path).await) });
+        waits.push(wait);
+    }
+    let mut entries = Vec::new();
+    for (k, wait) in kids.iter().zip(waits) {
+        if let Some((d, _)) = wait.await.map_err(|f| format!("queue entry: {f}"))? {
             entries.push((k.clone(), d));
         }
     }

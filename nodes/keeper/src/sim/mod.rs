@@ -918,6 +918,18 @@ impl Cluster {
         self.clogged.clear();
     }
 
+    /// The final phase's network: no more loss, duplicates or clogs (the
+    /// delays and reordering stay). A network that keeps dropping Raft
+    /// messages and clogging links after the heal keeps the cluster
+    /// electing and expiring sessions, so the final reads time out and
+    /// a run that found nothing says `unknown`.
+    pub fn calm_network(&mut self) {
+        self.cfg.net.loss = 0.0;
+        self.cfg.net.duplicate = 0.0;
+        self.cfg.net.clog.0 = 0.0;
+        self.clogged.clear();
+    }
+
     /// Whether the directed link `from` → `to` is cut: what the
     /// caller's own traffic between servers (a service beside the
     /// keeper) must not deliver either.

@@ -1,0 +1,444 @@
+//! `drift bench keeper --against zookeeper`: drift's keeper beside Apache
+//! ZooKeeper under the same closed-loop load, in one command.
+//!
+//! Each round starts a fresh 3-node keeper cluster and a fresh 3-node
+//! ZooKeeper ensemble (one after the other, the order alternating between
+//! rounds), probes the data directory's fsync (a 4 KiB append and
+//! `fdatasync`, 200 times), warms each cluster with 2 s each of untimed
+//! set, create and get load (a fresh JVM runs interpreted until its JIT
+//! has seen the load) and runs every cell: for each operation and
+//! concurrency, that many ZooKeeper sessions (session i on server i mod 3),
+//! each issuing its next request when the last one is answered, for
+//! `--warmup` seconds untimed and then `--seconds` timed. A cell reports
+//! the operations answered per second, their p50 and p99 latency, and the
+//! servers' CPU time (utime + stime of their processes, from
+//! `/proc/<pid>/stat`) per operation; the memory column is the servers'
+//! resident memory at the cell's end. The table gives, per cell, the
+//! median round of each system with the spread of its rounds, and the
+//! keeper/ZooKeeper ratios.
+//!
+//! Operations (100-byte data): `create`, a persistent sequential node under
+//! one parent; `set` and `get`, on a node of the session's own; `multi`,
+//! ClickHouse's insert shape: a block node and a sequential log node
+//! created in one transaction.
+
+use crate::bench_keeper::fsync_probe;
+use crate::bench_table::{clock_ticks, coordinator_pids, cpu_and_rss};
+use crate::cli::{BenchKeeperArgs, KeeperLoad};
+use crate::cluster::{start_cluster, stop_cluster, UpSpec};
+use crate::fail::Failure;
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use zookeeper_client as zk;
+
+const DATA: [u8; 100] = [b'x'; 100];
+const ROOT: &str = "/drift-bench";
+/// ZooKeeper's heap: a fixed 1 GiB with the JVM's default collector, as
+/// ZooKeeper is run for speed (not the small serial-collector heap of the
+/// tests).
+const ZOOKEEPER_HEAP_MB: u32 = 1024;
+/// Untimed load per operation on each fresh cluster before its cells.
+const WARM: Duration = Duration::from_secs(2);
+
+/// The two systems of a sitting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum System {
+    Keeper,
+    Zookeeper,
+}
+
+impl System {
+    fn name(self) -> &'static str {
+        match self {
+            System::Keeper => "drift",
+            System::Zookeeper => "zookeeper",
+        }
+    }
+}
+
+#[derive(Serialize, Clone, Debug)]
+struct Cell {
+    system: &'static str,
+    round: usize,
+    op: &'static str,
+    concurrency: usize,
+    ops: u64,
+    errors: u64,
+    ops_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    server_cpu_us_per_op: f64,
+    servers_rss_mb: f64,
+}
+
+#[derive(Serialize)]
+struct Probe {
+    system: &'static str,
+    round: usize,
+    fsync_p50_us: f64,
+    fsync_p99_us: f64,
+}
+
+/// Stops the cluster and removes its directory when dropped.
+struct Running {
+    dir: PathBuf,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = stop_cluster(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn load_name(op: KeeperLoad) -> &'static str {
+    match op {
+        KeeperLoad::Create => "create",
+        KeeperLoad::Set => "set",
+        KeeperLoad::Multi => "multi",
+        KeeperLoad::Get => "get",
+    }
+}
+
+pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
+    if !crate::servers::zookeeper_installed() {
+        return Err(Failure::new(
+            "--against zookeeper needs Apache ZooKeeper installed (apt install zookeeper)",
+        ));
+    }
+    let ticks = clock_ticks();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(format!("a runtime: {e}")))?;
+    let say = |s: String| {
+        if !args.json {
+            out!("{s}");
+        }
+    };
+    say(format!(
+        "3-node keeper cluster beside a 3-node ZooKeeper ensemble, fresh each round, {} rounds alternated; {} s cells after {} s of warm-up; 100-byte data, one session per client, session i on server i mod 3",
+        args.rounds, args.seconds, args.warmup
+    ));
+    let mut cells: Vec<Cell> = Vec::new();
+    let mut probes: Vec<Probe> = Vec::new();
+    for round in 1..=args.rounds {
+        let order = if round % 2 == 1 {
+            [System::Keeper, System::Zookeeper]
+        } else {
+            [System::Zookeeper, System::Keeper]
+        };
+        for system in order {
+            let dir = std::env::temp_dir().join(format!(
+                "drift-bench-keeper-{}-{}-{round}",
+                std::process::id(),
+                system.name()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+            let started = start_cluster(&UpSpec {
+                nodes: 3,
+                dir: &dir,
+                port: args.port,
+                block: None,
+                quorum_reads: false,
+                fault_hooks: false,
+                set: &[],
+                table: None,
+                kv: None,
+                zookeeper: system == System::Zookeeper,
+                clickhouse: None,
+                zookeeper_heap_mb: Some(ZOOKEEPER_HEAP_MB),
+            });
+            let running = Running { dir: dir.clone() };
+            let config = started?;
+            let (p50, p99) = fsync_probe(&dir)?;
+            say(format!(
+                "round {round}, {}: fsync probe (4 KiB append + fdatasync) p50 {p50:.0} µs, p99 {p99:.0} µs",
+                system.name()
+            ));
+            probes.push(Probe {
+                system: system.name(),
+                round,
+                fsync_p50_us: p50,
+                fsync_p99_us: p99,
+            });
+            let addrs: Vec<SocketAddr> = config.peers.iter().map(|p| p.client).collect();
+            let pids = coordinator_pids(&dir);
+            if pids.len() != 3 {
+                return Err(Failure::new(format!(
+                    "{}: expected 3 server processes in {}, found {}",
+                    system.name(),
+                    dir.display(),
+                    pids.len()
+                )));
+            }
+            rt.block_on(prepare(&addrs, args.concurrency.iter().copied().max().unwrap_or(1)))
+                .map_err(|e| Failure::new(format!("{}: {e}", system.name())))?;
+            // a fresh JVM runs interpreted until its JIT has seen the
+            // load: both systems get the same untimed mixed load first
+            let most = args.concurrency.iter().copied().max().unwrap_or(1);
+            for op in [KeeperLoad::Set, KeeperLoad::Create, KeeperLoad::Get] {
+                rt.block_on(cell(
+                    usize::MAX - op as usize,
+                    &addrs,
+                    op,
+                    most,
+                    WARM,
+                    0.0,
+                    &pids,
+                    ticks,
+                ))
+                .map_err(|e| Failure::new(format!("{} warming up: {e}", system.name())))?;
+            }
+            for &op in &args.load {
+                for &concurrency in &args.concurrency {
+                    let warmup = Duration::from_secs_f64(args.warmup);
+                    let out = rt
+                        .block_on(cell(
+                            cells.len(),
+                            &addrs,
+                            op,
+                            concurrency,
+                            warmup,
+                            args.seconds,
+                            &pids,
+                            ticks,
+                        ))
+                        .map_err(|e| {
+                            Failure::new(format!("{} {} at {concurrency}: {e}", system.name(), load_name(op)))
+                        })?;
+                    cells.push(Cell {
+                        system: system.name(),
+                        round,
+                        op: load_name(op),
+                        concurrency,
+                        ..out
+                    });
+                }
+            }
+            drop(running);
+        }
+    }
+    report(args, &cells, &probes);
+    let failed = cells.iter().any(|c| c.ops == 0);
+    Ok(if failed { 3 } else { 0 })
+}
+
+/// The root and each client's own node for `set` and `get`, and the
+/// parents of `multi`'s nodes.
+async fn prepare(addrs: &[SocketAddr], clients: usize) -> Result<(), String> {
+    let c = connect(addrs[0]).await?;
+    let opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    for path in [
+        ROOT.to_string(),
+        format!("{ROOT}/blocks"),
+        format!("{ROOT}/log"),
+        format!("{ROOT}/seq"),
+    ] {
+        match c.create(&path, &[], &opts).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(format!("creating {path}: {e}")),
+        }
+    }
+    for i in 0..clients {
+        let path = format!("{ROOT}/k{i}");
+        match c.create(&path, &DATA, &opts).await {
+            Ok(_) | Err(zk::Error::NodeExists) => {}
+            Err(e) => return Err(format!("creating {path}: {e}")),
+        }
+    }
+    Ok(())
+}
+
+async fn connect(addr: SocketAddr) -> Result<zk::Client, String> {
+    let host = addr.to_string();
+    let connect = zk::Client::connector()
+        .with_session_timeout(Duration::from_secs(10))
+        .connect(&host);
+    tokio::time::timeout(Duration::from_secs(15), connect)
+        .await
+        .map_err(|_| format!("connecting to {addr} timed out"))?
+        .map_err(|e| format!("connecting to {addr}: {e}"))
+}
+
+/// One request of `op` by client `i` of cell `tag`, its `n`th.
+async fn request(c: &zk::Client, op: KeeperLoad, tag: usize, i: usize, n: u64) -> Result<(), zk::Error> {
+    let persistent = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+    let sequential = zk::CreateMode::PersistentSequential.with_acls(zk::Acls::anyone_all());
+    match op {
+        KeeperLoad::Create => c
+            .create(&format!("{ROOT}/seq/c-"), &DATA, &sequential)
+            .await
+            .map(|_| ()),
+        KeeperLoad::Set => c.set_data(&format!("{ROOT}/k{i}"), &DATA, None).await.map(|_| ()),
+        KeeperLoad::Get => c.get_data(&format!("{ROOT}/k{i}")).await.map(|_| ()),
+        KeeperLoad::Multi => {
+            let mut m = c.new_multi_writer();
+            m.add_create(&format!("{ROOT}/blocks/{tag}-{i}-{n}"), &DATA, &persistent)?;
+            m.add_create(&format!("{ROOT}/log/log-"), &DATA, &sequential)?;
+            match m.commit().await {
+                Ok(_) => Ok(()),
+                Err(zk::MultiWriteError::RequestFailed { source }) => Err(source),
+                Err(zk::MultiWriteError::OperationFailed { source, .. }) => Err(source),
+            }
+        }
+    }
+}
+
+/// What one client saw in the timed window.
+struct Tally {
+    ops: u64,
+    errors: u64,
+    hist: Histogram<u64>,
+}
+
+/// One cell: `concurrency` closed-loop clients for the warm-up and the
+/// timed window; the servers' CPU read at the window's edges.
+#[allow(clippy::too_many_arguments)]
+async fn cell(
+    tag: usize,
+    addrs: &[SocketAddr],
+    op: KeeperLoad,
+    concurrency: usize,
+    warmup: Duration,
+    seconds: f64,
+    pids: &[u32],
+    ticks: f64,
+) -> Result<Cell, String> {
+    let mut clients = Vec::with_capacity(concurrency);
+    for i in 0..concurrency {
+        clients.push(connect(addrs[i % addrs.len()]).await?);
+    }
+    let now = Instant::now();
+    let timed_from = now + warmup;
+    let until = timed_from + Duration::from_secs_f64(seconds);
+    let clients: Vec<Arc<zk::Client>> = clients.into_iter().map(Arc::new).collect();
+    let mut tasks = Vec::with_capacity(concurrency);
+    for (i, c) in clients.iter().enumerate() {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut t = Tally {
+                ops: 0,
+                errors: 0,
+                hist: Histogram::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds"),
+            };
+            let mut n = 0u64;
+            loop {
+                let start = Instant::now();
+                if start >= until {
+                    break;
+                }
+                n += 1;
+                let result = request(&c, op, tag, i, n).await;
+                let end = Instant::now();
+                if start < timed_from || end > until {
+                    continue;
+                }
+                match result {
+                    Ok(()) => {
+                        t.ops += 1;
+                        let _ = t.hist.record((end - start).as_micros().max(1) as u64);
+                    }
+                    Err(_) => t.errors += 1,
+                }
+            }
+            t
+        }));
+    }
+    tokio::time::sleep_until(timed_from.into()).await;
+    let (cpu_before, _) = cpu_and_rss(pids, ticks);
+    tokio::time::sleep_until(until.into()).await;
+    let (cpu_after, rss) = cpu_and_rss(pids, ticks);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
+    let (mut ops, mut errors) = (0, 0);
+    for t in tasks {
+        let t = t.await.map_err(|e| format!("a client task: {e}"))?;
+        ops += t.ops;
+        errors += t.errors;
+        hist.add(&t.hist).map_err(|e| format!("merging latencies: {e}"))?;
+    }
+    drop(clients);
+    Ok(Cell {
+        system: "",
+        round: 0,
+        op: "",
+        concurrency,
+        ops,
+        errors,
+        ops_per_s: ops as f64 / seconds,
+        p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
+        p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
+        server_cpu_us_per_op: (cpu_after - cpu_before) * 1e6 / ops.max(1) as f64,
+        servers_rss_mb: rss,
+    })
+}
+
+/// The median round of `system`'s cell and the spread of its ops/s.
+fn median<'a>(cells: &'a [Cell], system: &str, op: &str, concurrency: usize) -> Option<(&'a Cell, f64, f64)> {
+    let mut runs: Vec<&Cell> = cells
+        .iter()
+        .filter(|c| c.system == system && c.op == op && c.concurrency == concurrency)
+        .collect();
+    runs.sort_by(|a, b| a.ops_per_s.total_cmp(&b.ops_per_s));
+    let (lo, hi) = (runs.first()?.ops_per_s, runs.last()?.ops_per_s);
+    Some((runs[runs.len() / 2], lo, hi))
+}
+
+fn report(args: &BenchKeeperArgs, cells: &[Cell], probes: &[Probe]) {
+    let mut rows = Vec::new();
+    if !args.json {
+        out!(
+            "| op | conc | drift ops/s | ZooKeeper ops/s | ratio | p99 ms drift / ZK | servers' CPU µs/op drift / ZK | CPU ratio | servers' RSS MB drift / ZK | errors drift / ZK |"
+        );
+        out!("|---|---|---|---|---|---|---|---|---|---|");
+    }
+    for &op in &args.load {
+        let op = load_name(op);
+        for &c in &args.concurrency {
+            let (Some((d, dlo, dhi)), Some((z, zlo, zhi))) = (
+                median(cells, System::Keeper.name(), op, c),
+                median(cells, System::Zookeeper.name(), op, c),
+            ) else {
+                continue;
+            };
+            let ratio = d.ops_per_s / z.ops_per_s.max(1e-9);
+            let cpu_ratio = d.server_cpu_us_per_op / z.server_cpu_us_per_op.max(1e-9);
+            if !args.json {
+                out!(
+                    "| {op} | {c} | {:.0} ({dlo:.0}–{dhi:.0}) | {:.0} ({zlo:.0}–{zhi:.0}) | {ratio:.2} | {:.2} / {:.2} | {:.0} / {:.0} | {cpu_ratio:.2} | {:.0} / {:.0} | {} / {} |",
+                    d.ops_per_s,
+                    z.ops_per_s,
+                    d.p99_ms,
+                    z.p99_ms,
+                    d.server_cpu_us_per_op,
+                    z.server_cpu_us_per_op,
+                    d.servers_rss_mb,
+                    z.servers_rss_mb,
+                    d.errors,
+                    z.errors
+                );
+            }
+            rows.push(serde_json::json!({
+                "op": op, "concurrency": c,
+                "drift": d, "zookeeper": z,
+                "drift_ops_per_s_spread": [dlo, dhi], "zookeeper_ops_per_s_spread": [zlo, zhi],
+                "ops_ratio": ratio, "cpu_per_op_ratio": cpu_ratio,
+            }));
+        }
+    }
+    if args.json {
+        out!(
+            "{}",
+            serde_json::json!({
+                "rounds": args.rounds, "seconds": args.seconds, "warmup_s": args.warmup,
+                "cells": rows, "runs": cells, "fsync_probes": probes,
+            })
+        );
+    }
+}
