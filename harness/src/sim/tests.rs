@@ -433,8 +433,10 @@ fn the_table_seeds_that_found_bugs_stay_fixed() {
 }
 
 /// How many seeds [`the_table_seeds_that_found_bugs_stay_fixed`] runs at
-/// most (seed 9 alone reached all three paths when it was written).
-const SEEDS_TO_REACH_MAX: u64 = 20;
+/// most (seed 9 alone reached all three paths when it was written; since
+/// the queue is read in one pipelined round, a commit lands during a
+/// reload rarely, first in seed 31).
+const SEEDS_TO_REACH_MAX: u64 = 40;
 
 /// Two swarm seeds of the table with every fault the simulator offers.
 /// Seed 3 (12 % loss, clogged links): a pull of a hundred entries read
@@ -445,7 +447,7 @@ const SEEDS_TO_REACH_MAX: u64 = 20;
 /// nobody holds, and the other replicas' queues tried to fetch it for
 /// ever; now they drop it as lost, as the node does, and the checker
 /// finds the acknowledged rows lost (the wipe exceeds what an insert
-/// without quorum promises).
+/// without quorum promises). Seed 9 of the swarm without `wipe`: below.
 #[test]
 fn the_table_swarm_seeds_that_found_bugs_stay_fixed() {
     let all = "partition,kill,pause,corrupt,diverge,clock,wipe,keeper-restart,drop-reply,stop-fetches,keeper-cut";
@@ -469,4 +471,22 @@ fn the_table_swarm_seeds_that_found_bugs_stay_fixed() {
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
     assert_eq!(verdict, drift_checkers::checker::Verdict::Invalid, "seed 2: {why}");
     assert!(why.contains("was acknowledged but"), "seed 2: {why}");
+
+    // Seed 9 of the swarm without `wipe` (delays up to 100 ms, clogs,
+    // duplicates): the keepers kept electing after the heal, the
+    // replicas' sessions expired, and each new session read the queue one
+    // entry per round trip; the final reads gave up (`unknown`). The
+    // queue is now read in one pipelined round, as the node's multi-read
+    // does, and the final phase may take 600 simulated seconds (and runs
+    // on a calm network, which this seed no longer needs).
+    let no_wipe = "partition,kill,pause,corrupt,diverge,clock,keeper-restart,drop-reply,stop-fetches,keeper-cut";
+    let base = campaign(&["--workload", "insert-retry", "--nemesis", no_wipe], 1);
+    let c = swarm(base.plan.clone(), 9);
+    let sim = simulate(&c);
+    let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
+    assert_eq!(
+        verdict,
+        drift_checkers::checker::Verdict::Valid,
+        "no-wipe swarm seed 9: {why}"
+    );
 }
