@@ -9,8 +9,8 @@
 //! * changelog — append throughput with one fsync per batch, for several
 //!   batch sizes, beside a raw 4 KiB append + fdatasync probe.
 //!
-//! With `--against zookeeper` it measures instead a keeper cluster beside
-//! an Apache ZooKeeper ensemble under client load (`bench_keeper_zk`).
+//! `drift bench keeper --against zookeeper` measures instead a keeper
+//! cluster beside an Apache ZooKeeper ensemble under client load.
 
 use crate::cli::BenchKeeperArgs;
 use crate::fail::Failure;
@@ -50,9 +50,6 @@ struct ApplyRow {
 }
 
 pub fn keeper(args: BenchKeeperArgs) -> Result<i32, Failure> {
-    if args.against.is_some() {
-        return crate::bench_keeper_zk::against(&args);
-    }
     let dir = args
         .dir
         .clone()

@@ -70,6 +70,7 @@ fn main() {
         Command::Bench(b) => match b.what {
             BenchWhat::Checker(args) => bench::checker(args),
             BenchWhat::Repair(args) => bench_repair::repair(args),
+            BenchWhat::Keeper(args) if args.against.is_some() => bench_keeper_zk::against(&args),
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
             BenchWhat::Harness(args) => bench_harness::harness(args),
             BenchWhat::Table(args) => bench_table::table(args),
