@@ -23,14 +23,13 @@
 //! created in one transaction.
 
 use crate::bench_keeper::fsync_probe;
-use crate::bench_table::{clock_ticks, coordinator_pids, cpu_and_rss};
+use crate::bench_table::{clock_ticks, coordinator_pids, cpu_and_rss, Running};
 use crate::cli::{BenchKeeperArgs, KeeperLoad};
-use crate::cluster::{start_cluster, stop_cluster, UpSpec};
+use crate::cluster::{start_cluster, UpSpec};
 use crate::fail::Failure;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
@@ -81,18 +80,6 @@ struct Probe {
     round: usize,
     fsync_p50_us: f64,
     fsync_p99_us: f64,
-}
-
-/// Stops the cluster and removes its directory when dropped.
-struct Running {
-    dir: PathBuf,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = stop_cluster(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn load_name(op: KeeperLoad) -> &'static str {

@@ -127,9 +127,10 @@ pub(crate) fn cpu_and_rss(pids: &[u32], ticks: f64) -> (f64, f64) {
     (cpu, rss)
 }
 
-/// Ends the cluster when dropped, error or not.
-struct Running {
-    dir: PathBuf,
+/// Ends the cluster in `dir` and removes the directory when dropped,
+/// error or not (also `drift bench keeper --against`'s clusters).
+pub(crate) struct Running {
+    pub(crate) dir: PathBuf,
 }
 
 impl Drop for Running {
