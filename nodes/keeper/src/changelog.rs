@@ -142,24 +142,31 @@ pub fn encode_record(r: &LogRecord, level: i32) -> Vec<u8> {
 /// [`encode_record`] with a reused compression context (a fresh context
 /// per record costs more than compressing a small record).
 fn encode_record_with(z: &mut zstd::bulk::Compressor<'static>, r: &LogRecord) -> Vec<u8> {
-    let mut plain = Vec::with_capacity(17 + r.data.len());
-    plain.extend_from_slice(&r.index.to_be_bytes());
-    plain.extend_from_slice(&r.term.to_be_bytes());
-    plain.push(r.kind);
-    plain.extend_from_slice(&r.data);
-    let compressed = (plain.len() >= COMPRESS_FROM_BYTES)
-        .then(|| z.compress(&plain).expect("zstd compresses in memory"))
-        .filter(|c| c.len() < plain.len());
-    let (magic, payload) = match compressed {
-        Some(c) => (MAGIC, c),
-        None => (MAGIC_RAW, plain),
+    // the plain payload written in place after room for the header: a raw
+    // record (most of them) is then never copied
+    let mut out = Vec::with_capacity(HEADER_BYTES + 17 + r.data.len());
+    out.extend_from_slice(&[0; HEADER_BYTES]);
+    out.extend_from_slice(&r.index.to_be_bytes());
+    out.extend_from_slice(&r.term.to_be_bytes());
+    out.push(r.kind);
+    out.extend_from_slice(&r.data);
+    let plain_len = out.len() - HEADER_BYTES;
+    let compressed = (plain_len >= COMPRESS_FROM_BYTES)
+        .then(|| z.compress(&out[HEADER_BYTES..]).expect("zstd compresses in memory"))
+        .filter(|c| c.len() < plain_len);
+    let magic = match compressed {
+        Some(c) => {
+            out.truncate(HEADER_BYTES);
+            out.extend_from_slice(&c);
+            MAGIC
+        }
+        None => MAGIC_RAW,
     };
-    let crc = crc32fast::hash(&payload);
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len());
-    out.extend_from_slice(&magic.to_be_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    out.extend_from_slice(&crc.to_be_bytes());
-    out.extend_from_slice(&payload);
+    let payload_len = out.len() - HEADER_BYTES;
+    let crc = crc32fast::hash(&out[HEADER_BYTES..]);
+    out[0..4].copy_from_slice(&magic.to_be_bytes());
+    out[4..8].copy_from_slice(&(payload_len as u32).to_be_bytes());
+    out[8..12].copy_from_slice(&crc.to_be_bytes());
     out
 }
 
