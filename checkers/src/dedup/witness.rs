@@ -161,15 +161,25 @@ impl Witness {
                     let as_new = by_age.range((ctime, String::new())..).count() as u64;
                     let age_ms = newest.saturating_sub(ctime);
                     let allowed = as_new >= window || age_ms > window_ms;
-                    Removal {
-                        zxid,
-                        allowed,
-                        why: format!(
-                            "removed at zxid {zxid:#x} with {as_new} other id(s) as new present (window {window}) and {:.3} s older than the newest (window {:.3} s)",
-                            age_ms as f64 / 1e3,
-                            window_ms as f64 / 1e3
-                        ),
+                    let mut why = format!(
+                        "removed at zxid {zxid:#x} with {as_new} other id(s) as new present (window {window}) and {:.3} s older than the newest (window {:.3} s)",
+                        age_ms as f64 / 1e3,
+                        window_ms as f64 / 1e3
+                    );
+                    // the id's earlier life, if it had one: a remover that
+                    // judged the id by an earlier creation's ctime (a time
+                    // it kept by name) would have found it outside the window
+                    let earlier = life.creates.iter().rev().skip(1).map(|c| c.1).min();
+                    if let Some(first) = earlier.filter(|_| !allowed) {
+                        let as_new_then = by_age.range((first, String::new())..).count() as u64;
+                        if as_new_then >= window || newest.saturating_sub(first) > window_ms {
+                            why.push_str(&format!(
+                                "; by the ctime of its earlier creation ({:.3} s older than the newest) it would have been outside the window: the remover judged the id made again by the time of its first life (a ctime kept by name, as ClickHouse before 19.9 caches it)",
+                                newest.saturating_sub(first) as f64 / 1e3
+                            ));
+                        }
                     }
+                    Removal { zxid, allowed, why }
                 }
             };
             if !removal.allowed {
@@ -266,6 +276,41 @@ mod tests {
         assert_eq!((d.copies, d.created), (1, 2), "{}", d.why);
         assert!(d.why.contains("1 other id(s) as new"), "{}", d.why);
         assert_eq!(w.premature, 1);
+    }
+
+    #[test]
+    fn a_premature_removal_judged_by_the_ids_first_ctime_is_named_as_such() {
+        // a (first life at 1 s) is removed rightly, made again at 7.5 s,
+        // and removed again 0.1 s later: inside a 5 s window by its new
+        // ctime, outside it by its first; e's second removal is inside the
+        // window by either of its ctimes
+        let h = history(&[
+            ("create", "a", 1, 1_000),
+            ("create", "b", 2, 7_000),
+            ("remove", "a", 3, 0),
+            ("create", "a", 4, 7_500),
+            ("create", "c", 5, 7_600),
+            ("remove", "a", 6, 0),
+            ("create", "a", 7, 8_000),
+            ("create", "e", 8, 8_100),
+            ("remove", "e", 9, 0),
+            ("create", "e", 10, 8_200),
+            ("remove", "e", 11, 0),
+            ("create", "e", 12, 8_300),
+        ]);
+        let w = Witness::read(&h, 100, 5_000).unwrap();
+        let a = w.allowance(&ids(&["a"]));
+        assert_eq!((a.copies, a.created), (2, 3), "{}", a.why);
+        assert!(a.why.contains("0.100 s older than the newest"), "{}", a.why);
+        assert!(
+            a.why.contains("by the ctime of its earlier creation (6.600 s older"),
+            "{}",
+            a.why
+        );
+        let e = w.allowance(&ids(&["e"]));
+        assert_eq!((e.copies, e.created), (1, 3), "{}", e.why);
+        assert!(!e.why.contains("earlier creation"), "{}", e.why);
+        assert_eq!(w.premature, 3);
     }
 
     #[test]
