@@ -325,11 +325,11 @@ fn snapshot_bench(dir: &std::path::Path, nodes: usize, say: &dyn Fn(&str)) -> Re
     let raw_bytes = snapshot::encode(s.state(), &meta, false, 0).len();
     let encode_raw_s = started.elapsed().as_secs_f64();
     let started = Instant::now();
-    let name = snaps
+    let (name, file_bytes) = snaps
         .write(&mut disk, s.state(), &meta)
         .map_err(|e| Failure::new(e.to_string()))?;
     let write_s = started.elapsed().as_secs_f64();
-    let file_bytes = std::fs::metadata(dir.join(&name)).map(|m| m.len()).unwrap_or(0) as usize;
+    let file_bytes = file_bytes as usize;
     drop(s);
     let started = Instant::now();
     let (state, loaded) = snaps

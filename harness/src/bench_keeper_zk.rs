@@ -243,7 +243,7 @@ async fn prepare(addrs: &[SocketAddr], clients: usize) -> Result<(), String> {
     Ok(())
 }
 
-async fn connect(addr: SocketAddr) -> Result<zk::Client, String> {
+pub(crate) async fn connect(addr: SocketAddr) -> Result<zk::Client, String> {
     let host = addr.to_string();
     let connect = zk::Client::connector()
         .with_session_timeout(Duration::from_secs(10))

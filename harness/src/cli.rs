@@ -380,6 +380,19 @@ pub struct BenchKeeperArgs {
     /// loopback address block).
     #[arg(long, default_value_t = 23200, value_parser = clap::value_parser!(u16).range(1024..=65530), requires = "against")]
     pub port: u16,
+    /// With --against, instead of the throughput cells: load this many
+    /// znodes of 100 bytes (ClickHouse block-id paths) into each system and
+    /// report resident memory per server, bytes per znode, and the peak
+    /// through a snapshot.
+    #[arg(long, value_parser = znodes_value, requires = "against")]
+    pub znodes: Option<u64>,
+}
+
+fn znodes_value(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if (1_000..=10_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: a number of znodes from 1000 to 10000000")),
+    }
 }
 
 /// What `drift bench keeper --against` measures the keeper beside.

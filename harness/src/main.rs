@@ -14,6 +14,7 @@ mod backend;
 mod bench;
 mod bench_harness;
 mod bench_keeper;
+mod bench_keeper_mem;
 mod bench_keeper_zk;
 mod bench_linear;
 mod bench_repair;
@@ -70,6 +71,9 @@ fn main() {
         Command::Bench(b) => match b.what {
             BenchWhat::Checker(args) => bench::checker(args),
             BenchWhat::Repair(args) => bench_repair::repair(args),
+            BenchWhat::Keeper(args) if args.against.is_some() && args.znodes.is_some() => {
+                bench_keeper_mem::against(&args)
+            }
             BenchWhat::Keeper(args) if args.against.is_some() => bench_keeper_zk::against(&args),
             BenchWhat::Keeper(args) => bench_keeper::keeper(args),
             BenchWhat::Harness(args) => bench_harness::harness(args),

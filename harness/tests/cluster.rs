@@ -886,3 +886,48 @@ fn bench_keeper_against_zookeeper_measures_both_systems_in_one_command() {
     assert_eq!(order, [(1, "drift"), (1, "zookeeper"), (2, "zookeeper"), (2, "drift")]);
     assert_eq!(v["fsync_probes"].as_array().unwrap().len(), 4);
 }
+
+#[test]
+fn bench_keeper_against_zookeeper_with_znodes_measures_memory_through_a_snapshot() {
+    let (code, _, stderr) = common::run(common::drift().args(["bench", "keeper", "--znodes", "2000"]));
+    assert_eq!(code, 3, "--znodes belongs to --against: {stderr}");
+    let (code, _, stderr) =
+        common::run(common::drift().args(["bench", "keeper", "--against", "zookeeper", "--znodes", "5"]));
+    assert_eq!(code, 3, "too few znodes: {stderr}");
+    assert!(stderr.contains("from 1000"), "{stderr}");
+    if !common::have_zookeeper() {
+        return;
+    }
+    let (code, stdout, stderr) = common::run(common::drift().args([
+        "bench",
+        "keeper",
+        "--against",
+        "zookeeper",
+        "--znodes",
+        "2000",
+        "--rounds",
+        "1",
+        "--port",
+        "23500",
+        "--json",
+    ]));
+    assert_eq!(code, 0, "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    let rounds = v["rounds"].as_array().unwrap();
+    let systems: Vec<&str> = rounds.iter().map(|r| r["system"].as_str().unwrap()).collect();
+    assert_eq!(systems, ["drift", "zookeeper"], "{v}");
+    for r in rounds {
+        // every server held all the znodes (the bench checks each one's
+        // child count) and wrote a snapshot after the load
+        assert_eq!(r["znodes"], 2000, "{r}");
+        assert!(r["sets_to_snapshot"].as_u64().unwrap() > 0, "{r}");
+        let servers = r["servers"].as_array().unwrap();
+        assert_eq!(servers.len(), 3, "{r}");
+        for s in servers {
+            let mb = |k: &str| s[k].as_f64().unwrap();
+            assert!(mb("idle_mb") > 1.0 && mb("loaded_mb") > 1.0, "{r}");
+            assert!(mb("snapshot_peak_mb") >= mb("after_snapshot_mb"), "{r}");
+        }
+    }
+    assert_eq!(v["rows"].as_array().unwrap().len(), 5, "{v}");
+}

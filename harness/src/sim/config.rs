@@ -37,6 +37,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             snapshot_distance: sp.snapshot_distance.max(1),
             reserved_log_items: (sp.snapshot_distance / 2).max(1),
             rotate_interval: sp.snapshot_distance.max(16),
+            log_cache_bytes: drift_keeper::changelog::CACHE_BYTES_DEFAULT,
             quorum_reads: plan.quorum_reads,
             witness_blocks: plan.table.is_some(),
             digest: plan.digest,

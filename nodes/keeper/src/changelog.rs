@@ -18,10 +18,18 @@
 //! ones — refuses to load, naming the file and offset, because truncating
 //! there would drop entries this replica acknowledged.
 //!
+//! Memory: every retained record's term and place on disk stay in memory
+//! (24 bytes each); its bytes only while it is among the newest records
+//! that fit in [`Config::cache_bytes`]. An older one is read back from
+//! its segment when asked for (a follower far behind, a restart's
+//! replay), so what the log holds in memory is bounded by configuration,
+//! not by how large the entries between two snapshots were.
+//!
 //! An I/O error from a mutating call leaves the files in an unknown state:
 //! the caller must stop and re-open (the driver aborts the process).
 
 use crate::disk::Disk;
+use std::borrow::Cow;
 use std::collections::VecDeque;
 
 pub const PREFIX: &str = "changelog_";
@@ -55,6 +63,9 @@ pub struct Config {
     /// Entries kept below a snapshot when compacting.
     pub reserved_log_items: u64,
     pub zstd_level: i32,
+    /// Bytes of the newest records kept in memory (at least the newest
+    /// record is); older ones are read from disk when asked for.
+    pub cache_bytes: usize,
 }
 
 impl Default for Config {
@@ -63,6 +74,7 @@ impl Default for Config {
             rotate_interval: 100_000,
             reserved_log_items: 100_000,
             zstd_level: 1,
+            cache_bytes: CACHE_BYTES_DEFAULT,
         }
     }
 }
@@ -99,6 +111,18 @@ pub struct LoadReport {
     pub records: u64,
 }
 
+/// [`Config::cache_bytes`] unless configured.
+pub const CACHE_BYTES_DEFAULT: usize = 32 << 20;
+
+/// Where a retained record is, and its term.
+#[derive(Debug, Clone, Copy)]
+struct Place {
+    /// First index of its segment.
+    segment: u64,
+    offset: u64,
+    term: u64,
+}
+
 #[derive(Debug, Clone)]
 struct Segment {
     name: String,
@@ -110,10 +134,12 @@ pub struct Changelog {
     config: Config,
     compressor: zstd::bulk::Compressor<'static>,
     segments: Vec<Segment>,
-    /// Retained records, indices `start..next`.
-    records: VecDeque<LogRecord>,
-    /// (segment first index, byte offset) of each retained record.
-    positions: VecDeque<(u64, u64)>,
+    /// Each retained record's place and term, indices `start..next`.
+    places: VecDeque<Place>,
+    /// The newest retained records, indices `next - cache.len()..next`.
+    cache: VecDeque<LogRecord>,
+    /// Bytes of data in `cache`.
+    cached: usize,
     start: u64,
     next: u64,
 }
@@ -241,8 +267,9 @@ impl Changelog {
             compressor: zstd::bulk::Compressor::new(config.zstd_level)
                 .map_err(|e| ChangelogError::Invalid(format!("zstd level {}: {e}", config.zstd_level)))?,
             segments: Vec::new(),
-            records: VecDeque::new(),
-            positions: VecDeque::new(),
+            places: VecDeque::new(),
+            cache: VecDeque::new(),
+            cached: 0,
             start: 1,
             next: 1,
         };
@@ -273,8 +300,12 @@ impl Changelog {
                 });
                 match parsed {
                     Ok((r, size)) => {
-                        log.positions.push_back((first, offset as u64));
-                        log.records.push_back(r);
+                        log.places.push_back(Place {
+                            segment: first,
+                            offset: offset as u64,
+                            term: r.term,
+                        });
+                        log.cache_push(r);
                         log.next += 1;
                         offset += size;
                     }
@@ -302,7 +333,7 @@ impl Changelog {
             log.segments.push(Segment { name, first, len });
         }
         report.segments = log.segments.len();
-        report.records = log.records.len() as u64;
+        report.records = log.places.len() as u64;
         Ok((log, report))
     }
 
@@ -320,19 +351,75 @@ impl Changelog {
         (self.next > self.start).then(|| self.next - 1)
     }
 
-    pub fn get(&self, index: u64) -> Option<&LogRecord> {
-        if index < self.start || index >= self.next {
-            return None;
-        }
-        self.records.get((index - self.start) as usize)
+    /// The term of retained record `index`.
+    pub fn term(&self, index: u64) -> Option<u64> {
+        let k = index.checked_sub(self.start)?;
+        (index < self.next).then(|| self.places[k as usize].term)
     }
 
-    /// Records `lo..hi` (clamped to what is retained).
-    pub fn range(&self, lo: u64, hi: u64) -> impl Iterator<Item = &LogRecord> {
-        let lo = lo.max(self.start);
-        let hi = hi.min(self.next).max(lo);
-        self.records
-            .range((lo - self.start) as usize..(hi - self.start) as usize)
+    /// Retained record `index`: from memory if it is among the newest
+    /// cached, else read back from its segment on `disk`.
+    pub fn get(&self, disk: &dyn Disk, index: u64) -> Result<Option<Cow<'_, LogRecord>>, ChangelogError> {
+        if index < self.start || index >= self.next {
+            return Ok(None);
+        }
+        let cached_from = self.next - self.cache.len() as u64;
+        if index >= cached_from {
+            return Ok(Some(Cow::Borrowed(&self.cache[(index - cached_from) as usize])));
+        }
+        let k = (index - self.start) as usize;
+        let place = self.places[k];
+        let seg = self
+            .segments
+            .iter()
+            .find(|s| s.first == place.segment)
+            .expect("a retained record's segment is retained");
+        let end = match self.places.get(k + 1) {
+            Some(p) if p.segment == place.segment => p.offset,
+            _ => seg.len,
+        };
+        let bytes = disk
+            .read_at(&seg.name, place.offset, (end - place.offset) as usize)
+            .map_err(io_err(&seg.name))?;
+        let corrupt = |reason: String| ChangelogError::Corrupt {
+            file: seg.name.clone(),
+            offset: place.offset,
+            reason,
+        };
+        let mut z = zstd::bulk::Decompressor::new().map_err(|e| ChangelogError::Invalid(e.to_string()))?;
+        let (r, _) = decode_record_with(&mut z, &bytes, 0).map_err(corrupt)?;
+        if r.index != index {
+            return Err(corrupt(format!("record index {} read back where {index} was", r.index)));
+        }
+        Ok(Some(Cow::Owned(r)))
+    }
+
+    /// Retained records `lo..hi` (clamped to what is retained), read as
+    /// [`Changelog::get`] reads each.
+    pub fn read_range(&self, disk: &dyn Disk, lo: u64, hi: u64) -> Result<Vec<LogRecord>, ChangelogError> {
+        let (lo, hi) = (lo.max(self.start), hi.min(self.next));
+        let mut out = Vec::with_capacity(hi.saturating_sub(lo) as usize);
+        for i in lo..hi {
+            out.extend(self.get(disk, i)?.map(Cow::into_owned));
+        }
+        Ok(out)
+    }
+
+    /// Bytes of record data held in memory (at most
+    /// [`Config::cache_bytes`], or the newest record alone).
+    pub fn cached_bytes(&self) -> usize {
+        self.cached
+    }
+
+    /// Caches `r` as the newest record, dropping the oldest cached ones
+    /// beyond the budget.
+    fn cache_push(&mut self, r: LogRecord) {
+        self.cached += r.data.len();
+        self.cache.push_back(r);
+        while self.cached > self.config.cache_bytes && self.cache.len() > 1 {
+            let old = self.cache.pop_front().expect("more than one cached");
+            self.cached -= old.data.len();
+        }
     }
 
     pub fn segment_names(&self) -> Vec<String> {
@@ -358,7 +445,7 @@ impl Changelog {
         if records.iter().any(|r| r.data.len() > ENTRY_DATA_BYTES_MAX) {
             return Err(ChangelogError::Invalid("entry larger than ENTRY_DATA_BYTES_MAX".into()));
         }
-        if self.records.is_empty() && self.segments.is_empty() {
+        if self.places.is_empty() && self.segments.is_empty() {
             self.start = first.index;
             self.next = first.index;
         }
@@ -401,13 +488,17 @@ impl Changelog {
             }
             let seg = self.segments.last_mut().expect("a segment exists");
             let bytes = encode_record_with(&mut self.compressor, r);
-            self.positions.push_back((seg.first, seg.len));
+            self.places.push_back(Place {
+                segment: seg.first,
+                offset: seg.len,
+                term: r.term,
+            });
             seg.len += bytes.len() as u64;
             pending.extend_from_slice(&bytes);
             if touched.last() != Some(&seg.name) {
                 touched.push(seg.name.clone());
             }
-            self.records.push_back(r.clone());
+            self.cache_push(r.clone());
             self.next += 1;
         }
         if let Some(seg) = self.segments.last() {
@@ -432,7 +523,11 @@ impl Changelog {
                 self.start
             )));
         }
-        let (seg_first, offset) = self.positions[(index - self.start) as usize];
+        let Place {
+            segment: seg_first,
+            offset,
+            ..
+        } = self.places[(index - self.start) as usize];
         while let Some(last) = self.segments.last() {
             if last.first > seg_first {
                 disk.remove(&last.name).map_err(io_err(&last.name))?;
@@ -445,9 +540,12 @@ impl Changelog {
         disk.truncate(&seg.name, offset).map_err(io_err(&seg.name))?;
         disk.sync(&seg.name).map_err(io_err(&seg.name))?;
         seg.len = offset;
-        let keep = (index - self.start) as usize;
-        self.records.truncate(keep);
-        self.positions.truncate(keep);
+        self.places.truncate((index - self.start) as usize);
+        let dropped = (self.next - index) as usize;
+        for _ in 0..dropped.min(self.cache.len()) {
+            let r = self.cache.pop_back().expect("counted");
+            self.cached -= r.data.len();
+        }
         self.next = index;
         Ok(())
     }
@@ -465,10 +563,12 @@ impl Changelog {
             }
             let seg = self.segments.remove(0);
             disk.remove(&seg.name).map_err(io_err(&seg.name))?;
-            let drop = (next_first - self.start) as usize;
-            self.records.drain(..drop);
-            self.positions.drain(..drop);
+            self.places.drain(..(next_first - self.start) as usize);
             self.start = next_first;
+            while self.next - (self.cache.len() as u64) < self.start {
+                let r = self.cache.pop_front().expect("a cached record below the start");
+                self.cached -= r.data.len();
+            }
             removed += 1;
         }
         Ok(removed)
@@ -480,8 +580,9 @@ impl Changelog {
         for s in self.segments.drain(..) {
             disk.remove(&s.name).map_err(io_err(&s.name))?;
         }
-        self.records.clear();
-        self.positions.clear();
+        self.places.clear();
+        self.cache.clear();
+        self.cached = 0;
         self.start = next_index;
         self.next = next_index;
         Ok(())

@@ -15,6 +15,8 @@ pub trait Disk {
     /// Names of all files, sorted.
     fn list(&self) -> io::Result<Vec<String>>;
     fn read(&self, name: &str) -> io::Result<Vec<u8>>;
+    /// `len` bytes of `name` from `offset` (an error if the file is shorter).
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>>;
     fn len(&self, name: &str) -> io::Result<u64>;
     /// Appends to `name`, creating it if needed.
     fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()>;
@@ -217,6 +219,20 @@ impl Disk for MemDisk {
 
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         Ok(self.file(name)?.current.clone())
+    }
+
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let f = &self.file(name)?.current;
+        usize::try_from(offset)
+            .ok()
+            .and_then(|o| f.get(o..o.checked_add(len)?))
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("{name}: {len} bytes at {offset} past its end ({})", f.len()),
+                )
+            })
     }
 
     fn len(&self, name: &str) -> io::Result<u64> {

@@ -49,8 +49,10 @@ pub struct RaftLog<D: Disk> {
     conf_state: ConfState,
     snapshot_index: u64,
     snapshot_term: u64,
-    /// The newest snapshot's file bytes (what is sent to followers).
-    snapshot_bytes: Vec<u8>,
+    /// Whether a snapshot file stands at (snapshot_index, snapshot_term):
+    /// what a lagging follower is sent, read from disk when it is (a large
+    /// tree's snapshot is not also held in memory).
+    has_snapshot: bool,
     /// A peer asked for a snapshot newer than the one held.
     wanted: Cell<u64>,
     /// (term, vote) as last made durable.
@@ -63,14 +65,14 @@ fn err(e: impl std::fmt::Display) -> raft::Error {
 
 impl<D: Disk> RaftLog<D> {
     /// Opens the log in `disk` for a cluster of `voters`, after the newest
-    /// snapshot (index, term, bytes) if there is one. Also says whether the
+    /// snapshot (index, term; its file in `disk`) if there is one. Also says whether the
     /// node has no Raft state at all (a new node, or one whose data was
     /// dropped): then it may have voted in a term it no longer knows.
     pub fn open(
         mut disk: D,
         voters: Vec<u64>,
         cfg: changelog::Config,
-        snapshot: Option<(u64, u64, Vec<u8>)>,
+        snapshot: Option<(u64, u64)>,
     ) -> Result<(RaftLog<D>, changelog::LoadReport, bool), StoreError> {
         let (mut log, report) = Changelog::open(&mut disk, cfg)?;
         let (hard_state, fresh) = match disk.read(HARD_STATE) {
@@ -83,7 +85,8 @@ impl<D: Disk> RaftLog<D> {
                 })
             }
         };
-        let (snapshot_index, snapshot_term, snapshot_bytes) = snapshot.unwrap_or((0, 0, Vec::new()));
+        let has_snapshot = snapshot.is_some();
+        let (snapshot_index, snapshot_term) = snapshot.unwrap_or((0, 0));
         // a snapshot holds only applied, so committed, entries: a crash
         // after its file was renamed into place but before the commit index
         // behind it was persisted leaves the hard state behind it, and raft
@@ -105,7 +108,7 @@ impl<D: Disk> RaftLog<D> {
                 conf_state,
                 snapshot_index,
                 snapshot_term,
-                snapshot_bytes,
+                has_snapshot,
                 wanted: Cell::new(0),
                 persisted: (hard_state.term, hard_state.vote),
                 hard_state,
@@ -179,12 +182,13 @@ impl<D: Disk> RaftLog<D> {
         Ok(())
     }
 
-    /// Records a snapshot this node made or installed, and drops log
+    /// Records a snapshot this node made or installed (its file written to
+    /// the disk as [`snapshot::file_name`] names it), and drops log
     /// segments it covers (keeping `reserved_log_items`).
-    pub fn set_snapshot(&mut self, index: u64, term: u64, bytes: Vec<u8>) -> Result<(), StoreError> {
+    pub fn set_snapshot(&mut self, index: u64, term: u64) -> Result<(), StoreError> {
         self.snapshot_index = index;
         self.snapshot_term = term;
-        self.snapshot_bytes = bytes;
+        self.has_snapshot = true;
         if self.wanted.get() <= index {
             self.wanted.set(0);
         }
@@ -202,7 +206,12 @@ impl<D: Disk> RaftLog<D> {
     }
 
     fn record_term(&self, idx: u64) -> Option<u64> {
-        self.changelog.get(idx).map(|r| r.term)
+        self.changelog.term(idx)
+    }
+
+    /// Bytes of log entries held in memory.
+    pub fn cached_bytes(&self) -> usize {
+        self.changelog.cached_bytes()
     }
 }
 
@@ -247,7 +256,13 @@ impl<D: Disk> raft::Storage for RaftLog<D> {
         let max = max_size.into().unwrap_or(u64::MAX);
         let mut out = Vec::new();
         let mut size = 0u64;
-        for r in self.changelog.range(low, high) {
+        // an entry no longer cached is read back from its segment; a read
+        // that fails is this server's own disk failing, which raft treats
+        // as fatal (the process stops, naming the file)
+        for i in low..high {
+            let Some(r) = self.changelog.get(&self.disk, i).map_err(err)? else {
+                break;
+            };
             let e = Entry::parse_from_bytes(&r.data).map_err(err)?;
             size += r.data.len() as u64;
             if !out.is_empty() && size > max {
@@ -292,12 +307,17 @@ impl<D: Disk> raft::Storage for RaftLog<D> {
     }
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        if self.snapshot_index < request_index || self.snapshot_bytes.is_empty() {
+        if self.snapshot_index < request_index || !self.has_snapshot {
             self.wanted.set(self.wanted.get().max(request_index.max(1)));
             return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
+        let name = crate::snapshot::file_name(self.snapshot_index, self.snapshot_term);
+        let bytes = self
+            .disk
+            .read(&name)
+            .map_err(|e| err(format!("snapshot {name}: {e}")))?;
         let mut s = Snapshot {
-            data: self.snapshot_bytes.clone().into(),
+            data: bytes.into(),
             ..Snapshot::default()
         };
         let meta = s.mut_metadata();
@@ -328,6 +348,8 @@ mod tests {
         rotate_interval: 4,
         reserved_log_items: 2,
         zstd_level: 1,
+        // about one entry: every older one is read back from its segment
+        cache_bytes: 16,
     };
 
     /// A new log on an in-memory disk holding entries 1..=10 of term 1
@@ -355,7 +377,11 @@ mod tests {
             log.entries(3, 5, None, GetEntriesContext::empty(false)).unwrap(),
             [entry(3, 1), entry(4, 1)]
         );
-        log.set_snapshot(8, 1, b"snap".to_vec()).unwrap();
+        let name = crate::snapshot::file_name(8, 1);
+        log.disk.write(&name, b"snap").unwrap();
+        log.disk.sync(&name).unwrap();
+        log.set_snapshot(8, 1).unwrap();
+        assert!(log.cached_bytes() <= 16, "{} bytes cached", log.cached_bytes());
         // two reserved items below the snapshot stay readable: the first
         // index moves up from 1 to 6
         assert_eq!(
@@ -366,7 +392,7 @@ mod tests {
         assert_eq!(log.term(8).unwrap(), 1);
         let mut disk = log.disk;
         disk.crash();
-        let (log, _, fresh) = RaftLog::open(disk, vec![1, 2, 3], cfg, Some((8, 1, b"snap".to_vec()))).unwrap();
+        let (log, _, fresh) = RaftLog::open(disk, vec![1, 2, 3], cfg, Some((8, 1))).unwrap();
         assert!(!fresh);
         // commit 10 was never made durable on its own; the snapshot made 9
         assert_eq!(log.hard_state().commit, 9);
@@ -375,7 +401,8 @@ mod tests {
             log.entries(9, 11, None, GetEntriesContext::empty(false)).unwrap(),
             [entry(9, 1), entry(10, 1)]
         );
-        assert_eq!(log.snapshot(8, 2).unwrap().get_metadata().index, 8);
+        let snap = log.snapshot(8, 2).unwrap();
+        assert_eq!((snap.get_metadata().index, &snap.data[..]), (8, &b"snap"[..]));
         assert!(log.snapshot(9, 2).is_err());
         assert_eq!(log.snapshot_wanted(), 9);
     }
@@ -387,7 +414,7 @@ mod tests {
         let mut disk = log.disk;
         disk.crash();
         // the snapshot at 8 reached the disk, its commit index did not
-        let (log, _, _) = RaftLog::open(disk, vec![1], cfg, Some((8, 1, b"snap".to_vec()))).unwrap();
+        let (log, _, _) = RaftLog::open(disk, vec![1], cfg, Some((8, 1))).unwrap();
         assert_eq!(log.hard_state().commit, 8);
         assert_eq!(log.initial_state().unwrap().hard_state.commit, 8);
     }

@@ -41,6 +41,8 @@ const PROLOGUE_BYTES: usize = 13;
 pub const FORMAT_VERSION: u8 = 1;
 const BLOCK_BYTES: usize = 64 << 10;
 const FRAME_INPUT_BYTES: usize = 1 << 20;
+/// Bytes of a snapshot being written gathered before each append.
+const WRITE_BYTES: usize = 4 << 20;
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
 /// Most nodes, sessions or ACLs a snapshot may declare.
 const ITEMS_MAX: usize = 1 << 31;
@@ -93,9 +95,6 @@ pub fn parse_name(name: &str) -> Option<(u64, u64)> {
 
 // ---- encoding ----
 
-/// Bytes [`encode_stat`] writes: six i64 and five i32.
-const STAT_BYTES: usize = 6 * 8 + 5 * 4;
-
 fn encode_stat(w: &mut Writer, s: &Stat) {
     w.i64(s.czxid);
     w.i64(s.mzxid);
@@ -126,23 +125,103 @@ fn decode_stat(r: &mut Reader<'_>) -> Result<Stat, DecodeError> {
     })
 }
 
-/// The body: header, ACL table, nodes, sessions.
-fn encode_body(state: &State, meta: &SnapshotMeta) -> Vec<u8> {
+/// A snapshot's bytes as they are made: the body is cut into checksummed
+/// blocks of [`BLOCK_BYTES`] as it fills, the framed stream into zstd
+/// frames of [`FRAME_INPUT_BYTES`], and finished pieces go to `sink`; a
+/// large tree's snapshot is never whole in memory. The pieces joined are
+/// the same bytes whatever their sizes: magic, format, blocks, end block,
+/// compressed in frames of exactly [`FRAME_INPUT_BYTES`] of that stream.
+struct Stream<'s, E> {
+    body: Writer,
+    inner: Vec<u8>,
+    z: Option<zstd::bulk::Compressor<'static>>,
+    sink: &'s mut dyn FnMut(&[u8]) -> Result<(), E>,
+}
+
+impl<E> Stream<'_, E> {
+    /// Frames every full block of the body, and passes on every full
+    /// frame of the framed stream.
+    fn flush_full(&mut self) -> Result<(), E> {
+        while self.body.buf.len() >= BLOCK_BYTES {
+            frame_block(&mut self.inner, &self.body.buf[..BLOCK_BYTES]);
+            self.body.buf.drain(..BLOCK_BYTES);
+        }
+        while self.inner.len() >= FRAME_INPUT_BYTES {
+            self.emit(FRAME_INPUT_BYTES)?;
+        }
+        Ok(())
+    }
+
+    /// Passes on the first `n` bytes of the framed stream (compressed as
+    /// one frame when compressing).
+    fn emit(&mut self, n: usize) -> Result<(), E> {
+        match &mut self.z {
+            Some(z) => {
+                let frame = z.compress(&self.inner[..n]).expect("zstd compresses in memory");
+                (self.sink)(&frame)?;
+            }
+            None => (self.sink)(&self.inner[..n])?,
+        }
+        self.inner.drain(..n);
+        Ok(())
+    }
+
+    /// The rest of the body, the end block, the last frame.
+    fn finish(mut self) -> Result<(), E> {
+        self.flush_full()?;
+        if !self.body.buf.is_empty() {
+            frame_block(&mut self.inner, &self.body.buf);
+        }
+        frame_block(&mut self.inner, &[]);
+        while !self.inner.is_empty() {
+            self.emit(self.inner.len().min(FRAME_INPUT_BYTES))?;
+        }
+        Ok(())
+    }
+}
+
+fn frame_block(out: &mut Vec<u8>, chunk: &[u8]) {
+    out.extend_from_slice(&(chunk.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc32fast::hash(chunk).to_be_bytes());
+    out.extend_from_slice(chunk);
+}
+
+/// Encodes a snapshot in pieces to `sink` (see [`Stream`]). Deterministic:
+/// the same state and meta give the same bytes.
+pub fn encode_to<E>(
+    state: &State,
+    meta: &SnapshotMeta,
+    compress: bool,
+    zstd_level: i32,
+    sink: &mut dyn FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), E> {
+    let z = compress.then(|| {
+        let mut z = zstd::bulk::Compressor::new(zstd_level).expect("zstd level is valid");
+        z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
+            .expect("zstd accepts the checksum flag");
+        z
+    });
+    let mut inner = Vec::with_capacity(FRAME_INPUT_BYTES + BLOCK_BYTES + 64);
+    inner.extend_from_slice(MAGIC);
+    inner.push(FORMAT_VERSION);
+    inner.extend_from_slice(&crc32fast::hash(&inner[..PROLOGUE_BYTES - 4]).to_be_bytes());
+    let mut st = Stream {
+        body: Writer {
+            buf: Vec::with_capacity(2 * BLOCK_BYTES),
+        },
+        inner,
+        z,
+        sink,
+    };
+    // the body: header, ACL table, nodes, sessions
     let mut acl_ids: BTreeMap<&[Acl], u32> = BTreeMap::new();
-    // the body's size, so that it is written without regrowing: each node
-    // is its path and data with their lengths, a stat, an ACL id and a
-    // counter
-    let mut size = 1024 + state.sessions().len() * 64;
-    for (p, n) in state.nodes() {
+    for (_, n) in state.nodes() {
         acl_ids.entry(&n.acl).or_insert(0);
-        size += p.len() + n.data.len() + 8 + STAT_BYTES + 4 + 8;
     }
     for (i, v) in acl_ids.values_mut().enumerate() {
         *v = i as u32;
     }
-    let mut w = Writer {
-        buf: Vec::with_capacity(size),
-    };
+    let w = &mut st.body;
     w.u64(meta.last_index);
     w.u64(meta.last_term);
     w.i64(meta.zxid);
@@ -161,13 +240,18 @@ fn encode_body(state: &State, meta: &SnapshotMeta) -> Vec<u8> {
         }
     }
     for (p, n) in state.nodes() {
+        let w = &mut st.body;
         w.str(p);
         w.bytes(&n.data);
-        encode_stat(&mut w, &n.stat);
+        encode_stat(w, &n.stat);
         w.u32(acl_ids[&n.acl[..]]);
         w.i64(n.seq);
+        if w.buf.len() >= BLOCK_BYTES {
+            st.flush_full()?;
+        }
     }
     for (id, s) in state.sessions() {
+        let w = &mut st.body;
         w.i64(*id);
         w.i32(s.timeout_ms);
         w.u32(s.auth.len() as u32);
@@ -175,40 +259,24 @@ fn encode_body(state: &State, meta: &SnapshotMeta) -> Vec<u8> {
             w.str(&a.scheme);
             w.str(&a.id);
         }
+        if w.buf.len() >= BLOCK_BYTES {
+            st.flush_full()?;
+        }
     }
-    w.buf
+    st.finish()
 }
 
-/// The inner stream: magic, format, checksummed blocks, end block.
-fn frame_blocks(body: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(body.len() + body.len() / BLOCK_BYTES * 8 + 32);
-    out.extend_from_slice(MAGIC);
-    out.push(FORMAT_VERSION);
-    out.extend_from_slice(&crc32fast::hash(&out[..PROLOGUE_BYTES - 4]).to_be_bytes());
-    for chunk in body.chunks(BLOCK_BYTES).chain(std::iter::once(&[][..])) {
-        out.extend_from_slice(&(chunk.len() as u32).to_be_bytes());
-        out.extend_from_slice(&crc32fast::hash(chunk).to_be_bytes());
-        out.extend_from_slice(chunk);
-    }
-    out
-}
-
-/// Encodes a snapshot file's bytes. Deterministic: the same state and
-/// meta give the same bytes.
+/// Encodes a snapshot file's bytes in memory (see [`encode_to`]).
 pub fn encode(state: &State, meta: &SnapshotMeta, compress: bool, zstd_level: i32) -> Vec<u8> {
-    let inner = frame_blocks(&encode_body(state, meta));
-    if !compress {
-        return inner;
+    let mut out = Vec::new();
+    let mut sink = |b: &[u8]| {
+        out.extend_from_slice(b);
+        Ok::<(), std::convert::Infallible>(())
+    };
+    match encode_to(state, meta, compress, zstd_level, &mut sink) {
+        Ok(()) => out,
+        Err(never) => match never {},
     }
-    let mut out = Vec::with_capacity(inner.len() / 3);
-    let mut z = zstd::bulk::Compressor::new(zstd_level).expect("zstd level is valid");
-    z.set_parameter(zstd::zstd_safe::CParameter::ChecksumFlag(true))
-        .expect("zstd accepts the checksum flag");
-    for chunk in inner.chunks(FRAME_INPUT_BYTES) {
-        let frame = z.compress(chunk).expect("zstd compresses in memory");
-        out.extend_from_slice(&frame);
-    }
-    out
 }
 
 // ---- decoding ----
@@ -363,7 +431,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
     for _ in 0..acl_count {
         acls.push(decode_acl(&mut r)?.into());
     }
-    let mut nodes: BTreeMap<Arc<str>, Node> = BTreeMap::new();
+    let mut nodes: BTreeMap<Arc<str>, Arc<Node>> = BTreeMap::new();
     let mut children: BTreeMap<String, i32> = BTreeMap::new();
     let mut sum = 0u64;
     let mut previous: Option<Arc<str>> = None;
@@ -412,7 +480,7 @@ fn decode_body(body: &[u8], digest_on: bool) -> Result<(State, SnapshotMeta, u64
         };
         let key: Arc<str> = Arc::from(p);
         previous = Some(key.clone());
-        nodes.insert(key, node);
+        nodes.insert(key, Arc::new(node));
     }
     let mut sessions = BTreeMap::new();
     for _ in 0..session_count {
@@ -515,12 +583,35 @@ impl Snapshots {
         Ok(out)
     }
 
-    /// Writes a snapshot of `state` durably, then prunes old ones.
-    pub fn write(&self, disk: &mut dyn Disk, state: &State, meta: &SnapshotMeta) -> Result<String, SnapshotError> {
+    /// Writes a snapshot of `state` durably, then prunes old ones: its
+    /// name and size. The file is written as it is encoded, a few MiB at a
+    /// time, under a temporary name that is synced and renamed into place.
+    pub fn write(
+        &self,
+        disk: &mut dyn Disk,
+        state: &State,
+        meta: &SnapshotMeta,
+    ) -> Result<(String, u64), SnapshotError> {
         let name = file_name(meta.last_index, meta.last_term);
-        let bytes = encode(state, meta, self.config.compress, self.config.zstd_level);
-        self.write_bytes(disk, &name, &bytes)?;
-        Ok(name)
+        let tmp = format!("{TMP_PREFIX}{name}");
+        disk.write(&tmp, &[]).map_err(io_err(&tmp))?;
+        let mut pending: Vec<u8> = Vec::with_capacity(WRITE_BYTES + FRAME_INPUT_BYTES);
+        let mut size = 0u64;
+        let mut sink = |b: &[u8]| -> std::io::Result<()> {
+            pending.extend_from_slice(b);
+            size += b.len() as u64;
+            if pending.len() >= WRITE_BYTES {
+                disk.append(&tmp, &pending)?;
+                pending.clear();
+            }
+            Ok(())
+        };
+        encode_to(state, meta, self.config.compress, self.config.zstd_level, &mut sink).map_err(io_err(&tmp))?;
+        if !pending.is_empty() {
+            disk.append(&tmp, &pending).map_err(io_err(&tmp))?;
+        }
+        self.put_in_place(disk, &tmp, &name)?;
+        Ok((name, size))
     }
 
     /// Stores an encoded snapshot (one received from a leader, say) as
@@ -530,8 +621,13 @@ impl Snapshots {
     pub fn write_bytes(&self, disk: &mut dyn Disk, name: &str, bytes: &[u8]) -> Result<(), SnapshotError> {
         let tmp = format!("{TMP_PREFIX}{name}");
         disk.write(&tmp, bytes).map_err(io_err(&tmp))?;
-        disk.sync(&tmp).map_err(io_err(&tmp))?;
-        disk.rename(&tmp, name).map_err(io_err(name))?;
+        self.put_in_place(disk, &tmp, name)
+    }
+
+    /// Syncs the written `tmp`, renames it to `name`, prunes old snapshots.
+    fn put_in_place(&self, disk: &mut dyn Disk, tmp: &str, name: &str) -> Result<(), SnapshotError> {
+        disk.sync(tmp).map_err(io_err(tmp))?;
+        disk.rename(tmp, name).map_err(io_err(name))?;
         let all = self.list(disk)?;
         let excess = all.len().saturating_sub(self.config.snapshots_to_keep);
         for (_, _, old) in all.into_iter().take(excess) {

@@ -66,9 +66,11 @@ pub const SYSTEM_PATHS: [&str; 3] = ["/", "/zookeeper", "/zookeeper/quota"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
-    /// Keys are shared strings, so copying the tree for a background
-    /// snapshot costs reference counts, not an allocation per path.
-    pub(crate) nodes: BTreeMap<Arc<str>, Node>,
+    /// Keys and nodes are shared, so copying the tree for a background
+    /// snapshot costs the map's own structure (24 bytes a node) and
+    /// reference counts, not a copy of each node; a node changed while a
+    /// copy holds it is replaced, never changed in place.
+    pub(crate) nodes: BTreeMap<Arc<str>, Arc<Node>>,
     pub(crate) sessions: BTreeMap<i64, Session>,
     pub(crate) next_session_id: i64,
     /// Ephemeral paths by owning session.
@@ -103,7 +105,7 @@ impl State {
             };
             let node = make_node(p, Arc::from(&b""[..]), stat, acl.clone(), 0, digest_on);
             s.digest_sum = s.digest_sum.wrapping_add(node.digest);
-            s.nodes.insert(Arc::from(p), node);
+            s.nodes.insert(Arc::from(p), Arc::new(node));
         }
         s
     }
@@ -111,7 +113,7 @@ impl State {
     /// Assembles a state from loaded parts, deriving the ephemeral index
     /// and the digest sum from the nodes (whose digests must be set).
     pub fn from_parts(
-        nodes: BTreeMap<Arc<str>, Node>,
+        nodes: BTreeMap<Arc<str>, Arc<Node>>,
         sessions: BTreeMap<i64, Session>,
         next_session_id: i64,
         last_zxid: i64,
@@ -138,7 +140,7 @@ impl State {
 
     /// Every node in path order.
     pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
-        self.nodes.iter().map(|(p, n)| (&**p, n))
+        self.nodes.iter().map(|(p, n)| (&**p, &**n))
     }
 
     pub fn next_session_id(&self) -> i64 {
@@ -146,7 +148,7 @@ impl State {
     }
 
     pub fn get(&self, path: &str) -> Option<&Node> {
-        self.nodes.get(path)
+        self.nodes.get(path).map(|n| &**n)
     }
 
     pub fn session(&self, id: i64) -> Option<&Session> {
@@ -232,7 +234,7 @@ impl State {
         let change = delta.digest_change();
         match delta {
             Delta::Node { path, before, after } => {
-                debug_assert_eq!(self.nodes.get(path.as_str()), before.as_ref(), "stale delta for {path}");
+                debug_assert_eq!(self.get(path.as_str()), before.as_ref(), "stale delta for {path}");
                 if let Some(owner) = before.as_ref().and_then(ephemeral_owner) {
                     if let Some(set) = self.ephemerals.get_mut(&owner) {
                         set.remove(&path);
@@ -247,9 +249,9 @@ impl State {
                             self.ephemerals.entry(owner).or_default().insert(path.clone());
                         }
                         match self.nodes.get_mut(path.as_str()) {
-                            Some(slot) => *slot = n,
+                            Some(slot) => *slot = Arc::new(n),
                             None => {
-                                self.nodes.insert(Arc::from(path), n);
+                                self.nodes.insert(Arc::from(path), Arc::new(n));
                             }
                         }
                     }

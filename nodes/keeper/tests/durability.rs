@@ -20,11 +20,22 @@ fn config(rotate: u64) -> Config {
         rotate_interval: rotate,
         reserved_log_items: 0,
         zstd_level: 1,
+        // only the newest record in memory: every other one is read back
+        // from its segment, so these tests run the read path too
+        cache_bytes: 0,
     }
 }
 
 fn indices(log: &Changelog) -> Vec<(u64, u64)> {
-    log.range(0, u64::MAX).map(|r| (r.index, r.term)).collect()
+    let last = log.last_index().unwrap_or(0);
+    (log.start_index()..=last)
+        .filter_map(|i| Some((i, log.term(i)?)))
+        .collect()
+}
+
+/// Record `index` as the log reads it (from disk unless it is the newest).
+fn at(log: &Changelog, disk: &MemDisk, index: u64) -> Option<LogRecord> {
+    log.get(disk, index).unwrap().map(|r| r.into_owned())
 }
 
 #[test]
@@ -38,7 +49,7 @@ fn append_returns_after_one_sync_per_segment_and_survives_a_crash() {
     let (log, report) = Changelog::open(&mut disk, config(100)).unwrap();
     assert_eq!(report.torn_tail, None);
     assert_eq!(log.last_index(), Some(10));
-    assert_eq!(log.get(7), Some(&rec(7, 1)));
+    assert_eq!(at(&log, &disk, 7), Some(rec(7, 1)));
 }
 
 #[test]
@@ -158,7 +169,10 @@ fn small_records_are_stored_raw_and_large_compressible_ones_compressed() {
     log.append(&mut disk, &[small.clone(), large.clone()]).unwrap();
     let (log, report) = Changelog::open(&mut disk, config(1000)).unwrap();
     assert_eq!(report.torn_tail, None);
-    assert_eq!((log.get(1), log.get(2)), (Some(&small), Some(&large)));
+    assert_eq!(
+        (at(&log, &disk, 1), at(&log, &disk, 2)),
+        (Some(small.clone()), Some(large.clone()))
+    );
 }
 
 #[test]
@@ -185,11 +199,11 @@ fn a_changelog_written_with_every_record_compressed_still_loads() {
     let (mut log, report) = Changelog::open(&mut disk, config(1000)).unwrap();
     assert_eq!(report.torn_tail, None);
     assert_eq!(indices(&log), [(1, 2), (2, 2), (3, 2)]);
-    assert_eq!(log.get(2), Some(&rec(2, 2)));
+    assert_eq!(at(&log, &disk, 2), Some(rec(2, 2)));
     // and appending after them mixes the two kinds in one segment
     log.append(&mut disk, &[rec(4, 2)]).unwrap();
     let (log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
-    assert_eq!(log.get(4), Some(&rec(4, 2)));
+    assert_eq!(at(&log, &disk, 4), Some(rec(4, 2)));
 }
 
 #[test]
@@ -206,7 +220,7 @@ fn interrupted_append_loses_only_the_unacknowledged_entry() {
         let (log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
         let last = log.last_index().unwrap();
         assert!(
-            last == 4 || (last == 5 && log.get(5) == Some(&rec(5, 1))),
+            last == 4 || (last == 5 && at(&log, &disk, 5) == Some(rec(5, 1))),
             "keep {keep}: last {last}"
         );
     }
@@ -270,13 +284,14 @@ fn compaction_drops_whole_segments_below_the_snapshot_keeping_reserved_items() {
         rotate_interval: 4,
         reserved_log_items: 2,
         zstd_level: 1,
+        cache_bytes: 1 << 20,
     };
     let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
     log.append(&mut disk, &(1..=20).map(|i| rec(i, 1)).collect::<Vec<_>>())
         .unwrap();
     assert_eq!(log.compact(&mut disk, 15).unwrap(), 3);
     assert_eq!(log.start_index(), 13);
-    assert!(log.get(12).is_none() && log.get(13).is_some());
+    assert!(at(&log, &disk, 12).is_none() && at(&log, &disk, 13).is_some());
     let (reopened, _) = Changelog::open(&mut disk, cfg).unwrap();
     assert_eq!(reopened.start_index(), 13);
     assert_eq!(reopened.last_index(), Some(20));
@@ -452,3 +467,126 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
     assert_eq!(kept, [7, 8]);
     assert!(disk.list().unwrap().iter().all(|n| !n.starts_with("tmp_")));
 }
+
+#[test]
+fn only_the_newest_records_within_the_cache_stay_in_memory_and_older_ones_read_back_the_same() {
+    // records of 19–21 bytes of data; a cache of 100 bytes holds the
+    // newest 4 or 5 of them, whatever was appended, truncated or compacted
+    let mut disk = MemDisk::new();
+    let cfg = Config {
+        rotate_interval: 8,
+        reserved_log_items: 3,
+        zstd_level: 1,
+        cache_bytes: 100,
+    };
+    let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
+    let mut want: Vec<LogRecord> = (1..=30).map(|i| rec(i, 1)).collect();
+    for chunk in want.chunks(7) {
+        log.append(&mut disk, chunk).unwrap();
+        assert!(log.cached_bytes() <= 100, "{} bytes cached", log.cached_bytes());
+    }
+    assert_eq!(log.read_range(&disk, 0, u64::MAX).unwrap(), want);
+    assert!(
+        matches!(log.get(&disk, 30).unwrap(), Some(std::borrow::Cow::Borrowed(_))),
+        "the newest is served from memory"
+    );
+    assert!(
+        matches!(log.get(&disk, 3).unwrap(), Some(std::borrow::Cow::Owned(_))),
+        "an old one is read back"
+    );
+    // Raft overwrites a suffix: 26.. of term 2, across the cache's edge
+    log.append(&mut disk, &(26..=33).map(|i| rec(i, 2)).collect::<Vec<_>>())
+        .unwrap();
+    want.truncate(25);
+    want.extend((26..=33).map(|i| rec(i, 2)));
+    assert_eq!(log.read_range(&disk, 0, u64::MAX).unwrap(), want);
+    // a truncation deeper than the cache empties it; reads still agree
+    log.truncate_from(&mut disk, 12).unwrap();
+    want.truncate(11);
+    assert!(log.cached_bytes() <= 100);
+    assert_eq!(log.read_range(&disk, 0, u64::MAX).unwrap(), want);
+    log.append(&mut disk, &(12..=40).map(|i| rec(i, 3)).collect::<Vec<_>>())
+        .unwrap();
+    want.extend((12..=40).map(|i| rec(i, 3)));
+    log.compact(&mut disk, 35).unwrap();
+    let start = log.start_index();
+    assert!(start > 1 && start <= 33, "compacted to {start}");
+    assert_eq!(log.read_range(&disk, 0, u64::MAX).unwrap(), want[start as usize - 1..]);
+    assert!(log.cached_bytes() <= 100);
+    // a reopen caches the newest within the same bound
+    let (reopened, _) = Changelog::open(&mut disk, cfg).unwrap();
+    assert!(reopened.cached_bytes() <= 100 && reopened.cached_bytes() > 0);
+    assert_eq!(
+        reopened.read_range(&disk, 0, u64::MAX).unwrap(),
+        want[start as usize - 1..]
+    );
+}
+
+#[test]
+fn a_record_read_back_that_was_damaged_on_disk_is_an_error_naming_its_file() {
+    let mut disk = MemDisk::new();
+    let cfg = Config {
+        cache_bytes: 0,
+        ..config(100)
+    };
+    let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
+    log.append(&mut disk, &(1..=3).map(|i| rec(i, 1)).collect::<Vec<_>>())
+        .unwrap();
+    let name = drift_keeper::changelog::segment_name(1);
+    let mut bytes = disk.read(&name).unwrap();
+    bytes[20] ^= 0xFF;
+    disk.write(&name, &bytes).unwrap();
+    match log.get(&disk, 1) {
+        Err(ChangelogError::Corrupt { file, offset, .. }) => assert_eq!((file.as_str(), offset), (name.as_str(), 0)),
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+}
+
+/// A tree of 30,000 nodes, whose snapshot spans several blocks and zstd
+/// frames.
+fn large_storage() -> Storage {
+    // the sample's tree, its digest kept incrementally (the full mode
+    // rehashes the tree on every commit)
+    let mut s = Storage::from_state(sample_storage().state().clone(), false);
+    let mut z = 1000;
+    let op = |path: String, data: Vec<u8>| {
+        Write::Op(Op::Create(Create {
+            path,
+            data,
+            acl: Acl::open(),
+            mode: CreateMode::Persistent,
+            ttl_ms: 0,
+        }))
+    };
+    s.preprocess(1, z, 5000, &op("/big".into(), vec![]));
+    s.commit(z);
+    for i in 0..30_000u64 {
+        z += 1;
+        let data: Vec<u8> = (0..64)
+            .map(|k| (i.wrapping_mul(31).wrapping_add(k * 7) % 251) as u8)
+            .collect();
+        s.preprocess(1, z, 5000 + z, &op(format!("/big/n{i:06}"), data));
+        s.commit(z);
+    }
+    s
+}
+
+#[test]
+fn a_large_snapshot_encodes_to_the_bytes_earlier_builds_wrote() {
+    // (length, CRC32) of the file, compressed and not, as the build before
+    // snapshots were written in pieces encoded it whole in memory
+    let s = large_storage();
+    let meta = meta_of(&s, 9);
+    let got: Vec<(usize, u32)> = [false, true]
+        .iter()
+        .map(|&c| {
+            let b = snapshot::encode(s.state(), &meta, c, 3);
+            (b.len(), crc32fast::hash(&b))
+        })
+        .collect();
+    assert_eq!(got, GOLDEN);
+}
+
+/// (length, CRC32) of the large snapshot raw and compressed, from the build
+/// that encoded snapshots whole in memory.
+const GOLDEN: [(usize, u32); 2] = [(4_924_686, 3_941_942_163), (555_508, 1_610_835_853)];

@@ -6,6 +6,7 @@
 //! snapshot_distance = 100000       # as ClickHouse Keeper; ZooKeeper snapCount is 100000 too
 //! reserved_log_items = 10000
 //! rotate_interval = 100000
+//! log_cache_bytes = 33554432       # newest log entries held in memory; older ones are read from disk
 //! quorum_reads = false
 //! witness_blocks = false           # log every block id's creation and removal (campaigns' dedup witness)
 //! digest = "incremental"           # off | incremental | full
@@ -216,6 +217,9 @@ pub struct ClusterConfig {
     pub reserved_log_items: u64,
     #[serde(default = "d_rotate")]
     pub rotate_interval: u64,
+    /// Bytes of the newest Raft log entries held in memory.
+    #[serde(default = "d_log_cache")]
+    pub log_cache_bytes: usize,
     #[serde(default)]
     pub quorum_reads: bool,
     /// Log every creation and removal of a table's block id (a znode
@@ -280,6 +284,9 @@ fn d_reserved() -> u64 {
 }
 fn d_rotate() -> u64 {
     100_000
+}
+fn d_log_cache() -> usize {
+    drift_keeper::changelog::CACHE_BYTES_DEFAULT
 }
 fn d_digest() -> String {
     "incremental".into()
@@ -451,6 +458,7 @@ impl ClusterConfig {
             election_ticks: self.election_ticks,
             snapshot_distance: self.snapshot_distance,
             reserved_log_items: self.reserved_log_items,
+            log_cache_bytes: self.log_cache_bytes,
             rotate_interval: self.rotate_interval,
             quorum_reads: self.quorum_reads,
             witness_blocks: self.witness_blocks,

@@ -111,7 +111,7 @@ struct Writing {
     /// How long the step that copied the tree took.
     copy_ms: f64,
     /// The file's bytes and how long encoding and writing them took.
-    done: Receiver<Result<(Vec<u8>, f64), String>>,
+    done: Receiver<Result<(u64, f64), String>>,
 }
 
 fn wall_ms() -> i64 {
@@ -402,7 +402,7 @@ impl Driver {
             Err(mpsc::TryRecvError::Empty) => return,
             Err(mpsc::TryRecvError::Disconnected) => (Err("its thread ended without a result".to_string()), 0.0),
             Ok(Err(e)) => (Err(e), 0.0),
-            Ok(Ok((bytes, ms))) => (Ok(bytes), ms),
+            Ok(Ok((size, ms))) => (Ok(size), ms),
         };
         self.io.writing = None;
         self.step(Input::SnapshotWritten {

@@ -121,6 +121,9 @@ pub struct ServerConfig {
     pub snapshot_distance: u64,
     pub reserved_log_items: u64,
     pub rotate_interval: u64,
+    /// Bytes of the newest log entries held in memory; older ones are
+    /// read back from the changelog when a follower or a replay needs them.
+    pub log_cache_bytes: usize,
     pub quorum_reads: bool,
     /// Log each block id (a child of a node named `blocks`, as a
     /// replicated table keeps them) created or removed by an applied
@@ -177,12 +180,12 @@ pub enum Input {
     /// A client's connection ended (or the driver gave it up).
     Closed { conn: u64 },
     /// The snapshot of [`Effect::WriteSnapshot`] is durable (its file's
-    /// bytes), or could not be written; with how long the driver saw the
+    /// size), or could not be written; with how long the driver saw the
     /// tree's copy take (the step that asked for it) and the write.
     SnapshotWritten {
         index: u64,
         term: u64,
-        result: Result<Vec<u8>, String>,
+        result: Result<u64, String>,
         copy_ms: f64,
         write_ms: f64,
     },
@@ -225,14 +228,12 @@ pub struct SnapshotJob {
 
 impl SnapshotJob {
     /// Encodes the snapshot and writes it to `disk` (synced, renamed into
-    /// place, older ones beyond the kept count removed): its file's bytes.
-    pub fn write(&self, disk: &mut dyn Disk) -> Result<Vec<u8>, String> {
-        let bytes = snapshot::encode(&self.state, &self.meta, self.config.compress, self.config.zstd_level);
-        let name = snapshot::file_name(self.meta.last_index, self.meta.last_term);
+    /// place, older ones beyond the kept count removed): its file's size.
+    pub fn write(&self, disk: &mut dyn Disk) -> Result<u64, String> {
         Snapshots::new(self.config)
-            .write_bytes(disk, &name, &bytes)
-            .map_err(|e| e.to_string())?;
-        Ok(bytes)
+            .write(disk, &self.state, &self.meta)
+            .map(|(_, size)| size)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -549,7 +550,7 @@ impl<D: Disk> KeeperServer<D> {
                 let (state, _meta) = snapshot::decode(&name, &bytes, digest_on)?;
                 (
                     Storage::from_state(state, mode == DigestMode::Full),
-                    Some((index, term, bytes)),
+                    Some((index, term)),
                 )
             }
             None => (Storage::new(mode), None),
@@ -560,6 +561,7 @@ impl<D: Disk> KeeperServer<D> {
             rotate_interval: cfg.rotate_interval,
             reserved_log_items: cfg.reserved_log_items,
             zstd_level: 1,
+            cache_bytes: cfg.log_cache_bytes,
         };
         let (store, report, fresh) = RaftLog::open(disk, voters.clone(), log_cfg, snap)?;
         // election timeouts spread per server by the seed; raft-rs draws

@@ -1030,28 +1030,21 @@ impl<D: Disk> KeeperServer<D> {
     /// The driver wrote the snapshot (or could not): a written file lets
     /// the log be compacted below it, unless a snapshot installed from the
     /// leader meanwhile already covers more.
-    pub(super) fn snapshot_written(
-        &mut self,
-        index: u64,
-        term: u64,
-        result: Result<Vec<u8>, String>,
-        took: (f64, f64),
-    ) {
+    pub(super) fn snapshot_written(&mut self, index: u64, term: u64, result: Result<u64, String>, took: (f64, f64)) {
         if self.writing.as_ref().is_none_or(|w| (w.index, w.term) != (index, term)) {
             // not the one asked for: nothing to do with it
             return;
         }
         let (copy_ms, write_ms) = took;
         self.writing = None;
-        let bytes = match result {
-            Ok(bytes) => bytes,
-            Err(e) => return self.fail(format!("snapshot: {e}")),
-        };
+        if let Err(e) = result {
+            return self.fail(format!("snapshot: {e}"));
+        }
         let store = self.raw.mut_store();
         if index <= store.snapshot_index() {
             return;
         }
-        match store.set_snapshot(index, term, bytes) {
+        match store.set_snapshot(index, term) {
             Ok(()) => self.log(
                 "snapshot",
                 serde_json::json!({"index": index, "term": term, "copy_ms": copy_ms, "write_ms": write_ms}),
@@ -1078,17 +1071,12 @@ impl<D: Disk> KeeperServer<D> {
         };
         self.ks = Storage::from_state(state, self.ks.mode() == crate::DigestMode::Full);
         self.preprocessed.clear();
-        let bytes = s.data.to_vec();
         let snaps = &self.snaps;
         let store = self.raw.mut_store();
         if let Err(e) = snaps
-            .write_bytes(&mut store.disk, &name, &bytes)
+            .write_bytes(&mut store.disk, &name, &s.data)
             .map_err(|e| e.to_string())
-            .and_then(|_| {
-                store
-                    .set_snapshot(meta.index, meta.term, bytes)
-                    .map_err(|e| e.to_string())
-            })
+            .and_then(|_| store.set_snapshot(meta.index, meta.term).map_err(|e| e.to_string()))
         {
             return self.fail(format!("installing snapshot: {e}"));
         }

@@ -107,6 +107,9 @@ impl Disk for SimDisk {
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         self.mem.read(name)
     }
+    fn read_at(&self, name: &str, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.mem.read_at(name, offset, len)
+    }
     fn len(&self, name: &str) -> io::Result<u64> {
         self.mem.len(name)
     }

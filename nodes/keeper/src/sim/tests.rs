@@ -23,6 +23,9 @@ fn config(seed: u64) -> SimConfig {
             snapshot_distance: 100_000,
             reserved_log_items: 10_000,
             rotate_interval: 100_000,
+            // a few entries in memory: followers behind and replays read
+            // the rest back from the simulated disk, under its faults
+            log_cache_bytes: 4096,
             quorum_reads: true,
             witness_blocks: false,
             digest: DigestMode::Incremental,
