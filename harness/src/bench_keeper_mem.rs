@@ -16,9 +16,11 @@
 //!    peak so far (`VmHWM`); bytes per znode are (loaded − idle) / `N`;
 //! 5. resets the peak (`/proc/<pid>/clear_refs`, 5) and writes small sets
 //!    until every server has written a new snapshot file (both systems
-//!    snapshot after a count of log entries: the keeper's
-//!    `snapshot_distance`, ZooKeeper's `snapCount`, 100,000 by default in
-//!    both), then reads the peak through the snapshot and the memory after.
+//!    snapshot after a count of log entries: the keeper every
+//!    `snapshot_distance`, 100,000 by default; ZooKeeper after a random
+//!    count between half its `snapCount` and all of it, 100,000 by
+//!    default), then reads the peak through the snapshot and the memory
+//!    after.
 //!
 //! The report gives each system's median round per server (the largest of
 //! its three servers) with the spread over rounds, and drift/ZooKeeper.
