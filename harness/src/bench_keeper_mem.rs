@@ -25,7 +25,7 @@
 //! The report gives each system's median round per server (the largest of
 //! its three servers) with the spread over rounds, and drift/ZooKeeper.
 
-use crate::bench_keeper_zk::connect;
+use crate::bench_keeper_zk::{connect, runtime, System};
 use crate::bench_table::{coordinator_pids, Running};
 use crate::cli::BenchKeeperArgs;
 use crate::cluster::{start_cluster, UpSpec};
@@ -48,21 +48,6 @@ pub const SESSIONS: u64 = 16;
 const SETS_MAX: u64 = 300_000;
 /// A pause before memory is read, so what a burst left in flight settles.
 const SETTLE: Duration = Duration::from_secs(2);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum System {
-    Keeper,
-    Zookeeper,
-}
-
-impl System {
-    fn name(self) -> &'static str {
-        match self {
-            System::Keeper => "drift",
-            System::Zookeeper => "zookeeper",
-        }
-    }
-}
 
 /// One server's memory in one round, in MB.
 #[derive(Serialize, Clone, Debug, Default)]
@@ -149,16 +134,7 @@ fn snapshot_files(dir: &Path) -> BTreeSet<(String, String)> {
 
 pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
     let znodes = args.znodes.expect("main dispatches here only with --znodes");
-    if !crate::servers::zookeeper_installed() {
-        return Err(Failure::new(
-            "--against zookeeper needs Apache ZooKeeper installed (apt install zookeeper)",
-        ));
-    }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(format!("a runtime: {e}")))?;
+    let rt = runtime()?;
     let say = |s: String| {
         if !args.json {
             out!("{s}");
@@ -171,12 +147,7 @@ pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
     ));
     let mut rounds: Vec<Round> = Vec::new();
     for round in 1..=args.rounds {
-        let order = if round % 2 == 1 {
-            [System::Keeper, System::Zookeeper]
-        } else {
-            [System::Zookeeper, System::Keeper]
-        };
-        for system in order {
+        for system in System::order(round) {
             let r = one_round(&rt, args, system, round, znodes, heap)
                 .map_err(|e| Failure::new(format!("{} round {round}: {e}", system.name())))?;
             say(format!(

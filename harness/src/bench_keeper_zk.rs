@@ -45,18 +45,42 @@ const WARM: Duration = Duration::from_secs(2);
 
 /// The two systems of a sitting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum System {
+pub(crate) enum System {
     Keeper,
     Zookeeper,
 }
 
 impl System {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             System::Keeper => "drift",
             System::Zookeeper => "zookeeper",
         }
     }
+
+    /// Which system goes first in `round`: they alternate.
+    pub(crate) fn order(round: usize) -> [System; 2] {
+        if round % 2 == 1 {
+            [System::Keeper, System::Zookeeper]
+        } else {
+            [System::Zookeeper, System::Keeper]
+        }
+    }
+}
+
+/// The runtime both benches' clients run on, once ZooKeeper is known to
+/// be installed.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    if !crate::servers::zookeeper_installed() {
+        return Err(Failure::new(
+            "--against zookeeper needs Apache ZooKeeper installed (apt install zookeeper)",
+        ));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(format!("a runtime: {e}")))
 }
 
 #[derive(Serialize, Clone, Debug)]
@@ -92,17 +116,8 @@ fn load_name(op: KeeperLoad) -> &'static str {
 }
 
 pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
-    if !crate::servers::zookeeper_installed() {
-        return Err(Failure::new(
-            "--against zookeeper needs Apache ZooKeeper installed (apt install zookeeper)",
-        ));
-    }
+    let rt = runtime()?;
     let ticks = clock_ticks();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::new(format!("a runtime: {e}")))?;
     let say = |s: String| {
         if !args.json {
             out!("{s}");
@@ -115,12 +130,7 @@ pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
     let mut cells: Vec<Cell> = Vec::new();
     let mut probes: Vec<Probe> = Vec::new();
     for round in 1..=args.rounds {
-        let order = if round % 2 == 1 {
-            [System::Keeper, System::Zookeeper]
-        } else {
-            [System::Zookeeper, System::Keeper]
-        };
-        for system in order {
+        for system in System::order(round) {
             let dir = std::env::temp_dir().join(format!(
                 "drift-bench-keeper-{}-{}-{round}",
                 std::process::id(),
