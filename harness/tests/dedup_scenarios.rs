@@ -493,8 +493,19 @@ async fn scenario_11_a_319_writer_wiped_before_any_fetch_frees_its_id_and_the_re
     });
     s.wait("r1 back", || s.writable(1));
     s.fetches(&[2, 3], true);
-    // no replica holds the part: its quorum is failed and its id freed, so
-    // the retry inserts anew
+    // no replica holds the part: a replica that tries to fetch it marks its
+    // quorum failed and frees its id in one multi. Until then a retry is
+    // deduplicated against the lost part, so the retry waits for that mark
+    let zk = common::cluster::connect(&s.c.connect).await;
+    let failed = format!("{TABLE_PATH}/quorum/failed_parts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while zk.list_children(&failed).await.map_or(true, |kids| kids.is_empty()) {
+        assert!(
+            Instant::now() < deadline,
+            "no replica marked the lost part's quorum failed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let summary = s.until_ok(&l, 2, &[2, 3], 20).await;
     assert_eq!(summary["written_blocks"], 1, "a fresh insert: {summary}");
     let (v, d) = s.judge().await;
