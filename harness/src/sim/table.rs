@@ -8,7 +8,8 @@
 //! the log puller's copies, a fetched part's checks and the multi that
 //! records it (`drift_table::replica`), the queue's choices
 //! (`drift_table::queue`), a restart's reconciliation
-//! (`drift_table::reconcile`) and the leader's block-id cleanup
+//! (`drift_table::reconcile`), the leader's merge selection
+//! (`drift_table::merge`) and its block-id cleanup
 //! (`drift_table::dedup`). What is here is the driving: calls, timers,
 //! the disk, the network between replicas.
 //!
@@ -16,7 +17,10 @@
 //!
 //! * **The disk.** A part's files are written whole (the node writes
 //!   them to a temporary directory, syncs and renames): after a crash a
-//!   part is there or not, never torn. A wipe empties the disk.
+//!   part is there or not, never torn. A wipe empties the disk. A part
+//!   a merged or fetched part replaces leaves the disk when that part's
+//!   commit is known (the node outdates it and removes it later; nothing
+//!   here reads an outdated part, and a fetch of one is tried again).
 //! * **The process.** A replica lives and dies with its node's keeper
 //!   (killed, stopped by a digest abort, paused); it starts again with
 //!   it, reconciling its disk with what the coordinator lists for it.
@@ -28,7 +32,7 @@
 //!   at the replica (as an HTTP handler does).
 //!
 //! Not simulated (yet), and refused with a reason where a campaign asks:
-//! quorum inserts, merges, lost-replica cloning.
+//! quorum inserts, lost-replica cloning.
 //!
 //! Invariants checked inside the simulation, beside the checkers: a part
 //! is never current on a replica before the coordinator lists it there;
@@ -51,6 +55,7 @@ use drift_table::insert::{
     BlockInsert, BlockSpec, Defects, Done, Fail, Input, MultiFail, Note, Now, Refused, Resolution, Settle, Step,
     RESOLVE_TIMEOUT_MS,
 };
+use drift_table::merge::{select_merge, MergeInputs};
 use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::{Queue, Selected};
 use drift_table::replica as core;
@@ -75,6 +80,10 @@ const RECONNECT_US: u64 = 200_000;
 const SUPERVISE_US: u64 = 50_000;
 /// Reads of the queue one reload makes at most while commits land.
 const RELOAD_TRIES_MAX: usize = 10;
+/// How often a pull waiting for another one looks again.
+const PULL_WAIT_US: u64 = 1_000;
+/// Tries of one merge assignment against concurrent changes of the log.
+const ASSIGN_ATTEMPTS_MAX: usize = 5;
 /// Where the table lives in the coordinator.
 const TABLE_PATH: &str = "/clickhouse/tables/inserts";
 /// ClickHouse's codes the simulated replica answers with (the node's
@@ -110,6 +119,8 @@ struct Run {
     pointer_version: i32,
     /// This session's leader candidacy.
     candidacy: Option<String>,
+    /// A pull of the log is running (the node's pull lock).
+    pulling: bool,
     /// Counts parts made current by commits: a queue reload that saw it
     /// change under it reads again (the node's reload gate, which
     /// commits hold shared and a reload alone, orders them the same way).
@@ -246,6 +257,7 @@ fn reconcile(w: &W, id: u64) {
                 log_pointer: 0,
                 pointer_version: -1,
                 candidacy: None,
+                pulling: false,
                 commits: 0,
             });
             r.keeper_life = life;
@@ -597,21 +609,34 @@ async fn replica_loop(w: W, id: u64, life: u64) {
 }
 
 /// The leader's chores in life `life`, on a task of their own (as the
-/// node's leader loop): every cleanup period, the block ids past the
-/// window removed when this replica is the leader.
+/// node's leader loop), when this replica is the leader: every merge
+/// selecting period the next merge assigned, every cleanup period the
+/// block ids past the window removed.
 async fn leader_loop(w: W, id: u64, life: u64) {
-    let period_us = w
+    let (period_us, cleanup_us) = w
         .borrow()
         .table
         .as_ref()
-        .map(|t| t.schema.settings.cleanup_delay_period_ms.max(1) * 1000)
-        .unwrap_or(1_000_000);
+        .map(|t| {
+            let s = &t.schema.settings;
+            (
+                s.merge_selecting_period_ms.max(1) * 1000,
+                s.cleanup_delay_period_ms.max(1) * 1000,
+            )
+        })
+        .unwrap_or((1_000_000, 1_000_000));
+    let mut last_cleanup = exec::now_us(&w);
     while alive(&w, id, life) {
         sleep_for(&w, period_us).await;
         while_paused(&w, id).await;
         let s = session(&w, id, life).filter(|s| !s.is_expired());
         let writable = with_run(&w, id, life, |run| run.readonly.is_none()).unwrap_or(false);
-        if let (Some(s), true) = (s, writable) {
+        let (Some(s), true) = (s, writable) else { continue };
+        if let Err(e) = assign_merge(&w, id, life, &s).await {
+            log(&w, id, "merge_assign_failed", json!({"error": e}));
+        }
+        if exec::now_us(&w) - last_cleanup >= cleanup_us {
+            last_cleanup = exec::now_us(&w);
             cleanup(&w, id, life, s).await;
         }
     }
@@ -884,7 +909,24 @@ fn wall_ms(w: &W, id: u64) -> u64 {
 
 // ---- the log puller ---------------------------------------------------------
 
+/// Copies the log's new entries into the replica's queue, one pull at a
+/// time per replica (the node's pull lock): the replica's loop and the
+/// leader's merge assignment both pull, and two pulls racing on the
+/// pointer would each copy from the same place.
 async fn pull_log(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
+    loop {
+        match with_run(w, id, life, |run| !std::mem::replace(&mut run.pulling, true)) {
+            Some(true) => break,
+            Some(false) => sleep_for(w, PULL_WAIT_US).await,
+            None => return Ok(()),
+        }
+    }
+    let pulled = pull_log_locked(w, id, life, s).await;
+    with_run(w, id, life, |run| run.pulling = false);
+    pulled
+}
+
+async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
     let (paths, name) = {
         let world = w.borrow();
         let t = world.table.as_ref().ok_or(Fail::NoSession)?;
@@ -979,22 +1021,26 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> 
 // ---- the queue ----------------------------------------------------------------
 
 /// The next entry the queue lets run on replica `id` now (none while it
-/// is read-only; the fetch pool bounds how many run at once).
+/// is read-only; the fetch and merge pools bound how many run at once).
 fn select(w: &W, id: u64, life: u64) -> Option<Selected> {
-    let pool = w.borrow().table.as_ref()?.schema.settings.fetch_pool_size;
+    let (fetches, merges) = {
+        let world = w.borrow();
+        let s = &world.table.as_ref()?.schema.settings;
+        (s.fetch_pool_size, s.merge_pool_size)
+    };
     let now_ms = exec::now_us(w) / 1000;
     with_run(w, id, life, |run| {
         if run.readonly.is_some() {
             None
         } else {
-            run.queue.select(now_ms, pool, 0)
+            run.queue.select(now_ms, fetches, merges)
         }
     })
     .flatten()
 }
 
 /// Starts every entry the queue lets run now, each on a task of its own
-/// (the fetch pool bounds them), as the node's runner does.
+/// (the fetch and merge pools bound them), as the node's runner does.
 fn run_queue(w: &W, id: u64, life: u64, s: &Rc<SimZk>) {
     while let Some(sel) = select(w, id, life) {
         let (w2, s2) = (w.clone(), s.clone());
@@ -1015,19 +1061,13 @@ async fn run_entries(w: &W, id: u64, life: u64, s: &SimZk, first: Selected) {
     }
 }
 
-/// Runs one selected entry (a part to fetch: the only kind this table's
-/// log holds without merges) and finishes it in the queue.
+/// Runs one selected entry (a part to fetch, or a merge) and finishes it
+/// in the queue.
 async fn run_entry(w: &W, id: u64, life: u64, s: &SimZk, sel: Selected) {
     let outcome = match &sel.entry.kind {
-        EntryKind::GetPart { part, .. } => get_part(w, id, life, s, &sel, part).await,
-        other => Err(format!(
-            "entry {} ({}) is not simulated",
-            sel.znode,
-            match other {
-                EntryKind::MergeParts { .. } => "MERGE_PARTS",
-                _ => "DROP_RANGE",
-            }
-        )),
+        EntryKind::GetPart { part, .. } => get_part(w, id, life, s, &sel, part, false).await,
+        EntryKind::MergeParts { parts, into } => merge_parts(w, id, life, s, &sel, parts, into).await,
+        EntryKind::DropRange { .. } => Err(format!("entry {} (DROP_RANGE) is not simulated", sel.znode)),
     };
     if let Err(why) = outcome {
         let now_ms = exec::now_us(w) / 1000;
@@ -1035,26 +1075,97 @@ async fn run_entry(w: &W, id: u64, life: u64, s: &SimZk, sel: Selected) {
     }
 }
 
-/// A GET_PART entry: done if the part is here, else fetched from a
-/// replica that lists it, checked, written and recorded with the entry's
-/// removal in one multi.
-async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &PartInfo) -> Result<(), String> {
-    let (paths, name, schema) = {
-        let world = w.borrow();
-        let t = world.table.as_ref().ok_or("no table")?;
-        (t.paths_of(id), t.replicas[&id].name.clone(), t.schema.clone())
-    };
+/// What every entry's run reads first: the table's paths, this replica's
+/// name, the schema and the entry's queue node.
+fn entry_context(w: &W, id: u64, sel: &Selected) -> Result<(Paths, String, Schema, String), String> {
+    let world = w.borrow();
+    let t = world.table.as_ref().ok_or("no table")?;
+    let (paths, name) = (t.paths_of(id), t.replicas[&id].name.clone());
     let entry_path = format!("{}/{}", paths.queue_of(&name), sel.znode);
+    Ok((paths, name, t.schema.clone(), entry_path))
+}
+
+/// A MERGE_PARTS entry: done if the merged part (or one containing it)
+/// is here; merged here from the source parts when all of them are
+/// current, and recorded with what it replaces in one multi; else
+/// fetched from a replica that merged it already (as the node does, and
+/// ClickHouse: a replica missing a source takes the result instead).
+async fn merge_parts(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    sel: &Selected,
+    parts: &[PartInfo],
+    into: &PartInfo,
+) -> Result<(), String> {
+    let (paths, _, schema, entry_path) = entry_context(w, id, sel)?;
+    let all_here = with_run(w, id, life, |run| {
+        parts.iter().all(|p| run.queue.current().contains_exactly(p))
+    })
+    .ok_or("the replica stopped")?;
+    let have = with_run(w, id, life, |run| run.queue.current().containing(into).is_some()).unwrap_or(false);
+    if have || !all_here {
+        return get_part(w, id, life, s, sel, into, true).await;
+    }
+    let mut blocks = Vec::with_capacity(parts.len());
+    for p in parts {
+        let files = read_part(w, id, &p.name()).ok_or_else(|| format!("source part {p} is not on disk"))?;
+        blocks.push(format::decode_part(&schema, &files).map_err(|e| format!("source part {p}: {e}"))?);
+    }
+    let files = format::encode_part(&schema, &Block::merge(&schema, &blocks));
+    // a part made here: its own checksums are the ones to list
+    let sums = Checksums::of(&files);
+    if !alive(w, id, life) {
+        return Err("the replica stopped".into());
+    }
+    write_part(w, id, &into.name(), files);
+    let replaced = replaced_by(w, id, life, into);
+    let held = core::held_ops(&paths, into, &sums, &replaced, Vec::new());
+    commit_entry(w, id, life, s, sel, held, &entry_path, None).await?;
+    log(w, id, "part_merged", json!({"part": into.name(), "parts": parts.len()}));
+    Ok(())
+}
+
+/// Current parts on replica `id` that `part` would replace.
+fn replaced_by(w: &W, id: u64, life: u64, part: &PartInfo) -> Vec<PartInfo> {
+    with_run(w, id, life, |run| {
+        run.queue
+            .current()
+            .contained_by(part)
+            .into_iter()
+            .filter(|p| p != part)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// A GET_PART entry (or a merge's result, `merged`): done if the part or
+/// one containing it is here, else fetched from a replica that lists it,
+/// or, merged away everywhere, a part that contains it (as ClickHouse
+/// fetches a covering part), checked, written and recorded with the
+/// entry's removal in one multi.
+async fn get_part(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    sel: &Selected,
+    part: &PartInfo,
+    merged: bool,
+) -> Result<(), String> {
+    let (paths, name, _, entry_path) = entry_context(w, id, sel)?;
     let have = with_run(w, id, life, |run| run.queue.current().containing(part).is_some()).unwrap_or(false);
     if have {
-        commit_entry(w, id, life, s, sel, Vec::new(), &entry_path).await?;
+        commit_entry(w, id, life, s, sel, Vec::new(), &entry_path, None).await?;
         return Ok(());
     }
     if hooks(w, id).fetches_stopped {
         return Err("fetches are stopped".into());
     }
     // the writer on the first try (one round trip: it has the part
-    // unless it lost it), after a failure an active replica that lists it
+    // unless it lost it or merged it away), after a failure an active
+    // replica that lists it
     let mut source = None;
     let writer = &sel.entry.source_replica;
     if sel.tries <= 1
@@ -1066,20 +1177,14 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
     {
         source = Some(writer.clone());
     }
-    // whether any replica, active or not, this one too, lists it
-    let mut anywhere = source.is_some();
     if source.is_none() {
         let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
-        for r in &replicas {
+        for r in replicas.iter().filter(|r| **r != name) {
             if exists(w, s, &paths.part_of(r, &part.name()))
                 .await
                 .map_err(|f| f.to_string())?
                 .is_none()
             {
-                continue;
-            }
-            anywhere = true;
-            if *r == name {
                 continue;
             }
             if exists(w, s, &paths.is_active_of(r))
@@ -1093,26 +1198,101 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
             break;
         }
     }
-    let Some(source) = source else {
-        // no replica at all lists it (parts are never merged here, so
-        // none covers it): its writer lost it before anyone fetched it
-        // (a wiped disk). Lost forever, as the node says: the entry goes,
-        // the rows are gone and the checker must see that rather than a
-        // queue stuck on them
-        if anywhere {
-            return Err(format!("No active replica has part {part} or covering part"));
+    if let Some(source) = source {
+        return fetch_and_commit(w, id, life, s, sel, part, &source).await;
+    }
+    let (covering, anywhere) = covering_part(w, s, &paths, &name, part).await?;
+    if let Some((source, covering)) = covering {
+        log(
+            w,
+            id,
+            "fetch_covering",
+            json!({"part": part.name(), "covering": covering.name(), "from": source}),
+        );
+        return fetch_and_commit(w, id, life, s, sel, &covering, &source).await;
+    }
+    if merged {
+        return Err(format!("no replica has merged {part} yet"));
+    }
+    if anywhere {
+        return Err(format!("No active replica has part {part} or covering part"));
+    }
+    // no replica at all, active or not, lists it or a part containing it:
+    // its writer lost it before anyone fetched it (a wiped disk). Lost
+    // forever, as the node says: the entry goes, the rows are gone and
+    // the checker must see that rather than a queue stuck on them
+    match delete(w, s, &entry_path).await {
+        Ok(()) | Err(Fail::NoNode) => {}
+        Err(f) => return Err(format!("part {part} is lost forever, its entry stays: {f}")),
+    }
+    log(w, id, "part_lost_forever", json!({"part": part.name()}));
+    if let Some(Err(e)) = with_run(w, id, life, |run| run.queue.drop_running(&sel.znode)) {
+        log(w, id, "queue_remove_failed", json!({"entry": sel.znode, "error": e}));
+    }
+    Ok(())
+}
+
+/// One pass over every replica's listing: the largest part an active
+/// replica (not this one) lists that strictly contains `part`, with that
+/// replica; and whether any replica at all, active or not, lists `part`
+/// or a part containing it.
+async fn covering_part(
+    w: &W,
+    s: &SimZk,
+    paths: &Paths,
+    name: &str,
+    part: &PartInfo,
+) -> Result<(Option<(String, PartInfo)>, bool), String> {
+    let mut best: Option<(String, PartInfo)> = None;
+    let mut anywhere = false;
+    let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
+    for r in &replicas {
+        let listed = match children(w, s, &paths.parts_of(r)).await {
+            Ok(l) => l,
+            Err(Fail::NoNode) => continue,
+            Err(f) => return Err(f.to_string()),
+        };
+        let holding: Vec<PartInfo> = listed
+            .iter()
+            .filter_map(|n| PartInfo::parse(n).ok())
+            .filter(|p| p.contains(part))
+            .collect();
+        anywhere |= !holding.is_empty();
+        if r == name || holding.is_empty() {
+            continue;
         }
-        match delete(w, s, &entry_path).await {
-            Ok(()) | Err(Fail::NoNode) => {}
-            Err(f) => return Err(format!("part {part} is lost forever, its entry stays: {f}")),
+        if exists(w, s, &paths.is_active_of(r))
+            .await
+            .map_err(|f| f.to_string())?
+            .is_none()
+        {
+            continue;
         }
-        log(w, id, "part_lost_forever", json!({"part": part.name()}));
-        if let Some(Err(e)) = with_run(w, id, life, |run| run.queue.drop_running(&sel.znode)) {
-            log(w, id, "queue_remove_failed", json!({"entry": sel.znode, "error": e}));
+        let span = |p: &PartInfo| (p.max_block - p.min_block, p.level);
+        for p in holding.into_iter().filter(|p| p != part) {
+            if best.as_ref().is_none_or(|(_, b)| span(&p) > span(b)) {
+                best = Some((r.clone(), p));
+            }
         }
-        return Ok(());
-    };
-    let listed = match get(w, s, &paths.part_of(&source, &part.name()))
+    }
+    Ok((best, anywhere))
+}
+
+/// Fetches `part` (the entry's own, or one containing it) from `source`,
+/// checks it against the checksums `source` lists for it in the
+/// coordinator, writes it and records it, with what it replaces and the
+/// entry's removal, in one multi.
+async fn fetch_and_commit(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    sel: &Selected,
+    part: &PartInfo,
+    source: &str,
+) -> Result<(), String> {
+    let (paths, _, schema, entry_path) = entry_context(w, id, sel)?;
+    let listed = match get(w, s, &paths.part_of(source, &part.name()))
         .await
         .map_err(|f| f.to_string())?
     {
@@ -1144,23 +1324,21 @@ async fn get_part(w: &W, id: u64, life: u64, s: &SimZk, sel: &Selected, part: &P
         return Err("the replica stopped".into());
     }
     write_part(w, id, &part.name(), files);
-    let replaced: Vec<PartInfo> = with_run(w, id, life, |run| {
-        run.queue
-            .current()
-            .contained_by(part)
-            .into_iter()
-            .filter(|p| p != part)
-            .collect()
-    })
-    .unwrap_or_default();
+    let replaced = replaced_by(w, id, life, part);
     let held = core::held_ops(&paths, part, &sums, &replaced, Vec::new());
-    commit_entry(w, id, life, s, sel, held, &entry_path).await?;
+    let covering = (part != sel.entry.new_part()).then_some(part);
+    commit_entry(w, id, life, s, sel, held, &entry_path, covering).await?;
     log(w, id, "part_fetched", json!({"part": part.name(), "from": source}));
     Ok(())
 }
 
 /// Commits an entry's result `ops` with the entry's removal; on success
-/// the part is current and the entry gone here too.
+/// the part (`covering`, when the entry was done by installing a part
+/// that contains its own) is current and the entry gone here too, and
+/// the parts it replaced leave the disk (the node outdates them; nothing
+/// reads an outdated part here, and a fetch of one finds it gone and
+/// tries again).
+#[allow(clippy::too_many_arguments)] // the entry's run, its ops and what it installed
 async fn commit_entry(
     w: &W,
     id: u64,
@@ -1169,6 +1347,7 @@ async fn commit_entry(
     sel: &Selected,
     ops: Vec<KeeperOp>,
     entry_path: &str,
+    covering: Option<&PartInfo>,
 ) -> Result<(), String> {
     let (ops, last) = core::entry_done(ops, entry_path);
     let listing = match ops.first() {
@@ -1190,18 +1369,23 @@ async fn commit_entry(
         }) if listing.is_some() => {}
         Err(f) => return Err(format!("committing entry {}: {}", sel.znode, f.fail)),
     }
-    let part = sel.entry.new_part().clone();
+    let part = covering.unwrap_or(sel.entry.new_part()).clone();
     let finished = with_run(w, id, life, |run| {
+        let mut gone = Vec::new();
         if listing.is_some() {
             run.commits += 1;
-            run.queue.add_current(part.clone())?;
+            gone = run.queue.add_current(part.clone())?;
         }
-        run.queue.finish_ok(&sel.znode).map(|_| ())
+        gone.extend(run.queue.finish_ok(&sel.znode)?);
+        Ok::<_, String>(gone)
     });
     match finished {
-        Some(Ok(())) => {
+        Some(Ok(gone)) => {
             if let Some(l) = listing {
                 check_current(w, id, &l, &part);
+            }
+            for p in gone {
+                remove_part(w, id, &p.name());
             }
             Ok(())
         }
@@ -1244,7 +1428,125 @@ async fn fetch(w: &W, to: u64, from: u64, part: &str) -> Result<Files, String> {
     files.ok_or_else(|| format!("fetch of {part} from r{from}: no such part"))
 }
 
-// ---- the leader's cleanup -------------------------------------------------------
+// ---- the leader's chores ----------------------------------------------------------
+
+/// Whether replica `id`'s candidacy in life `life` is the lowest one.
+async fn is_leader(w: &W, id: u64, life: u64, s: &SimZk, paths: &Paths) -> bool {
+    let Some(Some(candidacy)) = with_run(w, id, life, |run| run.candidacy.clone()) else {
+        return false;
+    };
+    let Ok(candidates) = children(w, s, &paths.leader_election()).await else {
+        return false;
+    };
+    let dir = paths.leader_election();
+    let prefix = format!("{dir}/leader-");
+    let lowest = candidates
+        .iter()
+        .map(|c| format!("{dir}/{c}"))
+        .filter_map(|c| sequence_of(&c, &prefix).map(|n| (n, c)))
+        .min();
+    lowest.map(|(_, c)| c) == Some(candidacy)
+}
+
+/// As the leader: the next merge (`drift_table::merge`) put in the log,
+/// read in ClickHouse's order as the node's leader reads it: the virtual
+/// parts, then the insert locks, then the log pulled; only parts virtual
+/// before the locks were read may merge. A concurrent change of the log
+/// is a new try. Returns the part assigned.
+async fn assign_merge(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<Option<PartInfo>, String> {
+    let (paths, name, settings) = {
+        let world = w.borrow();
+        let t = world.table.as_ref().ok_or("no table")?;
+        (t.paths_of(id), t.replicas[&id].name.clone(), t.schema.settings.clone())
+    };
+    if !is_leader(w, id, life, s, &paths).await {
+        return Ok(None);
+    }
+    for _ in 0..ASSIGN_ATTEMPTS_MAX {
+        let (_, log_stat) = get(w, s, &paths.log())
+            .await
+            .map_err(|f| format!("log node: {f}"))?
+            .ok_or("no log node")?;
+        let Some(before) = with_run(w, id, life, |run| run.queue.virtual_parts().clone()) else {
+            return Ok(None);
+        };
+        let partitions = match children(w, s, &paths.block_numbers()).await {
+            Ok(kids) => kids,
+            Err(Fail::NoNode) => Vec::new(),
+            Err(f) => return Err(format!("block numbers: {f}")),
+        };
+        let mut locked: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+        for p in partitions {
+            let held = match children(w, s, &paths.partition_numbers(&p)).await {
+                Ok(kids) => kids.iter().filter_map(|k| sequence_of(k, "block-")).collect(),
+                Err(Fail::NoNode) => BTreeSet::new(),
+                Err(f) => return Err(format!("block numbers of {p}: {f}")),
+            };
+            locked.insert(p, held);
+        }
+        pull_log(w, id, life, s)
+            .await
+            .map_err(|f| format!("pulling the log: {f}"))?;
+        let Some((current, virtual_parts)) = with_run(w, id, life, |run| {
+            let mut current = ActivePartSet::new();
+            for p in run.queue.current().iter().filter(|p| before.containing(p).is_some()) {
+                current.add(p.clone()).map_err(|e| format!("the current parts: {e}"))?;
+            }
+            Ok::<_, String>((current, run.queue.virtual_parts().clone()))
+        })
+        .transpose()?
+        else {
+            return Ok(None);
+        };
+        // quorum inserts are not simulated: no quorum is ever pending
+        let pending = BTreeSet::new();
+        let locked_fn = |p: &str| locked.get(p).cloned().unwrap_or_default();
+        let inputs = MergeInputs {
+            current: &current,
+            virtual_parts: &virtual_parts,
+            locked: &locked_fn,
+            quorum_pending: &pending,
+            parts_to_merge_min: settings.parts_to_merge_min,
+            max_parts_to_merge_at_once: settings.max_parts_to_merge_at_once,
+        };
+        let Some((parts, into)) = select_merge(&inputs) else {
+            return Ok(None);
+        };
+        let entry = drift_table::LogEntry {
+            create_time_s: (wall_ms(w, id) / 1000) as i64,
+            source_replica: name.clone(),
+            kind: EntryKind::MergeParts {
+                parts: parts.clone(),
+                into: into.clone(),
+            },
+        };
+        let ops = [
+            KeeperOp::SetData {
+                path: paths.log(),
+                data: Vec::new(),
+                version: log_stat,
+            },
+            KeeperOp::Create {
+                path: paths.log_prefix(),
+                data: entry.encode().into_bytes(),
+                mode: CreateMode::PersistentSequential,
+            },
+        ];
+        match multi(w, s, &ops).await {
+            Ok(_) => {
+                let names: Vec<String> = parts.iter().map(|p| p.name()).collect();
+                log(w, id, "merge_assigned", json!({"into": into.name(), "parts": names}));
+                let _ = pull_log(w, id, life, s).await;
+                return Ok(Some(into));
+            }
+            Err(MultiFail {
+                fail: Fail::BadVersion, ..
+            }) => continue,
+            Err(f) => return Err(format!("assigning a merge: {}", f.fail)),
+        }
+    }
+    Err("other replicas kept assigning merges first".into())
+}
 
 /// As the leader (the lowest candidacy): the block ids past the window
 /// removed, a multi per chunk (the ids' creation times asked all at
@@ -1260,20 +1562,7 @@ async fn cleanup(w: &W, id: u64, life: u64, s: Rc<SimZk>) {
             st.replicated_deduplication_window_seconds,
         )
     };
-    let Some(Some(candidacy)) = with_run(w, id, life, |run| run.candidacy.clone()) else {
-        return;
-    };
-    let Ok(candidates) = children(w, &s, &paths.leader_election()).await else {
-        return;
-    };
-    let dir = paths.leader_election();
-    let prefix = format!("{dir}/leader-");
-    let lowest = candidates
-        .iter()
-        .map(|c| format!("{dir}/{c}"))
-        .filter_map(|c| sequence_of(&c, &prefix).map(|n| (n, c)))
-        .min();
-    if lowest.map(|(_, c)| c) != Some(candidacy) {
+    if !is_leader(w, id, life, &s, &paths).await {
         return;
     }
     let Ok(ids) = children(w, &s, &paths.blocks()).await else {
