@@ -417,7 +417,15 @@ fn each_table_defect_is_found_inside_the_simulation_and_by_the_checker() {
 /// queue is read again, BadVersion once kept a replica's queue stuck), a
 /// queue reload during which a commit made a part current (read again,
 /// else the part went missing from one replica), and a lost commit
-/// settled through its lock. Seeds from 1 on run until each path was
+/// settled through its lock; and since the replicas merge, a pull that
+/// waited for another (the leader pulls before it assigns a merge: two
+/// pulls copying from the same pointer once left an entry out of a
+/// queue, and the replicas diverged, seed 191 of the first sweep with
+/// merges), a merge made, a part fetched as the part covering it, and
+/// a reload that gave up while commits kept landing (its pull fails now:
+/// the leader chose a merge from the queue that reload left stale, which
+/// spanned a part that queue lacked and dropped its rows, seed 625).
+/// Seeds from 1 on run until each path was
 /// reached (any change to the driver moves which seed reaches which, so
 /// no single seed is pinned); every one of them must stay valid.
 #[test]
@@ -426,6 +434,10 @@ fn the_table_seeds_that_found_bugs_stay_fixed() {
         ("a pointer moved under a pull", "pointer_moved"),
         ("a reload read again", "\"reads\":2"),
         ("a lost commit settled", "commit_resolved"),
+        ("a pull waited for another", "pull_waited"),
+        ("a merge made", "part_merged"),
+        ("a covering part fetched", "fetch_covering"),
+        ("a reload that gave up under commits", "queue_reload_failed"),
     ];
     for seed in 1..=SEEDS_TO_REACH_MAX {
         let c = campaign(&["--workload", "insert-retry", "--time-limit", "30"], seed);
