@@ -1349,9 +1349,9 @@ async fn fetch_and_commit(
 /// Commits an entry's result `ops` with the entry's removal; on success
 /// the part (`covering`, when the entry was done by installing a part
 /// that contains its own) is current and the entry gone here too, and
-/// the parts it replaced leave the disk (the node outdates them; nothing
-/// reads an outdated part here, and a fetch of one finds it gone and
-/// tries again).
+/// the parts it replaced and unlisted leave the disk (the node outdates
+/// them; nothing reads an outdated part here, and a fetch of one finds
+/// it gone and tries again).
 #[allow(clippy::too_many_arguments)] // the entry's run, its ops and what it installed
 async fn commit_entry(
     w: &W,
@@ -1368,6 +1368,16 @@ async fn commit_entry(
         Some(KeeperOp::Create { path, .. }) if last > 0 => Some(path.clone()),
         _ => None,
     };
+    // the listings this commit deletes: only those parts may leave the
+    // disk (a part another entry made current while this one ran is
+    // replaced in memory too, but its listing stays and others fetch it)
+    let unlisted: BTreeSet<String> = ops
+        .iter()
+        .filter_map(|op| match op {
+            KeeperOp::Delete { path, .. } if path != entry_path => Some(path.clone()),
+            _ => None,
+        })
+        .collect();
     match multi(w, s, &ops).await {
         Ok(_) => {}
         // nothing but the entry's removal, and the entry is gone: an
@@ -1395,10 +1405,14 @@ async fn commit_entry(
     });
     match finished {
         Some(Ok(gone)) => {
-            if let Some(l) = listing {
-                check_current(w, id, &l, &part);
+            if let Some(l) = &listing {
+                check_current(w, id, l, &part);
             }
-            for p in gone {
+            let listing_of = |p: &PartInfo| match &listing {
+                Some(l) => format!("{}/{}", l.rsplit_once('/').map_or("", |(dir, _)| dir), p.name()),
+                None => String::new(),
+            };
+            for p in gone.iter().filter(|p| unlisted.contains(&listing_of(p))) {
                 remove_part(w, id, &p.name());
             }
             Ok(())
