@@ -334,7 +334,6 @@ pub fn detect(addr: SocketAddr) -> Result<Facts, String> {
             token: has("insert_deduplication_token"),
             quorum_parallel: has("insert_quorum_parallel"),
             squash_off: has("min_insert_block_size_rows") && has("min_insert_block_size_bytes"),
-            quorum: true,
         },
         merge_tree,
     })
@@ -1021,7 +1020,8 @@ pub const NATIVE_PORT_OFFSET: u16 = 7;
 
 /// The `<merge_tree>` settings of a campaign's table plan: the window by
 /// count and age, cleanup every period (whole seconds, at least one) with
-/// no random delay added.
+/// no random delay added, and the log kept for an inactive replica
+/// (`--logs-to-keep`) when the plan sets it.
 pub fn merge_tree_settings(t: &crate::plan::TablePlan) -> Vec<(String, String)> {
     vec![
         ("replicated_deduplication_window".into(), t.dedup_window.to_string()),
@@ -1035,6 +1035,12 @@ pub fn merge_tree_settings(t: &crate::plan::TablePlan) -> Vec<(String, String)> 
         ),
         ("cleanup_delay_period_random_add".into(), "0".into()),
     ]
+    .into_iter()
+    .chain(
+        t.logs_to_keep
+            .map(|n| ("max_replicated_logs_to_keep".to_string(), n.to_string())),
+    )
+    .collect()
 }
 
 /// A campaign's ClickHouse cluster, deployed: the coordinators up with a

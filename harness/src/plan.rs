@@ -43,6 +43,9 @@ pub const PORT_MIN: u16 = 1024;
 /// Most block ids a campaign's table may keep (ClickHouse keeps 1000 by
 /// default; more makes the window's edge unreachable in a campaign).
 pub const DEDUP_WINDOW_MAX: u64 = 1_000_000;
+/// The fewest log entries `--logs-to-keep` may keep: the table keeps at
+/// least `min_replicated_logs_to_keep` (10) anyway.
+pub const LOGS_TO_KEEP_MIN: u64 = 10;
 /// Most attempts a logical insert gets.
 pub const INSERT_ATTEMPTS_MAX: u32 = 100;
 /// The table's HTTP port is P+4 and its interserver port P+5 (ClickHouse's
@@ -303,6 +306,11 @@ pub struct TablePlan {
     pub cleanup_period_ms: u64,
     /// Attempts a logical insert gets.
     pub insert_attempts: u32,
+    /// `max_replicated_logs_to_keep`: an inactive replica further behind
+    /// is marked lost (and clones a healthy one when it returns); none:
+    /// the table's default (1000, as ClickHouse's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logs_to_keep: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defect: Option<Defect>,
 }
@@ -321,6 +329,7 @@ impl TablePlan {
             dedup_window_seconds: args.dedup_window_seconds.unwrap_or(Self::DEFAULT_WINDOW_SECONDS),
             cleanup_period_ms: args.cleanup_period_ms.unwrap_or(Self::DEFAULT_CLEANUP_MS),
             insert_attempts: args.insert_attempts.unwrap_or(Self::DEFAULT_ATTEMPTS),
+            logs_to_keep: args.logs_to_keep,
             defect: args.defect,
         }
     }
@@ -335,6 +344,9 @@ impl TablePlan {
             ),
             format!("cleanup_delay_period_ms = {}", self.cleanup_period_ms),
         ]
+        .into_iter()
+        .chain(self.logs_to_keep.map(|n| format!("max_replicated_logs_to_keep = {n}")))
+        .collect()
     }
 }
 
@@ -554,6 +566,7 @@ impl Plan {
             ("--dedup-window-seconds", args.dedup_window_seconds.is_some()),
             ("--cleanup-period-ms", args.cleanup_period_ms.is_some()),
             ("--insert-attempts", args.insert_attempts.is_some()),
+            ("--logs-to-keep", args.logs_to_keep.is_some()),
             ("--defect", args.defect.is_some_and(|d| !d.is_kv())),
         ];
         let kv_options = [
@@ -675,6 +688,9 @@ impl Plan {
                 )?;
                 within("table.cleanup_period_ms", t.cleanup_period_ms, 10, TIMEOUT_MAX_MS)?;
                 within("table.insert_attempts", t.insert_attempts, 1, INSERT_ATTEMPTS_MAX)?;
+                if let Some(n) = t.logs_to_keep {
+                    within("table.logs_to_keep", n, LOGS_TO_KEEP_MIN, DEDUP_WINDOW_MAX)?;
+                }
             }
             (None, true) => {
                 return Err(format!(
@@ -1051,6 +1067,11 @@ pub struct TestArgs {
     /// log entries (cleanup_delay_period) [default: 1000; ClickHouse's is 30 s]
     #[arg(long = "cleanup-period-ms", value_parser = clap::value_parser!(u64).range(10..=TIMEOUT_MAX_MS))]
     pub cleanup_period_ms: Option<u64>,
+    /// insert-retry: log entries an inactive replica may fall behind
+    /// before the leader marks it lost, to clone a healthy replica when it
+    /// returns (max_replicated_logs_to_keep) [default: 1000, as ClickHouse's]
+    #[arg(long = "logs-to-keep", value_parser = clap::value_parser!(u64).range(LOGS_TO_KEEP_MIN..=DEDUP_WINDOW_MAX))]
+    pub logs_to_keep: Option<u64>,
     /// insert-retry: attempts a logical insert gets before the client gives up [default: 5]
     #[arg(long = "insert-attempts", value_parser = clap::value_parser!(u32).range(1..=INSERT_ATTEMPTS_MAX as i64))]
     pub insert_attempts: Option<u32>,

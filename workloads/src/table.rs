@@ -84,8 +84,6 @@ pub struct Dialect {
     /// `max_insert_block_size` split an insert (drift's table never
     /// squashes).
     pub squash_off: bool,
-    /// `insert_quorum` (the simulated table runs no quorum inserts yet).
-    pub quorum: bool,
 }
 
 impl Dialect {
@@ -94,13 +92,6 @@ impl Dialect {
         token: true,
         quorum_parallel: true,
         squash_off: false,
-        quorum: true,
-    };
-
-    /// drift's table in the simulator: everything but quorum inserts.
-    pub const SIMULATED: Dialect = Dialect {
-        quorum: false,
-        ..Dialect::DRIFT
     };
 
     /// The mixes a server of this dialect cannot take, each with why.
@@ -110,10 +101,7 @@ impl Dialect {
             out.push(("token", "no insert_deduplication_token setting"));
             out.push(("token-reuse", "no insert_deduplication_token setting"));
         }
-        if !self.quorum {
-            out.push(("quorum", "no quorum inserts in the simulated table"));
-            out.push(("quorum-non-parallel", "no quorum inserts in the simulated table"));
-        } else if !self.quorum_parallel {
+        if !self.quorum_parallel {
             out.push((
                 "quorum",
                 "no insert_quorum_parallel setting: every quorum insert is sequential (quorum-non-parallel stays)",
@@ -572,7 +560,6 @@ mod tests {
             token: false,
             quorum_parallel: false,
             squash_off: true,
-            quorum: true,
         };
         let mut g = InsertGen::for_dialect(1, d);
         let mut rng = Rng::new(9);

@@ -129,7 +129,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
             delayed_retry: std::time::Duration::from_millis(
                 t.dedup_window_seconds * 1000 + 2 * t.cleanup_period_ms.max(1000) + 500,
             ),
-            dialect: drift_workloads::table::Dialect::SIMULATED,
+            dialect: drift_workloads::table::Dialect::DRIFT,
         };
         let clock = plan.nemeses.contains(&nemesis::FaultKind::Clock);
         let epsilon_ms = crate::plan::CLOCK_SKEW_MS + if clock { crate::plan::CLOCK_FAULT_SKEW_MS } else { 0 };

@@ -58,6 +58,7 @@ use drift_table::insert::{
 use drift_table::merge::{select_merge, MergeInputs};
 use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::{Queue, Selected};
+use drift_table::quorum;
 use drift_table::replica as core;
 use drift_table::schema::Value as Cell;
 use drift_table::zk::{sequence_of, CreateMode, KeeperOp, Paths};
@@ -84,11 +85,15 @@ const RELOAD_TRIES_MAX: usize = 10;
 const PULL_WAIT_US: u64 = 1_000;
 /// Tries of one merge assignment against concurrent changes of the log.
 const ASSIGN_ATTEMPTS_MAX: usize = 5;
+/// How often a quorum insert's writer looks whether its quorum was
+/// reached.
+const QUORUM_POLL_US: u64 = 50_000;
 /// Where the table lives in the coordinator.
 const TABLE_PATH: &str = "/clickhouse/tables/inserts";
 /// ClickHouse's codes the simulated replica answers with (the node's
 /// `table::error`).
 const TABLE_IS_READ_ONLY: u64 = 242;
+const TOO_FEW_LIVE_REPLICAS: u64 = 285;
 const UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE: u64 = 286;
 const UNKNOWN_STATUS_OF_INSERT: u64 = 319;
 const KEEPER_EXCEPTION: u64 = 999;
@@ -132,6 +137,9 @@ struct Replica {
     name: String,
     /// Parts on disk.
     disk: BTreeMap<String, Files>,
+    /// The disk names the replica it belongs to (the node's identity
+    /// file): written once registered, gone with a wipe.
+    identity: bool,
     /// The keeper's incarnation the running replica started with.
     keeper_life: u64,
     /// Counts this replica's starts: a task of an earlier life stops.
@@ -161,6 +169,8 @@ pub struct TableSim {
     pending: BTreeMap<(u64, String), (String, String)>,
     /// Inserts still running at a replica (their client may have given up).
     in_flight: u64,
+    /// Disks wiped so far.
+    wipes: u64,
 }
 
 impl TableSim {
@@ -171,6 +181,9 @@ impl TableSim {
         schema.settings.replicated_deduplication_window = plan.dedup_window;
         schema.settings.replicated_deduplication_window_seconds = plan.dedup_window_seconds;
         schema.settings.cleanup_delay_period_ms = plan.cleanup_period_ms;
+        if let Some(n) = plan.logs_to_keep {
+            schema.settings.max_replicated_logs_to_keep = n;
+        }
         schema.settings.zookeeper_path = TABLE_PATH.into();
         let d = plan.defect;
         use crate::plan::Defect;
@@ -191,6 +204,7 @@ impl TableSim {
                         Replica {
                             name: format!("r{i}"),
                             disk: BTreeMap::new(),
+                            identity: false,
                             keeper_life: 0,
                             life: 0,
                             run: None,
@@ -204,6 +218,7 @@ impl TableSim {
             reported: BTreeSet::new(),
             pending: BTreeMap::new(),
             in_flight: 0,
+            wipes: 0,
         }
     }
 
@@ -481,7 +496,10 @@ async fn multi(w: &W, s: &SimZk, ops: &[KeeperOp]) -> Result<Vec<String>, MultiF
         _ => None,
     });
     match failed {
-        None => Ok(results.into_iter().map(|r| r.unwrap_or_default()).collect()),
+        None => {
+            witnessed(w, ops);
+            Ok(results.into_iter().map(|r| r.unwrap_or_default()).collect())
+        }
         Some((i, e)) => Err(MultiFail {
             index: Some(i),
             fail: fail_of(CallError::Zk(e)),
@@ -524,6 +542,23 @@ fn expect_in_coordinator(w: &W, id: u64, kind: &str, path: &str, what: String) {
         let key = (id, kind.to_string());
         if !t.reported.contains(&key) {
             t.pending.entry(key).or_insert_with(|| (path.to_string(), what));
+        }
+    }
+}
+
+/// A multi that committed: each path it deleted was in the coordinator,
+/// so an expectation pending on it is met (a clone clearing a listing,
+/// a reconcile forgetting a part, a merge replacing one may delete it
+/// before a running keeper was seen to hold it).
+fn witnessed(w: &W, ops: &[KeeperOp]) {
+    if let Some(t) = w.borrow_mut().table.as_mut() {
+        if t.pending.is_empty() {
+            return;
+        }
+        for op in ops {
+            if let KeeperOp::Delete { path, .. } = op {
+                t.pending.retain(|_, (p, _)| p != path);
+            }
         }
     }
 }
@@ -671,8 +706,12 @@ async fn activate(w: &W, id: u64, life: u64) -> Result<(), String> {
         }
     }
     let registered = with_run(w, id, life, |run| run.registered).unwrap_or(false);
-    if !registered {
-        register(w, id, life, &s, &paths, &name).await?;
+    let lost = get(w, &s, &paths.is_lost_of(&name))
+        .await
+        .map_err(e("is_lost"))?
+        .is_some_and(|(d, _)| d == b"1");
+    if !registered || lost {
+        register(w, id, life, &s, &paths, &name, lost).await?;
     }
     // is_active: one left by an earlier session of this replica goes
     let active = paths.is_active_of(&name);
@@ -717,14 +756,27 @@ async fn activate(w: &W, id: u64, life: u64) -> Result<(), String> {
 }
 
 /// The replica's registration in this life: created if the coordinator
-/// does not know it, else its disk reconciled with what the coordinator
-/// lists for it; then its queue and log pointer loaded.
-async fn register(w: &W, id: u64, life: u64, s: &Rc<SimZk>, paths: &Paths, name: &str) -> Result<(), String> {
+/// does not know it; a new, wiped or lost replica clones a healthy one,
+/// any other has its disk reconciled with what the coordinator lists for
+/// it; then its queue and log pointer loaded (as the node registers).
+#[allow(clippy::too_many_arguments)] // the replica's run and whether it was marked lost
+async fn register(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &Rc<SimZk>,
+    paths: &Paths,
+    name: &str,
+    lost: bool,
+) -> Result<(), String> {
     let host = format!("sim:{id}");
     let known = exists(w, s, &paths.me())
         .await
-        .map_err(|f| format!("replica node: {f}"))?;
-    if known.is_none() {
+        .map_err(|f| format!("replica node: {f}"))?
+        .is_some();
+    let identity = w.borrow().table.as_ref().is_some_and(|t| t.replicas[&id].identity);
+    let wiped = known && !identity;
+    if !known {
         match multi(w, s, &core::register_ops(paths, name, &host)).await {
             Ok(_) => log(w, id, "replica_created", json!({})),
             Err(MultiFail {
@@ -734,6 +786,148 @@ async fn register(w: &W, id: u64, life: u64, s: &Rc<SimZk>, paths: &Paths, name:
             Err(f) => return Err(format!("creating replica {name}: {}", f.fail)),
         }
     }
+    if !known || wiped || lost {
+        // a wiped or lost replica's leftovers in the coordinator go first,
+        // and what its disk holds (the node detaches it)
+        for dir in [paths.queue_of(name), paths.parts_of(name)] {
+            let kids = children(w, s, &dir).await.map_err(|f| format!("{dir}: {f}"))?;
+            for ops in core::clear_ops(&dir, &kids) {
+                multi(w, s, &ops)
+                    .await
+                    .map_err(|f| format!("clearing {dir}: {}", f.fail))?;
+            }
+        }
+        for p in disk_parts(w, id) {
+            remove_part(w, id, &p);
+        }
+        log(
+            w,
+            id,
+            "clone_started",
+            json!({"new": !known, "wiped": wiped, "lost": lost}),
+        );
+        clone_replica(w, id, s, paths, name, !known).await?;
+    } else {
+        reconcile_disk(w, id, s, paths, name).await?;
+    }
+    load_queue(w, id, life, s, paths, name).await?;
+    with_run(w, id, life, |run| run.registered = true);
+    if let Some(t) = w.borrow_mut().table.as_mut() {
+        if let Some(r) = t.replicas.get_mut(&id) {
+            r.identity = true;
+        }
+    }
+    Ok(())
+}
+
+/// Copies a healthy replica's state (`drift_table::replica`'s cloning):
+/// its log pointer, a GET_PART for each of its parts, and its queue.
+/// With no replica to copy, starts at the log's oldest entry.
+async fn clone_replica(w: &W, id: u64, s: &SimZk, paths: &Paths, name: &str, new: bool) -> Result<(), String> {
+    let e = |what: &'static str| move |f: Fail| format!("cloning ({what}): {f}");
+    let mut candidates = Vec::new();
+    for r in children(w, s, &paths.replicas()).await.map_err(e("replicas"))? {
+        if r == name {
+            continue;
+        }
+        let is_lost = get(w, s, &paths.is_lost_of(&r))
+            .await
+            .map_err(e("is_lost"))?
+            .map(|(d, _)| d);
+        let active = exists(w, s, &paths.is_active_of(&r))
+            .await
+            .map_err(e("is_active"))?
+            .is_some();
+        candidates.push(core::CloneCandidate {
+            name: r,
+            is_lost,
+            active,
+        });
+    }
+    let Some(src) = core::clone_source(name, &candidates) else {
+        let log_names = children(w, s, &paths.log()).await.map_err(e("log"))?;
+        let pointer = log_names
+            .iter()
+            .filter_map(|n| sequence_of(n, "log-"))
+            .min()
+            .unwrap_or(0);
+        let ops = [
+            KeeperOp::SetData {
+                path: paths.log_pointer_of(name),
+                data: pointer.to_string().into_bytes(),
+                version: -1,
+            },
+            KeeperOp::SetData {
+                path: paths.is_lost_of(name),
+                data: b"0".to_vec(),
+                version: -1,
+            },
+        ];
+        multi(w, s, &ops)
+            .await
+            .map_err(|f| format!("cloning (pointer): {}", f.fail))?;
+        if !new {
+            log(w, id, "clone_without_source", json!({"log_pointer": pointer}));
+        }
+        return Ok(());
+    };
+    loop {
+        let Some((pointer, version)) = get(w, s, &paths.log_pointer_of(&src))
+            .await
+            .map_err(e("source pointer"))?
+        else {
+            return Err(format!("cloning: replica {src} has no log_pointer"));
+        };
+        // the queue before the parts (see `drift_table::replica`'s cloning)
+        let queue_dir = paths.queue_of(&src);
+        let queue = children(w, s, &queue_dir).await.map_err(e("source queue"))?;
+        let mut queued = Vec::new();
+        for q in &queue {
+            if let Some((d, _)) = get(w, s, &format!("{queue_dir}/{q}"))
+                .await
+                .map_err(e("source queue entries"))?
+            {
+                queued.push(d);
+            }
+        }
+        let parts = children(w, s, &paths.parts_of(&src)).await.map_err(e("source parts"))?;
+        let now_s = (wall_ms(w, id) / 1000) as i64;
+        for ops in core::clone_queue_ops(paths, &src, &parts, &queued, now_s) {
+            multi(w, s, &ops)
+                .await
+                .map_err(|f| format!("cloning (queue): {}", f.fail))?;
+        }
+        // the pointer moves only if the source's did not meanwhile
+        match multi(w, s, &core::clone_done_ops(paths, name, &src, &pointer, version)).await {
+            Ok(_) => {
+                log(
+                    w,
+                    id,
+                    "cloned",
+                    json!({"source": src, "parts": parts.len(), "queue": queue.len(), "new": new}),
+                );
+                return Ok(());
+            }
+            Err(MultiFail {
+                fail: Fail::BadVersion, ..
+            }) => {
+                let dir = paths.queue_of(name);
+                let kids = children(w, s, &dir).await.map_err(|f| format!("{dir}: {f}"))?;
+                for ops in core::clear_ops(&dir, &kids) {
+                    multi(w, s, &ops)
+                        .await
+                        .map_err(|f| format!("clearing {dir}: {}", f.fail))?;
+                }
+            }
+            Err(f) => return Err(format!("cloning (pointer): {}", f.fail)),
+        }
+    }
+}
+
+/// A known replica's disk against what the coordinator lists for it
+/// (`drift_table::reconcile`): old parts a merge replaced go, unexpected
+/// and broken ones too, listed parts not held are fetched again.
+async fn reconcile_disk(w: &W, id: u64, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
     let listed: BTreeSet<String> = children(w, s, &paths.parts_of(name))
         .await
         .map_err(|f| format!("reconcile: {f}"))?
@@ -771,8 +965,6 @@ async fn register(w: &W, id: u64, life: u64, s: &Rc<SimZk>, paths: &Paths, name:
             .map_err(|f| format!("re-queueing missing part {part}: {}", f.fail))?;
         log(w, id, "part_missing_refetch", json!({"part": part.name()}));
     }
-    load_queue(w, id, life, s, paths, name).await?;
-    with_run(w, id, life, |run| run.registered = true);
     Ok(())
 }
 
@@ -914,6 +1106,18 @@ fn wall_ms(w: &W, id: u64) -> u64 {
 /// leader's merge assignment both pull, and two pulls racing on the
 /// pointer would each copy from the same place.
 async fn pull_log(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
+    if !lock_pulls(w, id, life).await {
+        return Ok(());
+    }
+    let pulled = pull_log_locked(w, id, life, s).await;
+    with_run(w, id, life, |run| run.pulling = false);
+    pulled
+}
+
+/// Takes the replica's pull lock (the node's), waiting for a pull that
+/// holds it; false if the replica stopped. Released by clearing
+/// `Run::pulling`.
+async fn lock_pulls(w: &W, id: u64, life: u64) -> bool {
     let mut waited = false;
     loop {
         match with_run(w, id, life, |run| !std::mem::replace(&mut run.pulling, true)) {
@@ -922,15 +1126,31 @@ async fn pull_log(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> 
                 waited = true;
                 sleep_for(w, PULL_WAIT_US).await;
             }
-            None => return Ok(()),
+            None => return false,
         }
     }
     if waited {
         log(w, id, "pull_waited", json!({}));
     }
-    let pulled = pull_log_locked(w, id, life, s).await;
+    true
+}
+
+/// An entry's commit found the coordinator ahead of the replica's memory
+/// (`drift_table::replica::commit_shows_stale_memory`): the queue and the
+/// current parts are read again, under the pull lock, as the node does.
+async fn reload_stale(w: &W, id: u64, life: u64, entry: &str) {
+    let Some(s) = session(w, id, life) else { return };
+    let (paths, name) = match w.borrow().table.as_ref() {
+        Some(t) => (t.paths_of(id), t.replicas[&id].name.clone()),
+        None => return,
+    };
+    if !lock_pulls(w, id, life).await {
+        return;
+    }
+    let loaded = load_queue(w, id, life, &s, &paths, &name).await;
     with_run(w, id, life, |run| run.pulling = false);
-    pulled
+    let error = loaded.err();
+    log(w, id, "stale_commit_reloaded", json!({"entry": entry, "error": error}));
 }
 
 async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
@@ -1079,7 +1299,10 @@ async fn run_entries(w: &W, id: u64, life: u64, s: &SimZk, first: Selected) {
 /// in the queue.
 async fn run_entry(w: &W, id: u64, life: u64, s: &SimZk, sel: Selected) {
     let outcome = match &sel.entry.kind {
-        EntryKind::GetPart { part, .. } => get_part(w, id, life, s, &sel, part, false).await,
+        EntryKind::GetPart { part, quorum, block_id } => {
+            let q = (*quorum > 0).then_some(block_id.as_deref());
+            get_part(w, id, life, s, &sel, part, false, q).await
+        }
         EntryKind::MergeParts { parts, into } => merge_parts(w, id, life, s, &sel, parts, into).await,
         EntryKind::DropRange { .. } => Err(format!("entry {} (DROP_RANGE) is not simulated", sel.znode)),
     };
@@ -1120,7 +1343,7 @@ async fn merge_parts(
     .ok_or("the replica stopped")?;
     let have = with_run(w, id, life, |run| run.queue.current().containing(into).is_some()).unwrap_or(false);
     if have || !all_here {
-        return get_part(w, id, life, s, sel, into, true).await;
+        return get_part(w, id, life, s, sel, into, true, None).await;
     }
     let mut blocks = Vec::with_capacity(parts.len());
     for p in parts {
@@ -1136,7 +1359,9 @@ async fn merge_parts(
     write_part(w, id, &into.name(), files);
     let replaced = replaced_by(w, id, life, into);
     let held = core::held_ops(&paths, into, &sums, &replaced, Vec::new());
-    commit_entry(w, id, life, s, sel, held, &entry_path, None).await?;
+    commit_entry(w, id, life, s, sel, held, &entry_path, None)
+        .await
+        .map_err(|f| f.to_string())?;
     log(w, id, "part_merged", json!({"part": into.name(), "parts": parts.len()}));
     Ok(())
 }
@@ -1158,7 +1383,11 @@ fn replaced_by(w: &W, id: u64, life: u64, part: &PartInfo) -> Vec<PartInfo> {
 /// one containing it is here, else fetched from a replica that lists it,
 /// or, merged away everywhere, a part that contains it (as ClickHouse
 /// fetches a covering part), checked, written and recorded with the
-/// entry's removal in one multi.
+/// entry's removal in one multi. `quorum`: the entry's part was inserted
+/// with a quorum (and its block id, if any): the replica that now holds
+/// it counts in the quorum node, in the same multi; a part no replica
+/// lists has its quorum failed.
+#[allow(clippy::too_many_arguments)] // the entry's run, its part and what the entry asks
 async fn get_part(
     w: &W,
     id: u64,
@@ -1167,12 +1396,18 @@ async fn get_part(
     sel: &Selected,
     part: &PartInfo,
     merged: bool,
+    quorum: Option<Option<&str>>,
 ) -> Result<(), String> {
     let (paths, name, _, entry_path) = entry_context(w, id, sel)?;
-    let have = with_run(w, id, life, |run| run.queue.current().containing(part).is_some()).unwrap_or(false);
-    if have {
-        commit_entry(w, id, life, s, sel, Vec::new(), &entry_path, None).await?;
-        return Ok(());
+    let here = with_run(w, id, life, |run| {
+        let q = run.queue.current();
+        (q.containing(part).is_some(), q.contains_exactly(part))
+    });
+    if let Some((true, exactly)) = here {
+        // our own insert, or fetched by an earlier run: a quorum counts
+        // the replica that holds the very part
+        let count = quorum.is_some() && exactly && sel.entry.source_replica != name;
+        return commit_with_quorum(w, id, life, s, sel, part, count, Vec::new, &entry_path, None).await;
     }
     if hooks(w, id).fetches_stopped {
         return Err("fetches are stopped".into());
@@ -1201,11 +1436,7 @@ async fn get_part(
             {
                 continue;
             }
-            if exists(w, s, &paths.is_active_of(r))
-                .await
-                .map_err(|f| f.to_string())?
-                .is_none()
-            {
+            if !is_active(w, s, &paths, r).await? {
                 continue;
             }
             source = Some(r.clone());
@@ -1213,7 +1444,7 @@ async fn get_part(
         }
     }
     if let Some(source) = source {
-        return fetch_and_commit(w, id, life, s, sel, part, &source).await;
+        return fetch_and_commit(w, id, life, s, sel, part, &source, quorum.is_some()).await;
     }
     let (covering, anywhere) = covering_part(w, s, &paths, &name, part).await?;
     if let Some((source, covering)) = covering {
@@ -1223,27 +1454,173 @@ async fn get_part(
             "fetch_covering",
             json!({"part": part.name(), "covering": covering.name(), "from": source}),
         );
-        return fetch_and_commit(w, id, life, s, sel, &covering, &source).await;
+        return fetch_and_commit(w, id, life, s, sel, &covering, &source, false).await;
     }
     if merged {
         return Err(format!("no replica has merged {part} yet"));
     }
-    if anywhere {
+    let lost = match quorum {
+        // a quorum insert's part on no replica: its quorum fails (and
+        // its block id goes, so a retry writes it again)
+        Some(block_id) => fail_quorum_if_lost(w, id, s, &paths, part, block_id).await?,
+        // no replica at all, active or not, lists it or a part containing
+        // it: its writer lost it before anyone fetched it (a wiped disk).
+        // Lost forever, as the node says: the entry goes, the rows are
+        // gone and the checker must see that rather than a queue stuck on
+        // them
+        None if !anywhere => {
+            log(w, id, "part_lost_forever", json!({"part": part.name()}));
+            true
+        }
+        None => false,
+    };
+    if !lost {
         return Err(format!("No active replica has part {part} or covering part"));
     }
-    // no replica at all, active or not, lists it or a part containing it:
-    // its writer lost it before anyone fetched it (a wiped disk). Lost
-    // forever, as the node says: the entry goes, the rows are gone and
-    // the checker must see that rather than a queue stuck on them
     match delete(w, s, &entry_path).await {
         Ok(()) | Err(Fail::NoNode) => {}
-        Err(f) => return Err(format!("part {part} is lost forever, its entry stays: {f}")),
+        Err(f) => return Err(format!("part {part} is lost, its entry stays: {f}")),
     }
-    log(w, id, "part_lost_forever", json!({"part": part.name()}));
     if let Some(Err(e)) = with_run(w, id, life, |run| run.queue.drop_running(&sel.znode)) {
         log(w, id, "queue_remove_failed", json!({"entry": sel.znode, "error": e}));
     }
     Ok(())
+}
+
+/// If no replica, active or not, lists `part` and a quorum node still
+/// waits for it, the insert's part is lost: its quorum failed and its
+/// block id removed in one multi (`drift_table::quorum::fail_ops`).
+/// Whether the part is lost (this replica or another gave up on it).
+async fn fail_quorum_if_lost(
+    w: &W,
+    id: u64,
+    s: &SimZk,
+    paths: &Paths,
+    part: &PartInfo,
+    block_id: Option<&str>,
+) -> Result<bool, String> {
+    let e = |f: Fail| f.to_string();
+    let name = part.name();
+    if exists(w, s, &paths.quorum_failed_part(&name))
+        .await
+        .map_err(e)?
+        .is_some()
+    {
+        return Ok(true);
+    }
+    for r in children(w, s, &paths.replicas()).await.map_err(e)? {
+        if exists(w, s, &paths.part_of(&r, &name)).await.map_err(e)?.is_some() {
+            return Ok(false);
+        }
+    }
+    let mut node = None;
+    for path in quorum::nodes_of(paths, part) {
+        let guard = status_guard(w, s, paths, &path).await.map_err(e)?;
+        if let Some((data, stat)) = get(w, s, &path).await.map_err(e)? {
+            if quorum::decode_data(&data).is_some_and(|q| q.part == *part) {
+                node = Some((path, stat, guard));
+                break;
+            }
+        }
+    }
+    let Some((path, version, guard)) = node else {
+        return Ok(false);
+    };
+    let holder = match block_id {
+        Some(b) => get(w, s, &paths.block(b)).await.map_err(e)?.map(|(d, v)| (b, d, v)),
+        None => None,
+    };
+    let ops = quorum::fail_ops(
+        paths,
+        part,
+        &path,
+        version,
+        guard.as_ref().map(|(d, v)| (&d[..], *v)),
+        holder.as_ref().map(|(b, d, v)| (*b, &d[..], *v)),
+    );
+    match multi(w, s, &ops).await {
+        Ok(_) => {
+            log(w, id, "quorum_failed", json!({"part": name, "block_id": block_id}));
+            Ok(true)
+        }
+        // another replica did it, or the node changed: look again later
+        Err(MultiFail {
+            fail: Fail::NoNode | Fail::BadVersion | Fail::NodeExists,
+            ..
+        }) => Ok(false),
+        Err(f) => Err(f.fail.to_string()),
+    }
+}
+
+/// The ops by which this replica, now holding `part`, counts in the
+/// quorum node waiting for it (none if no node waits for it).
+async fn quorum_ops(w: &W, s: &SimZk, paths: &Paths, name: &str, part: &PartInfo) -> Result<Vec<KeeperOp>, Fail> {
+    for path in quorum::nodes_of(paths, part) {
+        let guard = status_guard(w, s, paths, &path).await?;
+        let Some((data, version)) = get(w, s, &path).await? else {
+            continue;
+        };
+        let guard = guard.as_ref().map(|(d, v)| (&d[..], *v));
+        if let Some(ops) = quorum::held_ops(paths, name, part, &path, &data, version, guard) {
+            return Ok(ops);
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// `quorum/last_part` as read before the status node at `path` (none for
+/// a parallel node): see `drift_table::quorum::Guard`.
+async fn status_guard(w: &W, s: &SimZk, paths: &Paths, path: &str) -> Result<Option<(Vec<u8>, i32)>, Fail> {
+    if path != paths.quorum_status() {
+        return Ok(None);
+    }
+    get(w, s, &paths.quorum_last_part()).await
+}
+
+/// Commits an entry whose part is here with `held()`'s ops, and, when
+/// `count`, this replica counted in the part's quorum: a quorum node that
+/// changed under the commit (another holder counted first) is read again,
+/// as the node does.
+#[allow(clippy::too_many_arguments)] // the entry's run and what it commits
+async fn commit_with_quorum(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    sel: &Selected,
+    part: &PartInfo,
+    count: bool,
+    held: impl Fn() -> Vec<KeeperOp>,
+    entry_path: &str,
+    covering: Option<&PartInfo>,
+) -> Result<(), String> {
+    let (paths, name, _, _) = entry_context(w, id, sel)?;
+    for _ in 0..ASSIGN_ATTEMPTS_MAX {
+        let mut ops = held();
+        let counted = if count {
+            quorum_ops(w, s, &paths, &name, part).await.map_err(|f| f.to_string())?
+        } else {
+            Vec::new()
+        };
+        // counting completes the quorum when it deletes the node
+        let reached = counted.iter().any(|op| matches!(op, KeeperOp::Delete { .. }));
+        let counts = !counted.is_empty();
+        ops.extend(counted);
+        match commit_entry(w, id, life, s, sel, ops, entry_path, covering).await {
+            Err(Fail::BadVersion) if count => continue,
+            Ok(()) if counts => {
+                log(
+                    w,
+                    id,
+                    "quorum_counted",
+                    json!({"part": part.name(), "reached": reached}),
+                );
+                return Ok(());
+            }
+            other => return other.map_err(|f| format!("committing entry {}: {f}", sel.znode)),
+        }
+    }
+    Err(format!("committing entry {}: the quorum node kept changing", sel.znode))
 }
 
 /// One pass over every replica's listing: the largest part an active
@@ -1257,8 +1634,7 @@ async fn covering_part(
     name: &str,
     part: &PartInfo,
 ) -> Result<(Option<(String, PartInfo)>, bool), String> {
-    let mut best: Option<(String, PartInfo)> = None;
-    let mut anywhere = false;
+    let mut search = core::CoveringSearch::new(part, name);
     let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
     for r in &replicas {
         let listed = match children(w, s, &paths.parts_of(r)).await {
@@ -1266,36 +1642,26 @@ async fn covering_part(
             Err(Fail::NoNode) => continue,
             Err(f) => return Err(f.to_string()),
         };
-        let holding: Vec<PartInfo> = listed
-            .iter()
-            .filter_map(|n| PartInfo::parse(n).ok())
-            .filter(|p| p.contains(part))
-            .collect();
-        anywhere |= !holding.is_empty();
-        if r == name || holding.is_empty() {
-            continue;
-        }
-        if exists(w, s, &paths.is_active_of(r))
-            .await
-            .map_err(|f| f.to_string())?
-            .is_none()
-        {
-            continue;
-        }
-        let span = |p: &PartInfo| (p.max_block - p.min_block, p.level);
-        for p in holding.into_iter().filter(|p| p != part) {
-            if best.as_ref().is_none_or(|(_, b)| span(&p) > span(b)) {
-                best = Some((r.clone(), p));
-            }
+        if search.listed(r, &listed) && is_active(w, s, paths, r).await? {
+            search.active(r);
         }
     }
-    Ok((best, anywhere))
+    Ok(search.found())
+}
+
+/// Whether replica `r` is active (its ephemeral `is_active` exists).
+async fn is_active(w: &W, s: &SimZk, paths: &Paths, r: &str) -> Result<bool, String> {
+    Ok(exists(w, s, &paths.is_active_of(r))
+        .await
+        .map_err(|f| f.to_string())?
+        .is_some())
 }
 
 /// Fetches `part` (the entry's own, or one containing it) from `source`,
 /// checks it against the checksums `source` lists for it in the
 /// coordinator, writes it and records it, with what it replaces and the
 /// entry's removal, in one multi.
+#[allow(clippy::too_many_arguments)] // the entry's run, the part, where from, whether it counts
 async fn fetch_and_commit(
     w: &W,
     id: u64,
@@ -1304,6 +1670,7 @@ async fn fetch_and_commit(
     sel: &Selected,
     part: &PartInfo,
     source: &str,
+    quorum: bool,
 ) -> Result<(), String> {
     let (paths, _, schema, entry_path) = entry_context(w, id, sel)?;
     let listed = match get(w, s, &paths.part_of(source, &part.name()))
@@ -1339,9 +1706,9 @@ async fn fetch_and_commit(
     }
     write_part(w, id, &part.name(), files);
     let replaced = replaced_by(w, id, life, part);
-    let held = core::held_ops(&paths, part, &sums, &replaced, Vec::new());
+    let held = || core::held_ops(&paths, part, &sums, &replaced, Vec::new());
     let covering = (part != sel.entry.new_part()).then_some(part);
-    commit_entry(w, id, life, s, sel, held, &entry_path, covering).await?;
+    commit_with_quorum(w, id, life, s, sel, part, quorum, held, &entry_path, covering).await?;
     log(w, id, "part_fetched", json!({"part": part.name(), "from": source}));
     Ok(())
 }
@@ -1362,7 +1729,7 @@ async fn commit_entry(
     ops: Vec<KeeperOp>,
     entry_path: &str,
     covering: Option<&PartInfo>,
-) -> Result<(), String> {
+) -> Result<(), Fail> {
     let (ops, last) = core::entry_done(ops, entry_path);
     let listing = match ops.first() {
         Some(KeeperOp::Create { path, .. }) if last > 0 => Some(path.clone()),
@@ -1378,6 +1745,7 @@ async fn commit_entry(
             _ => None,
         })
         .collect();
+    let mine = w.borrow().table.as_ref().map(|t| t.paths_of(id));
     match multi(w, s, &ops).await {
         Ok(_) => {}
         // nothing but the entry's removal, and the entry is gone: an
@@ -1391,7 +1759,19 @@ async fn commit_entry(
             index: Some(0),
             fail: Fail::NodeExists,
         }) if listing.is_some() => {}
-        Err(f) => return Err(format!("committing entry {}: {}", sel.znode, f.fail)),
+        // a listing this commit replaces, or the entry, is gone: an
+        // earlier commit landed with other ops and lost its answer
+        Err(MultiFail {
+            index: Some(i),
+            fail: Fail::NoNode,
+        }) if mine
+            .as_ref()
+            .is_some_and(|p| core::commit_shows_stale_memory(p, &ops, i, entry_path)) =>
+        {
+            reload_stale(w, id, life, &sel.znode).await;
+            return Err(Fail::NoNode);
+        }
+        Err(f) => return Err(f.fail),
     }
     let part = covering.unwrap_or(sel.entry.new_part()).clone();
     let finished = with_run(w, id, life, |run| {
@@ -1421,7 +1801,7 @@ async fn commit_entry(
             log(w, id, "queue_finish_refused", json!({"entry": sel.znode, "error": e}));
             Ok(())
         }
-        None => Err("the replica stopped".into()),
+        None => Err(Fail::Other("the replica stopped".into())),
     }
 }
 
@@ -1526,8 +1906,15 @@ async fn assign_merge(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<Option
         else {
             return Ok(None);
         };
-        // quorum inserts are not simulated: no quorum is ever pending
-        let pending = BTreeSet::new();
+        // parts whose quorum is pending are not merged
+        let parallel = children(w, s, &paths.quorum_parallel())
+            .await
+            .map_err(|f| format!("quorum: {f}"))?;
+        let status = get(w, s, &paths.quorum_status())
+            .await
+            .map_err(|f| format!("quorum: {f}"))?
+            .map(|(d, _)| d);
+        let pending = quorum::pending(&parallel, status.as_deref());
         let locked_fn = |p: &str| locked.get(p).cloned().unwrap_or_default();
         let inputs = MergeInputs {
             current: &current,
@@ -1647,8 +2034,11 @@ async fn cleanup(w: &W, id: u64, life: u64, s: Rc<SimZk>) {
 /// newest `min_replicated_logs_to_keep` stay (`drift_table::cleanup`).
 /// No replica is marked lost: the simulated table does not clone one.
 async fn clean_log(w: &W, id: u64, s: &SimZk, paths: &Paths) {
-    let min_keep = match w.borrow().table.as_ref() {
-        Some(t) => t.schema.settings.min_replicated_logs_to_keep,
+    let (min_keep, max_keep) = match w.borrow().table.as_ref() {
+        Some(t) => (
+            t.schema.settings.min_replicated_logs_to_keep,
+            t.schema.settings.max_replicated_logs_to_keep,
+        ),
         None => return,
     };
     let Ok(names) = children(w, s, &paths.log()).await else {
@@ -1664,18 +2054,44 @@ async fn clean_log(w: &W, id: u64, s: &SimZk, paths: &Paths) {
         return;
     };
     let mut pointers = Vec::new();
+    let mut versions = BTreeMap::new();
     for r in replicas {
-        let Ok(Some((p, _))) = get(w, s, &paths.log_pointer_of(&r)).await else {
+        let Ok(Some((p, version))) = get(w, s, &paths.log_pointer_of(&r)).await else {
             return;
         };
+        let Ok(active) = exists(w, s, &paths.is_active_of(&r)).await else {
+            return;
+        };
+        let Ok(lost) = get(w, s, &paths.is_lost_of(&r)).await else {
+            return;
+        };
+        versions.insert(r.clone(), version);
         pointers.push(drift_table::cleanup::ReplicaPointer {
             log_pointer: core::parse_pointer(&p),
-            is_active: true,
-            is_lost: false,
+            is_active: active.is_some(),
+            is_lost: lost.is_some_and(|(d, _)| d == b"1"),
             name: r,
         });
     }
-    let plan = drift_table::cleanup::log_cleanup(newest, &pointers, min_keep, u64::MAX);
+    let plan = drift_table::cleanup::log_cleanup(newest, &pointers, min_keep, max_keep);
+    for r in &plan.mark_lost {
+        // only if its pointer did not move since it was read
+        let ops = [
+            KeeperOp::Check {
+                path: paths.log_pointer_of(r),
+                version: versions[r],
+            },
+            KeeperOp::SetData {
+                path: paths.is_lost_of(r),
+                data: b"1".to_vec(),
+                version: -1,
+            },
+        ];
+        if multi(w, s, &ops).await.is_err() {
+            return;
+        }
+        log(w, id, "replica_marked_lost", json!({"replica": r}));
+    }
     let old: Vec<KeeperOp> = entries
         .iter()
         .filter(|(i, _)| *i < plan.remove_below)
@@ -1713,9 +2129,163 @@ fn refusal(code: u64, why: String, blocks: usize) -> AttemptOutcome {
     }
 }
 
+/// The quorum an insert asks for (0: none), once it may start: enough
+/// active replicas, and for a sequential quorum none still waiting
+/// (`drift_table::quorum::may_start`). Nothing is written before this.
+async fn quorum_precondition(w: &W, s: &SimZk, paths: &Paths, l: &LogicalInsert) -> Result<u32, AttemptOutcome> {
+    if l.quorum <= 1 {
+        return Ok(0);
+    }
+    let blocks = l.blocks().len();
+    let keeper = |what: &str, f: Fail| {
+        refusal(
+            KEEPER_EXCEPTION,
+            format!("Code: 999. DB::Exception: {what}: {f}"),
+            blocks,
+        )
+    };
+    let replicas = children(w, s, &paths.replicas())
+        .await
+        .map_err(|f| keeper("listing replicas", f))?;
+    let mut active = 0u32;
+    for r in &replicas {
+        if exists(w, s, &paths.is_active_of(r))
+            .await
+            .map_err(|f| keeper("is_active", f))?
+            .is_some()
+        {
+            active += 1;
+        }
+    }
+    let status = if l.quorum_parallel {
+        None
+    } else {
+        get(w, s, &paths.quorum_status())
+            .await
+            .map_err(|f| keeper("quorum status", f))?
+            .map(|(d, _)| d)
+    };
+    quorum::may_start(
+        l.quorum,
+        active,
+        replicas.len() as u32,
+        l.quorum_parallel,
+        status.as_deref(),
+    )
+    .map_err(|e| {
+        let code = match e {
+            quorum::NotNow::TooFewReplicas { .. } => TOO_FEW_LIVE_REPLICAS,
+            quorum::NotNow::PreviousWaiting(_) => UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
+        };
+        refusal(code, format!("Code: {code}. DB::Exception: {e}"), blocks)
+    })?;
+    Ok(l.quorum)
+}
+
+/// How a quorum wait ended short of the quorum.
+enum QuorumShort {
+    /// The client's answer: 319, the data inserted here but the quorum
+    /// not verified.
+    Unknown(String),
+    /// The replica stopped under the insert: no answer.
+    Stopped,
+}
+
+/// The writer's wait for `part`'s quorum, at most `timeout_us`: until its
+/// node (the parallel one, or the status node) is gone or names a later
+/// part (`drift_table::quorum::wait_over`), then whether it failed.
+/// Polled every `QUORUM_POLL_US` (the node waits on a watch).
+#[allow(clippy::too_many_arguments)] // the replica's run, the part and how it waits
+async fn wait_quorum(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    paths: &Paths,
+    part: &PartInfo,
+    parallel: bool,
+    timeout_us: u64,
+) -> Result<(), QuorumShort> {
+    let name = part.name();
+    let path = if parallel {
+        paths.quorum_parallel_part(&name)
+    } else {
+        paths.quorum_status()
+    };
+    let deadline = exec::now_us(w) + timeout_us;
+    let short = |why: String| {
+        QuorumShort::Unknown(format!(
+            "Code: 319. DB::Exception: Unknown quorum status. The data was inserted in the local replica but we could not verify quorum. Reason: {why}"
+        ))
+    };
+    loop {
+        if !alive(w, id, life) {
+            return Err(QuorumShort::Stopped);
+        }
+        let now = exec::now_us(w);
+        if now >= deadline {
+            return Err(short(format!(
+                "Timeout while waiting for quorum ({} ms)",
+                timeout_us / 1000
+            )));
+        }
+        match get(w, s, &path).await {
+            Ok(node) if quorum::wait_over(part, parallel, node.as_ref().map(|(d, _)| &d[..])) => break,
+            Ok(_) => {}
+            Err(Fail::NoSession) => return Err(short("the session expired while waiting".into())),
+            Err(_) => {}
+        }
+        sleep_for(w, QUORUM_POLL_US.min(deadline.saturating_sub(exec::now_us(w)).max(1))).await;
+    }
+    match exists(w, s, &paths.quorum_failed_part(&name)).await {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => Err(short(format!("the quorum of part {name} failed"))),
+        Err(f) => Err(short(format!("could not read the quorum's outcome: {f}"))),
+    }
+}
+
+/// The invariant of a quorum insert's block answered: at least
+/// `required` replicas list its part (or a part containing it) in some
+/// running keeper's tree. Not checked once a disk was wiped (a wiped
+/// replica's listing goes when it restarts, which may be before the
+/// answer).
+fn held_by_quorum(w: &W, id: u64, paths: &Paths, part: &PartInfo, required: u32) {
+    if w.borrow().table.as_ref().is_none_or(|t| t.wipes > 0) {
+        return;
+    }
+    let holders = {
+        let world = w.borrow();
+        let c = &world.cluster;
+        c.ids()
+            .into_iter()
+            .filter_map(|i| c.server(i))
+            .map(|srv| {
+                let st = srv.state();
+                st.children(&paths.replicas())
+                    .iter()
+                    .filter(|r| {
+                        st.children(&paths.parts_of(r))
+                            .iter()
+                            .filter_map(|n| PartInfo::parse(n).ok())
+                            .any(|p| p.contains(part))
+                    })
+                    .count() as u32
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    if holders < required {
+        let what = format!(
+            "quorum insert of part {part} answered on r{id}, listed by {holders} of the {required} replicas it needs"
+        );
+        violated(w, id, "quorum short", what);
+    }
+}
+
 /// Attempt `n` of `l` at replica `id`, as the node's HTTP handler runs
-/// it: the rows cut into blocks, each block's insert by the core.
-async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome {
+/// it: the rows cut into blocks, each block's insert by the core; a
+/// quorum insert waits at most `quorum_timeout_us` for its quorum.
+async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32, quorum_timeout_us: u64) -> AttemptOutcome {
     while_paused(w, id).await;
     reconcile(w, id);
     let (life, readonly, schema, paths, name, defects) = {
@@ -1745,6 +2315,10 @@ async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome 
     }
     let Some(s) = session(w, id, life) else {
         return AttemptOutcome::Fail(Some(TABLE_IS_READ_ONLY), "Code: 242. no coordinator session".into());
+    };
+    let required = match quorum_precondition(w, &s, &paths, l).await {
+        Ok(q) => q,
+        Err(refused) => return refused,
     };
     let rows: Vec<Vec<Cell>> = l
         .rows
@@ -1785,28 +2359,53 @@ async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome 
             partition,
             id: bid.clone(),
             sums: sums.encode(),
-            quorum: 0,
-            quorum_parallel: true,
+            quorum: required,
+            quorum_parallel: l.quorum_parallel,
             naive: false,
             defects,
         };
-        match insert_block(w, id, life, &s, spec, files, &parts_dir).await {
-            Ok(Done::Committed(part) | Done::DefectLost(part)) => {
-                // the invariant: what is acknowledged is in the coordinator
-                // (what the `lose-part`, `no-block-id` and `skip-dedup`
-                // defects break)
-                let what = format!("insert of part {part} acknowledged on r{id}, the part not listed there");
-                expect_in_coordinator(
-                    w,
-                    id,
-                    "acknowledged part not listed",
-                    &paths.my_part(&part.name()),
-                    what,
-                );
-                if let Some(b) = &bid {
-                    let what = format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded");
-                    expect_in_coordinator(w, id, "acknowledged block id not recorded", &paths.block(b), what);
+        let done = insert_block(w, id, life, &s, spec, files, &parts_dir).await;
+        if let Ok(Done::Committed(part) | Done::DefectLost(part)) = &done {
+            // the invariant: what is acknowledged is in the coordinator
+            // (what the `lose-part`, `no-block-id` and `skip-dedup` defects
+            // break), looked at as the commit is known, before a quorum's
+            // wait, during which a merge may replace the part
+            let what = format!("insert of part {part} acknowledged on r{id}, the part not listed there");
+            expect_in_coordinator(
+                w,
+                id,
+                "acknowledged part not listed",
+                &paths.my_part(&part.name()),
+                what,
+            );
+            if let Some(b) = &bid {
+                let what = format!("insert of part {part} acknowledged on r{id}, its block id {b} not recorded");
+                expect_in_coordinator(w, id, "acknowledged block id not recorded", &paths.block(b), what);
+            }
+        }
+        // a quorum insert's block, committed or a duplicate, is answered
+        // once its part has the quorum
+        let waited = match (&done, required) {
+            (_, 0) => Ok(()),
+            (Ok(Done::Committed(part)), _) => {
+                let waited = wait_quorum(w, id, life, &s, &paths, part, l.quorum_parallel, quorum_timeout_us).await;
+                if waited.is_ok() {
+                    held_by_quorum(w, id, &paths, part, required);
                 }
+                waited
+            }
+            (Ok(Done::Duplicate), _) => {
+                wait_duplicate_quorum(w, id, life, &s, &paths, bid.as_deref(), quorum_timeout_us).await
+            }
+            _ => Ok(()),
+        };
+        match waited {
+            Ok(()) => {}
+            Err(QuorumShort::Unknown(why)) => return refusal(UNKNOWN_STATUS_OF_INSERT, why, blocks),
+            Err(QuorumShort::Stopped) => return AttemptOutcome::Info(None, "no answer: the replica stopped".into()),
+        }
+        match done {
+            Ok(Done::Committed(part) | Done::DefectLost(part)) => {
                 written += 1;
                 rows_written += block.rows() as u64;
                 parts.push(part.name());
@@ -1845,6 +2444,35 @@ async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32) -> AttemptOutcome 
     }
     AttemptOutcome::Ok(json!({"written_rows": rows_written, "written_blocks": written,
         "deduplicated_blocks": deduplicated, "parts": parts}))
+}
+
+/// A quorum insert whose block is a duplicate is answered only once the
+/// block's existing part has its quorum (else 319), so an `ok` promises
+/// the quorum whichever attempt wrote the part; a part with no quorum
+/// pending needs no wait (as the node, and ClickHouse).
+async fn wait_duplicate_quorum(
+    w: &W,
+    id: u64,
+    life: u64,
+    s: &SimZk,
+    paths: &Paths,
+    block_id: Option<&str>,
+    timeout_us: u64,
+) -> Result<(), QuorumShort> {
+    let Some(b) = block_id else { return Ok(()) };
+    let short = |what: &str, f: Fail| {
+        QuorumShort::Unknown(format!("Code: 319. DB::Exception: Unknown quorum status: {what}: {f}"))
+    };
+    let existing = get(w, s, &paths.block(b))
+        .await
+        .map_err(|f| short("the duplicate block's part", f))?
+        .and_then(|(d, _)| PartInfo::parse(&String::from_utf8_lossy(&d)).ok());
+    let Some(part) = existing else { return Ok(()) };
+    let parallel = exists(w, s, &paths.quorum_parallel_part(&part.name()))
+        .await
+        .map_err(|f| short("quorum", f))?
+        .is_some();
+    wait_quorum(w, id, life, s, paths, &part, parallel, timeout_us).await
 }
 
 /// One block's insert by the core: its steps made against the
@@ -2017,11 +2645,18 @@ async fn sync_and_read(w: &W, id: u64, timeout_us: u64) -> Result<Vec<Value>, St
             let world = w.borrow();
             let t = world.table.as_ref().ok_or("no table")?;
             let r = &t.replicas[&id];
-            r.run
-                .as_ref()
-                .map(|run| (r.life, run.readonly.clone(), run.queue.len(), run.log_pointer))
+            r.run.as_ref().map(|run| {
+                // the first entry that failed, with why (as the node's
+                // system.replication_queue shows it)
+                let stuck = run
+                    .queue
+                    .entries()
+                    .find(|e| !e.last_exception.is_empty())
+                    .map(|e| format!("{}: {}", e.entry.new_part(), e.last_exception));
+                (r.life, run.readonly.clone(), run.queue.len(), run.log_pointer, stuck)
+            })
         };
-        let Some((life, readonly, queued, pointer)) = state else {
+        let Some((life, readonly, queued, pointer, stuck)) = state else {
             return Err(format!("connection refused: r{id} is down"));
         };
         if readonly.is_none() {
@@ -2037,7 +2672,8 @@ async fn sync_and_read(w: &W, id: u64, timeout_us: u64) -> Result<Vec<Value>, St
         }
         if exec::now_us(w) >= deadline {
             return Err(format!(
-                "SYNC REPLICA: timed out (readonly: {readonly:?}, queue: {queued}, log_pointer: {pointer})"
+                "SYNC REPLICA: timed out (readonly: {readonly:?}, queue: {queued}, log_pointer: {pointer}, first failing entry: {})",
+                stuck.as_deref().unwrap_or("none")
             ));
         }
         sleep_for(w, LOOP_US).await;
@@ -2109,8 +2745,12 @@ pub fn admin(w: &W, id: u64, cmd: &str) -> String {
 
 /// A wiped node's disk: every part gone (its keeper's data goes too).
 pub fn wipe(w: &W, id: u64) {
-    if let Some(r) = w.borrow_mut().table.as_mut().and_then(|t| t.replicas.get_mut(&id)) {
-        r.disk.clear();
+    if let Some(t) = w.borrow_mut().table.as_mut() {
+        if let Some(r) = t.replicas.get_mut(&id) {
+            r.disk.clear();
+            r.identity = false;
+            t.wipes += 1;
+        }
     }
 }
 
@@ -2135,11 +2775,15 @@ impl TableService for SimTable {
         let (id, w) = (self.ids[at], self.w.clone());
         let (slot, answer) = exec::oneshot();
         let (l, w2) = (l.clone(), w.clone());
+        let quorum_timeout_us = self.op_timeout_us / 4 * 3;
         exec::spawn(&w, async move {
             let d = hop_us(&w2, true);
             sleep_for(&w2, d).await;
             in_flight(&w2, 1);
-            let o = insert_at(&w2, id, &l, n).await;
+            // a quorum waits three quarters of the client's patience, so a
+            // quorum not reached is the server's 319 (as the process
+            // campaigns' clients ask)
+            let o = insert_at(&w2, id, &l, n, quorum_timeout_us).await;
             in_flight(&w2, -1);
             let d = hop_us(&w2, true);
             sleep_for(&w2, d).await;

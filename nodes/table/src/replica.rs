@@ -2,8 +2,11 @@
 //! sans-IO: what registering a replica creates, which log entries the log
 //! puller copies and the multi that copies them with the pointer, what a
 //! fetched part must be before it is installed, the multi that records a
-//! part this replica now holds, and how a listed part missing from the
-//! disk is queued for a fetch again.
+//! part this replica now holds, when a failed commit shows the replica's
+//! memory behind the coordinator, how a listed part missing from the disk
+//! is queued for a fetch again, which part to fetch when the one wanted
+//! was merged away everywhere, and how a new, wiped or lost replica
+//! clones a healthy one.
 //!
 //! Two drivers make these decisions' calls: the node's table module (the
 //! coordinator through the ZooKeeper client, parts in files) and the
@@ -206,6 +209,22 @@ pub fn entry_done(mut ops: Vec<KeeperOp>, entry_path: &str) -> (Vec<KeeperOp>, u
     (ops, last)
 }
 
+/// Whether an entry's commit (`ops`, as [`entry_done`] made them) that
+/// failed with "no node" at op `index` shows this replica's memory behind
+/// the coordinator: the op deletes one of its own listings, or the entry
+/// itself, and they are gone. That happens when an earlier commit of
+/// the replica did land but its answer was lost, and the retry commits
+/// something else (a larger covering part after more merges) that
+/// replaces the same parts. No retry from the same memory can succeed:
+/// the driver reads the queue and its listing again.
+pub fn commit_shows_stale_memory(paths: &Paths, ops: &[KeeperOp], index: usize, entry_path: &str) -> bool {
+    let mine = format!("{}/", paths.parts_of(&paths.replica));
+    match ops.get(index) {
+        Some(KeeperOp::Delete { path, .. }) => path == entry_path || path.starts_with(&mine),
+        _ => false,
+    }
+}
+
 /// The multi that forgets a listed part this replica does not hold (gone
 /// from its disk, or broken) and queues its fetch, at `now_s`.
 pub fn refetch_ops(paths: &Paths, replica: &str, part: &PartInfo, now_s: i64) -> Vec<KeeperOp> {
@@ -229,6 +248,194 @@ pub fn refetch_ops(paths: &Paths, replica: &str, part: &PartInfo, now_s: i64) ->
             mode: CreateMode::PersistentSequential,
         },
     ]
+}
+
+/// Cloning: how a replica that is new, wiped or marked lost takes a
+/// healthy replica's state instead of replaying a log that may have been
+/// cleaned. Its own queue and listing are cleared first
+/// ([`clear_ops`]); the source is the first other replica that is active
+/// and not lost ([`clone_source`]); a GET_PART per part the source lists
+/// and a copy of each entry of the source's queue go into this replica's
+/// queue ([`clone_queue_ops`]); then, in one multi checked against the
+/// source's pointer as read, this replica's pointer takes the source's
+/// and it is no longer lost ([`clone_done_ops`]). If the source's pointer
+/// moved meanwhile, the queue is cleared and the clone starts again.
+///
+/// The driver reads the source's pointer, then its queue, then its parts,
+/// in that order: an entry the source runs between the queue's read and
+/// the parts' is copied twice (the entry, and a GET_PART of its part),
+/// which the queue takes as one; read the other way round, it is missed,
+/// and the clone lacks that part for good (the simulator found replicas
+/// diverging so after wipes). Entries the source copies from the log
+/// meanwhile move its pointer, which the last multi checks.
+///
+/// The multis that delete each of `children` (names under `dir`), a
+/// multi's worth at a time.
+pub fn clear_ops(dir: &str, children: &[String]) -> Vec<Vec<KeeperOp>> {
+    children
+        .chunks(MULTI_OPS_MAX)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|k| KeeperOp::Delete {
+                    path: format!("{dir}/{k}"),
+                    version: -1,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// One replica a clone may copy from: its name, its `is_lost` data (none:
+/// no such node) and whether it is active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloneCandidate {
+    pub name: String,
+    pub is_lost: Option<Vec<u8>>,
+    pub active: bool,
+}
+
+/// The replica to clone from: the first, other than `me`, that is active
+/// and not lost. None: nobody to clone (a new table's first replica, or
+/// every other replica down): start from the log's oldest entry.
+pub fn clone_source(me: &str, candidates: &[CloneCandidate]) -> Option<String> {
+    candidates
+        .iter()
+        .find(|c| c.name != me && c.active && c.is_lost.as_deref().is_some_and(|d| d != b"1"))
+        .map(|c| c.name.clone())
+}
+
+/// The multis that fill this replica's queue from `source`: a GET_PART of
+/// each part `source` lists (`parts`, names; one that does not parse is
+/// left out), then each of its queue entries as read (`queue`), at
+/// `now_s`; a multi's worth at a time.
+pub fn clone_queue_ops(
+    paths: &Paths,
+    source: &str,
+    parts: &[String],
+    queue: &[Vec<u8>],
+    now_s: i64,
+) -> Vec<Vec<KeeperOp>> {
+    let mut entries: Vec<Vec<u8>> = parts
+        .iter()
+        .filter_map(|p| PartInfo::parse(p).ok())
+        .map(|part| {
+            LogEntry {
+                create_time_s: now_s,
+                source_replica: source.to_string(),
+                kind: EntryKind::GetPart {
+                    part,
+                    block_id: None,
+                    quorum: 0,
+                },
+            }
+            .encode()
+            .into_bytes()
+        })
+        .collect();
+    entries.extend(queue.iter().cloned());
+    entries
+        .chunks(MULTI_OPS_MAX)
+        .map(|chunk| {
+            chunk
+                .iter()
+                .map(|d| KeeperOp::Create {
+                    path: paths.queue_prefix(),
+                    data: d.clone(),
+                    mode: CreateMode::PersistentSequential,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// The clone's last multi: `source`'s pointer still at `version` (as read
+/// with `pointer`, its data), this replica's pointer set to it and its
+/// `is_lost` to 0.
+pub fn clone_done_ops(paths: &Paths, me: &str, source: &str, pointer: &[u8], version: i32) -> Vec<KeeperOp> {
+    vec![
+        KeeperOp::Check {
+            path: paths.log_pointer_of(source),
+            version,
+        },
+        KeeperOp::SetData {
+            path: paths.log_pointer_of(me),
+            data: pointer.to_vec(),
+            version: -1,
+        },
+        KeeperOp::SetData {
+            path: paths.is_lost_of(me),
+            data: b"0".to_vec(),
+            version: -1,
+        },
+    ]
+}
+
+/// The search, over every replica's listing, for a part to fetch in
+/// place of `part` when no active replica lists `part` itself (merged
+/// away everywhere, as ClickHouse fetches a covering part): the widest
+/// part an active replica other than this one lists that strictly
+/// contains it. It also answers whether any replica at all, active or
+/// not, lists `part` or a part containing it: if none does, the part is
+/// lost forever.
+///
+/// The driver hands it each replica's listing ([`listed`](Self::listed));
+/// only when that returns true does it ask whether the replica is active,
+/// and tell [`active`](Self::active) if so.
+#[derive(Debug, Clone)]
+pub struct CoveringSearch {
+    part: PartInfo,
+    me: String,
+    best: Option<(String, PartInfo)>,
+    anywhere: bool,
+    candidates: Vec<PartInfo>,
+}
+
+impl CoveringSearch {
+    pub fn new(part: &PartInfo, me: &str) -> CoveringSearch {
+        CoveringSearch {
+            part: part.clone(),
+            me: me.to_string(),
+            best: None,
+            anywhere: false,
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Replica `r`'s listing (`names`: the children of its `parts`).
+    /// True when `r` lists a part that would do, and the driver must ask
+    /// whether `r` is active.
+    pub fn listed(&mut self, r: &str, names: &[String]) -> bool {
+        let holding: Vec<PartInfo> = names
+            .iter()
+            .filter_map(|n| PartInfo::parse(n).ok())
+            .filter(|p| p.contains(&self.part))
+            .collect();
+        self.anywhere |= !holding.is_empty();
+        self.candidates = if r == self.me {
+            Vec::new()
+        } else {
+            holding.into_iter().filter(|p| *p != self.part).collect()
+        };
+        !self.candidates.is_empty()
+    }
+
+    /// The replica last [`listed`](Self::listed) is active: its parts
+    /// are candidates.
+    pub fn active(&mut self, r: &str) {
+        let span = |p: &PartInfo| (p.max_block - p.min_block, p.level);
+        for p in std::mem::take(&mut self.candidates) {
+            if self.best.as_ref().is_none_or(|(_, b)| span(&p) > span(b)) {
+                self.best = Some((r.to_string(), p));
+            }
+        }
+    }
+
+    /// The widest candidate with its replica, and whether any replica
+    /// lists the part or one containing it.
+    pub fn found(self) -> (Option<(String, PartInfo)>, bool) {
+        (self.best, self.anywhere)
+    }
 }
 
 #[cfg(test)]
@@ -369,5 +576,119 @@ mod tests {
         assert_eq!(register_ops(&p, "r1", "h:1").len(), 6);
         assert_eq!(parse_pointer(b""), 0);
         assert_eq!(parse_pointer(b"12"), 12);
+    }
+
+    #[test]
+    fn a_covering_search_takes_the_widest_part_an_active_other_replica_lists() {
+        let part = PartInfo::parse("1_3_3_0").unwrap();
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let mut s = CoveringSearch::new(&part, "r1");
+        // this replica's own listing counts as "somewhere", never as a source
+        assert!(!s.listed("r1", &names(&["1_0_9_2"])));
+        // the exact part is no candidate (the driver looked for it first)
+        assert!(!s.listed("r2", &names(&["1_3_3_0", "1_4_4_0"])));
+        assert!(s.listed("r3", &names(&["1_2_4_1", "1_5_6_1"])));
+        s.active("r3");
+        // an inactive replica's wider part: the driver does not call active
+        assert!(s.listed("r4", &names(&["1_0_8_3"])));
+        assert!(s.listed("r5", &names(&["1_0_5_2", "2_0_9_1"])));
+        s.active("r5");
+        let (best, anywhere) = s.found();
+        assert_eq!(best, Some(("r5".to_string(), PartInfo::parse("1_0_5_2").unwrap())));
+        assert!(anywhere);
+
+        let mut s = CoveringSearch::new(&part, "r1");
+        assert!(!s.listed("r2", &names(&["1_4_4_0", "2_3_3_0"])));
+        assert_eq!(s.found(), (None, false));
+    }
+
+    #[test]
+    fn a_clone_copies_an_active_replica_that_is_not_lost() {
+        let c = |name: &str, lost: Option<&[u8]>, active: bool| CloneCandidate {
+            name: name.into(),
+            is_lost: lost.map(<[u8]>::to_vec),
+            active,
+        };
+        let all = [
+            c("r1", Some(b"0"), true),
+            c("r2", Some(b"1"), true),
+            c("r3", Some(b"0"), false),
+            c("r4", None, true),
+            c("r5", Some(b"0"), true),
+        ];
+        // not itself, not lost, active, and its is_lost node exists
+        assert_eq!(clone_source("r1", &all), Some("r5".to_string()));
+        assert_eq!(clone_source("r5", &all[..4]), Some("r1".to_string()));
+        assert_eq!(clone_source("r1", &all[..4]), None);
+
+        let paths = Paths::new("/t", "r1");
+        let queue = vec![b"queued entry".to_vec()];
+        let parts: Vec<String> = (0..150)
+            .map(|i| format!("1_{i}_{i}_0"))
+            .chain(["junk".to_string()])
+            .collect();
+        let multis = clone_queue_ops(&paths, "r5", &parts, &queue, 7);
+        assert_eq!(multis.iter().map(Vec::len).collect::<Vec<_>>(), vec![MULTI_OPS_MAX, 51]);
+        let KeeperOp::Create { data, .. } = &multis[0][0] else {
+            panic!()
+        };
+        let e = LogEntry::decode(std::str::from_utf8(data).unwrap()).unwrap();
+        assert_eq!(e.source_replica, "r5");
+        assert_eq!(e.new_part(), &PartInfo::parse("1_0_0_0").unwrap());
+        assert!(matches!(multis[1].last(), Some(KeeperOp::Create { data, .. }) if data == b"queued entry"));
+
+        let done = clone_done_ops(&paths, "r1", "r5", b"42", 3);
+        assert_eq!(
+            done[0],
+            KeeperOp::Check {
+                path: paths.log_pointer_of("r5"),
+                version: 3
+            }
+        );
+        assert!(
+            matches!(&done[1], KeeperOp::SetData { path, data, .. } if *path == paths.log_pointer_of("r1") && data == b"42")
+        );
+        assert_eq!(clear_ops("/d", &["a".to_string(), "b".to_string()])[0].len(), 2);
+    }
+
+    #[test]
+    fn a_commit_that_finds_its_own_listing_gone_shows_stale_memory() {
+        let paths = Paths::new("/t", "r1");
+        let part = PartInfo::parse("1_0_9_2").unwrap();
+        let old = PartInfo::parse("1_0_5_1").unwrap();
+        let sums = Checksums::of(&BTreeMap::new());
+        let (ops, last) = entry_done(
+            held_ops(&paths, &part, &sums, std::slice::from_ref(&old), Vec::new()),
+            "/t/replicas/r1/queue/queue-1",
+        );
+        assert!(commit_shows_stale_memory(
+            &paths,
+            &ops,
+            1,
+            "/t/replicas/r1/queue/queue-1"
+        ));
+        assert!(commit_shows_stale_memory(
+            &paths,
+            &ops,
+            last,
+            "/t/replicas/r1/queue/queue-1"
+        ));
+        // the part's create, or another replica's node (a quorum's), is not
+        assert!(!commit_shows_stale_memory(
+            &paths,
+            &ops,
+            0,
+            "/t/replicas/r1/queue/queue-1"
+        ));
+        let other = [KeeperOp::Delete {
+            path: "/t/quorum/status".into(),
+            version: 1,
+        }];
+        assert!(!commit_shows_stale_memory(
+            &paths,
+            &other,
+            0,
+            "/t/replicas/r1/queue/queue-1"
+        ));
     }
 }

@@ -23,8 +23,8 @@ use drift_table::entry::{EntryKind, LogEntry};
 use drift_table::format;
 use drift_table::part::PartInfo;
 use drift_table::queue::Selected;
-use drift_table::quorum::QuorumEntry;
-use drift_table::zk::{CreateMode, KeeperOp};
+use drift_table::quorum;
+use drift_table::zk::KeeperOp;
 use drift_table::Block;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -138,10 +138,40 @@ impl Replica {
                 index: Some(i),
                 err: ZkErr::NoNode,
             }) if i == queue_op && queue_op == 0 => {}
+            // a listing this commit replaces, or the entry, is gone: an
+            // earlier commit landed with other ops and lost its answer;
+            // no retry from this memory can succeed (the simulator found
+            // an entry stuck so, seed 135 of its first sweep with quorum
+            // inserts)
+            Err(MultiErr {
+                index: Some(i),
+                err: ZkErr::NoNode,
+            }) if drift_table::replica::commit_shows_stale_memory(
+                &self.paths,
+                &ops,
+                i,
+                &self.queue_entry_path(&sel.znode),
+            ) =>
+            {
+                drop(_commit);
+                self.reload_stale(&sel.znode).await;
+                return Err(ZkErr::NoNode);
+            }
             Err(e) => return Err(e.err),
         }
         self.finish_local(sel, covering);
         Ok(())
+    }
+
+    /// Reads the queue and the current parts again, under the pull lock,
+    /// after a commit found the coordinator ahead of memory.
+    async fn reload_stale(&self, entry: &str) {
+        let _pull = self.pull_lock.lock().await;
+        let error = self.load_queue().await.err();
+        self.log(
+            "stale_commit_reloaded",
+            serde_json::json!({"entry": entry, "error": error}),
+        );
     }
 
     /// The entry's result, committed at the coordinator, in the replica's
@@ -243,42 +273,30 @@ impl Replica {
     /// quorum node naming the part, or deletes the node when that completes
     /// it. Empty when no quorum waits for this part.
     async fn quorum_ops(&self, part: &PartInfo) -> Result<Vec<KeeperOp>, ZkErr> {
-        let name = part.name();
-        for path in [self.paths.quorum_parallel_part(&name), self.paths.quorum_status()] {
+        for path in quorum::nodes_of(&self.paths, part) {
+            let guard = self.status_guard(&path).await?;
             let Some((data, stat)) = self.coord.get(&path).await? else {
                 continue;
             };
-            let Ok(mut q) = std::str::from_utf8(&data)
-                .map_err(|e| e.to_string())
-                .and_then(|t| QuorumEntry::decode(t).map_err(|e| e.to_string()))
-            else {
-                continue;
-            };
-            if q.part != *part {
-                continue;
+            let guard = guard.as_ref().map(|(d, v)| (&d[..], *v));
+            if let Some(ops) = quorum::held_ops(&self.paths, &self.name, part, &path, &data, stat.version, guard) {
+                return Ok(ops);
             }
-            q.replicas.insert(self.name.clone());
-            return Ok(if q.is_reached() {
-                vec![
-                    KeeperOp::Delete {
-                        path,
-                        version: stat.version,
-                    },
-                    KeeperOp::SetData {
-                        path: self.paths.quorum_last_part(),
-                        data: name.into_bytes(),
-                        version: -1,
-                    },
-                ]
-            } else {
-                vec![KeeperOp::SetData {
-                    path,
-                    data: q.encode().into_bytes(),
-                    version: stat.version,
-                }]
-            });
         }
         Ok(Vec::new())
+    }
+
+    /// `quorum/last_part` as read before the status node at `path` (none
+    /// for a parallel node): see `drift_table::quorum::Guard`.
+    async fn status_guard(&self, path: &str) -> Result<Option<(Vec<u8>, i32)>, ZkErr> {
+        if path != self.paths.quorum_status() {
+            return Ok(None);
+        }
+        Ok(self
+            .coord
+            .get(&self.paths.quorum_last_part())
+            .await?
+            .map(|(d, st)| (d, st.version)))
     }
 
     /// Records a part this replica now holds (and drops what it replaces)
@@ -441,8 +459,7 @@ impl Replica {
     /// and its interserver address; and whether any replica at all, active
     /// or not, lists `part` or a part containing it.
     async fn covering_part(&self, part: &PartInfo) -> Result<(Option<(String, String, PartInfo)>, bool), ZkErr> {
-        let mut best: Option<(String, PartInfo)> = None;
-        let mut anywhere = false;
+        let mut search = drift_table::replica::CoveringSearch::new(part, &self.name);
         let replicas = self.coord.children(&self.paths.replicas()).await?;
         for r in &replicas {
             let listed = match self.coord.children(&self.paths.parts_of(r)).await {
@@ -450,25 +467,11 @@ impl Replica {
                 Err(ZkErr::NoNode) => continue,
                 Err(e) => return Err(e),
             };
-            let holding: Vec<PartInfo> = listed
-                .iter()
-                .filter_map(|n| PartInfo::parse(n).ok())
-                .filter(|p| p.contains(part))
-                .collect();
-            anywhere |= !holding.is_empty();
-            if *r == self.name || holding.is_empty() {
-                continue;
-            }
-            if self.coord.exists(&self.paths.is_active_of(r)).await?.is_none() {
-                continue;
-            }
-            let span = |p: &PartInfo| (p.max_block - p.min_block, p.level);
-            for p in holding.into_iter().filter(|p| p != part) {
-                if best.as_ref().is_none_or(|(_, b)| span(&p) > span(b)) {
-                    best = Some((r.clone(), p));
-                }
+            if search.listed(r, &listed) && self.coord.exists(&self.paths.is_active_of(r)).await?.is_some() {
+                search.active(r);
             }
         }
+        let (best, anywhere) = search.found();
         let found = match best {
             Some((r, p)) => self.host_of(&r).await?.map(|h| (r, h, p)),
             None => None,
@@ -543,38 +546,34 @@ impl Replica {
             }
         }
         let mut quorum_node = None;
-        for path in [self.paths.quorum_parallel_part(&name), self.paths.quorum_status()] {
+        for path in quorum::nodes_of(&self.paths, part) {
+            let guard = self.status_guard(&path).await?;
             if let Some((data, stat)) = self.coord.get(&path).await? {
-                let q = std::str::from_utf8(&data)
-                    .map_err(|e| e.to_string())
-                    .and_then(|t| QuorumEntry::decode(t).map_err(|e| e.to_string()));
-                if q.is_ok_and(|q| q.part == *part) {
-                    quorum_node = Some((path, stat.version));
+                if quorum::decode_data(&data).is_some_and(|q| q.part == *part) {
+                    quorum_node = Some((path, stat.version, guard));
                     break;
                 }
             }
         }
-        let Some((qpath, version)) = quorum_node else {
+        let Some((qpath, version, guard)) = quorum_node else {
             return Ok(None);
         };
-        let mut ops = vec![
-            KeeperOp::Delete { path: qpath, version },
-            KeeperOp::Create {
-                path: self.paths.quorum_failed_part(&name),
-                data: Vec::new(),
-                mode: CreateMode::Persistent,
-            },
-        ];
-        if let Some(id) = block_id {
-            if let Some((holder, stat)) = self.coord.get(&self.paths.block(id)).await? {
-                if holder == name.as_bytes() {
-                    ops.push(KeeperOp::Delete {
-                        path: self.paths.block(id),
-                        version: stat.version,
-                    });
-                }
-            }
-        }
+        let holder = match block_id {
+            Some(id) => self
+                .coord
+                .get(&self.paths.block(id))
+                .await?
+                .map(|(d, st)| (id, d, st.version)),
+            None => None,
+        };
+        let ops = quorum::fail_ops(
+            &self.paths,
+            part,
+            &qpath,
+            version,
+            guard.as_ref().map(|(d, v)| (&d[..], *v)),
+            holder.as_ref().map(|(id, d, v)| (*id, &d[..], *v)),
+        );
         match self.coord.multi(&ops).await {
             Ok(_) => {
                 self.events.add(Ev::ReplicatedDataLoss, 1);

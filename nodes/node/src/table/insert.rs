@@ -28,7 +28,7 @@ use drift_table::insert::{
     BLOCK_ATTEMPTS_MAX,
 };
 use drift_table::part::PartInfo;
-use drift_table::quorum::QuorumEntry;
+use drift_table::quorum;
 use drift_table::Block;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -186,29 +186,21 @@ impl Replica {
                 active += 1;
             }
         }
-        if active < required {
-            return Err(TableError::new(
-                TOO_FEW_LIVE_REPLICAS,
-                format!("Number of alive replicas ({active}) is less than requested quorum ({required}/{total})"),
-            ));
-        }
-        if !s.quorum_parallel {
-            if let Some((data, _)) = c
-                .get(&self.paths.quorum_status())
+        let status = if s.quorum_parallel {
+            None
+        } else {
+            c.get(&self.paths.quorum_status())
                 .await
                 .map_err(|e| keeper_error("quorum status", &e))?
-            {
-                let what = std::str::from_utf8(&data)
-                    .ok()
-                    .and_then(|t| QuorumEntry::decode(t).ok())
-                    .map(|q| format!("part {} has {}/{}", q.part, q.replicas.len(), q.required))
-                    .unwrap_or_default();
-                return Err(TableError::new(
-                    UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
-                    format!("Quorum for previous write has not been satisfied yet. Status: {what}"),
-                ));
-            }
-        }
+                .map(|(d, _)| d)
+        };
+        quorum::may_start(required, active, total, s.quorum_parallel, status.as_deref()).map_err(|e| {
+            let code = match e {
+                quorum::NotNow::TooFewReplicas { .. } => TOO_FEW_LIVE_REPLICAS,
+                quorum::NotNow::PreviousWaiting(_) => UNSATISFIED_QUORUM_FOR_PREVIOUS_WRITE,
+            };
+            TableError::new(code, e.to_string())
+        })?;
         Ok(required)
     }
 
@@ -579,17 +571,8 @@ impl Replica {
                 Ok((Some(_), w)) => {
                     if !s.quorum_parallel {
                         match self.coord.get(&path).await {
-                            Ok(Some((d, _))) => {
-                                let other = std::str::from_utf8(&d)
-                                    .ok()
-                                    .and_then(|t| QuorumEntry::decode(t).ok())
-                                    .is_some_and(|q| q.part != *part);
-                                if other {
-                                    break;
-                                }
-                            }
-                            Ok(None) => break,
-                            Err(_) => {}
+                            Ok(d) if quorum::wait_over(part, false, d.as_ref().map(|(d, _)| &d[..])) => break,
+                            _ => {}
                         }
                     }
                     let _ = tokio::time::timeout(left, w.changed()).await;

@@ -17,7 +17,7 @@ use drift_table::dedup::block_ids_to_remove;
 use drift_table::entry::{EntryKind, LogEntry};
 use drift_table::merge::{select_merge, MergeInputs};
 use drift_table::part::PartInfo;
-use drift_table::quorum::QuorumEntry;
+use drift_table::quorum;
 use drift_table::zk::{sequence_of, CreateMode, KeeperOp, MULTI_OPS_MAX};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -73,22 +73,9 @@ impl Replica {
 
     /// Parts whose quorum is still pending.
     async fn quorum_pending(&self) -> Result<BTreeSet<PartInfo>, ZkErr> {
-        let mut out: BTreeSet<PartInfo> = self
-            .coord
-            .children(&self.paths.quorum_parallel())
-            .await?
-            .iter()
-            .filter_map(|n| PartInfo::parse(n).ok())
-            .collect();
-        if let Some((d, _)) = self.coord.get(&self.paths.quorum_status()).await? {
-            if let Ok(q) = std::str::from_utf8(&d)
-                .map_err(|e| e.to_string())
-                .and_then(|t| QuorumEntry::decode(t).map_err(|e| e.to_string()))
-            {
-                out.insert(q.part);
-            }
-        }
-        Ok(out)
+        let parallel = self.coord.children(&self.paths.quorum_parallel()).await?;
+        let status = self.coord.get(&self.paths.quorum_status()).await?.map(|(d, _)| d);
+        Ok(quorum::pending(&parallel, status.as_deref()))
     }
 
     /// Assigns one merge if one is due (`force`: any two mergeable

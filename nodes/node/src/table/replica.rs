@@ -30,7 +30,7 @@ use drift_table::format;
 use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::Queue;
 use drift_table::schema::Schema;
-use drift_table::zk::{sequence_of, CreateMode, KeeperOp, Paths, MULTI_OPS_MAX};
+use drift_table::zk::{sequence_of, CreateMode, Paths};
 use drift_table::Block;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -376,14 +376,7 @@ impl Replica {
         let c = &self.coord;
         for dir in [self.paths.queue_of(&self.name), self.paths.parts_of(&self.name)] {
             let kids = c.children(&dir).await.map_err(|e| format!("{dir}: {e}"))?;
-            for chunk in kids.chunks(MULTI_OPS_MAX) {
-                let ops: Vec<KeeperOp> = chunk
-                    .iter()
-                    .map(|k| KeeperOp::Delete {
-                        path: format!("{dir}/{k}"),
-                        version: -1,
-                    })
-                    .collect();
+            for ops in drift_table::replica::clear_ops(&dir, &kids) {
                 c.multi(&ops).await.map_err(|e| format!("clearing {dir}: {}", e.err))?;
             }
         }
@@ -397,16 +390,17 @@ impl Replica {
         let c = &self.coord;
         let e = |what: &'static str| move |err: ZkErr| format!("cloning ({what}): {err}");
         let replicas = c.children(&self.paths.replicas()).await.map_err(e("replicas"))?;
-        let mut source = None;
+        let mut candidates = Vec::new();
         for r in replicas.iter().filter(|r| **r != self.name) {
             let lost = c.get(&self.paths.is_lost_of(r)).await.map_err(e("is_lost"))?;
             let active = c.exists(&self.paths.is_active_of(r)).await.map_err(e("is_active"))?;
-            if lost.is_some_and(|(d, _)| d != b"1") && active.is_some() {
-                source = Some(r.clone());
-                break;
-            }
+            candidates.push(drift_table::replica::CloneCandidate {
+                name: r.clone(),
+                is_lost: lost.map(|(d, _)| d),
+                active: active.is_some(),
+            });
         }
-        let Some(src) = source else {
+        let Some(src) = drift_table::replica::clone_source(&self.name, &candidates) else {
             // nobody to clone: start from the log (a new table's first
             // replica), keeping whatever the log still holds
             let pointer = self.first_log_index().await?.unwrap_or(0);
@@ -433,61 +427,34 @@ impl Replica {
             else {
                 return Err(format!("cloning: replica {src} has no log_pointer"));
             };
-            let parts = c
-                .children(&self.paths.parts_of(&src))
-                .await
-                .map_err(e("source parts"))?;
+            // the queue before the parts: an entry the source runs
+            // between the two reads is then copied twice (its queue entry
+            // and its part), never missed (the simulator found replicas
+            // diverging when the parts were read first)
             let queue_dir = self.paths.queue_of(&src);
             let queue = c.children(&queue_dir).await.map_err(e("source queue"))?;
             let datas = c
                 .get_many(&queue.iter().map(|q| format!("{queue_dir}/{q}")).collect::<Vec<_>>())
                 .await
                 .map_err(e("source queue entries"))?;
-            let mut entries: Vec<Vec<u8>> = Vec::new();
+            let parts = c
+                .children(&self.paths.parts_of(&src))
+                .await
+                .map_err(e("source parts"))?;
+            let queued: Vec<Vec<u8>> = datas.into_iter().flatten().map(|(d, _)| d).collect();
             let now_s = wall_ms() / 1000;
-            for p in &parts {
-                let Ok(part) = PartInfo::parse(p) else { continue };
-                let entry = LogEntry {
-                    create_time_s: now_s,
-                    source_replica: src.clone(),
-                    kind: drift_table::EntryKind::GetPart {
-                        part,
-                        block_id: None,
-                        quorum: 0,
-                    },
-                };
-                entries.push(entry.encode().into_bytes());
-            }
-            entries.extend(datas.into_iter().flatten().map(|(d, _)| d));
-            for chunk in entries.chunks(MULTI_OPS_MAX) {
-                let ops: Vec<KeeperOp> = chunk
-                    .iter()
-                    .map(|d| KeeperOp::Create {
-                        path: self.paths.queue_prefix(),
-                        data: d.clone(),
-                        mode: CreateMode::PersistentSequential,
-                    })
-                    .collect();
+            for ops in drift_table::replica::clone_queue_ops(&self.paths, &src, &parts, &queued, now_s) {
                 c.multi(&ops).await.map_err(|x| format!("cloning (queue): {}", x.err))?;
             }
             // the pointer moves only if the source's did not meanwhile
             let done = c
-                .multi(&[
-                    KeeperOp::Check {
-                        path: self.paths.log_pointer_of(&src),
-                        version: ptr_stat.version,
-                    },
-                    KeeperOp::SetData {
-                        path: self.paths.log_pointer_of(&self.name),
-                        data: ptr.clone(),
-                        version: -1,
-                    },
-                    KeeperOp::SetData {
-                        path: self.paths.is_lost_of(&self.name),
-                        data: b"0".to_vec(),
-                        version: -1,
-                    },
-                ])
+                .multi(&drift_table::replica::clone_done_ops(
+                    &self.paths,
+                    &self.name,
+                    &src,
+                    &ptr,
+                    ptr_stat.version,
+                ))
                 .await;
             match done {
                 Ok(_) => {
@@ -568,7 +535,7 @@ impl Replica {
 
     /// Reads the replica's queue and log pointer from the coordinator into
     /// memory (after registration).
-    async fn load_queue(&self) -> Result<(), String> {
+    pub(super) async fn load_queue(&self) -> Result<(), String> {
         let _alone = self.reload_gate.write().await;
         let c = &self.coord;
         let dir = self.paths.queue_of(&self.name);
@@ -632,7 +599,7 @@ impl Replica {
     // ---- the log puller -----------------------------------------------------
 
     /// Copies new log entries into the queue: batches that double up to
-    /// [`MULTI_OPS_MAX`] (a replica far behind catches up in few round
+    /// `MULTI_OPS_MAX` (a replica far behind catches up in few round
     /// trips), each one multi creating the queue entries and moving
     /// `log_pointer` (version-checked, so two pullers never copy twice).
     pub async fn pull_log(&self) -> Result<usize, ZkErr> {
