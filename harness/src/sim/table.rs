@@ -167,6 +167,10 @@ pub struct TableSim {
     /// have crashed before any other applied the commit): (replica, kind)
     /// → (path, what it breaks if it never shows).
     pending: BTreeMap<(u64, String), (String, String)>,
+    /// Block ids a keeper's log shows created, and how many lines of each
+    /// keeper's log were read for them ([`coordinator_has`]).
+    blocks_created: BTreeSet<String>,
+    log_read: BTreeMap<u64, usize>,
     /// Inserts still running at a replica (their client may have given up).
     in_flight: u64,
     /// Disks wiped so far.
@@ -217,6 +221,8 @@ impl TableSim {
             violations: Vec::new(),
             reported: BTreeSet::new(),
             pending: BTreeMap::new(),
+            blocks_created: BTreeSet::new(),
+            log_read: BTreeMap::new(),
             in_flight: 0,
             wipes: 0,
         }
@@ -511,22 +517,36 @@ async fn multi(w: &W, s: &SimZk, ops: &[KeeperOp]) -> Result<Vec<String>, MultiF
 /// witnessed its creation as a block id (the invariants' look at the
 /// coordinator, outside the simulation's messages).
 fn coordinator_has(w: &W, path: &str) -> bool {
-    let world = w.borrow();
+    let mut world = w.borrow_mut();
+    let world = &mut *world;
     let c = &world.cluster;
     let applied = c
         .ids()
         .into_iter()
         .filter_map(|i| c.server(i))
         .any(|s| s.state().get(path).is_some());
-    applied
-        || c.ids().into_iter().any(|i| {
-            c.log(i).iter().any(|(_, ev, f)| {
-                *ev == drift_keeper::NodeEvent::BlockId.name()
-                    && f["path"] == path
-                    && f["op"] == "create"
-                    && !f["ctime_ms"].is_null()
-            })
-        })
+    if applied {
+        return true;
+    }
+    let Some(t) = world.table.as_mut() else {
+        return false;
+    };
+    // the keepers' logs are read once, as they grow: a check of every
+    // line per look made a run whose expectations stay unmet (a planted
+    // `lose-part`) quadratic in its length
+    for i in c.ids() {
+        let log = c.log(i);
+        let seen = t.log_read.entry(i).or_insert(0);
+        for (_, ev, f) in log.get(*seen..).unwrap_or_default() {
+            if *ev == drift_keeper::NodeEvent::BlockId.name() && f["op"] == "create" && !f["ctime_ms"].is_null() {
+                if let Some(p) = f["path"].as_str() {
+                    t.blocks_created.insert(p.to_string());
+                }
+            }
+        }
+        *seen = log.len();
+    }
+    t.blocks_created.contains(path)
 }
 
 /// An invariant that `path` is in the coordinator: checked now, and if no
@@ -789,14 +809,7 @@ async fn register(
     if !known || wiped || lost {
         // a wiped or lost replica's leftovers in the coordinator go first,
         // and what its disk holds (the node detaches it)
-        for dir in [paths.queue_of(name), paths.parts_of(name)] {
-            let kids = children(w, s, &dir).await.map_err(|f| format!("{dir}: {f}"))?;
-            for ops in core::clear_ops(&dir, &kids) {
-                multi(w, s, &ops)
-                    .await
-                    .map_err(|f| format!("clearing {dir}: {}", f.fail))?;
-            }
-        }
+        clear_replica_nodes(w, s, paths, name).await?;
         for p in disk_parts(w, id) {
             remove_part(w, id, &p);
         }
@@ -820,6 +833,19 @@ async fn register(
     Ok(())
 }
 
+/// Deletes the replica's queue and part znodes, a multi's worth at a time.
+async fn clear_replica_nodes(w: &W, s: &SimZk, paths: &Paths, name: &str) -> Result<(), String> {
+    for dir in [paths.queue_of(name), paths.parts_of(name)] {
+        let kids = children(w, s, &dir).await.map_err(|f| format!("{dir}: {f}"))?;
+        for ops in core::clear_ops(&dir, &kids) {
+            multi(w, s, &ops)
+                .await
+                .map_err(|f| format!("clearing {dir}: {}", f.fail))?;
+        }
+    }
+    Ok(())
+}
+
 /// Copies a healthy replica's state (`drift_table::replica`'s cloning):
 /// its log pointer, a GET_PART for each of its parts, and its queue.
 /// With no replica to copy, starts at the log's oldest entry.
@@ -834,10 +860,7 @@ async fn clone_replica(w: &W, id: u64, s: &SimZk, paths: &Paths, name: &str, new
             .await
             .map_err(e("is_lost"))?
             .map(|(d, _)| d);
-        let active = exists(w, s, &paths.is_active_of(&r))
-            .await
-            .map_err(e("is_active"))?
-            .is_some();
+        let active = is_active(w, s, paths, &r).await.map_err(e("is_active"))?;
         candidates.push(core::CloneCandidate {
             name: r,
             is_lost,
@@ -846,23 +869,7 @@ async fn clone_replica(w: &W, id: u64, s: &SimZk, paths: &Paths, name: &str, new
     }
     let Some(src) = core::clone_source(name, &candidates) else {
         let log_names = children(w, s, &paths.log()).await.map_err(e("log"))?;
-        let pointer = log_names
-            .iter()
-            .filter_map(|n| sequence_of(n, "log-"))
-            .min()
-            .unwrap_or(0);
-        let ops = [
-            KeeperOp::SetData {
-                path: paths.log_pointer_of(name),
-                data: pointer.to_string().into_bytes(),
-                version: -1,
-            },
-            KeeperOp::SetData {
-                path: paths.is_lost_of(name),
-                data: b"0".to_vec(),
-                version: -1,
-            },
-        ];
+        let (pointer, ops) = core::start_from_log_ops(paths, name, &log_names);
         multi(w, s, &ops)
             .await
             .map_err(|f| format!("cloning (pointer): {}", f.fail))?;
@@ -910,15 +917,7 @@ async fn clone_replica(w: &W, id: u64, s: &SimZk, paths: &Paths, name: &str, new
             }
             Err(MultiFail {
                 fail: Fail::BadVersion, ..
-            }) => {
-                let dir = paths.queue_of(name);
-                let kids = children(w, s, &dir).await.map_err(|f| format!("{dir}: {f}"))?;
-                for ops in core::clear_ops(&dir, &kids) {
-                    multi(w, s, &ops)
-                        .await
-                        .map_err(|f| format!("clearing {dir}: {}", f.fail))?;
-                }
-            }
+            }) => clear_replica_nodes(w, s, paths, name).await?,
             Err(f) => return Err(format!("cloning (pointer): {}", f.fail)),
         }
     }
@@ -1298,13 +1297,16 @@ async fn run_entries(w: &W, id: u64, life: u64, s: &SimZk, first: Selected) {
 /// Runs one selected entry (a part to fetch, or a merge) and finishes it
 /// in the queue.
 async fn run_entry(w: &W, id: u64, life: u64, s: &SimZk, sel: Selected) {
-    let outcome = match &sel.entry.kind {
-        EntryKind::GetPart { part, quorum, block_id } => {
-            let q = (*quorum > 0).then_some(block_id.as_deref());
-            get_part(w, id, life, s, &sel, part, false, q).await
-        }
-        EntryKind::MergeParts { parts, into } => merge_parts(w, id, life, s, &sel, parts, into).await,
-        EntryKind::DropRange { .. } => Err(format!("entry {} (DROP_RANGE) is not simulated", sel.znode)),
+    let outcome = match EntryRun::new(w, id, life, s, &sel) {
+        Err(e) => Err(e),
+        Ok(r) => match &sel.entry.kind {
+            EntryKind::GetPart { part, quorum, block_id } => {
+                let q = (*quorum > 0).then_some(block_id.as_deref());
+                get_part(&r, part, false, q).await
+            }
+            EntryKind::MergeParts { parts, into } => merge_parts(&r, parts, into).await,
+            EntryKind::DropRange { .. } => Err(format!("entry {} (DROP_RANGE) is not simulated", sel.znode)),
+        },
     };
     if let Err(why) = outcome {
         let now_ms = exec::now_us(w) / 1000;
@@ -1312,14 +1314,48 @@ async fn run_entry(w: &W, id: u64, life: u64, s: &SimZk, sel: Selected) {
     }
 }
 
-/// What every entry's run reads first: the table's paths, this replica's
-/// name, the schema and the entry's queue node.
-fn entry_context(w: &W, id: u64, sel: &Selected) -> Result<(Paths, String, Schema, String), String> {
-    let world = w.borrow();
-    let t = world.table.as_ref().ok_or("no table")?;
-    let (paths, name) = (t.paths_of(id), t.replicas[&id].name.clone());
-    let entry_path = format!("{}/{}", paths.queue_of(&name), sel.znode);
-    Ok((paths, name, t.schema.clone(), entry_path))
+/// One run of a queue entry: the replica running it (in its life `life`,
+/// through session `s`), the entry, and what every step of the run reads:
+/// the table's paths, this replica's name, the schema and the entry's
+/// queue node.
+struct EntryRun<'a> {
+    w: &'a W,
+    id: u64,
+    life: u64,
+    s: &'a SimZk,
+    sel: &'a Selected,
+    paths: Paths,
+    name: String,
+    schema: Schema,
+    entry_path: String,
+}
+
+impl<'a> EntryRun<'a> {
+    fn new(w: &'a W, id: u64, life: u64, s: &'a SimZk, sel: &'a Selected) -> Result<EntryRun<'a>, String> {
+        let world = w.borrow();
+        let t = world.table.as_ref().ok_or("no table")?;
+        let (paths, name) = (t.paths_of(id), t.replicas[&id].name.clone());
+        let entry_path = format!("{}/{}", paths.queue_of(&name), sel.znode);
+        Ok(EntryRun {
+            w,
+            id,
+            life,
+            s,
+            sel,
+            schema: t.schema.clone(),
+            paths,
+            name,
+            entry_path,
+        })
+    }
+
+    fn with_run<T>(&self, f: impl FnOnce(&mut Run) -> T) -> Option<T> {
+        with_run(self.w, self.id, self.life, f)
+    }
+
+    fn log(&self, event: &'static str, fields: Value) {
+        log(self.w, self.id, event, fields)
+    }
 }
 
 /// A MERGE_PARTS entry: done if the merged part (or one containing it)
@@ -1327,30 +1363,24 @@ fn entry_context(w: &W, id: u64, sel: &Selected) -> Result<(Paths, String, Schem
 /// current, and recorded with what it replaces in one multi; else
 /// fetched from a replica that merged it already (as the node does, and
 /// ClickHouse: a replica missing a source takes the result instead).
-async fn merge_parts(
-    w: &W,
-    id: u64,
-    life: u64,
-    s: &SimZk,
-    sel: &Selected,
-    parts: &[PartInfo],
-    into: &PartInfo,
-) -> Result<(), String> {
-    let (paths, _, schema, entry_path) = entry_context(w, id, sel)?;
-    let all_here = with_run(w, id, life, |run| {
-        parts.iter().all(|p| run.queue.current().contains_exactly(p))
-    })
-    .ok_or("the replica stopped")?;
-    let have = with_run(w, id, life, |run| run.queue.current().containing(into).is_some()).unwrap_or(false);
+async fn merge_parts(r: &EntryRun<'_>, parts: &[PartInfo], into: &PartInfo) -> Result<(), String> {
+    let (w, id, life) = (r.w, r.id, r.life);
+    let schema = &r.schema;
+    let all_here = r
+        .with_run(|run| parts.iter().all(|p| run.queue.current().contains_exactly(p)))
+        .ok_or("the replica stopped")?;
+    let have = r
+        .with_run(|run| run.queue.current().containing(into).is_some())
+        .unwrap_or(false);
     if have || !all_here {
-        return get_part(w, id, life, s, sel, into, true, None).await;
+        return get_part(r, into, true, None).await;
     }
     let mut blocks = Vec::with_capacity(parts.len());
     for p in parts {
         let files = read_part(w, id, &p.name()).ok_or_else(|| format!("source part {p} is not on disk"))?;
-        blocks.push(format::decode_part(&schema, &files).map_err(|e| format!("source part {p}: {e}"))?);
+        blocks.push(format::decode_part(schema, &files).map_err(|e| format!("source part {p}: {e}"))?);
     }
-    let files = format::encode_part(&schema, &Block::merge(&schema, &blocks));
+    let files = format::encode_part(schema, &Block::merge(schema, &blocks));
     // a part made here: its own checksums are the ones to list
     let sums = Checksums::of(&files);
     if !alive(w, id, life) {
@@ -1358,11 +1388,9 @@ async fn merge_parts(
     }
     write_part(w, id, &into.name(), files);
     let replaced = replaced_by(w, id, life, into);
-    let held = core::held_ops(&paths, into, &sums, &replaced, Vec::new());
-    commit_entry(w, id, life, s, sel, held, &entry_path, None)
-        .await
-        .map_err(|f| f.to_string())?;
-    log(w, id, "part_merged", json!({"part": into.name(), "parts": parts.len()}));
+    let held = core::held_ops(&r.paths, into, &sums, &replaced, Vec::new());
+    commit_entry(r, held, None).await.map_err(|f| f.to_string())?;
+    r.log("part_merged", json!({"part": into.name(), "parts": parts.len()}));
     Ok(())
 }
 
@@ -1387,27 +1415,18 @@ fn replaced_by(w: &W, id: u64, life: u64, part: &PartInfo) -> Vec<PartInfo> {
 /// with a quorum (and its block id, if any): the replica that now holds
 /// it counts in the quorum node, in the same multi; a part no replica
 /// lists has its quorum failed.
-#[allow(clippy::too_many_arguments)] // the entry's run, its part and what the entry asks
-async fn get_part(
-    w: &W,
-    id: u64,
-    life: u64,
-    s: &SimZk,
-    sel: &Selected,
-    part: &PartInfo,
-    merged: bool,
-    quorum: Option<Option<&str>>,
-) -> Result<(), String> {
-    let (paths, name, _, entry_path) = entry_context(w, id, sel)?;
-    let here = with_run(w, id, life, |run| {
+async fn get_part(r: &EntryRun<'_>, part: &PartInfo, merged: bool, quorum: Option<Option<&str>>) -> Result<(), String> {
+    let (w, id, s, sel) = (r.w, r.id, r.s, r.sel);
+    let (paths, name) = (&r.paths, &r.name);
+    let here = r.with_run(|run| {
         let q = run.queue.current();
         (q.containing(part).is_some(), q.contains_exactly(part))
     });
     if let Some((true, exactly)) = here {
         // our own insert, or fetched by an earlier run: a quorum counts
         // the replica that holds the very part
-        let count = quorum.is_some() && exactly && sel.entry.source_replica != name;
-        return commit_with_quorum(w, id, life, s, sel, part, count, Vec::new, &entry_path, None).await;
+        let count = quorum.is_some() && exactly && sel.entry.source_replica != *name;
+        return commit_with_quorum(r, part, count, Vec::new(), None).await;
     }
     if hooks(w, id).fetches_stopped {
         return Err("fetches are stopped".into());
@@ -1418,7 +1437,7 @@ async fn get_part(
     let mut source = None;
     let writer = &sel.entry.source_replica;
     if sel.tries <= 1
-        && *writer != name
+        && writer != name
         && exists(w, s, &paths.part_of(writer, &part.name()))
             .await
             .map_err(|f| f.to_string())?
@@ -1428,25 +1447,25 @@ async fn get_part(
     }
     if source.is_none() {
         let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
-        for r in replicas.iter().filter(|r| **r != name) {
-            if exists(w, s, &paths.part_of(r, &part.name()))
+        for other in replicas.iter().filter(|o| *o != name) {
+            if exists(w, s, &paths.part_of(other, &part.name()))
                 .await
                 .map_err(|f| f.to_string())?
                 .is_none()
             {
                 continue;
             }
-            if !is_active(w, s, &paths, r).await? {
+            if !is_active(w, s, paths, other).await.map_err(|f| f.to_string())? {
                 continue;
             }
-            source = Some(r.clone());
+            source = Some(other.clone());
             break;
         }
     }
     if let Some(source) = source {
-        return fetch_and_commit(w, id, life, s, sel, part, &source, quorum.is_some()).await;
+        return fetch_and_commit(r, part, &source, quorum.is_some()).await;
     }
-    let (covering, anywhere) = covering_part(w, s, &paths, &name, part).await?;
+    let (covering, anywhere) = covering_part(w, s, paths, name, part).await?;
     if let Some((source, covering)) = covering {
         log(
             w,
@@ -1454,7 +1473,7 @@ async fn get_part(
             "fetch_covering",
             json!({"part": part.name(), "covering": covering.name(), "from": source}),
         );
-        return fetch_and_commit(w, id, life, s, sel, &covering, &source, false).await;
+        return fetch_and_commit(r, &covering, &source, false).await;
     }
     if merged {
         return Err(format!("no replica has merged {part} yet"));
@@ -1462,7 +1481,7 @@ async fn get_part(
     let lost = match quorum {
         // a quorum insert's part on no replica: its quorum fails (and
         // its block id goes, so a retry writes it again)
-        Some(block_id) => fail_quorum_if_lost(w, id, s, &paths, part, block_id).await?,
+        Some(block_id) => fail_quorum_if_lost(w, id, s, paths, part, block_id).await?,
         // no replica at all, active or not, lists it or a part containing
         // it: its writer lost it before anyone fetched it (a wiped disk).
         // Lost forever, as the node says: the entry goes, the rows are
@@ -1477,11 +1496,11 @@ async fn get_part(
     if !lost {
         return Err(format!("No active replica has part {part} or covering part"));
     }
-    match delete(w, s, &entry_path).await {
+    match delete(w, s, &r.entry_path).await {
         Ok(()) | Err(Fail::NoNode) => {}
         Err(f) => return Err(format!("part {part} is lost, its entry stays: {f}")),
     }
-    if let Some(Err(e)) = with_run(w, id, life, |run| run.queue.drop_running(&sel.znode)) {
+    if let Some(Err(e)) = r.with_run(|run| run.queue.drop_running(&sel.znode)) {
         log(w, id, "queue_remove_failed", json!({"entry": sel.znode, "error": e}));
     }
     Ok(())
@@ -1577,28 +1596,24 @@ async fn status_guard(w: &W, s: &SimZk, paths: &Paths, path: &str) -> Result<Opt
     get(w, s, &paths.quorum_last_part()).await
 }
 
-/// Commits an entry whose part is here with `held()`'s ops, and, when
+/// Commits an entry whose part is here with the `held` ops, and, when
 /// `count`, this replica counted in the part's quorum: a quorum node that
 /// changed under the commit (another holder counted first) is read again,
 /// as the node does.
-#[allow(clippy::too_many_arguments)] // the entry's run and what it commits
 async fn commit_with_quorum(
-    w: &W,
-    id: u64,
-    life: u64,
-    s: &SimZk,
-    sel: &Selected,
+    r: &EntryRun<'_>,
     part: &PartInfo,
     count: bool,
-    held: impl Fn() -> Vec<KeeperOp>,
-    entry_path: &str,
+    held: Vec<KeeperOp>,
     covering: Option<&PartInfo>,
 ) -> Result<(), String> {
-    let (paths, name, _, _) = entry_context(w, id, sel)?;
+    let sel = r.sel;
     for _ in 0..ASSIGN_ATTEMPTS_MAX {
-        let mut ops = held();
+        let mut ops = held.clone();
         let counted = if count {
-            quorum_ops(w, s, &paths, &name, part).await.map_err(|f| f.to_string())?
+            quorum_ops(r.w, r.s, &r.paths, &r.name, part)
+                .await
+                .map_err(|f| f.to_string())?
         } else {
             Vec::new()
         };
@@ -1606,15 +1621,10 @@ async fn commit_with_quorum(
         let reached = counted.iter().any(|op| matches!(op, KeeperOp::Delete { .. }));
         let counts = !counted.is_empty();
         ops.extend(counted);
-        match commit_entry(w, id, life, s, sel, ops, entry_path, covering).await {
+        match commit_entry(r, ops, covering).await {
             Err(Fail::BadVersion) if count => continue,
             Ok(()) if counts => {
-                log(
-                    w,
-                    id,
-                    "quorum_counted",
-                    json!({"part": part.name(), "reached": reached}),
-                );
+                r.log("quorum_counted", json!({"part": part.name(), "reached": reached}));
                 return Ok(());
             }
             other => return other.map_err(|f| format!("committing entry {}: {f}", sel.znode)),
@@ -1642,7 +1652,7 @@ async fn covering_part(
             Err(Fail::NoNode) => continue,
             Err(f) => return Err(f.to_string()),
         };
-        if search.listed(r, &listed) && is_active(w, s, paths, r).await? {
+        if search.listed(r, &listed) && is_active(w, s, paths, r).await.map_err(|f| f.to_string())? {
             search.active(r);
         }
     }
@@ -1650,30 +1660,17 @@ async fn covering_part(
 }
 
 /// Whether replica `r` is active (its ephemeral `is_active` exists).
-async fn is_active(w: &W, s: &SimZk, paths: &Paths, r: &str) -> Result<bool, String> {
-    Ok(exists(w, s, &paths.is_active_of(r))
-        .await
-        .map_err(|f| f.to_string())?
-        .is_some())
+async fn is_active(w: &W, s: &SimZk, paths: &Paths, r: &str) -> Result<bool, Fail> {
+    Ok(exists(w, s, &paths.is_active_of(r)).await?.is_some())
 }
 
 /// Fetches `part` (the entry's own, or one containing it) from `source`,
 /// checks it against the checksums `source` lists for it in the
 /// coordinator, writes it and records it, with what it replaces and the
 /// entry's removal, in one multi.
-#[allow(clippy::too_many_arguments)] // the entry's run, the part, where from, whether it counts
-async fn fetch_and_commit(
-    w: &W,
-    id: u64,
-    life: u64,
-    s: &SimZk,
-    sel: &Selected,
-    part: &PartInfo,
-    source: &str,
-    quorum: bool,
-) -> Result<(), String> {
-    let (paths, _, schema, entry_path) = entry_context(w, id, sel)?;
-    let listed = match get(w, s, &paths.part_of(source, &part.name()))
+async fn fetch_and_commit(r: &EntryRun<'_>, part: &PartInfo, source: &str, quorum: bool) -> Result<(), String> {
+    let (w, id, life, s) = (r.w, r.id, r.life, r.s);
+    let listed = match get(w, s, &r.paths.part_of(source, &part.name()))
         .await
         .map_err(|f| f.to_string())?
     {
@@ -1685,7 +1682,7 @@ async fn fetch_and_commit(
         .parse()
         .map_err(|_| format!("replica {source}"))?;
     let files = fetch(w, id, from, &part.name()).await?;
-    let sums = match core::check_fetched(&schema, &files, &listed) {
+    let sums = match core::check_fetched(&r.schema, &files, &listed) {
         Ok(sums) => sums,
         Err(why) => {
             log(
@@ -1706,9 +1703,9 @@ async fn fetch_and_commit(
     }
     write_part(w, id, &part.name(), files);
     let replaced = replaced_by(w, id, life, part);
-    let held = || core::held_ops(&paths, part, &sums, &replaced, Vec::new());
-    let covering = (part != sel.entry.new_part()).then_some(part);
-    commit_with_quorum(w, id, life, s, sel, part, quorum, held, &entry_path, covering).await?;
+    let held = core::held_ops(&r.paths, part, &sums, &replaced, Vec::new());
+    let covering = (part != r.sel.entry.new_part()).then_some(part);
+    commit_with_quorum(r, part, quorum, held, covering).await?;
     log(w, id, "part_fetched", json!({"part": part.name(), "from": source}));
     Ok(())
 }
@@ -1719,17 +1716,9 @@ async fn fetch_and_commit(
 /// the parts it replaced and unlisted leave the disk (the node outdates
 /// them; nothing reads an outdated part here, and a fetch of one finds
 /// it gone and tries again).
-#[allow(clippy::too_many_arguments)] // the entry's run, its ops and what it installed
-async fn commit_entry(
-    w: &W,
-    id: u64,
-    life: u64,
-    s: &SimZk,
-    sel: &Selected,
-    ops: Vec<KeeperOp>,
-    entry_path: &str,
-    covering: Option<&PartInfo>,
-) -> Result<(), Fail> {
+async fn commit_entry(r: &EntryRun<'_>, ops: Vec<KeeperOp>, covering: Option<&PartInfo>) -> Result<(), Fail> {
+    let (w, id, life, s, sel) = (r.w, r.id, r.life, r.s, r.sel);
+    let entry_path = r.entry_path.as_str();
     let (ops, last) = core::entry_done(ops, entry_path);
     let listing = match ops.first() {
         Some(KeeperOp::Create { path, .. }) if last > 0 => Some(path.clone()),
@@ -1745,7 +1734,6 @@ async fn commit_entry(
             _ => None,
         })
         .collect();
-    let mine = w.borrow().table.as_ref().map(|t| t.paths_of(id));
     match multi(w, s, &ops).await {
         Ok(_) => {}
         // nothing but the entry's removal, and the entry is gone: an
@@ -1764,10 +1752,7 @@ async fn commit_entry(
         Err(MultiFail {
             index: Some(i),
             fail: Fail::NoNode,
-        }) if mine
-            .as_ref()
-            .is_some_and(|p| core::commit_shows_stale_memory(p, &ops, i, entry_path)) =>
-        {
+        }) if core::commit_shows_stale_memory(&r.paths, &ops, i, entry_path) => {
             reload_stale(w, id, life, &sel.znode).await;
             return Err(Fail::NoNode);
         }
@@ -2059,7 +2044,7 @@ async fn clean_log(w: &W, id: u64, s: &SimZk, paths: &Paths) {
         let Ok(Some((p, version))) = get(w, s, &paths.log_pointer_of(&r)).await else {
             return;
         };
-        let Ok(active) = exists(w, s, &paths.is_active_of(&r)).await else {
+        let Ok(active) = is_active(w, s, paths, &r).await else {
             return;
         };
         let Ok(lost) = get(w, s, &paths.is_lost_of(&r)).await else {
@@ -2068,7 +2053,7 @@ async fn clean_log(w: &W, id: u64, s: &SimZk, paths: &Paths) {
         versions.insert(r.clone(), version);
         pointers.push(drift_table::cleanup::ReplicaPointer {
             log_pointer: core::parse_pointer(&p),
-            is_active: active.is_some(),
+            is_active: active,
             is_lost: lost.is_some_and(|(d, _)| d == b"1"),
             name: r,
         });
@@ -2149,11 +2134,7 @@ async fn quorum_precondition(w: &W, s: &SimZk, paths: &Paths, l: &LogicalInsert)
         .map_err(|f| keeper("listing replicas", f))?;
     let mut active = 0u32;
     for r in &replicas {
-        if exists(w, s, &paths.is_active_of(r))
-            .await
-            .map_err(|f| keeper("is_active", f))?
-            .is_some()
-        {
+        if is_active(w, s, paths, r).await.map_err(|f| keeper("is_active", f))? {
             active += 1;
         }
     }
@@ -2264,10 +2245,13 @@ fn held_by_quorum(w: &W, id: u64, paths: &Paths, part: &PartInfo, required: u32)
                 st.children(&paths.replicas())
                     .iter()
                     .filter(|r| {
-                        st.children(&paths.parts_of(r))
-                            .iter()
-                            .filter_map(|n| PartInfo::parse(n).ok())
-                            .any(|p| p.contains(part))
+                        // the part itself, most often; else a part that contains it
+                        st.get(&paths.part_of(r, &part.name())).is_some()
+                            || st
+                                .children(&paths.parts_of(r))
+                                .iter()
+                                .filter_map(|n| PartInfo::parse(n).ok())
+                                .any(|p| p.contains(part))
                     })
                     .count() as u32
             })
@@ -2391,6 +2375,12 @@ async fn insert_at(w: &W, id: u64, l: &LogicalInsert, n: u32, quorum_timeout_us:
                 let waited = wait_quorum(w, id, life, &s, &paths, part, l.quorum_parallel, quorum_timeout_us).await;
                 if waited.is_ok() {
                     held_by_quorum(w, id, &paths, part, required);
+                    // a merge replaced the part during the wait: the case
+                    // where looking for the acknowledged part only now
+                    // (as the invariant once did) finds it gone
+                    if with_run(w, id, life, |run| !run.queue.current().contains_exactly(part)).unwrap_or(false) {
+                        log(w, id, "quorum_part_merged_in_wait", json!({"part": part.name()}));
+                    }
                 }
                 waited
             }

@@ -371,6 +371,27 @@ pub fn clone_done_ops(paths: &Paths, me: &str, source: &str, pointer: &[u8], ver
     ]
 }
 
+/// The clone's multi when there is no replica to copy (a new table's
+/// first replica, or every other one down): this replica's pointer set to
+/// the log's oldest entry still held (`log`, the names under the log; 0
+/// for an empty log) and its `is_lost` to 0. Returns the pointer too.
+pub fn start_from_log_ops(paths: &Paths, me: &str, log: &[String]) -> (u64, Vec<KeeperOp>) {
+    let pointer = log.iter().filter_map(|n| sequence_of(n, "log-")).min().unwrap_or(0);
+    let ops = vec![
+        KeeperOp::SetData {
+            path: paths.log_pointer_of(me),
+            data: pointer.to_string().into_bytes(),
+            version: -1,
+        },
+        KeeperOp::SetData {
+            path: paths.is_lost_of(me),
+            data: b"0".to_vec(),
+            version: -1,
+        },
+    ];
+    (pointer, ops)
+}
+
 /// The search, over every replica's listing, for a part to fetch in
 /// place of `part` when no active replica lists `part` itself (merged
 /// away everywhere, as ClickHouse fetches a covering part): the widest
@@ -649,6 +670,21 @@ mod tests {
             matches!(&done[1], KeeperOp::SetData { path, data, .. } if *path == paths.log_pointer_of("r1") && data == b"42")
         );
         assert_eq!(clear_ops("/d", &["a".to_string(), "b".to_string()])[0].len(), 2);
+
+        // nobody to copy: the oldest log entry still held, whatever else
+        // the log directory holds; an empty log starts at 0
+        let log: Vec<String> = ["log-0000000012", "log-0000000009", "junk", "log-0000000030"]
+            .map(String::from)
+            .to_vec();
+        let (pointer, ops) = start_from_log_ops(&paths, "r1", &log);
+        assert_eq!(pointer, 9);
+        assert!(
+            matches!(&ops[0], KeeperOp::SetData { path, data, .. } if *path == paths.log_pointer_of("r1") && data == b"9")
+        );
+        assert!(
+            matches!(&ops[1], KeeperOp::SetData { path, data, .. } if *path == paths.is_lost_of("r1") && data == b"0")
+        );
+        assert_eq!(start_from_log_ops(&paths, "r1", &[]).0, 0);
     }
 
     #[test]

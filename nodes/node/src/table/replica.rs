@@ -30,7 +30,7 @@ use drift_table::format;
 use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::Queue;
 use drift_table::schema::Schema;
-use drift_table::zk::{sequence_of, CreateMode, Paths};
+use drift_table::zk::{CreateMode, Paths};
 use drift_table::Block;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -403,17 +403,11 @@ impl Replica {
         let Some(src) = drift_table::replica::clone_source(&self.name, &candidates) else {
             // nobody to clone: start from the log (a new table's first
             // replica), keeping whatever the log still holds
-            let pointer = self.first_log_index().await?.unwrap_or(0);
-            c.set(
-                &self.paths.log_pointer_of(&self.name),
-                pointer.to_string().as_bytes(),
-                None,
-            )
-            .await
-            .map_err(e("log_pointer"))?;
-            c.set(&self.paths.is_lost_of(&self.name), b"0", None)
+            let log = c.children(&self.paths.log()).await.map_err(e("log"))?;
+            let (pointer, ops) = drift_table::replica::start_from_log_ops(&self.paths, &self.name, &log);
+            c.multi(&ops)
                 .await
-                .map_err(e("is_lost"))?;
+                .map_err(|x| format!("cloning (pointer): {}", x.err))?;
             if !new {
                 self.log("clone_without_source", serde_json::json!({"log_pointer": pointer}));
             }
@@ -471,15 +465,6 @@ impl Replica {
                 Err(x) => return Err(format!("cloning (pointer): {}", x.err)),
             }
         }
-    }
-
-    async fn first_log_index(&self) -> Result<Option<u64>, String> {
-        let kids = self
-            .coord
-            .children(&self.paths.log())
-            .await
-            .map_err(|e| format!("log: {e}"))?;
-        Ok(kids.iter().filter_map(|k| sequence_of(k, "log-")).min())
     }
 
     /// A restarted replica: its disk against what the coordinator lists
