@@ -472,6 +472,13 @@ pub struct SimPlan {
     pub torn_writes: bool,
     /// Entries between snapshots (small, so runs make and ship them).
     pub snapshot_distance: u64,
+    /// A keeper server takes every input that comes within this many µs
+    /// before it advances Raft once, as the node's driver takes what
+    /// waited while its last write ran (0: it advances after each input).
+    /// Batched, Raft's commit index can run ahead of the changelog
+    /// between an input and the advance that writes it.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub batch_us: u64,
     /// Bugs planted in every server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bugs: Vec<PlantedBug>,
@@ -479,6 +486,10 @@ pub struct SimPlan {
 
 fn is_zero(x: &f64) -> bool {
     *x == 0.0
+}
+
+fn is_zero_u64(x: &u64) -> bool {
+    *x == 0
 }
 
 impl Default for SimPlan {
@@ -492,6 +503,7 @@ impl Default for SimPlan {
             clock_drift_ppm: 200,
             torn_writes: true,
             snapshot_distance: 2_000,
+            batch_us: 0,
             bugs: Vec::new(),
         }
     }
@@ -514,6 +526,11 @@ impl Plan {
         if !args.plant.is_empty() && args.backend != BackendKind::Sim {
             return Err(Failure::new(
                 "--plant plants bugs in simulated servers: it needs --backend sim",
+            ));
+        }
+        if args.sim_batch_us.is_some() && args.backend != BackendKind::Sim {
+            return Err(Failure::new(
+                "--sim-batch-us is for simulated servers: it needs --backend sim",
             ));
         }
         let mut plan = Plan {
@@ -545,6 +562,7 @@ impl Plan {
             kv: None,
             sim: (args.backend == BackendKind::Sim).then(|| SimPlan {
                 bugs: args.plant.clone(),
+                batch_us: args.sim_batch_us.unwrap_or(0),
                 ..SimPlan::default()
             }),
             coordinator: args.coordinator.unwrap_or_default(),
@@ -1024,6 +1042,12 @@ pub struct TestArgs {
     /// show the simulator finds it). Repeatable.
     #[arg(long, value_enum)]
     pub plant: Vec<PlantedBug>,
+    /// Simulated keeper servers take the inputs that come within this many
+    /// µs before they advance Raft once, as the node's driver batches
+    /// (`--backend sim` only; default 0: one advance per input; swarm
+    /// mode draws it).
+    #[arg(long = "sim-batch-us")]
+    pub sim_batch_us: Option<u64>,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,

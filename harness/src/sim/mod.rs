@@ -287,8 +287,16 @@ pub fn simulate(c: &Campaign) -> Simulated {
     let end_us = world.cluster.now_us();
     let t0_us = h.borrow().t0_us;
     let mut ops = std::mem::take(&mut h.borrow_mut().ops);
-    let (logs, violations) =
-        world::onto_timeline(&world.cluster, world.kv.as_ref(), world.table.as_ref(), t0_us, &mut ops);
+    let (logs, violations) = {
+        let world = &mut *world;
+        world::onto_timeline(
+            &mut world.cluster,
+            world.kv.as_mut(),
+            world.table.as_mut(),
+            t0_us,
+            &mut ops,
+        )
+    };
     // one timeline: by time, recorded order within a time
     ops.sort_by_key(|o| o.time);
     for (i, o) in ops.iter_mut().enumerate() {

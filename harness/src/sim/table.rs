@@ -1433,37 +1433,35 @@ async fn get_part(r: &EntryRun<'_>, part: &PartInfo, merged: bool, quorum: Optio
     }
     // the writer on the first try (one round trip: it has the part
     // unless it lost it or merged it away), after a failure an active
-    // replica that lists it
+    // replica that lists it; the listing read is the one the fetch checks
     let mut source = None;
     let writer = &sel.entry.source_replica;
-    if sel.tries <= 1
-        && writer != name
-        && exists(w, s, &paths.part_of(writer, &part.name()))
+    if sel.tries <= 1 && writer != name {
+        if let Some((listing, _)) = get(w, s, &paths.part_of(writer, &part.name()))
             .await
             .map_err(|f| f.to_string())?
-            .is_some()
-    {
-        source = Some(writer.clone());
+        {
+            source = Some((writer.clone(), listing));
+        }
     }
     if source.is_none() {
         let replicas = children(w, s, &paths.replicas()).await.map_err(|f| f.to_string())?;
         for other in replicas.iter().filter(|o| *o != name) {
-            if exists(w, s, &paths.part_of(other, &part.name()))
+            let Some((listing, _)) = get(w, s, &paths.part_of(other, &part.name()))
                 .await
                 .map_err(|f| f.to_string())?
-                .is_none()
-            {
+            else {
                 continue;
-            }
+            };
             if !is_active(w, s, paths, other).await.map_err(|f| f.to_string())? {
                 continue;
             }
-            source = Some(other.clone());
+            source = Some((other.clone(), listing));
             break;
         }
     }
-    if let Some(source) = source {
-        return fetch_and_commit(r, part, &source, quorum.is_some()).await;
+    if let Some((source, listing)) = source {
+        return fetch_and_commit(r, part, &source, Some(listing), quorum.is_some()).await;
     }
     let (covering, anywhere) = covering_part(w, s, paths, name, part).await?;
     if let Some((source, covering)) = covering {
@@ -1473,7 +1471,7 @@ async fn get_part(r: &EntryRun<'_>, part: &PartInfo, merged: bool, quorum: Optio
             "fetch_covering",
             json!({"part": part.name(), "covering": covering.name(), "from": source}),
         );
-        return fetch_and_commit(r, &covering, &source, false).await;
+        return fetch_and_commit(r, &covering, &source, None, false).await;
     }
     if merged {
         return Err(format!("no replica has merged {part} yet"));
@@ -1668,13 +1666,25 @@ async fn is_active(w: &W, s: &SimZk, paths: &Paths, r: &str) -> Result<bool, Fai
 /// checks it against the checksums `source` lists for it in the
 /// coordinator, writes it and records it, with what it replaces and the
 /// entry's removal, in one multi.
-async fn fetch_and_commit(r: &EntryRun<'_>, part: &PartInfo, source: &str, quorum: bool) -> Result<(), String> {
+/// Fetches `part` from `source` and commits it; `listing` is the source's
+/// listing of it in the coordinator when the caller already read it.
+async fn fetch_and_commit(
+    r: &EntryRun<'_>,
+    part: &PartInfo,
+    source: &str,
+    listing: Option<Vec<u8>>,
+    quorum: bool,
+) -> Result<(), String> {
     let (w, id, life, s) = (r.w, r.id, r.life, r.s);
-    let listed = match get(w, s, &r.paths.part_of(source, &part.name()))
-        .await
-        .map_err(|f| f.to_string())?
-    {
-        Some((d, _)) => Checksums::decode(&d).map_err(|e| format!("part {part}: {source} lists bad checksums: {e}"))?,
+    let listing = match listing {
+        Some(l) => Some(l),
+        None => get(w, s, &r.paths.part_of(source, &part.name()))
+            .await
+            .map_err(|f| f.to_string())?
+            .map(|(d, _)| d),
+    };
+    let listed = match listing {
+        Some(d) => Checksums::decode(&d).map_err(|e| format!("part {part}: {source} lists bad checksums: {e}"))?,
         None => return Err(format!("part {part}: {source} does not list it")),
     };
     let from: u64 = source
@@ -2234,27 +2244,37 @@ fn held_by_quorum(w: &W, id: u64, paths: &Paths, part: &PartInfo, required: u32)
     if w.borrow().table.as_ref().is_none_or(|t| t.wipes > 0) {
         return;
     }
+    // replicas a server's tree lists as holding the part (itself, most
+    // often; else a part that contains it), counted up to `limit`
+    let holders_on = |st: &drift_keeper::state::State, limit: usize| {
+        st.children(&paths.replicas())
+            .iter()
+            .filter(|r| {
+                st.get(&paths.part_of(r, &part.name())).is_some()
+                    || st
+                        .children(&paths.parts_of(r))
+                        .iter()
+                        .filter_map(|n| PartInfo::parse(n).ok())
+                        .any(|p| p.contains(part))
+            })
+            .take(limit)
+            .count() as u32
+    };
     let holders = {
         let world = w.borrow();
         let c = &world.cluster;
-        c.ids()
-            .into_iter()
-            .filter_map(|i| c.server(i))
-            .map(|srv| {
-                let st = srv.state();
-                st.children(&paths.replicas())
-                    .iter()
-                    .filter(|r| {
-                        // the part itself, most often; else a part that contains it
-                        st.get(&paths.part_of(r, &part.name())).is_some()
-                            || st
-                                .children(&paths.parts_of(r))
-                                .iter()
-                                .filter_map(|n| PartInfo::parse(n).ok())
-                                .any(|p| p.contains(part))
-                    })
-                    .count() as u32
-            })
+        let servers: Vec<_> = c.ids().into_iter().filter_map(|i| c.server(i)).collect();
+        // one server whose tree shows the quorum settles it; only a
+        // shortfall is counted in full, for its report
+        if servers
+            .iter()
+            .any(|srv| holders_on(srv.state(), required as usize) >= required)
+        {
+            return;
+        }
+        servers
+            .iter()
+            .map(|srv| holders_on(srv.state(), usize::MAX))
             .max()
             .unwrap_or(0)
     };

@@ -158,43 +158,52 @@ impl drift_workloads::worker::World for Sim {
 /// replica's (`"service": "table"`), in time order),
 /// and the violations as (server, what).
 #[allow(clippy::type_complexity)]
+///
+/// The servers' log lines are taken out of the cluster, the kv service and
+/// the table (each line's fields become its JSON object, not copied).
 pub fn onto_timeline(
-    cluster: &Cluster,
-    kv: Option<&super::kv::KvSim>,
-    table: Option<&super::table::TableSim>,
+    cluster: &mut Cluster,
+    mut kv: Option<&mut super::kv::KvSim>,
+    mut table: Option<&mut super::table::TableSim>,
     t0_us: u64,
     ops: &mut Vec<Op>,
 ) -> (BTreeMap<u64, Vec<String>>, Vec<(u64, String)>) {
     let mut logs = BTreeMap::new();
     let mut seen = crate::events::Witnessed::default();
-    let none = Vec::new();
     for id in cluster.ids() {
-        let keeper = cluster.log(id).iter().map(|l| (l, None));
+        let keeper = cluster.take_log(id).into_iter().map(|l| (l, None));
         let service = kv
-            .and_then(|k| k.logs.get(&id))
-            .unwrap_or(&none)
-            .iter()
+            .as_mut()
+            .and_then(|k| k.logs.remove(&id))
+            .unwrap_or_default()
+            .into_iter()
             .map(|l| (l, Some("kv")));
         let replica = table
-            .and_then(|t| t.logs.get(&id))
-            .unwrap_or(&none)
-            .iter()
+            .as_mut()
+            .and_then(|t| t.logs.remove(&id))
+            .unwrap_or_default()
+            .into_iter()
             .map(|l| (l, Some("table")));
         let mut all: Vec<_> = keeper.chain(service).chain(replica).collect();
         // by time; the keeper's lines first within a time (a stable sort)
         all.sort_by_key(|((at, _, _), _)| *at);
-        let mut lines = Vec::new();
+        let mut lines = Vec::with_capacity(all.len());
         for ((at, ev, fields), service) in all {
-            let mut line = json!({"ts_ms": super::config::EPOCH_MS + (*at / 1000) as i64, "node": id});
+            // the line's own fields win over the four every line has
+            let mut o = match fields {
+                Value::Object(f) => f,
+                _ => serde_json::Map::new(),
+            };
+            let ts_ms = super::config::EPOCH_MS + (at / 1000) as i64;
+            o.entry("ts_ms").or_insert(json!(ts_ms));
+            o.entry("node").or_insert(json!(id));
             if let Some(s) = service {
-                line["service"] = json!(s);
+                o.entry("service").or_insert(json!(s));
             }
-            line["event"] = json!(ev);
-            if let (Some(o), Value::Object(f)) = (line.as_object_mut(), fields) {
-                o.extend(f.clone());
-            }
+            o.entry("event").or_insert(json!(ev));
+            let line = Value::Object(o);
             if let Some((f, v)) = crate::events::history_event(id, &line, &mut seen) {
-                ops.push(nemesis_op(*at, t0_us, f, v));
+                ops.push(nemesis_op(at, t0_us, f, v));
             }
             lines.push(line.to_string());
         }

@@ -188,41 +188,43 @@ impl State {
             .fold(0u64, |sum, (p, n)| sum.wrapping_add(digest::recompute(p, n)))
     }
 
-    /// Names of `path`'s children, sorted. Walks the path-ordered map,
-    /// jumping over each child's own subtree; the key to resume from is
-    /// kept in one buffer.
+    /// Names of `path`'s children, sorted. Walks the path-ordered map in
+    /// one pass while its keys are children without children of their
+    /// own (a part, a block id, a log entry), and searches past a child's
+    /// subtree when it meets one; the key to resume from is kept in one
+    /// buffer.
     pub fn children(&self, path: &str) -> Vec<String> {
         let prefix = path::child_prefix(path);
         let mut out = Vec::new();
         let mut from = prefix.clone();
-        loop {
-            let next = self
+        'subtrees: loop {
+            for (key, _) in self
                 .nodes
                 .range::<str, _>((Bound::Included(from.as_str()), Bound::Unbounded))
-                .next();
-            let Some((key, _)) = next else { break };
-            if !key.starts_with(&prefix) {
-                break;
-            }
-            let rest = &key[prefix.len()..];
-            from.clear();
-            match rest.find('/') {
-                // a child, or "/" itself (empty rest, only when listing "/")
-                None => {
-                    if !rest.is_empty() {
-                        out.push(rest.to_string());
+            {
+                if !key.starts_with(&prefix) {
+                    break 'subtrees;
+                }
+                let rest = &key[prefix.len()..];
+                match rest.find('/') {
+                    // a child, or "/" itself (empty rest, only when listing "/")
+                    None => {
+                        if !rest.is_empty() {
+                            out.push(rest.to_string());
+                        }
                     }
-                    from.push_str(key);
-                    from.push('\0');
-                }
-                // a descendant of a child already listed (a child sorts
-                // before its descendants): skip past that child's subtree
-                // ('0' follows '/')
-                Some(i) => {
-                    from.push_str(&key[..prefix.len() + i]);
-                    from.push('0');
+                    // a descendant of a child already listed (a child sorts
+                    // before its descendants): skip past that child's subtree
+                    // ('0' follows '/')
+                    Some(i) => {
+                        from.clear();
+                        from.push_str(&key[..prefix.len() + i]);
+                        from.push('0');
+                        continue 'subtrees;
+                    }
                 }
             }
+            break;
         }
         out
     }
@@ -361,6 +363,44 @@ mod tests {
         assert_eq!(s.children("/a/b"), ["c"]);
         assert!(s.children("/a/b/c/d").is_empty());
         assert!(s.children("/missing").is_empty());
+    }
+
+    proptest::proptest! {
+        /// `children` against its definition: the last segment of every
+        /// key whose parent is the path, sorted. Names are drawn from
+        /// characters that sort around '/' ('-', '.', '0'), so subtrees
+        /// and siblings interleave in the map.
+        #[test]
+        fn children_are_the_keys_whose_parent_is_the_path(
+            paths in proptest::collection::vec("(/[-.0a/]{1,3}){1,4}", 1..40),
+        ) {
+            let mut s = State::new(false);
+            for p in paths {
+                if path::validate(&p).is_err() {
+                    continue;
+                }
+                // its missing ancestors first, as a tree must have them
+                let mut at = 1;
+                while let Some(i) = p[at..].find('/') {
+                    if s.get(&p[..at + i]).is_none() {
+                        add(&mut s, &p[..at + i]);
+                    }
+                    at += i + 1;
+                }
+                if s.get(&p).is_none() {
+                    add(&mut s, &p);
+                }
+            }
+            let keys: Vec<String> = s.nodes().map(|(k, _)| k.to_string()).collect();
+            for parent in &keys {
+                let want: Vec<String> = keys
+                    .iter()
+                    .filter(|k| *k != "/" && path::parent(k) == parent.as_str())
+                    .map(|k| k.rsplit('/').next().unwrap_or_default().to_string())
+                    .collect();
+                proptest::prop_assert_eq!(s.children(parent), want, "children of {}", parent);
+            }
+        }
     }
 
     #[test]

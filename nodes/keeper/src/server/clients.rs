@@ -141,20 +141,12 @@ impl<D: Disk> KeeperServer<D> {
             // a follower may not have applied the session yet: it learns
             // how far the leader has committed before it says
             None if !self.is_leader() && !revalidated => {
-                let ctx = self.next_req;
-                self.next_req += 1;
-                self.raw.read_index(ctx.to_be_bytes().to_vec());
-                let now = self.env.now_us;
-                self.read_index_wait.insert(
-                    ctx,
-                    super::ReadRound {
-                        conn,
-                        seq: 0,
-                        connect: true,
-                        since_us: now,
-                        sent_us: now,
-                    },
-                );
+                self.ask_read_index(super::ReadRound {
+                    conn,
+                    seq: 0,
+                    connect: true,
+                    since_us: self.env.now_us,
+                });
                 self.log(
                     "session_revalidating",
                     serde_json::json!({"session": format!("{:#x}", req.session_id)}),
@@ -258,21 +250,13 @@ impl<D: Disk> KeeperServer<D> {
                     since_us: self.env.now_us,
                 };
                 if self.cfg.quorum_reads && !self.bugs.local_read_in_quorum_round {
-                    let ctx = self.next_req;
-                    self.next_req += 1;
-                    self.raw.read_index(ctx.to_be_bytes().to_vec());
                     read.until_index = u64::MAX;
-                    let now = self.env.now_us;
-                    self.read_index_wait.insert(
-                        ctx,
-                        super::ReadRound {
-                            conn,
-                            seq,
-                            connect: false,
-                            since_us: now,
-                            sent_us: now,
-                        },
-                    );
+                    self.ask_read_index(super::ReadRound {
+                        conn,
+                        seq,
+                        connect: false,
+                        since_us: self.env.now_us,
+                    });
                 }
                 SlotState::Read(read)
             }

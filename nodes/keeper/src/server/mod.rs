@@ -76,7 +76,7 @@ const READ_INDEX_RETRY_US: u64 = 500_000;
 /// told the connection was lost (it reconnects, perhaps to a server that
 /// sees a leader).
 const READ_INDEX_TIMEOUT_US: u64 = 6_000_000;
-/// A quorum read's read-index round in flight.
+/// A quorum read waiting for a read-index round.
 #[derive(Debug, Clone, Copy)]
 struct ReadRound {
     /// The read's connection and its place in the connection's queue.
@@ -84,9 +84,16 @@ struct ReadRound {
     seq: u64,
     /// The round is a session's revalidation, not a read (`seq` unused).
     connect: bool,
-    /// When the read came, and when its latest round was asked for.
+    /// When the read came.
     since_us: u64,
+}
+
+/// A read-index round in flight: the reads it answers, and when it was
+/// asked for.
+#[derive(Debug, Clone)]
+struct ReadBatch {
     sent_us: u64,
+    reads: Vec<ReadRound>,
 }
 
 /// ZooKeeper's dynamic configuration node.
@@ -448,8 +455,14 @@ pub struct KeeperServer<D: Disk> {
     /// Preprocessed, uncommitted entries, in log order.
     preprocessed: VecDeque<Preprocessed>,
     applied_index: u64,
-    /// Quorum reads waiting for their read-index round, by the round's ctx.
-    read_index_wait: BTreeMap<u64, ReadRound>,
+    /// The read-index round in flight, by its ctx (one at a time; a
+    /// second only while a lost one waits to be asked again).
+    read_index_wait: BTreeMap<u64, ReadBatch>,
+    /// Quorum reads that came while a round was in flight: they go
+    /// together in the next one.
+    reads_next: Vec<ReadRound>,
+    /// A round was asked for during this `advance`: Raft has its messages.
+    read_round_started: bool,
     tracker: SessionTracker,
     closing: BTreeSet<i64>,
     alive: BTreeSet<i64>,
@@ -622,6 +635,8 @@ impl<D: Disk> KeeperServer<D> {
             preprocessed: VecDeque::new(),
             applied_index: snapshot_index,
             read_index_wait: BTreeMap::new(),
+            reads_next: Vec::new(),
+            read_round_started: false,
             tracker: SessionTracker::new(),
             closing: BTreeSet::new(),
             alive: BTreeSet::new(),
@@ -786,17 +801,18 @@ impl<D: Disk> KeeperServer<D> {
         raft::Storage::term(self.raw.store(), index).ok()
     }
 
-    /// The entry at `index`, if this server's log still holds it.
+    /// The entry at `index` in this server's log as Raft sees it, if it
+    /// still holds it: entries received but not yet written (between a
+    /// `step` and the `advance` that persists them) included. The commit
+    /// index can reach those — a leader's append carries both — while the
+    /// changelog still holds the entries they replace.
     pub fn entry(&self, index: u64) -> Option<raft::prelude::Entry> {
-        raft::Storage::entries(
-            self.raw.store(),
-            index,
-            index + 1,
-            None,
-            raft::GetEntriesContext::empty(false),
-        )
-        .ok()?
-        .pop()
+        self.raw
+            .raft
+            .raft_log
+            .slice(index, index + 1, None, raft::GetEntriesContext::empty(false))
+            .ok()?
+            .pop()
     }
 
     /// The digest of the applied tree, computed when digests are off.

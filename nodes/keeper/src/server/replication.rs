@@ -3,9 +3,9 @@
 //! checks, snapshots made and installed.
 
 use super::{
-    context, older_than, parse_context, ConnState, KeeperServer, Pending, PendingKind, Preprocessed, ReadRound,
-    Writing, BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_RETRY_US, READ_INDEX_TIMEOUT_US,
-    REAP_PER_SCAN_MAX,
+    context, older_than, parse_context, ConnState, KeeperServer, Pending, PendingKind, Preprocessed, ReadBatch,
+    ReadRound, Writing, BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_RETRY_US,
+    READ_INDEX_TIMEOUT_US, REAP_PER_SCAN_MAX,
 };
 use crate::disk::Disk;
 use crate::entry::{check_digest, Entry as KEntry, Phase};
@@ -491,25 +491,19 @@ impl<D: Disk> KeeperServer<D> {
         // committed in its term yet) or whose messages were lost never
         // answer: asked again under a new ctx, until the read's time is up
         // and its client is told the connection was lost
-        for ctx in older_than(&self.read_index_wait, READ_INDEX_RETRY_US, now_us, |r| r.sent_us) {
-            let Some(round) = self.read_index_wait.remove(&ctx) else {
+        for ctx in older_than(&self.read_index_wait, READ_INDEX_RETRY_US, now_us, |b| b.sent_us) {
+            let Some(batch) = self.read_index_wait.remove(&ctx) else {
                 continue;
             };
-            if now_us.saturating_sub(round.since_us) >= READ_INDEX_TIMEOUT_US {
-                self.drop_conn(round.conn);
-                continue;
+            for read in batch.reads {
+                if now_us.saturating_sub(read.since_us) >= READ_INDEX_TIMEOUT_US {
+                    self.drop_conn(read.conn);
+                } else {
+                    self.reads_next.push(read);
+                }
             }
-            let again = self.next_req;
-            self.next_req += 1;
-            self.raw.read_index(again.to_be_bytes().to_vec());
-            self.read_index_wait.insert(
-                again,
-                ReadRound {
-                    sent_us: now_us,
-                    ..round
-                },
-            );
         }
+        self.start_read_round();
         // requests waiting too long: tell the client
         for r in older_than(&self.pending, PENDING_TIMEOUT_US, now_us, |p| p.since_us) {
             self.fail_pending(r);
@@ -554,7 +548,8 @@ impl<D: Disk> KeeperServer<D> {
             self.in_ready = false;
             let released = std::mem::take(&mut self.release_after_ready);
             let early = std::mem::take(&mut self.early_after_ready);
-            if self.halted || (released.is_empty() && early.is_empty()) {
+            let read_round = std::mem::take(&mut self.read_round_started);
+            if self.halted || (released.is_empty() && early.is_empty() && !read_round) {
                 return;
             }
             for conn in early {
@@ -618,8 +613,10 @@ impl<D: Disk> KeeperServer<D> {
                     .and_then(|b| b.try_into().ok())
                     .unwrap_or([0; 8]),
             );
-            if let Some(round) = self.read_index_wait.remove(&ctx) {
-                self.read_index_done(round.conn, round.seq, round.connect, rs.index);
+            if let Some(batch) = self.read_index_wait.remove(&ctx) {
+                for read in batch.reads {
+                    self.read_index_done(read.conn, read.seq, read.connect, rs.index);
+                }
             }
         }
         let mut light = self.raw.advance(rd);
@@ -639,6 +636,37 @@ impl<D: Disk> KeeperServer<D> {
         self.raw.advance_apply();
         self.maybe_snapshot();
         self.serve_parked();
+        // the reads that came while the answered round was out
+        self.start_read_round();
+    }
+
+    /// Puts a quorum read in the next read-index round, asked for at once
+    /// unless one is in flight.
+    pub(super) fn ask_read_index(&mut self, read: ReadRound) {
+        self.reads_next.push(read);
+        self.start_read_round();
+    }
+
+    /// Asks Raft for a read-index round for the reads waiting, unless a
+    /// round is in flight: reads that come while one is out go together in
+    /// the next, so many concurrent reads cost a round or two, not one
+    /// each. Every read in a round came before the round was asked for,
+    /// so the index it answers (the leader's commit, confirmed by a quorum
+    /// after that moment) covers every write completed before the read
+    /// came: the read is linearizable.
+    pub(super) fn start_read_round(&mut self) {
+        if self.reads_next.is_empty() || !self.read_index_wait.is_empty() {
+            return;
+        }
+        let ctx = self.next_req;
+        self.next_req += 1;
+        self.raw.read_index(ctx.to_be_bytes().to_vec());
+        let batch = ReadBatch {
+            sent_us: self.env.now_us,
+            reads: std::mem::take(&mut self.reads_next),
+        };
+        self.read_index_wait.insert(ctx, batch);
+        self.read_round_started = true;
     }
 
     fn on_role(&mut self, role: StateRole, leader: u64) {
@@ -661,8 +689,8 @@ impl<D: Disk> KeeperServer<D> {
         }
         // read-index rounds in flight are lost with the old leader: asked
         // again at the next tick, of the new one
-        for round in self.read_index_wait.values_mut() {
-            round.sent_us = 0;
+        for batch in self.read_index_wait.values_mut() {
+            batch.sent_us = 0;
         }
         if role == StateRole::Leader {
             // every known session gets a fresh deadline under this leader

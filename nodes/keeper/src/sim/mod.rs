@@ -264,6 +264,15 @@ fn trace_write(h: &mut siphasher::sip::SipHasher13, parts: &[u64]) {
     }
 }
 
+/// A peer message's hash for the trace: a Raft message's own bytes (most
+/// of the traffic, not framed again only to be hashed), the others framed.
+fn peer_hash(msg: &PeerMsg) -> u64 {
+    match msg {
+        PeerMsg::Raft(b) | PeerMsg::Snapshot(b) => bytes_hash(b),
+        other => bytes_hash(&other.encode()),
+    }
+}
+
 fn bytes_hash(b: &[u8]) -> u64 {
     let mut h = siphasher::sip::SipHasher13::new_with_keys(1, 2);
     std::hash::Hasher::write(&mut h, b);
@@ -367,6 +376,15 @@ impl Cluster {
     /// A server's log lines so far: (simulated µs, event, fields).
     pub fn log(&self, id: u64) -> &[(u64, &'static str, serde_json::Value)] {
         self.nodes.get(&id).map_or(&[], |n| n.log.as_slice())
+    }
+
+    /// Takes server `id`'s log lines out of the cluster (a finished run's
+    /// lines, handed on without a copy).
+    pub fn take_log(&mut self, id: u64) -> Vec<(u64, &'static str, serde_json::Value)> {
+        self.nodes
+            .get_mut(&id)
+            .map(|n| std::mem::take(&mut n.log))
+            .unwrap_or_default()
     }
 
     /// The current leader most servers that are up follow (0: none).
@@ -656,7 +674,7 @@ impl Cluster {
         self.invariants.now_us = self.now_us;
         let kind = match &ev {
             Ev::Tick(_) => 1,
-            Ev::Peer { msg, .. } => 10 + bytes_hash(&msg.encode()) % 1_000_000,
+            Ev::Peer { msg, .. } => 10 + peer_hash(msg) % 1_000_000,
             Ev::Accept { conn, .. } => 2_000_000 + conn,
             Ev::Frame { payload, .. } => 3_000_000 + bytes_hash(payload) % 1_000_000,
             Ev::Hangup { conn, .. } => 4_000_000 + conn,

@@ -43,6 +43,16 @@ enum Outcome {
     Dropped(String),
 }
 
+/// Where a part is fetched from: the replica, its interserver address, the
+/// part (the one wanted or one covering it), and its listing in the
+/// coordinator when the search already read it.
+struct Source {
+    replica: String,
+    host: String,
+    part: PartInfo,
+    listing: Option<Vec<u8>>,
+}
+
 impl Replica {
     /// Selects runnable entries and runs each on its own task.
     pub async fn runner_loop(self: Arc<Self>) {
@@ -358,12 +368,12 @@ impl Replica {
         // away; after a failure, every replica
         let prefer = (sel.tries <= 1).then_some(sel.entry.source_replica.as_str());
         let (found, anywhere) = match self.find_replica_having(part, prefer).await? {
-            Some((source, host)) => (Some((source, host, part.clone())), true),
+            Some(source) => (Some(source), true),
             // merged away everywhere: a part that contains it will do, as
             // ClickHouse fetches a covering part
             None => self.covering_part(part).await?,
         };
-        let Some((source, host, fetched)) = found else {
+        let Some(found) = found else {
             let lost = if quorum > 0 {
                 self.fail_quorum_if_lost(part, block_id).await?
             } else if !anywhere {
@@ -395,28 +405,30 @@ impl Replica {
             );
             return Ok(Outcome::Retry(e.to_string()));
         };
-        if fetched != *part {
+        if found.part != *part {
             self.log(
                 "fetch_covering",
-                serde_json::json!({"part": part.name(), "covering": fetched.name(), "from": source}),
+                serde_json::json!({"part": part.name(), "covering": found.part.name(), "from": found.replica}),
             );
         }
-        self.fetch_and_commit(sel, &fetched, &source, &host, quorum > 0 && fetched == *part)
-            .await
+        let quorum = quorum > 0 && found.part == *part;
+        self.fetch_and_commit(sel, found, quorum).await
     }
 
-    async fn fetch_and_commit(
-        &self,
-        sel: &Selected,
-        part: &PartInfo,
-        source: &str,
-        host: &str,
-        quorum: bool,
-    ) -> Result<Outcome, ZkErr> {
+    async fn fetch_and_commit(&self, sel: &Selected, found: Source, quorum: bool) -> Result<Outcome, ZkErr> {
+        let (part, source, host) = (&found.part, found.replica.as_str(), found.host.as_str());
         // what the part must be: its checksums as the source lists them in
         // the coordinator; a part it does not list is not fetched
-        let listed = match self.coord.get(&self.paths.part_of(source, &part.name())).await? {
-            Some((data, _)) => match format::Checksums::decode(&data) {
+        let listing = match found.listing {
+            Some(data) => Some(data),
+            None => self
+                .coord
+                .get(&self.paths.part_of(source, &part.name()))
+                .await?
+                .map(|(d, _)| d),
+        };
+        let listed = match listing {
+            Some(data) => match format::Checksums::decode(&data) {
                 Ok(sums) => sums,
                 Err(e) => {
                     return Ok(Outcome::Retry(format!(
@@ -458,7 +470,7 @@ impl Replica {
     /// replica (not this one) lists that contains `part`, with the replica
     /// and its interserver address; and whether any replica at all, active
     /// or not, lists `part` or a part containing it.
-    async fn covering_part(&self, part: &PartInfo) -> Result<(Option<(String, String, PartInfo)>, bool), ZkErr> {
+    async fn covering_part(&self, part: &PartInfo) -> Result<(Option<Source>, bool), ZkErr> {
         let mut search = drift_table::replica::CoveringSearch::new(part, &self.name);
         let replicas = self.coord.children(&self.paths.replicas()).await?;
         for r in &replicas {
@@ -473,7 +485,12 @@ impl Replica {
         }
         let (best, anywhere) = search.found();
         let found = match best {
-            Some((r, p)) => self.host_of(&r).await?.map(|h| (r, h, p)),
+            Some((replica, part)) => self.host_of(&replica).await?.map(|host| Source {
+                replica,
+                host,
+                part,
+                listing: None,
+            }),
             None => None,
         };
         Ok((found, anywhere))
@@ -496,30 +513,32 @@ impl Replica {
     }
 
     /// A replica (not this one) that lists `part`, with its interserver
-    /// address: `prefer` if it lists it (one round trip), else an active
-    /// one found by asking each.
-    async fn find_replica_having(
-        &self,
-        part: &PartInfo,
-        prefer: Option<&str>,
-    ) -> Result<Option<(String, String)>, ZkErr> {
+    /// address and the listing: `prefer` if it lists it (one round trip),
+    /// else an active one found by asking each.
+    async fn find_replica_having(&self, part: &PartInfo, prefer: Option<&str>) -> Result<Option<Source>, ZkErr> {
+        let source = |replica: &str, host, listing| Source {
+            replica: replica.to_string(),
+            host,
+            part: part.clone(),
+            listing: Some(listing),
+        };
         if let Some(r) = prefer.filter(|r| *r != self.name) {
-            if self.coord.exists(&self.paths.part_of(r, &part.name())).await?.is_some() {
+            if let Some((listing, _)) = self.coord.get(&self.paths.part_of(r, &part.name())).await? {
                 if let Some(host) = self.host_of(r).await? {
-                    return Ok(Some((r.to_string(), host)));
+                    return Ok(Some(source(r, host, listing)));
                 }
             }
         }
         let replicas = self.coord.children(&self.paths.replicas()).await?;
         for r in replicas.iter().filter(|r| **r != self.name) {
-            if self.coord.exists(&self.paths.part_of(r, &part.name())).await?.is_none() {
+            let Some((listing, _)) = self.coord.get(&self.paths.part_of(r, &part.name())).await? else {
                 continue;
-            }
+            };
             if self.coord.exists(&self.paths.is_active_of(r)).await?.is_none() {
                 continue;
             }
             if let Some(host) = self.host_of(r).await? {
-                return Ok(Some((r.clone(), host)));
+                return Ok(Some(source(r, host, listing)));
             }
         }
         Ok(None)
@@ -601,7 +620,7 @@ impl Replica {
                 return Ok(Outcome::Retry("fetches are stopped".into()));
             }
             return match self.find_replica_having(into, None).await? {
-                Some((source, host)) => self.fetch_and_commit(sel, into, &source, &host, false).await,
+                Some(source) => self.fetch_and_commit(sel, source, false).await,
                 None => Ok(Outcome::Retry(format!(
                     "source parts of {into} are not all here and no replica has {into} yet"
                 ))),
