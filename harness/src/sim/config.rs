@@ -39,6 +39,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             rotate_interval: sp.snapshot_distance.max(16),
             log_cache_bytes: drift_keeper::changelog::CACHE_BYTES_DEFAULT,
             quorum_reads: plan.quorum_reads,
+            shared_read_rounds: true,
             witness_blocks: plan.table.is_some(),
             digest: plan.digest,
             session_timeout_min_ms: 1_000,

@@ -461,6 +461,7 @@ impl ClusterConfig {
             log_cache_bytes: self.log_cache_bytes,
             rotate_interval: self.rotate_interval,
             quorum_reads: self.quorum_reads,
+            shared_read_rounds: false,
             witness_blocks: self.witness_blocks,
             digest: self.digest_mode(),
             session_timeout_min_ms: self.session_timeout_min_ms,

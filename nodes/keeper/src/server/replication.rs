@@ -647,15 +647,15 @@ impl<D: Disk> KeeperServer<D> {
         self.start_read_round();
     }
 
-    /// Asks Raft for a read-index round for the reads waiting, unless a
-    /// round is in flight: reads that come while one is out go together in
-    /// the next, so many concurrent reads cost a round or two, not one
-    /// each. Every read in a round came before the round was asked for,
+    /// Asks Raft for a read-index round for the reads waiting. With
+    /// `shared_read_rounds`, not while a round is in flight: reads that
+    /// come while one is out go together in the next, so many concurrent
+    /// reads cost a round or two, not one each. Every read in a round came before the round was asked for,
     /// so the index it answers (the leader's commit, confirmed by a quorum
     /// after that moment) covers every write completed before the read
     /// came: the read is linearizable.
     pub(super) fn start_read_round(&mut self) {
-        if self.reads_next.is_empty() || !self.read_index_wait.is_empty() {
+        if self.reads_next.is_empty() || (self.cfg.shared_read_rounds && !self.read_index_wait.is_empty()) {
             return;
         }
         let ctx = self.next_req;

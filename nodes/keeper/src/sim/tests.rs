@@ -27,6 +27,7 @@ fn config(seed: u64) -> SimConfig {
             // the rest back from the simulated disk, under its faults
             log_cache_bytes: 4096,
             quorum_reads: true,
+            shared_read_rounds: true,
             witness_blocks: false,
             digest: DigestMode::Incremental,
             session_timeout_min_ms: 1_000,
