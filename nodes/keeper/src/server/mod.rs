@@ -462,8 +462,9 @@ pub struct KeeperServer<D: Disk> {
     /// Preprocessed, uncommitted entries, in log order.
     preprocessed: VecDeque<Preprocessed>,
     applied_index: u64,
-    /// The read-index round in flight, by its ctx (one at a time; a
-    /// second only while a lost one waits to be asked again).
+    /// Read-index rounds in flight, by ctx: with `shared_read_rounds` one
+    /// at a time (a second only while a lost one waits to be asked
+    /// again), else one per read.
     read_index_wait: BTreeMap<u64, ReadBatch>,
     /// Quorum reads that came while a round was in flight: they go
     /// together in the next one.
