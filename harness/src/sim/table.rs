@@ -1153,6 +1153,36 @@ async fn reload_stale(w: &W, id: u64, life: u64, entry: &str) {
 }
 
 async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
+    let mut reloaded = false;
+    for _ in 0..core::PULL_RELOADS_MAX {
+        match pull_once(w, id, life, s).await? {
+            Pulled::Reloaded => reloaded = true,
+            Pulled::Done(copied) => {
+                if reloaded && copied > 0 {
+                    log(w, id, "pulled_past_reload", json!({"entries": copied}));
+                }
+                return Ok(());
+            }
+        }
+    }
+    Err(Fail::Other(format!(
+        "the log pointer moved under {} pulls in a row",
+        core::PULL_RELOADS_MAX
+    )))
+}
+
+/// What one pass of the log puller did: entries copied, and whether the
+/// pointer had moved under it (the queue read again, the entries past the
+/// reloaded pointer still to copy: the caller pulls again, since a merge
+/// chosen after a pull that stopped at the reload would span parts the
+/// queue never heard of — swarm seed 202 of insert-retry).
+enum Pulled {
+    Done(usize),
+    Reloaded,
+}
+
+/// One pass of the puller over the log as listed now.
+async fn pull_once(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<Pulled, Fail> {
     let (paths, name) = {
         let world = w.borrow();
         let t = world.table.as_ref().ok_or(Fail::NoSession)?;
@@ -1160,7 +1190,7 @@ async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(),
     };
     let names = children(w, s, &paths.log()).await?;
     let Some(pointer) = with_run(w, id, life, |run| run.log_pointer) else {
-        return Ok(());
+        return Ok(Pulled::Done(0));
     };
     let to_copy = core::to_copy(&names, pointer);
     if let Some(oldest) = to_copy.gap {
@@ -1192,7 +1222,7 @@ async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(),
         }
         let next = chunk.last().map(|(i, _)| i + 1).unwrap_or(pointer);
         let Some(version) = with_run(w, id, life, |run| run.pointer_version) else {
-            return Ok(());
+            return Ok(Pulled::Done(at));
         };
         let b = core::copy_batch(&paths, &name, &datas, next, version);
         for (index, why) in &b.unreadable {
@@ -1211,7 +1241,7 @@ async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(),
                 // would span a part it never heard of and drop its rows,
                 // seed 625 of the first 1,000-seed sweep with merges)
                 return match load_queue(w, id, life, s, &paths, &name).await {
-                    Ok(()) => Ok(()),
+                    Ok(()) => Ok(Pulled::Reloaded),
                     Err(e) => {
                         log(w, id, "queue_reload_failed", json!({"error": e}));
                         Err(Fail::Other(format!("the queue is not read again: {e}")))
@@ -1248,7 +1278,7 @@ async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(),
         // runner does not wait for its puller)
         run_queue(w, id, life, s);
     }
-    Ok(())
+    Ok(Pulled::Done(at))
 }
 
 // ---- the queue ----------------------------------------------------------------

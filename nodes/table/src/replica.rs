@@ -64,6 +64,14 @@ pub struct ToCopy {
     pub gap: Option<u64>,
 }
 
+/// Reloads of the queue one pull may go through before it fails: a pull
+/// whose version-checked multi finds `log_pointer` moved (a pull of an
+/// earlier life, or one whose answer was lost, committed meanwhile) reads
+/// the queue again and then copies on from the reloaded pointer — it is
+/// not done until the log as listed is copied, since a merge is chosen
+/// from the queue right after a pull.
+pub const PULL_RELOADS_MAX: usize = 3;
+
 pub fn to_copy(names: &[String], pointer: u64) -> ToCopy {
     let mut entries: Vec<(u64, String)> = names
         .iter()

@@ -48,6 +48,14 @@ pub const PULL_DEBOUNCE: Duration = Duration::from_millis(5);
 /// Pause between attempts to get a session.
 pub const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
 
+/// What one pass of the log puller did: entries copied, and whether the
+/// pointer had moved under it (the queue read again, the entries past the
+/// reloaded pointer still to copy).
+enum Pulled {
+    Done(usize),
+    Reloaded(usize),
+}
+
 pub fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -593,10 +601,31 @@ impl Replica {
 
     /// [`Replica::pull_log`] from the log's children as `known` lists them
     /// (read just now, by a watch), or as read here.
-    async fn pull_log_known(&self, known: Option<Vec<String>>) -> Result<usize, ZkErr> {
+    async fn pull_log_known(&self, mut known: Option<Vec<String>>) -> Result<usize, ZkErr> {
         let _g = self.pull_lock.lock().await;
+        let (mut copied, mut reloaded) = (0, false);
+        for _ in 0..drift_table::replica::PULL_RELOADS_MAX {
+            match self.pull_once(known.take()).await? {
+                Pulled::Done(n) => {
+                    if reloaded && n > 0 {
+                        self.log("pulled_past_reload", serde_json::json!({"entries": n}));
+                    }
+                    return Ok(copied + n);
+                }
+                Pulled::Reloaded(n) => (copied, reloaded) = (copied + n, true),
+            }
+        }
+        Err(ZkErr::Other(format!(
+            "the log pointer moved under {} pulls in a row",
+            drift_table::replica::PULL_RELOADS_MAX
+        )))
+    }
+
+    /// One pass of the puller over the log (as `known` lists it, or as
+    /// read here), under the pull lock.
+    async fn pull_once(&self, known: Option<Vec<String>>) -> Result<Pulled, ZkErr> {
         if !self.st().registered {
-            return Ok(0);
+            return Ok(Pulled::Done(0));
         }
         let c = &self.coord;
         let names = match known {
@@ -644,9 +673,12 @@ impl Replica {
                     // copied, and the pull fails: a merge chosen from that
                     // queue would span a part it never heard of and drop its
                     // rows (the simulator found this, seed 625 of its first
-                    // 1,000-seed sweep with merges)
+                    // 1,000-seed sweep with merges). Reloaded, the entries
+                    // past the new pointer are still to copy: the caller
+                    // pulls again, or a merge chosen after this pull would
+                    // span them (swarm seed 202 of insert-retry)
                     return match self.load_queue().await {
-                        Ok(_) => Ok(copied),
+                        Ok(_) => Ok(Pulled::Reloaded(copied)),
                         Err(e) => {
                             self.log("queue_reload_failed", serde_json::json!({"error": e}));
                             Err(ZkErr::Other(format!("the queue is not read again: {e}")))
@@ -684,7 +716,7 @@ impl Replica {
         if copied > 0 {
             self.wake.notify_one();
         }
-        Ok(copied)
+        Ok(Pulled::Done(copied))
     }
 
     /// Pulls whenever the log changes (or every [`PULL_PERIOD`]).
