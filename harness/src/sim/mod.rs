@@ -70,6 +70,9 @@ pub struct Simulated {
     /// Simulated time from the first event to the last.
     pub simulated_us: u64,
     pub events: u64,
+    /// Committed entries seen before their server's changelog held them
+    /// (see `drift_keeper::sim::Invariants::commits_ahead_of_log`).
+    pub commits_ahead_of_log: u64,
 }
 
 /// Runs campaign `c` in a simulated cluster.
@@ -311,6 +314,7 @@ pub fn simulate(c: &Campaign) -> Simulated {
         trace_hash: world.cluster.trace_hash(),
         simulated_us: end_us,
         events: world.cluster.events(),
+        commits_ahead_of_log: world.cluster.invariants.commits_ahead_of_log,
     };
     drop(world);
     exec::shut_down(&w);

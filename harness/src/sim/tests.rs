@@ -731,6 +731,10 @@ fn a_batched_commit_ahead_of_the_changelog_is_no_divergence() {
     assert_eq!(c.plan.sim.as_ref().map(|s| s.batch_us), Some(100));
     let sim = simulate(&c);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
+    assert!(
+        sim.commits_ahead_of_log > 0,
+        "no committed entry was seen ahead of its server's changelog: the case is not reached"
+    );
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
     assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "{why}");
 }

@@ -37,6 +37,11 @@ pub struct Invariants {
     promises: BTreeMap<u64, Promise>,
     /// Divergences caught, as (server, index).
     pub caught: Vec<(u64, u64)>,
+    /// Committed entries a server's changelog did not hold yet (or held
+    /// the entry they replace) when they were compared: a batched
+    /// follower's commit index moving with the append, before the advance
+    /// writes it. How a test knows it reached the case.
+    pub commits_ahead_of_log: u64,
     pub violations: Vec<Violation>,
 }
 
@@ -85,6 +90,9 @@ impl Invariants {
         let to = s.commit_index();
         for index in from..=to {
             let Some(e) = s.entry(index) else { continue };
+            if s.entry_term(index) != Some(e.term) {
+                self.commits_ahead_of_log += 1;
+            }
             let seen = (e.term, entry_hash(&e));
             match self.committed.get(&index) {
                 Some(&first) if first != seen => self.violate(
