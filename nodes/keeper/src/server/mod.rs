@@ -134,10 +134,13 @@ pub struct ServerConfig {
     pub quorum_reads: bool,
     /// Quorum reads share read-index rounds: one in flight, the reads
     /// that come meanwhile together in the next (else each read asks for
-    /// its own). The simulator runs with it; the node does not yet: with
-    /// it, real ClickHouse replicas on the node's keeper diverged in a
-    /// smoke campaign that passes without it (BENCHMARKS.md, "Shared
-    /// read-index rounds"), and that is not explained yet.
+    /// its own). The simulator runs with it; the node does not: a read
+    /// then waits up to a round longer, and a write queued behind it on
+    /// its session with it. Real ClickHouse, all of whose threads share
+    /// one session, had more commits lost on their way to a killed
+    /// server, and 18.16 keeps such a part on its writer alone
+    /// (BENCHMARKS.md, "A pull that stops at a reload, and what real
+    /// ClickHouse disagreed about").
     pub shared_read_rounds: bool,
     /// Log each block id (a child of a node named `blocks`, as a
     /// replicated table keeps them) created or removed by an applied

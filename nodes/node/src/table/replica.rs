@@ -610,6 +610,10 @@ impl Replica {
                     if reloaded && n > 0 {
                         self.log("pulled_past_reload", serde_json::json!({"entries": n}));
                     }
+                    // new entries, or a queue read again, for the runner
+                    if copied + n > 0 || reloaded {
+                        self.wake.notify_one();
+                    }
                     return Ok(copied + n);
                 }
                 Pulled::Reloaded(n) => (copied, reloaded) = (copied + n, true),
@@ -712,9 +716,6 @@ impl Replica {
             self.events.add(Ev::LogEntriesPulled, chunk.len() as u64);
             at += chunk.len();
             batch = drift_table::replica::next_batch(batch);
-        }
-        if copied > 0 {
-            self.wake.notify_one();
         }
         Ok(Pulled::Done(copied))
     }
