@@ -8,7 +8,7 @@ use crate::plan::Plan;
 use clap::Parser;
 use drift_checkers::history::OpType;
 use serde_json::Value;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The campaign `drift test --backend sim <args>` runs with `seed`.
 fn campaign(args: &[&str], seed: u64) -> Campaign {
@@ -463,7 +463,6 @@ fn each_table_defect_is_found_inside_the_simulation_and_by_the_checker() {
 fn the_table_seeds_that_found_bugs_stay_fixed() {
     let mut unreached = vec![
         ("a pointer moved under a pull", "pointer_moved"),
-        ("a reload read again", "\"reads\":2"),
         ("a lost commit settled", "commit_resolved"),
         ("a pull waited for another", "pull_waited"),
         ("a merge made", "part_merged"),
@@ -479,8 +478,13 @@ fn the_table_seeds_that_found_bugs_stay_fixed() {
         // a commit that found its own listing gone: an earlier commit of a
         // smaller covering part landed and lost its answer; the entry once
         // retried for ever with a larger one (seed 135 of the first sweep
-        // with quorum inserts: a final read timed out)
-        ("a stale commit read the queue again", "stale_commit_reloaded", 188),
+        // with quorum inserts: a final read timed out). Seed 198 since a
+        // pull copies on past a reload (188 no longer reaches it; 198 was
+        // the first of 1–275 that does)
+        ("a stale commit read the queue again", "stale_commit_reloaded", 198),
+        // none of seeds 1–40 since a pull copies on past a reload (198 and
+        // 55 of 1–200 do)
+        ("a reload read again", "\"reads\":2", 198),
     ];
     let run = |seed: u64| {
         let c = campaign(&["--workload", "insert-retry", "--time-limit", "30"], seed);
@@ -490,8 +494,9 @@ fn the_table_seeds_that_found_bugs_stay_fixed() {
         assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "seed {seed}: {why}");
         sim.logs.into_values().flatten().collect::<Vec<String>>()
     };
+    let mut runs: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for (what, needle, seed) in pinned {
-        let lines = run(seed);
+        let lines = runs.entry(seed).or_insert_with(|| run(seed));
         assert!(
             lines.iter().any(|l| l.contains(needle)),
             "seed {seed} no longer reaches {what} ({needle}): find another"
