@@ -60,6 +60,7 @@ use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::{Queue, Selected};
 use drift_table::quorum;
 use drift_table::replica as core;
+use drift_table::replica::Pulled;
 use drift_table::schema::Value as Cell;
 use drift_table::zk::{sequence_of, CreateMode, KeeperOp, Paths};
 use drift_table::{Block, Schema};
@@ -1156,7 +1157,7 @@ async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(),
     let mut reloaded = false;
     for _ in 0..core::PULL_RELOADS_MAX {
         match pull_once(w, id, life, s).await? {
-            Pulled::Reloaded => reloaded = true,
+            Pulled::Reloaded(_) => reloaded = true,
             Pulled::Done(copied) => {
                 if reloaded && copied > 0 {
                     log(w, id, "pulled_past_reload", json!({"entries": copied}));
@@ -1171,17 +1172,10 @@ async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(),
     )))
 }
 
-/// What one pass of the log puller did: entries copied, and whether the
-/// pointer had moved under it (the queue read again, the entries past the
-/// reloaded pointer still to copy: the caller pulls again, since a merge
-/// chosen after a pull that stopped at the reload would span parts the
-/// queue never heard of — swarm seed 202 of insert-retry).
-enum Pulled {
-    Done(usize),
-    Reloaded,
-}
-
-/// One pass of the puller over the log as listed now.
+/// One pass of the puller over the log as listed now. After a reload
+/// the caller pulls again: a merge chosen after a pull that stopped at
+/// the reload would span parts the queue never heard of (swarm seed 202
+/// of insert-retry).
 async fn pull_once(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<Pulled, Fail> {
     let (paths, name) = {
         let world = w.borrow();
@@ -1241,7 +1235,7 @@ async fn pull_once(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<Pulled, F
                 // would span a part it never heard of and drop its rows,
                 // seed 625 of the first 1,000-seed sweep with merges)
                 return match load_queue(w, id, life, s, &paths, &name).await {
-                    Ok(()) => Ok(Pulled::Reloaded),
+                    Ok(()) => Ok(Pulled::Reloaded(at)),
                     Err(e) => {
                         log(w, id, "queue_reload_failed", json!({"error": e}));
                         Err(Fail::Other(format!("the queue is not read again: {e}")))

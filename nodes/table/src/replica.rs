@@ -72,6 +72,16 @@ pub struct ToCopy {
 /// from the queue right after a pull.
 pub const PULL_RELOADS_MAX: usize = 3;
 
+/// What one pass of a log puller did: entries copied, and whether the
+/// pointer had moved under it (the queue read again, the entries past the
+/// reloaded pointer still to copy: the driver pulls again, up to
+/// [`PULL_RELOADS_MAX`] times).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pulled {
+    Done(usize),
+    Reloaded(usize),
+}
+
 pub fn to_copy(names: &[String], pointer: u64) -> ToCopy {
     let mut entries: Vec<(u64, String)> = names
         .iter()

@@ -650,8 +650,8 @@ impl<D: Disk> KeeperServer<D> {
     /// Asks Raft for a read-index round for the reads waiting. With
     /// `shared_read_rounds`, not while a round is in flight: reads that
     /// come while one is out go together in the next, so many concurrent
-    /// reads cost a round or two, not one each. Every read in a round came before the round was asked for,
-    /// so the index it answers (the leader's commit, confirmed by a quorum
+    /// reads cost a round or two, not one each. Every read in a round
+    /// came before the round was asked for, so the index it answers (the leader's commit, confirmed by a quorum
     /// after that moment) covers every write completed before the read
     /// came: the read is linearizable.
     pub(super) fn start_read_round(&mut self) {

@@ -29,6 +29,7 @@ use drift_table::entry::LogEntry;
 use drift_table::format;
 use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::Queue;
+use drift_table::replica::Pulled;
 use drift_table::schema::Schema;
 use drift_table::zk::{CreateMode, Paths};
 use drift_table::Block;
@@ -47,14 +48,6 @@ pub const PULL_PERIOD: Duration = Duration::from_secs(1);
 pub const PULL_DEBOUNCE: Duration = Duration::from_millis(5);
 /// Pause between attempts to get a session.
 pub const RECONNECT_PAUSE: Duration = Duration::from_millis(200);
-
-/// What one pass of the log puller did: entries copied, and whether the
-/// pointer had moved under it (the queue read again, the entries past the
-/// reloaded pointer still to copy).
-enum Pulled {
-    Done(usize),
-    Reloaded(usize),
-}
 
 pub fn wall_ms() -> i64 {
     SystemTime::now()
@@ -610,8 +603,7 @@ impl Replica {
                     if reloaded && n > 0 {
                         self.log("pulled_past_reload", serde_json::json!({"entries": n}));
                     }
-                    // new entries, or a queue read again, for the runner
-                    if copied + n > 0 || reloaded {
+                    if copied + n > 0 {
                         self.wake.notify_one();
                     }
                     return Ok(copied + n);
