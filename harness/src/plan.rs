@@ -450,6 +450,19 @@ impl PlantedBug {
     }
 }
 
+/// How simulated keeper servers serve quorum reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadRounds {
+    /// One read-index round in flight; the reads that come meanwhile go
+    /// together in the next (fewer events: the simulator's default).
+    #[default]
+    Shared,
+    /// A round for each read, as the node runs (its `shared_read_rounds`
+    /// is off).
+    PerRead,
+}
+
 /// How a simulated cluster's world behaves (backend sim); drawn per
 /// seed in swarm mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -479,6 +492,9 @@ pub struct SimPlan {
     /// between an input and the advance that writes it.
     #[serde(default, skip_serializing_if = "is_zero_u64")]
     pub batch_us: u64,
+    /// Whether quorum reads share read-index rounds.
+    #[serde(default, skip_serializing_if = "is_shared")]
+    pub read_rounds: ReadRounds,
     /// Bugs planted in every server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bugs: Vec<PlantedBug>,
@@ -490,6 +506,10 @@ fn is_zero(x: &f64) -> bool {
 
 fn is_zero_u64(x: &u64) -> bool {
     *x == 0
+}
+
+fn is_shared(r: &ReadRounds) -> bool {
+    *r == ReadRounds::Shared
 }
 
 impl Default for SimPlan {
@@ -504,6 +524,7 @@ impl Default for SimPlan {
             torn_writes: true,
             snapshot_distance: 2_000,
             batch_us: 0,
+            read_rounds: ReadRounds::Shared,
             bugs: Vec::new(),
         }
     }
@@ -531,6 +552,11 @@ impl Plan {
         if args.sim_batch_us.is_some() && args.backend != BackendKind::Sim {
             return Err(Failure::new(
                 "--sim-batch-us is for simulated servers: it needs --backend sim",
+            ));
+        }
+        if args.sim_read_rounds.is_some() && args.backend != BackendKind::Sim {
+            return Err(Failure::new(
+                "--sim-read-rounds is for simulated servers: it needs --backend sim",
             ));
         }
         let mut plan = Plan {
@@ -563,6 +589,7 @@ impl Plan {
             sim: (args.backend == BackendKind::Sim).then(|| SimPlan {
                 bugs: args.plant.clone(),
                 batch_us: args.sim_batch_us.unwrap_or(0),
+                read_rounds: args.sim_read_rounds.unwrap_or_default(),
                 ..SimPlan::default()
             }),
             coordinator: args.coordinator.unwrap_or_default(),
@@ -1048,6 +1075,12 @@ pub struct TestArgs {
     /// mode draws it).
     #[arg(long = "sim-batch-us")]
     pub sim_batch_us: Option<u64>,
+    /// Whether simulated keeper servers share read-index rounds among
+    /// quorum reads (`shared`, the default) or give each read its own,
+    /// as the node does (`per-read`) (`--backend sim` only; swarm mode
+    /// draws it).
+    #[arg(long = "sim-read-rounds", value_enum)]
+    pub sim_read_rounds: Option<ReadRounds>,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,

@@ -3,7 +3,7 @@
 //! bugs), and swarm mode's draws of that world from the seed.
 
 use crate::nemesis::FaultKind;
-use crate::plan::{Campaign, PlantedBug};
+use crate::plan::{Campaign, PlantedBug, ReadRounds};
 use drift_keeper::server::{PlantedBugs, ServerConfig};
 use drift_keeper::sim::disk::KillMode;
 use drift_keeper::sim::{NetConfig, SimConfig};
@@ -39,7 +39,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             rotate_interval: sp.snapshot_distance.max(16),
             log_cache_bytes: drift_keeper::changelog::CACHE_BYTES_DEFAULT,
             quorum_reads: plan.quorum_reads,
-            shared_read_rounds: true,
+            shared_read_rounds: sp.read_rounds == ReadRounds::Shared,
             witness_blocks: plan.table.is_some(),
             digest: plan.digest,
             session_timeout_min_ms: 1_000,
@@ -73,8 +73,9 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
 
 /// Swarm mode: the campaign of `seed` with its world varied — a subset of
 /// the faults, their pace, the network's misbehaviour (loss, duplication,
-/// reordering, delays, clogged links), clock drift, torn writes — all
-/// drawn from the seed.
+/// reordering, delays, clogged links), clock drift, torn writes, and for
+/// the keeper's workloads how its servers batch inputs and share
+/// read-index rounds — all drawn from the seed.
 pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     let mut rng = Rng::new(Rng::derive(seed, "swarm"));
     let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
@@ -104,6 +105,13 @@ pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     // draws, and with them the seeds that found the kv service's bugs)
     if plan.workload != drift_workloads::WorkloadKind::Delete {
         sim.batch_us = [0, 0, 200, 2_000][rng.below(4) as usize];
+        // after the batching, for the same reason: half the seeds serve
+        // each quorum read in its own read-index round, as the node does
+        sim.read_rounds = if rng.below(2) == 0 {
+            ReadRounds::PerRead
+        } else {
+            ReadRounds::Shared
+        };
     }
     plan.sim = Some(sim);
     Campaign::new(plan, seed)

@@ -19,6 +19,17 @@ fn campaign(args: &[&str], seed: u64) -> Campaign {
     Campaign::new(Plan::from_args(&t).expect("a valid plan"), seed)
 }
 
+/// Swarm seed `seed` in the world it was found in: the seeds kept below
+/// were found before swarm mode drew whether quorum reads share
+/// read-index rounds, when they always did.
+fn swarm_as_found(plan: Plan, seed: u64) -> Campaign {
+    let mut plan = swarm(plan, seed).plan;
+    if let Some(sim) = plan.sim.as_mut() {
+        sim.read_rounds = crate::plan::ReadRounds::Shared;
+    }
+    Campaign::new(plan, seed)
+}
+
 /// The history as the store writes it: one JSON line per operation.
 fn history_bytes(s: &Simulated) -> Vec<u8> {
     let mut out = Vec::new();
@@ -102,7 +113,7 @@ fn the_seeds_that_found_bugs_stay_fixed() {
     ];
     for (nemesis, swarmed, seed) in cases {
         let c = campaign(&["--time-limit", "30", "--nemesis", nemesis], seed);
-        let c = if swarmed { swarm(c.plan, seed) } else { c };
+        let c = if swarmed { swarm_as_found(c.plan, seed) } else { c };
         let sim = simulate(&c);
         let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
         assert_eq!(
@@ -142,7 +153,7 @@ fn the_kv_seeds_that_found_bugs_stay_fixed() {
             &["--workload", "delete", "--time-limit", "30", "--nemesis", nemesis],
             seed,
         );
-        let c = if swarmed { swarm(c.plan, seed) } else { c };
+        let c = if swarmed { swarm_as_found(c.plan, seed) } else { c };
         let mut sim = simulate(&c);
         let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
         assert_eq!(
@@ -224,6 +235,48 @@ fn a_swarm_seed_replays_too() {
     assert_eq!(s1, s2);
     assert_ne!(s1.plan.sim, swarm(c.plan.clone(), 42).plan.sim);
     assert_eq!(simulate(&s1).trace_hash, simulate(&s2).trace_hash);
+}
+
+/// Quorum reads each in a read-index round of its own, as the node
+/// serves them (`--sim-read-rounds per-read`): the same seed makes a
+/// different run with more events (a heartbeat to each follower per
+/// read), valid; swarm mode draws both ways, and the run is stored with
+/// the way it ran.
+#[test]
+fn reads_in_rounds_of_their_own_run_as_the_node_serves_them() {
+    let args = [
+        "--workload",
+        "insert-retry",
+        "--time-limit",
+        "10",
+        "--nemesis",
+        "kill,partition",
+    ];
+    let shared = campaign(&args, 5);
+    let mut own_args = args.to_vec();
+    own_args.extend(["--sim-read-rounds", "per-read"]);
+    let own = campaign(&own_args, 5);
+    assert_eq!(
+        own.plan.sim.as_ref().map(|s| s.read_rounds),
+        Some(crate::plan::ReadRounds::PerRead)
+    );
+    let (a, b) = (simulate(&shared), simulate(&own));
+    assert!(
+        b.events > a.events,
+        "a round per read: {} events, shared rounds: {}",
+        b.events,
+        a.events
+    );
+    for (c, sim) in [(&shared, &a), (&own, &b)] {
+        let (verdict, why) = sweep::judge(c, sim).expect("judged");
+        assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "{why}");
+    }
+    let stored = serde_json::to_string(own.plan.sim.as_ref().expect("a simulated world")).expect("serialises");
+    assert!(stored.contains("\"read_rounds\":\"per-read\""), "{stored}");
+    let drawn: BTreeSet<_> = (1..=20)
+        .filter_map(|seed| swarm(shared.plan.clone(), seed).plan.sim.map(|s| s.read_rounds))
+        .collect();
+    assert_eq!(drawn.len(), 2, "twenty swarm seeds drew one way of reading only");
 }
 
 /// The kv service beside the keepers (the delete workload): its own
@@ -611,7 +664,7 @@ fn the_table_swarm_seeds_that_found_bugs_stay_fixed() {
         &["--workload", "insert-retry", "--time-limit", "30", "--nemesis", all],
         1,
     );
-    let c = swarm(base.plan.clone(), 3);
+    let c = swarm_as_found(base.plan.clone(), 3);
     let sim = simulate(&c);
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
     assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "seed 3: {why}");
@@ -675,7 +728,7 @@ fn the_table_swarm_seeds_that_found_bugs_stay_fixed() {
     // on a calm network, which this seed no longer needs).
     let no_wipe = "partition,kill,pause,corrupt,diverge,clock,keeper-restart,drop-reply,stop-fetches,keeper-cut";
     let base = campaign(&["--workload", "insert-retry", "--nemesis", no_wipe], 1);
-    let c = swarm(base.plan.clone(), 9);
+    let c = swarm_as_found(base.plan.clone(), 9);
     let sim = simulate(&c);
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
     assert_eq!(
@@ -697,7 +750,7 @@ fn the_table_swarm_seeds_that_found_bugs_stay_fixed() {
 #[test]
 fn a_pull_that_reloads_the_queue_copies_on_past_it() {
     let base = campaign(&["--workload", "insert-retry"], 1);
-    let c = swarm(base.plan.clone(), 202);
+    let c = swarm_as_found(base.plan.clone(), 202);
     let sim = simulate(&c);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");

@@ -134,7 +134,9 @@ pub struct ServerConfig {
     pub quorum_reads: bool,
     /// Quorum reads share read-index rounds: one in flight, the reads
     /// that come meanwhile together in the next (else each read asks for
-    /// its own). The simulator runs with it; the node does not: a read
+    /// its own). The simulator runs with it unless told otherwise (`drift
+    /// test --sim-read-rounds per-read`, and half of swarm mode's seeds);
+    /// the node does not: a read
     /// then waits up to a round longer, and a write queued behind it on
     /// its session with it. Real ClickHouse, all of whose threads share
     /// one session, had more commits lost on their way to a killed
