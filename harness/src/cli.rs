@@ -77,7 +77,9 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub from: u64,
     /// Vary the world per seed: which faults, how often, message loss,
-    /// duplication, reordering and delays, clock drift, torn writes.
+    /// duplication, reordering and delays, clock drift, torn writes, and
+    /// (but for the delete workload) how the keeper servers batch inputs
+    /// and share read-index rounds.
     #[arg(long)]
     pub swarm: bool,
     /// Seeds run at once (each simulation is one thread).

@@ -135,7 +135,7 @@ fn a_sweep_without_planted_bugs_finds_nothing_on_a_few_seeds() {
 
 #[test]
 fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
-    let cases: [(&[&str], &str); 9] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["sim", "--seeds", "0"], "--seeds"),
         (&["sim", "--jobs", "0"], "--jobs"),
         (&["sim", "--seed", "3"], "--from and --seeds, not --seed"),
@@ -167,6 +167,23 @@ fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
         (
             &["test", "--plant", "skip-rollback", "--time-limit", "1"],
             "--plant plants bugs in simulated servers: it needs --backend sim",
+        ),
+        (
+            &["test", "--sim-read-rounds", "per-read", "--time-limit", "1"],
+            "--sim-read-rounds is for simulated servers: it needs --backend sim",
+        ),
+        (
+            &[
+                "sim",
+                "--swarm",
+                "--sim-read-rounds",
+                "shared",
+                "--seeds",
+                "1",
+                "--time-limit",
+                "1",
+            ],
+            "--swarm draws --sim-batch-us and --sim-read-rounds per seed",
         ),
         (&["bench", "sim", "--seeds", "0"], "--seeds"),
     ];

@@ -109,6 +109,11 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
             "drift sim: seeds come from --from and --seeds, not --seed",
         ));
     }
+    if args.swarm && (test.sim_batch_us.is_some() || test.sim_read_rounds.is_some()) {
+        return Err(Failure::new(
+            "drift sim --swarm draws --sim-batch-us and --sim-read-rounds per seed: give neither with --swarm",
+        ));
+    }
     let base = Plan::from_args(&test)?;
     let store = Store::new(&test.store);
     let seeds: Vec<u64> = (args.from..args.from.saturating_add(args.seeds)).collect();
