@@ -1154,22 +1154,19 @@ async fn reload_stale(w: &W, id: u64, life: u64, entry: &str) {
 }
 
 async fn pull_log_locked(w: &W, id: u64, life: u64, s: &Rc<SimZk>) -> Result<(), Fail> {
-    let mut reloaded = false;
-    for _ in 0..core::PULL_RELOADS_MAX {
-        match pull_once(w, id, life, s).await? {
-            Pulled::Reloaded(_) => reloaded = true,
-            Pulled::Done(copied) => {
-                if reloaded && copied > 0 {
-                    log(w, id, "pulled_past_reload", json!({"entries": copied}));
+    let mut pulls = core::Pulls::default();
+    loop {
+        match pulls.after(pull_once(w, id, life, s).await?) {
+            core::PullNext::Again => {}
+            core::PullNext::Done { past_reload, .. } => {
+                if let Some(n) = past_reload {
+                    log(w, id, "pulled_past_reload", json!({"entries": n}));
                 }
                 return Ok(());
             }
+            core::PullNext::GaveUp(why) => return Err(Fail::Other(why)),
         }
     }
-    Err(Fail::Other(format!(
-        "the log pointer moved under {} pulls in a row",
-        core::PULL_RELOADS_MAX
-    )))
 }
 
 /// One pass of the puller over the log as listed now. After a reload

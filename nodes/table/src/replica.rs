@@ -82,6 +82,49 @@ pub enum Pulled {
     Reloaded(usize),
 }
 
+/// A pull's passes, as both drivers run them: a pass that read the
+/// queue again is followed by another, up to [`PULL_RELOADS_MAX`].
+#[derive(Debug, Default)]
+pub struct Pulls {
+    copied: usize,
+    passes: usize,
+    reloaded: bool,
+}
+
+/// What a driver does after a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullNext {
+    /// Pull again (the queue was read again).
+    Again,
+    /// The log as listed is in the queue: `copied` entries in all, of
+    /// which `past_reload` after a reload (to log as `pulled_past_reload`).
+    Done { copied: usize, past_reload: Option<usize> },
+    /// The pointer kept moving: the pull fails, and no merge is chosen
+    /// after it.
+    GaveUp(String),
+}
+
+impl Pulls {
+    pub fn after(&mut self, pass: Pulled) -> PullNext {
+        self.passes += 1;
+        match pass {
+            Pulled::Done(n) => PullNext::Done {
+                copied: self.copied + n,
+                past_reload: (self.reloaded && n > 0).then_some(n),
+            },
+            Pulled::Reloaded(n) => {
+                self.copied += n;
+                self.reloaded = true;
+                if self.passes >= PULL_RELOADS_MAX {
+                    PullNext::GaveUp(format!("the log pointer moved under {PULL_RELOADS_MAX} pulls in a row"))
+                } else {
+                    PullNext::Again
+                }
+            }
+        }
+    }
+}
+
 pub fn to_copy(names: &[String], pointer: u64) -> ToCopy {
     let mut entries: Vec<(u64, String)> = names
         .iter()
@@ -485,6 +528,44 @@ mod tests {
 
     fn paths() -> Paths {
         Paths::new("/t", "r1")
+    }
+
+    /// A pass that read the queue again is followed by another; the pull
+    /// is done when a pass copies the log as listed, and gives up after
+    /// `PULL_RELOADS_MAX` reloads in a row.
+    #[test]
+    fn a_pull_goes_on_past_a_reload_and_gives_up_at_the_limit() {
+        let mut p = Pulls::default();
+        assert_eq!(p.after(Pulled::Reloaded(2)), PullNext::Again);
+        assert_eq!(
+            p.after(Pulled::Done(3)),
+            PullNext::Done {
+                copied: 5,
+                past_reload: Some(3)
+            }
+        );
+        let mut p = Pulls::default();
+        assert_eq!(
+            p.after(Pulled::Done(4)),
+            PullNext::Done {
+                copied: 4,
+                past_reload: None
+            }
+        );
+        let mut p = Pulls::default();
+        assert_eq!(p.after(Pulled::Reloaded(0)), PullNext::Again);
+        assert_eq!(
+            p.after(Pulled::Done(0)),
+            PullNext::Done {
+                copied: 0,
+                past_reload: None
+            }
+        );
+        let mut p = Pulls::default();
+        for _ in 1..PULL_RELOADS_MAX {
+            assert_eq!(p.after(Pulled::Reloaded(1)), PullNext::Again);
+        }
+        assert!(matches!(p.after(Pulled::Reloaded(1)), PullNext::GaveUp(why) if why.contains("pulls in a row")));
     }
 
     proptest::proptest! {

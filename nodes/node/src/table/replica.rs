@@ -29,7 +29,7 @@ use drift_table::entry::LogEntry;
 use drift_table::format;
 use drift_table::part::{ActivePartSet, PartInfo};
 use drift_table::queue::Queue;
-use drift_table::replica::Pulled;
+use drift_table::replica::{PullNext, Pulled, Pulls};
 use drift_table::schema::Schema;
 use drift_table::zk::{CreateMode, Paths};
 use drift_table::Block;
@@ -596,25 +596,22 @@ impl Replica {
     /// (read just now, by a watch), or as read here.
     async fn pull_log_known(&self, mut known: Option<Vec<String>>) -> Result<usize, ZkErr> {
         let _g = self.pull_lock.lock().await;
-        let (mut copied, mut reloaded) = (0, false);
-        for _ in 0..drift_table::replica::PULL_RELOADS_MAX {
-            match self.pull_once(known.take()).await? {
-                Pulled::Done(n) => {
-                    if reloaded && n > 0 {
+        let mut pulls = Pulls::default();
+        loop {
+            match pulls.after(self.pull_once(known.take()).await?) {
+                PullNext::Again => {}
+                PullNext::Done { copied, past_reload } => {
+                    if let Some(n) = past_reload {
                         self.log("pulled_past_reload", serde_json::json!({"entries": n}));
                     }
-                    if copied + n > 0 {
+                    if copied > 0 {
                         self.wake.notify_one();
                     }
-                    return Ok(copied + n);
+                    return Ok(copied);
                 }
-                Pulled::Reloaded(n) => (copied, reloaded) = (copied + n, true),
+                PullNext::GaveUp(why) => return Err(ZkErr::Other(why)),
             }
         }
-        Err(ZkErr::Other(format!(
-            "the log pointer moved under {} pulls in a row",
-            drift_table::replica::PULL_RELOADS_MAX
-        )))
     }
 
     /// One pass of the puller over the log (as `known` lists it, or as
