@@ -192,6 +192,7 @@ fn one_round(
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let _running = Running::new(dir.clone());
     let started = start_cluster(&UpSpec {
         nodes: 3,
         dir: &dir,
@@ -206,7 +207,6 @@ fn one_round(
         clickhouse: None,
         zookeeper_heap_mb: Some(heap),
     });
-    let _running = Running { dir: dir.clone() };
     let config = started.map_err(|e| e.message)?;
     let addrs: Vec<SocketAddr> = config.peers.iter().map(|p| p.client).collect();
     let pids = coordinator_pids(&dir);

@@ -138,6 +138,7 @@ pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
             ));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("{}: {e}", dir.display())))?;
+            let running = Running::new(dir.clone());
             let started = start_cluster(&UpSpec {
                 nodes: 3,
                 dir: &dir,
@@ -152,7 +153,6 @@ pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
                 clickhouse: None,
                 zookeeper_heap_mb: Some(ZOOKEEPER_HEAP_MB),
             });
-            let running = Running { dir: dir.clone() };
             let config = started?;
             let (p50, p99) = fsync_probe(&dir)?;
             say(format!(

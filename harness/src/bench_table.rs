@@ -128,16 +128,78 @@ pub(crate) fn cpu_and_rss(pids: &[u32], ticks: f64) -> (f64, f64) {
 }
 
 /// Ends the cluster in `dir` and removes the directory when dropped,
-/// error or not (also `drift bench keeper --against`'s clusters).
+/// error or not, and when the benchmark is interrupted (also `drift bench
+/// keeper --against`'s clusters): a benchmark's clusters are started like
+/// `drift cluster up`'s, to outlive the command that started them, so
+/// without this a Ctrl-C would leave them running on the benchmark's ports.
 pub(crate) struct Running {
-    pub(crate) dir: PathBuf,
+    dir: PathBuf,
+}
+
+/// The clusters benchmarks have running, for the interrupt handler.
+static RUNNING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+impl Running {
+    /// Takes charge of the cluster in `dir`, started or about to be.
+    pub(crate) fn new(dir: PathBuf) -> Running {
+        end_clusters_on_interrupt();
+        lock_running().push(dir.clone());
+        Running { dir }
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
+        // held while stopping: an interrupt meanwhile waits, then finds
+        // this cluster gone from the list
+        let mut running = lock_running();
+        running.retain(|d| *d != self.dir);
         let _ = stop_cluster(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+fn lock_running() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// On SIGINT, SIGTERM or SIGHUP: ends every cluster in [`RUNNING`],
+/// removes their directories, and exits with 130. Set up once, by the
+/// first [`Running`].
+fn end_clusters_on_interrupt() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for signal in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            if let Err(e) = signal_hook::flag::register(signal, interrupted.clone()) {
+                eprintln!("warning: an interrupted benchmark cannot stop its clusters: {e}");
+            }
+        }
+        let watch = move || loop {
+            std::thread::sleep(Duration::from_millis(50));
+            if interrupted.load(Ordering::SeqCst) {
+                // the lock stays taken: no cluster is added or stopped
+                // elsewhere while these go
+                let running = lock_running();
+                for dir in running.iter() {
+                    let _ = stop_cluster(dir);
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                eprintln!(
+                    "interrupted: stopped the benchmark's {} running cluster(s)",
+                    running.len()
+                );
+                std::process::exit(130);
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name("interrupt".into()).spawn(watch) {
+            eprintln!("warning: an interrupted benchmark cannot stop its clusters: {e}");
+        }
+    });
 }
 
 pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
@@ -232,6 +294,7 @@ pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
                     ("parts_to_throw_insert".into(), "1000000".into()),
                 ],
             });
+        let running = Running::new(dir.clone());
         let config = start_cluster(&UpSpec {
             nodes: 3,
             dir: &dir,
@@ -246,7 +309,6 @@ pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
             clickhouse: clickhouse.as_ref(),
             zookeeper_heap_mb: None,
         });
-        let running = Running { dir: dir.clone() };
         let config = config?;
         let urls: Vec<String> = match &clickhouse {
             Some(ch) => {

@@ -887,6 +887,56 @@ fn bench_keeper_against_zookeeper_measures_both_systems_in_one_command() {
     assert_eq!(v["fsync_probes"].as_array().unwrap().len(), 4);
 }
 
+/// A benchmark's clusters outlive the command that started them (they are
+/// started as `drift cluster up` starts one), so an interrupted benchmark
+/// must stop them itself: SIGTERM in the middle of `drift bench table`
+/// leaves no node running and no directory behind, and says so.
+#[test]
+fn an_interrupted_benchmark_stops_its_clusters() {
+    let tmp = common::scratch("bench-interrupt");
+    let mut bench = common::drift();
+    bench
+        .args(["bench", "table", "--setups", "keeper", "--clients", "1"])
+        .args(["--seconds", "60", "--rounds", "1", "--port", "23700"])
+        .env("TMPDIR", &*tmp)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = bench.spawn().unwrap();
+    let pid = child.id();
+    let mut child = common::Reaped(child);
+    let dir = tmp.join(format!("drift-bench-table-{pid}-keeper"));
+    // the cluster is up once its nodes' PIDs are recorded, and the cells
+    // run for a minute after that
+    let pids_file = dir.join("pids");
+    wait_for(Duration::from_secs(60), || pids_file.exists().then_some(()))
+        .expect("the benchmark's cluster did not come up");
+    let nodes: Vec<u32> = std::fs::read_to_string(&pids_file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .collect();
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    // a node ended but not yet reaped (a zombie) counts as gone
+    let alive = |p: u32| {
+        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
+            st.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    assert!(nodes.iter().all(|p| alive(*p)));
+    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    assert!(status.success());
+    let status = child.0.wait().unwrap();
+    let mut stderr = String::new();
+    child.0.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("stopped the benchmark's 1 running cluster"), "{stderr}");
+    // stopping waits for each node to end (SIGTERM, then SIGKILL after 5 s)
+    let gone: Vec<u32> = nodes.iter().copied().filter(|p| !alive(*p)).collect();
+    assert_eq!(gone, nodes, "nodes still running after the benchmark ended");
+    assert!(!dir.exists(), "{} left behind", dir.display());
+}
+
 #[test]
 fn bench_keeper_against_zookeeper_with_znodes_measures_memory_through_a_snapshot() {
     let (code, _, stderr) = common::run(common::drift().args(["bench", "keeper", "--znodes", "2000"]));
