@@ -8,7 +8,11 @@
 //! One thread runs the server (the loop); sockets have their own threads
 //! that only move bytes and hand events to the loop over a channel. The
 //! loop hands the server every event that is waiting, then lets it
-//! advance once, so one fsync carries many writes.
+//! advance once, so one fsync carries many writes. The server marks the
+//! end of each batch of its effects (`Effect::Flush`: before it writes its
+//! log, and at the end of each input); the loop holds frames until then
+//! and sends each peer its batch in one write and the clients theirs to
+//! their I/O thread in one hand-off, one wake-up for all.
 
 use crate::config::ClusterConfig;
 use crate::error::NodeError;
@@ -74,9 +78,10 @@ enum Event {
         from: u64,
         msg: PeerMsg,
     },
+    /// A client connection, registered with the dispatcher already;
+    /// `stream` duplicates its socket, to shut it down.
     Accepted {
         conn: u64,
-        tx: tokio::sync::mpsc::Sender<Vec<u8>>,
         stream: TcpStream,
     },
     Frame {
@@ -87,6 +92,9 @@ enum Event {
         conn: u64,
         word: [u8; 4],
     },
+    /// A connection's reader ended, or its writer fell behind by
+    /// [`CONN_QUEUE_MAX`] frames or gave up (too slow or gone: the
+    /// connection is dropped, its session lives on).
     Closed {
         conn: u64,
     },
@@ -96,13 +104,19 @@ enum Event {
     },
 }
 
-/// A client connection as the driver holds it.
-struct Conn {
-    /// Frames for the connection's writer task.
-    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
-    /// A duplicate of its socket, to shut it down.
-    stream: TcpStream,
+/// What the loop has for a client connection, in the order the server
+/// made it: a frame, or the end (the writer sends what is queued, then
+/// closes the socket).
+#[derive(Debug, PartialEq)]
+enum ToConn {
+    Frame(u64, Vec<u8>),
+    Close(u64),
 }
+
+/// Each connection's frame queue, by connection: filled by the
+/// dispatcher, emptied by the connection's writer task. Both run on the
+/// client I/O thread, so the lock is never contended.
+type Writers = Arc<std::sync::Mutex<BTreeMap<u64, tokio::sync::mpsc::Sender<Vec<u8>>>>>;
 
 /// The snapshot a worker thread is writing.
 struct Writing {
@@ -197,7 +211,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         move |from, msg| ptx.send(Event::Peer { from, msg }).is_ok(),
         move |event, why| log(node_id, event, serde_json::json!({"why": why})),
     );
-    client_io(
+    let to_clients = client_io(
         client_listener,
         tx.clone(),
         Duration::from_millis(cfg.session_timeout_max_ms),
@@ -231,10 +245,12 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         io: Io {
             id: opts.id,
             conns: BTreeMap::new(),
+            to_clients,
+            out: Vec::new(),
+            to_peers: BTreeMap::new(),
             links,
             dir,
             writing: None,
-            gone: Vec::new(),
             began: Instant::now(),
         },
         started,
@@ -269,13 +285,19 @@ struct Driver {
 /// write to disk).
 struct Io {
     id: u64,
-    conns: BTreeMap<u64, Conn>,
+    /// Open client connections: a duplicate of each socket, to shut it
+    /// down.
+    conns: BTreeMap<u64, TcpStream>,
+    /// To the client I/O thread's dispatcher.
+    to_clients: tokio::sync::mpsc::UnboundedSender<Vec<ToConn>>,
+    /// What the server's effects since its last flush have for clients.
+    out: Vec<ToConn>,
+    /// And for each peer: frames, one after another.
+    to_peers: BTreeMap<u64, Vec<u8>>,
     links: Links,
     /// The data directory (the snapshot worker opens its own handle).
     dir: std::path::PathBuf,
     writing: Option<Writing>,
-    /// Connections dropped for being too slow, for the server to hear of.
-    gone: Vec<u64>,
     /// When the current step began (a snapshot's copy of the tree is
     /// timed from it).
     began: Instant,
@@ -320,8 +342,8 @@ impl Driver {
             let io = &mut self.io;
             io.began = Instant::now();
             self.server.advance(env, &mut |e| io.execute(e));
-            self.closed_conns();
             self.poll_snapshot(false);
+            self.io.send_out();
         }
     }
 
@@ -330,14 +352,6 @@ impl Driver {
         let io = &mut self.io;
         io.began = Instant::now();
         self.server.step(env, input, &mut |e| io.execute(e));
-        self.closed_conns();
-    }
-
-    /// Tells the server of the connections its effects found gone.
-    fn closed_conns(&mut self) {
-        while let Some(conn) = self.io.gone.pop() {
-            self.step(Input::Closed { conn });
-        }
     }
 
     fn handle(&mut self, ev: Event) {
@@ -350,22 +364,21 @@ impl Driver {
                 }
                 self.step(Input::Peer { from, msg });
             }
-            Event::Accepted { conn, tx, stream } => {
+            Event::Accepted { conn, stream } => {
                 let peer = stream.peer_addr().ok();
-                self.io.conns.insert(conn, Conn { tx, stream });
+                self.io.conns.insert(conn, stream);
                 self.step(Input::Accepted { conn, peer });
             }
             Event::Frame { conn, payload } => self.step(Input::Frame { conn, payload }),
             Event::FourLetter { conn, word } => self.step(Input::FourLetter { conn, word }),
             Event::Closed { conn } => {
-                self.io.conns.remove(&conn);
+                self.io.close(conn);
                 self.step(Input::Closed { conn });
             }
             Event::Admin { line, reply } => {
                 let env = self.env();
                 let io = &mut self.io;
                 let answer = self.server.admin(env, &line, &mut |e| io.execute(e));
-                self.closed_conns();
                 let text = match answer {
                     AdminAnswer::Reply(text) => text,
                     AdminAnswer::ClockSet(v) => {
@@ -419,26 +432,14 @@ impl Io {
     /// Carries out one effect of the server.
     fn execute(&mut self, e: Effect) {
         match e {
-            Effect::Peer { to, msg } => self.links.send(to, &msg),
+            Effect::Peer { to, msg } => self.to_peers.entry(to).or_default().extend_from_slice(&msg.encode()),
+            Effect::Flush => self.send_out(),
             Effect::Client { conn, frame } => {
-                if let Some(c) = self.conns.get(&conn) {
-                    if c.tx.try_send(frame).is_err() {
-                        // too slow or gone: drop the connection, the
-                        // session lives on
-                        if let Some(c) = self.conns.remove(&conn) {
-                            let _ = c.stream.shutdown(std::net::Shutdown::Read);
-                        }
-                        self.gone.push(conn);
-                    }
+                if self.conns.contains_key(&conn) {
+                    self.out.push(ToConn::Frame(conn, frame));
                 }
             }
-            Effect::Close { conn } => {
-                // its reader stops at once; its writer sends what is
-                // queued, then closes the socket
-                if let Some(c) = self.conns.remove(&conn) {
-                    let _ = c.stream.shutdown(std::net::Shutdown::Read);
-                }
-            }
+            Effect::Close { conn } => self.close(conn),
             Effect::WriteSnapshot(job) => {
                 let copy_ms = self.began.elapsed().as_secs_f64() * 1e3;
                 self.write_snapshot(job, copy_ms)
@@ -453,6 +454,28 @@ impl Io {
                 std::process::exit(1);
             }
             Effect::DigestMismatch(m) => fatal_digest(self.id, &m),
+        }
+    }
+
+    /// Ends a connection: its reader stops at once; its writer sends what
+    /// is queued for it, then closes the socket.
+    fn close(&mut self, conn: u64) {
+        if let Some(stream) = self.conns.remove(&conn) {
+            let _ = stream.shutdown(std::net::Shutdown::Read);
+            self.out.push(ToConn::Close(conn));
+        }
+    }
+
+    /// Sends what the server's effects since its last flush made: each
+    /// peer's frames in one write, the clients' to their I/O thread in one
+    /// hand-off (one wake-up of that thread, not one per frame).
+    fn send_out(&mut self) {
+        for (to, frames) in std::mem::take(&mut self.to_peers) {
+            self.links.send_frames(to, frames);
+        }
+        if !self.out.is_empty() {
+            // the thread only ends with the process
+            let _ = self.to_clients.send(std::mem::take(&mut self.out));
         }
     }
 
@@ -490,12 +513,18 @@ impl Io {
 /// Client connections. One thread runs every connection's reader and
 /// writer as tasks on a single-threaded tokio runtime, so a burst of
 /// requests over many connections costs that thread one wake-up instead of
-/// two thread switches per request. The loop reaches a connection through
-/// its frame queue and shuts it down through a duplicate of its socket.
-/// A write that cannot finish within `write_stall` (the longest session
-/// timeout: a client that takes no bytes for that long is gone) ends its
-/// connection's writer, which frees what was queued for it.
-fn client_io(listener: TcpListener, tx: Sender<Event>, write_stall: Duration) -> Result<(), NodeError> {
+/// two thread switches per request. The loop sends it each of the server's
+/// batches of client frames in one send (the returned queue), which a dispatcher task
+/// deals out to the connections' writers; it shuts a connection down
+/// through a duplicate of its socket. A write that cannot finish within
+/// `write_stall` (the longest session timeout: a client that takes no
+/// bytes for that long is gone) ends its connection's writer, which frees
+/// what was queued for it.
+fn client_io(
+    listener: TcpListener,
+    tx: Sender<Event>,
+    write_stall: Duration,
+) -> Result<tokio::sync::mpsc::UnboundedSender<Vec<ToConn>>, NodeError> {
     let runtime = |what| move |source| NodeError::Runtime { what, source };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -509,14 +538,44 @@ fn client_io(listener: TcpListener, tx: Sender<Event>, write_stall: Duration) ->
             .and_then(|()| tokio::net::TcpListener::from_std(listener))
             .map_err(runtime("client listener"))?
     };
+    let (to_clients, batches) = tokio::sync::mpsc::unbounded_channel();
+    let writers = Writers::default();
     thread::Builder::new()
         .name("client-io".into())
-        .spawn(move || rt.block_on(accept_clients(listener, tx, write_stall)))
+        .spawn(move || {
+            rt.spawn(dispatch(batches, writers.clone(), tx.clone()));
+            rt.block_on(accept_clients(listener, tx, writers, write_stall))
+        })
         .map_err(runtime("client I/O thread"))?;
-    Ok(())
+    Ok(to_clients)
 }
 
-async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>, write_stall: Duration) {
+/// Deals each batch from the loop out to the connections' writers, in
+/// order. A writer that is gone, or that fell [`CONN_QUEUE_MAX`] frames
+/// behind, loses its queue, and the loop hears the connection closed.
+async fn dispatch(mut batches: tokio::sync::mpsc::UnboundedReceiver<Vec<ToConn>>, writers: Writers, tx: Sender<Event>) {
+    while let Some(batch) = batches.recv().await {
+        let mut writers = writers.lock().unwrap_or_else(|e| e.into_inner());
+        for item in batch {
+            match item {
+                ToConn::Frame(conn, frame) => {
+                    let Some(w) = writers.get(&conn) else { continue };
+                    if w.try_send(frame).is_err() {
+                        writers.remove(&conn);
+                        if tx.send(Event::Closed { conn }).is_err() {
+                            return;
+                        }
+                    }
+                }
+                // dropping the queue: the writer sends what it holds,
+                // then closes its side
+                ToConn::Close(conn) => drop(writers.remove(&conn)),
+            }
+        }
+    }
+}
+
+async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>, writers: Writers, write_stall: Duration) {
     let mut next = 1u64;
     loop {
         let stream = match listener.accept().await {
@@ -540,14 +599,10 @@ async fn accept_clients(listener: tokio::net::TcpListener, tx: Sender<Event>, wr
         };
         let (reader, writer) = stream.into_split();
         let (wtx, wrx) = tokio::sync::mpsc::channel::<Vec<u8>>(CONN_QUEUE_MAX);
-        if tx
-            .send(Event::Accepted {
-                conn,
-                tx: wtx,
-                stream: handle,
-            })
-            .is_err()
-        {
+        // registered before the loop hears of it, so its first frame
+        // finds its queue
+        writers.lock().unwrap_or_else(|e| e.into_inner()).insert(conn, wtx);
+        if tx.send(Event::Accepted { conn, stream: handle }).is_err() {
             return;
         }
         tokio::spawn(write_frames(writer, wrx, write_stall));
@@ -664,4 +719,101 @@ fn admin_conn(mut s: TcpStream, answer: &(dyn Fn(String) -> String + Send + Sync
     }
     let line = String::from_utf8_lossy(&line).trim().to_string();
     let _ = s.write_all(format!("{}\n", answer(line)).as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server's effects wait for its flush, then go out together: the
+    /// clients' frames as one hand-off to their I/O thread, in order, and
+    /// each peer's messages in one write.
+    #[test]
+    fn effects_go_out_at_the_servers_flush_each_destination_in_one_write() {
+        let secret = Arc::new(vec![5u8; 32]);
+        let me = |id| Identity {
+            id,
+            ip: "127.0.0.1".parse().unwrap(),
+            secret: secret.clone(),
+        };
+        let peer = TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer_addr = peer.local_addr().unwrap();
+        let (ptx, prx) = mpsc::channel();
+        transport::listen(
+            peer,
+            me(2),
+            vec![1, 2],
+            move |from, msg| ptx.send((from, msg)).is_ok(),
+            |_, _| {},
+        );
+        let client = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(client.local_addr().unwrap()).unwrap();
+        let (to_clients, mut batches) = tokio::sync::mpsc::unbounded_channel();
+        let mut io = Io {
+            id: 1,
+            conns: BTreeMap::from([(7, stream)]),
+            to_clients,
+            out: Vec::new(),
+            to_peers: BTreeMap::new(),
+            links: Links::start(&me(1), &[(1, peer_addr), (2, peer_addr)]),
+            dir: std::env::temp_dir(),
+            writing: None,
+            began: Instant::now(),
+        };
+        let touch = |s| PeerMsg::Touch { sessions: vec![s] };
+        let wait = Duration::from_secs(10);
+        // the first message dials, through the link's writer
+        io.execute(Effect::Peer { to: 2, msg: touch(0) });
+        io.execute(Effect::Flush);
+        assert_eq!(prx.recv_timeout(wait).unwrap(), (1, touch(0)));
+        let deadline = Instant::now() + wait;
+        while !io.links.direct_ready(2) {
+            assert!(
+                Instant::now() < deadline,
+                "the link's writer did not hand over its connection"
+            );
+            thread::yield_now();
+        }
+        io.execute(Effect::Client {
+            conn: 7,
+            frame: b"one".to_vec(),
+        });
+        io.execute(Effect::Peer { to: 2, msg: touch(1) });
+        io.execute(Effect::Client {
+            conn: 7,
+            frame: b"two".to_vec(),
+        });
+        io.execute(Effect::Peer { to: 2, msg: touch(2) });
+        // a frame for a connection the loop does not hold is dropped
+        io.execute(Effect::Client {
+            conn: 8,
+            frame: b"gone".to_vec(),
+        });
+        assert!(batches.try_recv().is_err(), "client frames went before the flush");
+        assert_eq!(io.links.direct_sent(2), 0, "a peer message went before the flush");
+        io.execute(Effect::Flush);
+        assert_eq!(
+            batches.try_recv().unwrap(),
+            vec![ToConn::Frame(7, b"one".to_vec()), ToConn::Frame(7, b"two".to_vec())]
+        );
+        assert!(batches.try_recv().is_err());
+        assert_eq!(io.links.direct_sent(2), 1, "the two messages went in one write");
+        assert_eq!(prx.recv_timeout(wait).unwrap(), (1, touch(1)));
+        assert_eq!(prx.recv_timeout(wait).unwrap(), (1, touch(2)));
+        // a close goes after the frames made before it
+        io.execute(Effect::Client {
+            conn: 7,
+            frame: b"last".to_vec(),
+        });
+        io.execute(Effect::Close { conn: 7 });
+        io.execute(Effect::Client {
+            conn: 7,
+            frame: b"after".to_vec(),
+        });
+        io.execute(Effect::Flush);
+        assert_eq!(
+            batches.try_recv().unwrap(),
+            vec![ToConn::Frame(7, b"last".to_vec()), ToConn::Close(7)]
+        );
+    }
 }

@@ -6,6 +6,15 @@
 //! Messages to a peer that cannot be reached are dropped: Raft
 //! retransmits, and forwarded client requests time out into `info`.
 //!
+//! A link's writer thread dials, reconnects and writes what cannot go at
+//! once. While nothing is queued for it, the sender writes straight into
+//! the connection's socket buffer without waiting ([`Links::send_frames`]):
+//! on loopback or a healthy link that is every write, and no thread is
+//! woken to pass it on. The sender should hand over batches (the keeper's
+//! loop sends what one of the server's flushes made for a peer at once):
+//! each write is a wake-up of the peer's reader, and the writer thread,
+//! by taking everything queued while it woke, used to batch for free.
+//!
 //! Every connection starts with the handshake of [`crate::peer_auth`]; an
 //! inbound connection that fails it is closed before a frame is read, and
 //! every message on one that passes is delivered as the authenticated
@@ -22,8 +31,8 @@ use socket2::{Domain, Socket, Type};
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::Arc;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
@@ -45,9 +54,17 @@ pub const COALESCE_BYTES: usize = 256 << 10;
 pub const READ_BUFFER_BYTES: usize = 64 << 10;
 
 /// The next frame on `rx` and whatever else is queued right now, as one
-/// buffer (see [`coalesce`]); `None` once `rx` is closed.
-pub fn next_batch(rx: &Receiver<Vec<u8>>) -> Option<Vec<u8>> {
-    Some(coalesce(rx.recv().ok()?, || rx.try_recv().ok()))
+/// buffer (see [`coalesce`]), and how many frames it holds; `None` once
+/// `rx` is closed.
+pub fn next_batch(rx: &Receiver<Vec<u8>>) -> Option<(Vec<u8>, usize)> {
+    let first = rx.recv().ok()?;
+    let mut frames = 1;
+    let batch = coalesce(first, || {
+        let next = rx.try_recv().ok();
+        frames += usize::from(next.is_some());
+        next
+    });
+    Some((batch, frames))
 }
 
 /// `first` followed by the frames `queued` yields without waiting, up to
@@ -132,7 +149,33 @@ pub fn connect_from(local_ip: std::net::IpAddr, to: SocketAddr, timeout: Duratio
 
 /// Outbound links to every peer.
 pub struct Links {
-    senders: Vec<(u64, SyncSender<Vec<u8>>)>,
+    links: Vec<Link>,
+}
+
+/// One peer's outbound link, as the sender holds it.
+struct Link {
+    to: u64,
+    /// Frames for the writer thread.
+    tx: SyncSender<Vec<u8>>,
+    direct: Arc<Mutex<Direct>>,
+}
+
+/// What the sender and a link's writer thread share. The writer holds the
+/// lock only to update it, never across a write or a dial.
+#[derive(Default)]
+struct Direct {
+    /// The writer's connection, while it has one that works.
+    conn: Option<Socket>,
+    /// Buffers handed to the writer and not yet written or dropped by it.
+    /// The sender writes directly only while this is 0, so frames reach
+    /// the socket in the order they were sent.
+    queued: usize,
+    /// Writes the sender made whole, without the writer.
+    direct_sent: u64,
+}
+
+fn lock(direct: &Mutex<Direct>) -> MutexGuard<'_, Direct> {
+    direct.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Who this node is to its peers: its id, the address it dials from, and
@@ -145,28 +188,85 @@ pub struct Identity {
 }
 
 impl Links {
-    /// Starts one sender thread per peer.
+    /// Starts one writer thread per peer.
     pub fn start(me: &Identity, peers: &[(u64, SocketAddr)]) -> Links {
-        let mut senders = Vec::new();
+        let mut links = Vec::new();
         for &(id, addr) in peers.iter().filter(|(id, _)| *id != me.id) {
             let (tx, rx) = mpsc::sync_channel::<Vec<u8>>(QUEUE_MAX);
-            let me = me.clone();
+            let direct = Arc::new(Mutex::new(Direct::default()));
+            let (me, shared) = (me.clone(), direct.clone());
             thread::Builder::new()
                 .name(format!("peer-{id}"))
-                .spawn(move || sender_loop(&me, id, addr, rx))
+                .spawn(move || sender_loop(&me, id, addr, rx, &shared))
                 .expect("spawn peer sender");
-            senders.push((id, tx));
+            links.push(Link { to: id, tx, direct });
         }
-        Links { senders }
+        Links { links }
     }
 
-    /// Queues a message for `to`; drops it if the queue is full.
+    /// Sends a message to `to` without blocking (see [`Links::send_frames`]).
     pub fn send(&self, to: u64, msg: &PeerMsg) {
-        if let Some((_, tx)) = self.senders.iter().find(|(id, _)| *id == to) {
-            match tx.try_send(msg.encode()) {
-                Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        self.send_frames(to, msg.encode());
+    }
+
+    /// Sends encoded messages (whole frames, one after another) to `to`
+    /// without blocking: written into the connection's socket buffer at
+    /// once when nothing is queued before them and the buffer has room,
+    /// otherwise (the rest of them) queued for the link's writer; dropped
+    /// if that queue is full.
+    pub fn send_frames(&self, to: u64, mut frame: Vec<u8>) {
+        let Some(link) = self.links.iter().find(|l| l.to == to) else {
+            return;
+        };
+        let mut direct = lock(&link.direct);
+        let mut torn = false;
+        if direct.queued == 0 {
+            if let Some(conn) = &direct.conn {
+                match conn.send_with_flags(&frame, libc::MSG_DONTWAIT) {
+                    Ok(n) if n == frame.len() => {
+                        direct.direct_sent += 1;
+                        return;
+                    }
+                    // the rest goes through the writer, ahead of anything
+                    // sent after it
+                    Ok(n) => {
+                        torn = n > 0;
+                        frame.drain(..n);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    // the writer finds it broken too, and reconnects
+                    Err(_) => direct.conn = None,
+                }
             }
         }
+        if link.tx.try_send(frame).is_ok() {
+            direct.queued += 1;
+        } else if torn {
+            // a frame cut short must not be followed by another on the
+            // same stream: the peer drops the connection at the cut
+            if let Some(conn) = direct.conn.take() {
+                let _ = conn.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Links {
+    /// Writes to `to` that went straight into its socket.
+    pub fn direct_sent(&self, to: u64) -> u64 {
+        self.links
+            .iter()
+            .find(|l| l.to == to)
+            .map_or(0, |l| lock(&l.direct).direct_sent)
+    }
+
+    /// Whether a send to `to` now goes straight into its socket: it has a
+    /// connection and nothing queued for its writer.
+    pub fn direct_ready(&self, to: u64) -> bool {
+        self.links.iter().find(|l| l.to == to).is_some_and(|l| {
+            let d = lock(&l.direct);
+            d.queued == 0 && d.conn.is_some()
+        })
     }
 }
 
@@ -180,30 +280,41 @@ fn dial(me: &Identity, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> 
     Ok(s)
 }
 
-fn sender_loop(me: &Identity, to: u64, addr: SocketAddr, rx: Receiver<Vec<u8>>) {
+/// A link's writer: writes what the sender queued (everything queued at
+/// the moment in one write), dialling first when it has no connection,
+/// and tells the sender when its queue is empty again. A frame it cannot
+/// write is dropped.
+fn sender_loop(me: &Identity, to: u64, addr: SocketAddr, rx: Receiver<Vec<u8>>, direct: &Mutex<Direct>) {
     let mut conn: Option<TcpStream> = None;
     let mut backoff = Duration::from_millis(20);
-    while let Some(frames) = next_batch(&rx) {
+    while let Some((bytes, mut frames)) = next_batch(&rx) {
         if conn.is_none() {
             match dial(me, to, addr) {
                 Ok(s) => {
                     backoff = Duration::from_millis(20);
+                    let handle = s.try_clone().map(Socket::from).ok();
                     conn = Some(s);
+                    lock(direct).conn = handle;
                 }
                 Err(_) => {
                     // drop this message and whatever queued meanwhile
                     thread::sleep(backoff);
                     backoff = (backoff * 2).min(Duration::from_millis(500));
-                    while rx.try_recv().is_ok() {}
+                    while rx.try_recv().is_ok() {
+                        frames += 1;
+                    }
+                    lock(direct).queued -= frames;
                     continue;
                 }
             }
         }
-        if let Some(s) = conn.as_mut() {
-            if s.write_all(&frames).is_err() {
-                conn = None;
-            }
+        let written = conn.as_mut().is_some_and(|s| s.write_all(&bytes).is_ok());
+        let mut shared = lock(direct);
+        if !written {
+            conn = None;
+            shared.conn = None;
         }
+        shared.queued -= frames;
     }
 }
 
@@ -330,5 +441,58 @@ mod tests {
             Some(m)
         );
         assert_eq!(read_frame(&mut &[][..]).unwrap(), None);
+    }
+
+    /// Messages go straight into the socket until its buffers are full (a
+    /// peer that stops reading), the rest of the one that did not fit and
+    /// everything after it through the writer; once the peer reads again,
+    /// every message arrives whole and in order.
+    #[test]
+    fn direct_and_queued_sends_arrive_whole_and_in_order() {
+        const BURST: u64 = 400;
+        let secret = Arc::new(vec![9u8; 32]);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // a rendezvous channel: the peer's reader waits for the test to
+        // take each message, so it stops reading while the test does not
+        let (tx, rx) = mpsc::sync_channel::<(u64, PeerMsg)>(0);
+        let me = |id| Identity {
+            id,
+            ip: "127.0.0.1".parse().unwrap(),
+            secret: secret.clone(),
+        };
+        listen(
+            listener,
+            me(2),
+            vec![1, 2],
+            move |from, msg| tx.send((from, msg)).is_ok(),
+            |_, _| {},
+        );
+        let links = Links::start(&me(1), &[(1, addr), (2, addr)]);
+        let msg = |i: u64| {
+            let mut body = vec![(i % 251) as u8; 64 << 10];
+            body[..8].copy_from_slice(&i.to_be_bytes());
+            PeerMsg::Raft(body)
+        };
+        // the first goes through the writer, which dials
+        links.send(2, &msg(0));
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), (1, msg(0)));
+        // 25 MiB while nobody reads: more than the socket buffers hold
+        for i in 1..=BURST {
+            links.send(2, &msg(i));
+        }
+        let direct = links.direct_sent(2);
+        assert!(direct > 0, "no message went straight into the socket");
+        assert!(
+            direct < BURST,
+            "every message fitted the socket buffers: the test proves nothing"
+        );
+        for i in 1..=BURST {
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(10)).unwrap(),
+                (1, msg(i)),
+                "message {i}"
+            );
+        }
     }
 }

@@ -235,6 +235,11 @@ pub enum Effect {
     /// describes: stop it ([`DIGEST_ABORT_EXIT`]). It does nothing after
     /// this.
     DigestMismatch(DigestMismatch),
+    /// The effects since the last `Flush` are a batch: send them now (the
+    /// server is about to write its log, or is done for this input). A
+    /// driver may hold peer and client frames back until this and send
+    /// each destination's in one write; one that sends at once ignores it.
+    Flush,
 }
 
 /// A snapshot to write: the tree at `meta.last_index`.
@@ -752,9 +757,13 @@ impl<D: Disk> KeeperServer<D> {
 
     /// Hands the effects so far to `sink`.
     fn flush(&mut self, sink: &mut dyn FnMut(Effect)) {
+        if self.out.is_empty() {
+            return;
+        }
         for e in self.out.drain(..) {
             sink(e);
         }
+        sink(Effect::Flush);
     }
 
     /// Whether the server stopped (see [`Effect::Fatal`] and

@@ -3,7 +3,7 @@
 
 use crate::disk::Disk;
 use crate::entry::DigestMismatch;
-use crate::server::KeeperServer;
+use crate::server::{Effect, KeeperServer};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// One broken invariant.
@@ -151,6 +151,19 @@ impl Invariants {
                     m.log_index, m.phase
                 ),
             ),
+        }
+    }
+
+    /// What a server's step and advance handed out: each batch of effects
+    /// ends with [`Effect::Flush`], and no batch is empty, so a driver that
+    /// holds frames back until a flush holds none back past the step.
+    pub fn flushed(&mut self, id: u64, out: &[Effect]) {
+        let empty_batch = out
+            .iter()
+            .enumerate()
+            .any(|(i, e)| matches!(e, Effect::Flush) && (i == 0 || matches!(out[i - 1], Effect::Flush)));
+        if empty_batch || out.last().is_some_and(|e| !matches!(e, Effect::Flush)) {
+            self.violate(id, format!("effects not ended by a flush: {} effects", out.len()));
         }
     }
 

@@ -533,6 +533,8 @@ impl Cluster {
                 }
                 Effect::Client { conn, frame } => self.send_to_client(conn, frame),
                 Effect::Close { conn } => self.close_to_client(conn),
+                // every effect is delivered as it comes
+                Effect::Flush => {}
                 Effect::WriteSnapshot(job) => {
                     let d = self
                         .rng
@@ -716,6 +718,7 @@ impl Cluster {
                 return None;
             }
         }
+        self.invariants.flushed(id, &out);
         self.apply(id, out);
         if let Some(s) = self.nodes[&id].server.as_ref() {
             self.invariants.observe(s);
