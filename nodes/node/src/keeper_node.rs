@@ -248,6 +248,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
             to_clients,
             out: Vec::new(),
             to_peers: BTreeMap::new(),
+            hold: false,
             links,
             dir,
             writing: None,
@@ -294,6 +295,8 @@ struct Io {
     out: Vec<ToConn>,
     /// And for each peer: frames, one after another.
     to_peers: BTreeMap<u64, Vec<u8>>,
+    /// Flushes wait for the end of the batch of events being handled.
+    hold: bool,
     links: Links,
     /// The data directory (the snapshot worker opens its own handle).
     dir: std::path::PathBuf,
@@ -317,6 +320,11 @@ impl Driver {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(ev) => {
+                    // what the events' steps make goes out once they are
+                    // all handled, each destination's in one write (a
+                    // forward per step was a write, and a wake-up of the
+                    // leader's reader, per client request)
+                    self.io.hold = true;
                     self.handle(ev);
                     // take what else is waiting, so one Ready (one fsync)
                     // carries many proposals
@@ -326,6 +334,8 @@ impl Driver {
                             Err(_) => break,
                         }
                     }
+                    self.io.hold = false;
+                    self.io.send_out();
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -433,6 +443,7 @@ impl Io {
     fn execute(&mut self, e: Effect) {
         match e {
             Effect::Peer { to, msg } => self.to_peers.entry(to).or_default().extend_from_slice(&msg.encode()),
+            Effect::Flush if self.hold => {}
             Effect::Flush => self.send_out(),
             Effect::Client { conn, frame } => {
                 if self.conns.contains_key(&conn) {
@@ -725,7 +736,8 @@ fn admin_conn(mut s: TcpStream, answer: &(dyn Fn(String) -> String + Send + Sync
 mod tests {
     use super::*;
 
-    /// The server's effects wait for its flush, then go out together: the
+    /// The server's effects wait for its flush (or, while the loop handles
+    /// a batch of events, for the batch's end), then go out together: the
     /// clients' frames as one hand-off to their I/O thread, in order, and
     /// each peer's messages in one write.
     #[test]
@@ -755,6 +767,7 @@ mod tests {
             to_clients,
             out: Vec::new(),
             to_peers: BTreeMap::new(),
+            hold: false,
             links: Links::start(&me(1), &[(1, peer_addr), (2, peer_addr)]),
             dir: std::env::temp_dir(),
             writing: None,
@@ -815,5 +828,22 @@ mod tests {
             batches.try_recv().unwrap(),
             vec![ToConn::Frame(7, b"last".to_vec()), ToConn::Close(7)]
         );
+        // while the loop handles a batch of events, the steps' flushes
+        // wait for its end: their frames go out together
+        io.hold = true;
+        for s in [3, 4] {
+            io.execute(Effect::Peer { to: 2, msg: touch(s) });
+            io.execute(Effect::Flush);
+        }
+        assert_eq!(
+            io.links.direct_sent(2),
+            1,
+            "a step's flush sent while the loop held them"
+        );
+        io.hold = false;
+        io.send_out();
+        assert_eq!(io.links.direct_sent(2), 2, "the held messages went in one write");
+        assert_eq!(prx.recv_timeout(wait).unwrap(), (1, touch(3)));
+        assert_eq!(prx.recv_timeout(wait).unwrap(), (1, touch(4)));
     }
 }
