@@ -53,7 +53,17 @@ pub enum PeerMsg {
 
 impl PeerMsg {
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = vec![0u8; 4];
+        let mut b = Vec::new();
+        self.encode_into(&mut b);
+        b
+    }
+
+    /// Appends the message's frame (length included) to `b`: a driver
+    /// that batches a peer's frames writes them in place, not each into
+    /// its own buffer first.
+    pub fn encode_into(&self, b: &mut Vec<u8>) {
+        let start = b.len();
+        b.extend_from_slice(&[0u8; 4]);
         match self {
             PeerMsg::Raft(m) => {
                 b.push(TAG_RAFT);
@@ -86,9 +96,8 @@ impl PeerMsg {
                 }
             }
         }
-        let n = (b.len() - 4) as u32;
-        b[..4].copy_from_slice(&n.to_be_bytes());
-        b
+        let n = (b.len() - start - 4) as u32;
+        b[start..start + 4].copy_from_slice(&n.to_be_bytes());
     }
 
     pub fn decode(p: &[u8]) -> Result<PeerMsg, DecodeError> {
@@ -150,6 +159,11 @@ mod tests {
         ] {
             let bytes = m.encode();
             assert_eq!(PeerMsg::decode(&bytes[4..]).unwrap(), m);
+            // appended after another frame: the same bytes, its own length
+            let mut batch = PeerMsg::Refused { req: 1 }.encode();
+            let first = batch.len();
+            m.encode_into(&mut batch);
+            assert_eq!(&batch[first..], &bytes[..]);
         }
         assert!(PeerMsg::decode(&[9]).is_err());
         assert!(PeerMsg::decode(&[2, 1]).is_err());

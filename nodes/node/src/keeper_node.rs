@@ -442,7 +442,7 @@ impl Io {
     /// Carries out one effect of the server.
     fn execute(&mut self, e: Effect) {
         match e {
-            Effect::Peer { to, msg } => self.to_peers.entry(to).or_default().extend_from_slice(&msg.encode()),
+            Effect::Peer { to, msg } => msg.encode_into(self.to_peers.entry(to).or_default()),
             Effect::Flush if self.hold => {}
             Effect::Flush => self.send_out(),
             Effect::Client { conn, frame } => {

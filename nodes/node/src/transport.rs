@@ -477,6 +477,12 @@ mod tests {
         // the first goes through the writer, which dials
         links.send(2, &msg(0));
         assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), (1, msg(0)));
+        // and then hands its connection over once its queue is empty
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !links.direct_ready(2) {
+            assert!(std::time::Instant::now() < deadline, "the writer kept its connection");
+            thread::yield_now();
+        }
         // 25 MiB while nobody reads: more than the socket buffers hold
         for i in 1..=BURST {
             links.send(2, &msg(i));

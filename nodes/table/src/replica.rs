@@ -535,32 +535,15 @@ mod tests {
     /// `PULL_RELOADS_MAX` reloads in a row.
     #[test]
     fn a_pull_goes_on_past_a_reload_and_gives_up_at_the_limit() {
+        let done = |copied, past_reload| PullNext::Done { copied, past_reload };
         let mut p = Pulls::default();
         assert_eq!(p.after(Pulled::Reloaded(2)), PullNext::Again);
-        assert_eq!(
-            p.after(Pulled::Done(3)),
-            PullNext::Done {
-                copied: 5,
-                past_reload: Some(3)
-            }
-        );
+        assert_eq!(p.after(Pulled::Done(3)), done(5, Some(3)));
         let mut p = Pulls::default();
-        assert_eq!(
-            p.after(Pulled::Done(4)),
-            PullNext::Done {
-                copied: 4,
-                past_reload: None
-            }
-        );
+        assert_eq!(p.after(Pulled::Done(4)), done(4, None));
         let mut p = Pulls::default();
         assert_eq!(p.after(Pulled::Reloaded(0)), PullNext::Again);
-        assert_eq!(
-            p.after(Pulled::Done(0)),
-            PullNext::Done {
-                copied: 0,
-                past_reload: None
-            }
-        );
+        assert_eq!(p.after(Pulled::Done(0)), done(0, None));
         let mut p = Pulls::default();
         for _ in 1..PULL_RELOADS_MAX {
             assert_eq!(p.after(Pulled::Reloaded(1)), PullNext::Again);
