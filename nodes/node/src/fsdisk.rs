@@ -5,6 +5,10 @@
 //! directory, so the name survives a power loss with its contents.
 //! Names are plain file names; anything with a path separator or a
 //! leading dot-dot is refused, so a name can never escape the directory.
+//!
+//! The file last appended to stays open: the changelog appends to one
+//! segment and syncs it at every write the server makes, and opening it
+//! anew each time cost a lookup, an open and a close per call.
 
 use drift_keeper::disk::Disk;
 use std::fs::{self, File, OpenOptions};
@@ -13,13 +17,18 @@ use std::path::{Path, PathBuf};
 
 pub struct FsDisk {
     dir: PathBuf,
+    /// The file last appended to, by name, opened for appending.
+    open: Option<(String, File)>,
 }
 
 impl FsDisk {
     /// Opens (creating if needed) a data directory.
     pub fn open(dir: &Path) -> io::Result<FsDisk> {
         fs::create_dir_all(dir)?;
-        Ok(FsDisk { dir: dir.to_path_buf() })
+        Ok(FsDisk {
+            dir: dir.to_path_buf(),
+            open: None,
+        })
     }
 
     pub fn dir(&self) -> &Path {
@@ -38,6 +47,19 @@ impl FsDisk {
 
     fn sync_dir(&self) -> io::Result<()> {
         File::open(&self.dir)?.sync_all()
+    }
+
+    /// The open handle of `name`, if it is the one held.
+    fn held(&mut self, name: &str) -> Option<&mut File> {
+        self.open.as_mut().filter(|(n, _)| n == name).map(|(_, f)| f)
+    }
+
+    /// Closes the held handle if it is `name`'s (the name is about to be
+    /// replaced, removed, renamed or cut).
+    fn release(&mut self, name: &str) {
+        if self.open.as_ref().is_some_and(|(n, _)| n == name) {
+            self.open = None;
+        }
     }
 }
 
@@ -72,20 +94,24 @@ impl Disk for FsDisk {
     }
 
     fn append(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        if let Some(f) = self.held(name) {
+            return f.write_all(bytes);
+        }
         let path = self.path(name)?;
         let existed = path.exists();
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)?
-            .write_all(bytes)?;
+        // closed before the new one opens: a failed open holds nothing
+        self.open = None;
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        f.write_all(bytes)?;
         if !existed {
             self.sync_dir()?;
         }
+        self.open = Some((name.to_string(), f));
         Ok(())
     }
 
     fn write(&mut self, name: &str, bytes: &[u8]) -> io::Result<()> {
+        self.release(name);
         let path = self.path(name)?;
         let existed = path.exists();
         fs::write(&path, bytes)?;
@@ -96,19 +122,26 @@ impl Disk for FsDisk {
     }
 
     fn truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        self.release(name);
         OpenOptions::new().write(true).open(self.path(name)?)?.set_len(len)
     }
 
     fn sync(&mut self, name: &str) -> io::Result<()> {
+        if let Some(f) = self.held(name) {
+            return f.sync_data();
+        }
         OpenOptions::new().write(true).open(self.path(name)?)?.sync_data()
     }
 
     fn remove(&mut self, name: &str) -> io::Result<()> {
+        self.release(name);
         fs::remove_file(self.path(name)?)?;
         self.sync_dir()
     }
 
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()> {
+        self.release(from);
+        self.release(to);
         fs::rename(self.path(from)?, self.path(to)?)?;
         self.sync_dir()
     }
@@ -148,6 +181,39 @@ mod tests {
             .unwrap()
             .is_some_and(|r| matches!(r, std::borrow::Cow::Borrowed(_))));
         assert!(disk.path("../x").is_err());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The held handle of the file last appended to never writes to a
+    /// file that was cut, replaced, renamed or removed since.
+    #[test]
+    fn appends_land_in_the_file_the_name_holds_now() {
+        let dir = std::env::temp_dir().join(format!("drift-fsdisk-held-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut disk = FsDisk::open(&dir).unwrap();
+        let read = |d: &FsDisk, n: &str| String::from_utf8(d.read(n).unwrap()).unwrap();
+        disk.append("x", b"ab").unwrap();
+        disk.append("x", b"cd").unwrap();
+        disk.sync("x").unwrap();
+        assert_eq!(read(&disk, "x"), "abcd");
+        disk.truncate("x", 1).unwrap();
+        disk.append("x", b"e").unwrap();
+        assert_eq!(read(&disk, "x"), "ae");
+        disk.rename("x", "y").unwrap();
+        disk.append("x", b"f").unwrap();
+        assert_eq!((read(&disk, "x"), read(&disk, "y")), ("f".into(), "ae".into()));
+        disk.append("y", b"g").unwrap();
+        disk.rename("y", "x").unwrap();
+        disk.append("x", b"h").unwrap();
+        assert_eq!(read(&disk, "x"), "aegh");
+        disk.write("x", b"i").unwrap();
+        disk.append("x", b"j").unwrap();
+        assert_eq!(read(&disk, "x"), "ij");
+        disk.remove("x").unwrap();
+        disk.append("x", b"k").unwrap();
+        disk.sync("x").unwrap();
+        assert_eq!(read(&disk, "x"), "k");
+        assert_eq!(disk.list().unwrap(), vec!["x".to_string()]);
         fs::remove_dir_all(&dir).unwrap();
     }
 }
