@@ -16,8 +16,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-const DEFAULT_DIR: &str = "../shared/data/histories/etcd";
-
 #[derive(Serialize)]
 struct FileRow {
     file: String,
@@ -59,7 +57,11 @@ pub fn checker(args: BenchCheckerArgs) -> Result<i32, Failure> {
     if args.long {
         return crate::bench_linear::long(&args);
     }
-    let dir = args.dir.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_DIR));
+    let Some(dir) = args.dir.clone() else {
+        return Err(Failure::new(
+            "bench checker: name a folder of histories (*.jsonl, *.edn), or use --long or --dedup-attempts",
+        ));
+    };
     let files = list_histories(&dir)?;
     let expected = read_expected(&dir)?;
     let checker = Linearizable {

@@ -239,7 +239,9 @@ pub const RUNS_MAX: u32 = 1000;
 /// `drift bench checker`.
 #[derive(Args, Debug)]
 pub struct BenchCheckerArgs {
-    /// Folder of histories, *.jsonl and *.edn [default: ../shared/data/histories/etcd].
+    /// Folder of histories, *.jsonl and *.edn (needed unless --long or
+    /// --dedup-attempts); an `EXPECTED.tsv` in it gives each file's
+    /// expected verdict and a peer checker's time.
     pub dir: Option<PathBuf>,
     /// Model to check against.
     #[arg(long, value_enum, default_value_t = ModelKind::CasRegister)]

@@ -910,6 +910,10 @@ fn bench_checker_times_edn_and_json_lines_parsing_apart() {
         "{stdout}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+    // no folder: no default outside the repository, an error saying so
+    let (code, _, stderr) = run(drift().args(["bench", "checker", "--runs", "1"]));
+    assert_ne!(code, 0);
+    assert!(stderr.contains("name a folder of histories"), "{stderr}");
 }
 
 #[test]
