@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Whether an invalid insert-retry campaign on real ClickHouse 18.16 found
+only the behaviour the README documents as ClickHouse's own under
+"Findings on ClickHouse 18.16": a commit lost on its way (the coordinator
+connection dropped mid-commit) leaves the writer a part no other replica
+has. Its signature in a run: every finding is the dedup checker's
+`diverged`, and each row in which the replicas differ belongs to a logical
+insert that has an attempt on the replica holding more copies answered
+`info` with `Code: 319 ... Connection loss`.
+
+Usage: clickhouse_known.py RUN_DIR. Exit 0 when that is all the run
+found (and says which inserts), 1 otherwise (and says why).
+"""
+import json
+import re
+import sys
+
+
+def main(run):
+    results = json.load(open(f"{run}/results.json"))
+    bad = [c for c in results["checkers"] if c["verdict"] != "valid"]
+    if [c["checker"] for c in bad] != ["dedup"]:
+        return f"checkers other than dedup are not valid: {[c['checker'] for c in bad]}"
+    findings = bad[0]["details"]["findings"]
+    if set(findings) != {"diverged"}:
+        return f"dedup found more than diverged replicas: {sorted(findings)}"
+    # each logical insert's attempts: the replica, and what it was answered
+    ops = [json.loads(l) for l in open(f"{run}/history.jsonl")]
+    pending, lost_commit = {}, set()
+    for o in ops:
+        if o.get("f") != "insert":
+            continue
+        if o["type"] == "invoke":
+            pending[o["process"]] = o["value"]["insert"]
+        elif o["process"] in pending:
+            insert = pending.pop(o["process"])
+            err = o.get("error") or ""
+            if o["type"] == "info" and "Code: 319" in err and "Connection loss" in err:
+                lost_commit.add((insert, o.get("node")))
+    explained = set()
+    for d in findings["diverged"]:
+        for line in d["diff"]:
+            # [id,partition,"L<insert>"] rA:n rB:m
+            m = re.match(r'\[\d+,\d+,"L(\d+)"\] (\w+):(\d+) (\w+):(\d+)$', line)
+            if not m:
+                return f"a diff line not understood: {line}"
+            insert, a, na, b, nb = int(m[1]), m[2], int(m[3]), m[4], int(m[5])
+            more = a if na > nb else b
+            if (insert, more) not in lost_commit:
+                return f"{line}: no attempt of insert {insert} on {more} was answered 319 Connection loss"
+            explained.add((insert, more))
+        if len(d["diff"]) < d.get("rows_differing", 0):
+            # the finding lists only its first rows: the rest unseen
+            return f"{d['explanation']}: only {len(d['diff'])} of its rows are listed"
+    print("only ClickHouse 18.16's lost commits (README, Findings on ClickHouse 18.16): "
+          + ", ".join(f"insert {i} on {r}" for i, r in sorted(explained)))
+    return None
+
+
+if __name__ == "__main__":
+    why = main(sys.argv[1])
+    if why:
+        print(f"not only ClickHouse's known behaviour: {why}")
+        sys.exit(1)
