@@ -493,7 +493,8 @@ async fn readonly(http: &reqwest::Client, url: &str, timeout: Duration) -> Resul
 /// only then), with parts still to fetch (seen in CI: a replica restarted
 /// by a kill read 12 rows short, its queue loaded 5 s after the sync).
 pub async fn sync_and_read(http: &reqwest::Client, url: &str, timeout: Duration) -> Result<Vec<Value>, String> {
-    const READONLY: &str = "the replica is readonly (no coordinator session yet): SYNC REPLICA would not wait for its queue";
+    const READONLY: &str =
+        "the replica is readonly (no coordinator session yet): SYNC REPLICA would not wait for its queue";
     if readonly(http, url, timeout).await? {
         return Err(READONLY.into());
     }
@@ -589,7 +590,11 @@ mod tests {
                     if let Some((head, body)) = text.split_once("\r\n\r\n") {
                         let len = head
                             .lines()
-                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
                             .unwrap_or(0);
                         if body.len() >= len {
                             break body.to_string();
@@ -617,14 +622,13 @@ mod tests {
     /// end of the read, does not count; on a writable one it does.
     #[test]
     fn a_final_read_counts_only_on_a_replica_that_is_not_readonly() {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         let http = reqwest::Client::new();
         let t = Duration::from_secs(10);
-        for (states, ok) in [
-            (&["1"][..], false),
-            (&["0", "1"][..], false),
-            (&["0", "0"][..], true),
-        ] {
+        for (states, ok) in [(&["1"][..], false), (&["0", "1"][..], false), (&["0", "0"][..], true)] {
             let url = fake_replica(states);
             let got = rt.block_on(sync_and_read(&http, &url, t));
             match (ok, got) {
