@@ -469,11 +469,18 @@ pub fn error_code(body: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
-/// Whether the replica at `url` says it is readonly (`system.replicas`).
-async fn readonly(http: &reqwest::Client, url: &str, timeout: Duration) -> Result<bool, String> {
+/// One statement on the replica at `url`: the body of a success; what the
+/// server said, under `what`, otherwise.
+async fn query(
+    http: &reqwest::Client,
+    url: &str,
+    sql: &'static str,
+    what: &str,
+    timeout: Duration,
+) -> Result<String, String> {
     let r = http
         .post(url)
-        .body("SELECT is_readonly FROM system.replicas FORMAT TabSeparated")
+        .body(sql)
         .timeout(timeout)
         .send()
         .await
@@ -481,9 +488,9 @@ async fn readonly(http: &reqwest::Client, url: &str, timeout: Duration) -> Resul
     let ok = r.status().is_success();
     let text = r.text().await.map_err(|e| e.to_string())?;
     if !ok {
-        return Err(format!("system.replicas: {}", text.trim()));
+        return Err(format!("{what}: {}", text.trim()));
     }
-    Ok(text.lines().any(|l| l.trim() == "1"))
+    Ok(text)
 }
 
 /// `SYSTEM SYNC REPLICA` on the replica at `url`, then all its rows. The
@@ -493,32 +500,35 @@ async fn readonly(http: &reqwest::Client, url: &str, timeout: Duration) -> Resul
 /// only then), with parts still to fetch (seen in CI: a replica restarted
 /// by a kill read 12 rows short, its queue loaded 5 s after the sync).
 pub async fn sync_and_read(http: &reqwest::Client, url: &str, timeout: Duration) -> Result<Vec<Value>, String> {
-    const READONLY: &str =
-        "the replica is readonly (no coordinator session yet): SYNC REPLICA would not wait for its queue";
-    if readonly(http, url, timeout).await? {
-        return Err(READONLY.into());
-    }
-    let post = |q: &'static str| http.post(url).body(q).timeout(timeout).send();
-    let r = post("SYSTEM SYNC REPLICA inserts").await.map_err(|e| e.to_string())?;
-    if !r.status().is_success() {
-        return Err(format!("SYNC REPLICA: {}", r.text().await.unwrap_or_default().trim()));
-    }
-    let r = http
-        .post(format!("{url}?output_format_json_quote_64bit_integers=0"))
-        // JSONEachRow: every ClickHouse has it (JSONCompactEachRow came
-        // in 19.x)
-        .body("SELECT id, p, tag FROM inserts ORDER BY id FORMAT JSONEachRow")
-        .timeout(timeout)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    if !r.status().is_success() {
-        return Err(format!("SELECT: {}", r.text().await.unwrap_or_default().trim()));
-    }
-    let text = r.text().await.map_err(|e| e.to_string())?;
-    if readonly(http, url, timeout).await? {
-        return Err(READONLY.into());
-    }
+    let writable = || async {
+        let text = query(
+            http,
+            url,
+            "SELECT is_readonly FROM system.replicas FORMAT TabSeparated",
+            "system.replicas",
+            timeout,
+        )
+        .await?;
+        if text.lines().any(|l| l.trim() == "1") {
+            return Err(
+                "the replica is readonly (no coordinator session yet): SYNC REPLICA would not wait for its queue"
+                    .to_string(),
+            );
+        }
+        Ok(())
+    };
+    writable().await?;
+    query(http, url, "SYSTEM SYNC REPLICA inserts", "SYNC REPLICA", timeout).await?;
+    // JSONEachRow: every ClickHouse has it (JSONCompactEachRow came in 19.x)
+    let text = query(
+        http,
+        &format!("{url}?output_format_json_quote_64bit_integers=0"),
+        "SELECT id, p, tag FROM inserts ORDER BY id FORMAT JSONEachRow",
+        "SELECT",
+        timeout,
+    )
+    .await?;
+    writable().await?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
