@@ -127,6 +127,9 @@ pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
         "3-node keeper cluster beside a 3-node ZooKeeper ensemble, fresh each round, {} rounds alternated; {} s cells after {} s of warm-up; 100-byte data, one session per client, session i on server i mod 3",
         args.rounds, args.seconds, args.warmup
     ));
+    if !args.set.is_empty() {
+        say(format!("the keeper cluster's file adds: {}", args.set.join("; ")));
+    }
     let mut cells: Vec<Cell> = Vec::new();
     let mut probes: Vec<Probe> = Vec::new();
     for round in 1..=args.rounds {
@@ -146,7 +149,7 @@ pub fn against(args: &BenchKeeperArgs) -> Result<i32, Failure> {
                 block: None,
                 quorum_reads: false,
                 fault_hooks: false,
-                set: &[],
+                set: if system == System::Zookeeper { &[] } else { &args.set },
                 table: None,
                 kv: None,
                 zookeeper: system == System::Zookeeper,

@@ -388,6 +388,11 @@ pub struct BenchKeeperArgs {
     /// through a snapshot.
     #[arg(long, value_parser = znodes_value, requires = "against")]
     pub znodes: Option<u64>,
+    /// With --against: extra `key = value` lines for the keeper cluster's
+    /// file (e.g. `log_sync = "inline"`), to measure a setting beside the
+    /// peer in the same sitting.
+    #[arg(long = "set", requires = "against")]
+    pub set: Vec<String>,
 }
 
 fn znodes_value(s: &str) -> Result<u64, String> {

@@ -463,6 +463,20 @@ pub enum ReadRounds {
     PerRead,
 }
 
+/// When a keeper server's log entries are synced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogSync {
+    /// Before the step that wrote them returns: the server waits on the
+    /// disk (how runs stored before this choice existed ran).
+    Inline,
+    /// By the driver, on a thread of its own (a simulated delay), while
+    /// the server goes on; what needs them durable waits for it. The
+    /// node's default.
+    #[default]
+    Deferred,
+}
+
 /// How a simulated cluster's world behaves (backend sim); drawn per
 /// seed in swarm mode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -495,6 +509,10 @@ pub struct SimPlan {
     /// Whether quorum reads share read-index rounds.
     #[serde(default, skip_serializing_if = "is_shared")]
     pub read_rounds: ReadRounds,
+    /// When the servers' log entries are synced. Always stored: a run
+    /// stored without it synced inline, and replays so.
+    #[serde(default = "inline")]
+    pub log_sync: LogSync,
     /// Bugs planted in every server.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bugs: Vec<PlantedBug>,
@@ -506,6 +524,10 @@ fn is_zero(x: &f64) -> bool {
 
 fn is_zero_u64(x: &u64) -> bool {
     *x == 0
+}
+
+fn inline() -> LogSync {
+    LogSync::Inline
 }
 
 fn is_shared(r: &ReadRounds) -> bool {
@@ -525,6 +547,7 @@ impl Default for SimPlan {
             snapshot_distance: 2_000,
             batch_us: 0,
             read_rounds: ReadRounds::Shared,
+            log_sync: LogSync::Deferred,
             bugs: Vec::new(),
         }
     }
@@ -559,6 +582,11 @@ impl Plan {
                 "--sim-read-rounds is for simulated servers: it needs --backend sim",
             ));
         }
+        if args.sim_log_sync.is_some() && args.backend != BackendKind::Sim {
+            return Err(Failure::new(
+                "--sim-log-sync is for simulated servers: it needs --backend sim (a node's is `log_sync` in its cluster file)",
+            ));
+        }
         let mut plan = Plan {
             workload: args.workload,
             target: args.target,
@@ -590,6 +618,7 @@ impl Plan {
                 bugs: args.plant.clone(),
                 batch_us: args.sim_batch_us.unwrap_or(0),
                 read_rounds: args.sim_read_rounds.unwrap_or_default(),
+                log_sync: args.sim_log_sync.unwrap_or_default(),
                 ..SimPlan::default()
             }),
             coordinator: args.coordinator.unwrap_or_default(),
@@ -1081,6 +1110,12 @@ pub struct TestArgs {
     /// draws it).
     #[arg(long = "sim-read-rounds", value_enum)]
     pub sim_read_rounds: Option<ReadRounds>,
+    /// When simulated keeper servers sync their log: `deferred` (the
+    /// default, as the node does: a simulated sync thread, the server
+    /// going on meanwhile) or `inline` (before each step returns)
+    /// (`--backend sim` only; swarm mode draws it).
+    #[arg(long = "sim-log-sync", value_enum)]
+    pub sim_log_sync: Option<LogSync>,
     /// Seed of every random choice (default: random, printed).
     #[arg(long)]
     pub seed: Option<u64>,

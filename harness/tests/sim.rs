@@ -135,7 +135,7 @@ fn a_sweep_without_planted_bugs_finds_nothing_on_a_few_seeds() {
 
 #[test]
 fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 14] = [
         (&["sim", "--seeds", "0"], "--seeds"),
         (&["sim", "--jobs", "0"], "--jobs"),
         (&["sim", "--seed", "3"], "--from and --seeds, not --seed"),
@@ -183,7 +183,28 @@ fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
                 "--time-limit",
                 "1",
             ],
-            "--swarm draws --sim-batch-us and --sim-read-rounds per seed",
+            "--swarm draws --sim-batch-us, --sim-read-rounds and --sim-log-sync per seed",
+        ),
+        (
+            &[
+                "sim",
+                "--swarm",
+                "--sim-log-sync",
+                "inline",
+                "--seeds",
+                "1",
+                "--time-limit",
+                "1",
+            ],
+            "--swarm draws --sim-batch-us, --sim-read-rounds and --sim-log-sync per seed",
+        ),
+        (
+            &["test", "--sim-log-sync", "inline", "--time-limit", "1"],
+            "--sim-log-sync is for simulated servers: it needs --backend sim",
+        ),
+        (
+            &["sim", "--sim-log-sync", "later"],
+            "invalid value 'later' for '--sim-log-sync",
         ),
         (&["bench", "sim", "--seeds", "0"], "--seeds"),
     ];

@@ -3,7 +3,7 @@
 //! bugs), and swarm mode's draws of that world from the seed.
 
 use crate::nemesis::FaultKind;
-use crate::plan::{Campaign, PlantedBug, ReadRounds};
+use crate::plan::{Campaign, LogSync, PlantedBug, ReadRounds};
 use drift_keeper::server::{PlantedBugs, ServerConfig};
 use drift_keeper::sim::disk::KillMode;
 use drift_keeper::sim::{NetConfig, SimConfig};
@@ -48,6 +48,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             bootstrap: true,
             fault_token: Some("sim".into()),
             snapshots: drift_keeper::snapshot::Config::default(),
+            deferred_log_sync: sp.log_sync == LogSync::Deferred,
         },
         net: NetConfig {
             delay_us: (100, sp.delay_max_us.max(100)),
@@ -65,6 +66,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             KillMode::Drop
         },
         snapshot_write_us: (1_000, 50_000),
+        log_sync_us: (100, 2_000),
         epoch_ms: EPOCH_MS,
         bugs: bugs(&sp.bugs),
         batch_us: sp.batch_us,
@@ -74,8 +76,8 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
 /// Swarm mode: the campaign of `seed` with its world varied — a subset of
 /// the faults, their pace, the network's misbehaviour (loss, duplication,
 /// reordering, delays, clogged links), clock drift, torn writes, and for
-/// the keeper's workloads how its servers batch inputs and share
-/// read-index rounds — all drawn from the seed.
+/// the keeper's workloads how its servers batch inputs, share read-index
+/// rounds and sync their logs — all drawn from the seed.
 pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
     let mut rng = Rng::new(Rng::derive(seed, "swarm"));
     let offered: Vec<FaultKind> = if plan.nemeses.is_empty() {
@@ -111,6 +113,13 @@ pub fn swarm(mut plan: crate::plan::Plan, seed: u64) -> Campaign {
             ReadRounds::PerRead
         } else {
             ReadRounds::Shared
+        };
+        // after the read rounds, for the same reason: half the seeds sync
+        // the log before each step returns
+        sim.log_sync = if rng.below(2) == 0 {
+            LogSync::Inline
+        } else {
+            LogSync::Deferred
         };
     }
     plan.sim = Some(sim);

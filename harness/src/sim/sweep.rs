@@ -109,9 +109,9 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
             "drift sim: seeds come from --from and --seeds, not --seed",
         ));
     }
-    if args.swarm && (test.sim_batch_us.is_some() || test.sim_read_rounds.is_some()) {
+    if args.swarm && (test.sim_batch_us.is_some() || test.sim_read_rounds.is_some() || test.sim_log_sync.is_some()) {
         return Err(Failure::new(
-            "drift sim --swarm draws --sim-batch-us and --sim-read-rounds per seed: give neither with --swarm",
+            "drift sim --swarm draws --sim-batch-us, --sim-read-rounds and --sim-log-sync per seed: give none of them with --swarm",
         ));
     }
     let base = Plan::from_args(&test)?;

@@ -21,15 +21,27 @@ fn campaign(args: &[&str], seed: u64) -> Campaign {
 
 /// Swarm seed `seed` in the world its test has run since the simulated
 /// servers came to share read-index rounds (and before swarm mode drew
-/// whether they do): shared rounds. The seeds kept below were found
-/// earlier still, with a round per read and no batching, and that change
-/// moved their runs; the keeper's are also run as drawn now (below).
+/// whether they do): shared rounds, and logs synced inline (before the
+/// servers could leave their syncs to their driver). The seeds kept below
+/// were found earlier still, with a round per read and no batching, and
+/// that change moved their runs; the keeper's are also run as drawn now
+/// (below).
 fn swarm_as_pinned(plan: Plan, seed: u64) -> Campaign {
     let mut plan = swarm(plan, seed).plan;
     if let Some(sim) = plan.sim.as_mut() {
         sim.read_rounds = crate::plan::ReadRounds::Shared;
+        sim.log_sync = crate::plan::LogSync::Inline;
     }
     Campaign::new(plan, seed)
+}
+
+/// The arguments of a campaign pinned to a seed that reaches a rare path:
+/// the world it was found in, where servers synced their logs inline
+/// (deferred syncs, the default since, move every run).
+fn as_found<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut all = args.to_vec();
+    all.extend(["--sim-log-sync", "inline"]);
+    all
 }
 
 /// The history as the store writes it: one JSON line per operation.
@@ -114,11 +126,13 @@ fn the_seeds_that_found_bugs_stay_fixed() {
         (eight, true, 1178),
     ];
     for (nemesis, swarmed, seed) in cases {
-        let c = campaign(&["--time-limit", "30", "--nemesis", nemesis], seed);
-        let mut worlds = vec![c.clone()];
+        let args = ["--time-limit", "30", "--nemesis", nemesis];
+        // as found (logs synced inline), and with the defaults of now
+        let mut worlds = vec![campaign(&as_found(&args), seed), campaign(&args, seed)];
         if swarmed {
             // as pinned, and as swarm mode draws it now where that differs
             // (a round per read for 642, 53, 421, 307, 892 and 1178)
+            let c = worlds.swap_remove(1);
             worlds = vec![swarm_as_pinned(c.plan.clone(), seed)];
             let drawn = swarm(c.plan, seed);
             if drawn != worlds[0] {
@@ -128,11 +142,11 @@ fn the_seeds_that_found_bugs_stay_fixed() {
         for c in worlds {
             let sim = simulate(&c);
             let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
-            let rounds = c.plan.sim.as_ref().map(|s| s.read_rounds);
+            let world = c.plan.sim.as_ref().map(|s| (s.read_rounds, s.log_sync));
             assert_eq!(
                 verdict,
                 drift_checkers::checker::Verdict::Valid,
-                "seed {seed} ({nemesis}, swarm {swarmed}, {rounds:?}): {why}"
+                "seed {seed} ({nemesis}, swarm {swarmed}, {world:?}): {why}"
             );
         }
     }
@@ -164,7 +178,7 @@ fn the_kv_seeds_that_found_bugs_stay_fixed() {
     ];
     for (nemesis, swarmed, seed, without) in cases {
         let c = campaign(
-            &["--workload", "delete", "--time-limit", "30", "--nemesis", nemesis],
+            &as_found(&["--workload", "delete", "--time-limit", "30", "--nemesis", nemesis]),
             seed,
         );
         let c = if swarmed { swarm_as_pinned(c.plan, seed) } else { c };
@@ -554,7 +568,7 @@ fn the_table_seeds_that_found_bugs_stay_fixed() {
         ("a reload read again", "\"reads\":2", 198),
     ];
     let run = |seed: u64| {
-        let c = campaign(&["--workload", "insert-retry", "--time-limit", "30"], seed);
+        let c = campaign(&as_found(&["--workload", "insert-retry", "--time-limit", "30"]), seed);
         let sim = simulate(&c);
         assert!(sim.violations.is_empty(), "seed {seed}: {:?}", sim.violations);
         let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
@@ -592,7 +606,7 @@ fn the_table_seeds_that_found_bugs_stay_fixed() {
 /// this seed was chosen).
 #[test]
 fn a_quorum_part_merged_during_its_wait_stays_acknowledged() {
-    let c = campaign(&["--workload", "insert-retry", "--time-limit", "30"], 64);
+    let c = campaign(&as_found(&["--workload", "insert-retry", "--time-limit", "30"]), 64);
     let sim = simulate(&c);
     assert!(sim.violations.is_empty(), "{:?}", sim.violations);
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
@@ -620,7 +634,7 @@ fn a_quorum_part_merged_during_its_wait_stays_acknowledged() {
 fn a_lost_replica_clones_a_healthy_one() {
     let seed = LOST_REPLICA_SEED;
     let c = campaign(
-        &[
+        &as_found(&[
             "--workload",
             "insert-retry",
             "--time-limit",
@@ -629,7 +643,7 @@ fn a_lost_replica_clones_a_healthy_one() {
             "partition,kill",
             "--logs-to-keep",
             "10",
-        ],
+        ]),
         seed,
     );
     let sim = simulate(&c);

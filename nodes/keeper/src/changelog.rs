@@ -11,7 +11,9 @@
 //! little disk and costs a fifth of a simulated keeper's CPU.
 //!
 //! Guarantees: [`Changelog::append`] returns only after every touched
-//! segment is synced, so an acknowledged entry survives a crash. On open,
+//! segment is synced, so an acknowledged entry survives a crash;
+//! [`Changelog::append_unsynced`] leaves the last segment's sync to its
+//! caller, who acknowledges nothing it wrote until that sync is done. On open,
 //! a torn or corrupt tail of the last segment (what a crash mid-append
 //! leaves) is truncated to the last good record and reported; corruption
 //! anywhere else — an earlier segment, or a bad record followed by good
@@ -148,6 +150,18 @@ fn io_err(file: &str) -> impl FnOnce(std::io::Error) -> ChangelogError + '_ {
     move |error| ChangelogError::Io {
         file: file.to_string(),
         error,
+    }
+}
+
+/// Syncs the segment [`Changelog::append_unsynced`] left unsynced, from
+/// any handle on the same directory. A segment gone meanwhile has nothing
+/// left to make durable: the log removes its last segment only when a
+/// conflicting suffix is cut away or a snapshot from the leader replaces
+/// the whole log, and what replaced it was made durable then.
+pub fn sync_left(disk: &mut dyn Disk, name: &str) -> Result<(), ChangelogError> {
+    match disk.sync(name) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other.map_err(io_err(name)),
     }
 }
 
@@ -431,8 +445,27 @@ impl Changelog {
     /// Returns after every touched segment is synced: one sync per file
     /// per batch.
     pub fn append(&mut self, disk: &mut dyn Disk, records: &[LogRecord]) -> Result<(), ChangelogError> {
+        if let Some(name) = self.append_unsynced(disk, records)? {
+            disk.sync(&name).map_err(io_err(&name))?;
+        }
+        Ok(())
+    }
+
+    /// [`Changelog::append`] without the last sync: returns the segment
+    /// whose new tail is written but not yet synced, for the caller to
+    /// sync (it may do so on another thread: a sync of the file covers
+    /// every write made before it). Only that segment, the last, can hold
+    /// unsynced bytes afterwards: a segment rotated away from, and a cut
+    /// of a conflicting suffix, are synced before this returns, so
+    /// start-up still finds a torn tail only at the end of the last
+    /// segment.
+    pub fn append_unsynced(
+        &mut self,
+        disk: &mut dyn Disk,
+        records: &[LogRecord],
+    ) -> Result<Option<String>, ChangelogError> {
         let Some(first) = records.first() else {
-            return Ok(());
+            return Ok(None);
         };
         for w in records.windows(2) {
             if w[1].index != w[0].index + 1 {
@@ -475,8 +508,10 @@ impl Changelog {
                         disk.append(&seg.name, &pending).map_err(io_err(&seg.name))?;
                         pending.clear();
                     }
+                    // synced even if this batch did not touch it: an
+                    // earlier append may have left its sync to the caller
+                    disk.sync(&seg.name).map_err(io_err(&seg.name))?;
                     if touched.last() == Some(&seg.name) {
-                        disk.sync(&seg.name).map_err(io_err(&seg.name))?;
                         touched.pop();
                     }
                 }
@@ -506,10 +541,9 @@ impl Changelog {
                 disk.append(&seg.name, &pending).map_err(io_err(&seg.name))?;
             }
         }
-        for name in &touched {
-            disk.sync(name).map_err(io_err(name))?;
-        }
-        Ok(())
+        // every segment but the last was synced as it was left
+        debug_assert!(touched.len() <= 1);
+        Ok(touched.pop())
     }
 
     /// Removes retained records with index >= `index`.

@@ -193,6 +193,23 @@ impl MemDisk {
         self.files = files;
     }
 
+    /// A sync that began when the file was `len` bytes long ends: those
+    /// bytes are durable; what was written after it began is not made so
+    /// (it may be, on a real disk, but nothing may count on it).
+    pub fn sync_prefix(&mut self, name: &str, len: usize) -> io::Result<()> {
+        self.check(DiskOp::Sync, name)?;
+        let f = self
+            .files
+            .get_mut(name)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
+        let len = len.min(f.current.len());
+        if !matches!(f.durable, Durable::Prefix(n) if n >= len) {
+            f.durable = Durable::Prefix(len);
+        }
+        self.syncs += 1;
+        Ok(())
+    }
+
     /// Flips bits of one byte (both the current and the durable copy:
     /// corruption at rest).
     pub fn flip(&mut self, name: &str, offset: usize, mask: u8) {
@@ -378,6 +395,24 @@ mod tests {
         d.append("a", b"3456").unwrap();
         d.crash_keeping(|_, n| n / 2);
         assert_eq!(d.read("a").unwrap(), b"1234");
+    }
+
+    #[test]
+    fn a_sync_prefix_makes_durable_what_the_file_held_when_the_sync_began_and_no_more() {
+        let mut d = MemDisk::new();
+        d.append("log", b"one").unwrap();
+        d.append("log", b"two").unwrap();
+        // the sync began after "one"; "two" came while it ran
+        d.sync_prefix("log", 3).unwrap();
+        let mut crashed = d.clone();
+        crashed.crash();
+        assert_eq!(crashed.read("log").unwrap(), b"one");
+        // an older sync ending late takes nothing back
+        d.sync("log").unwrap();
+        d.sync_prefix("log", 3).unwrap();
+        d.crash();
+        assert_eq!(d.read("log").unwrap(), b"onetwo");
+        assert_eq!(d.sync_prefix("gone", 1).unwrap_err().kind(), io::ErrorKind::NotFound);
     }
 
     #[test]

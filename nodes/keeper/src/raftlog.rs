@@ -133,8 +133,20 @@ impl<D: Disk> RaftLog<D> {
 
     /// Appends entries (overwriting a conflicting suffix); returns after fsync.
     pub fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
+        if let Some(name) = self.append_unsynced(entries)? {
+            crate::changelog::sync_left(&mut self.disk, &name)?;
+        }
+        Ok(())
+    }
+
+    /// Appends entries as [`RaftLog::append`] does, but leaves the last
+    /// segment's sync to the caller: returns the file to sync before
+    /// anything that depends on these entries being durable (an
+    /// acknowledgement, a vote) goes out. Raft reads them back from here
+    /// at once, durable or not.
+    pub fn append_unsynced(&mut self, entries: &[Entry]) -> Result<Option<String>, StoreError> {
         if entries.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let records: Vec<LogRecord> = entries
             .iter()
@@ -145,7 +157,7 @@ impl<D: Disk> RaftLog<D> {
                 data: e.write_to_bytes().expect("raft entries encode"),
             })
             .collect();
-        Ok(self.changelog.append(&mut self.disk, &records)?)
+        Ok(self.changelog.append_unsynced(&mut self.disk, &records)?)
     }
 
     /// Records the hard state. Term and vote are made durable (atomic

@@ -7,6 +7,7 @@
 //! reserved_log_items = 10000
 //! rotate_interval = 100000
 //! log_cache_bytes = 33554432       # newest log entries held in memory; older ones are read from disk
+//! log_sync = "deferred"            # deferred (a sync thread; the loop goes on) | inline (the loop waits)
 //! quorum_reads = false
 //! witness_blocks = false           # log every block id's creation and removal (campaigns' dedup witness)
 //! digest = "incremental"           # off | incremental | full
@@ -220,6 +221,9 @@ pub struct ClusterConfig {
     /// Bytes of the newest Raft log entries held in memory.
     #[serde(default = "d_log_cache")]
     pub log_cache_bytes: usize,
+    /// Who syncs the log's new entries.
+    #[serde(default)]
+    pub log_sync: LogSync,
     #[serde(default)]
     pub quorum_reads: bool,
     /// Log every creation and removal of a table's block id (a znode
@@ -260,6 +264,20 @@ pub struct ClusterConfig {
     /// The kv service on the peers with a `kv` address.
     #[serde(default)]
     pub kv: Option<KvDecl>,
+}
+
+/// Who syncs a keeper's log entries to disk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LogSync {
+    /// A sync thread: the server's loop writes the entries and goes on
+    /// taking requests and peer messages while the disk syncs them; one
+    /// sync covers every entry written before it began, and what must
+    /// wait for them to be durable (acknowledgements, votes) waits for it.
+    #[default]
+    Deferred,
+    /// The loop itself, before it goes on.
+    Inline,
 }
 
 fn d_table_session() -> u64 {
@@ -470,6 +488,7 @@ impl ClusterConfig {
             bootstrap,
             fault_token,
             snapshots: drift_keeper::snapshot::Config::default(),
+            deferred_log_sync: self.log_sync == LogSync::Deferred,
         }
     }
 
@@ -523,6 +542,10 @@ client = "127.0.0.12:2181"
         let c = ClusterConfig::parse(GOOD).unwrap();
         assert_eq!((c.tick_ms, c.peers.len(), c.digest.as_str()), (50, 2, "incremental"));
         assert_eq!(c.connect_string(), "127.0.0.11:2181,127.0.0.12:2181");
+        assert_eq!(c.log_sync, LogSync::Deferred);
+        assert!(c.server_config(1, true, None).deferred_log_sync);
+        let inline = ClusterConfig::parse(&format!("log_sync = \"inline\"\n{GOOD}")).unwrap();
+        assert!(!inline.server_config(1, true, None).deferred_log_sync);
     }
 
     #[test]
@@ -539,6 +562,13 @@ client = "127.0.0.12:2181"
             .unwrap_err()
             .to_string()
             .contains("digest"));
+        let e = ClusterConfig::parse(&format!("log_sync = \"later\"\n{GOOD}"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("later") && e.contains("deferred") && e.contains("inline"),
+            "{e}"
+        );
         assert!(ClusterConfig::parse("data_dir = 3").is_err());
         assert!(ClusterConfig::parse(&GOOD.replace("127.0.0.12:2181", "127.0.0.12:0"))
             .unwrap_err()

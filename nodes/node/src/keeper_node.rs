@@ -3,7 +3,8 @@
 //! decision — Raft, the digest checks, sessions, reads, snapshots. This
 //! file turns sockets, ticks and signals into its inputs and carries out
 //! its effects: frames to peers and clients, connections closed, snapshot
-//! files written on a worker thread, JSON log lines, exits.
+//! files written on a worker thread, log files synced on another, JSON
+//! log lines, exits.
 //!
 //! One thread runs the server (the loop); sockets have their own threads
 //! that only move bytes and hand events to the loop over a channel. The
@@ -13,6 +14,14 @@
 //! log, and at the end of each input); the loop holds frames until then
 //! and sends each peer its batch in one write and the clients theirs to
 //! their I/O thread in one hand-off, one wake-up for all.
+//!
+//! With `log_sync = "deferred"` (the default) the loop only writes the
+//! log's new entries; the sync thread syncs them while the loop goes on,
+//! and each of its syncs covers every entry written before it began, so
+//! under load a sync carries the entries of every Ready that came while
+//! the previous one ran (group commit across clients and peers). What
+//! must wait for the entries to be durable waits in the server for the
+//! thread's answer.
 
 use crate::config::ClusterConfig;
 use crate::error::NodeError;
@@ -101,6 +110,11 @@ enum Event {
     Admin {
         line: String,
         reply: SyncSender<String>,
+    },
+    /// The sync thread synced the log through this number.
+    LogSynced {
+        number: u64,
+        result: Result<(), String>,
     },
 }
 
@@ -240,6 +254,10 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         })?;
     }
 
+    let log_sync = match cfg.log_sync {
+        crate::config::LogSync::Deferred => Some(log_syncer(dir.clone(), tx.clone())?),
+        crate::config::LogSync::Inline => None,
+    };
     let mut node = Driver {
         server,
         io: Io {
@@ -251,6 +269,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
             hold: false,
             links,
             dir,
+            log_sync,
             writing: None,
             began: Instant::now(),
         },
@@ -300,6 +319,8 @@ struct Io {
     links: Links,
     /// The data directory (the snapshot worker opens its own handle).
     dir: std::path::PathBuf,
+    /// To the log's sync thread (with `log_sync = "deferred"`).
+    log_sync: Option<Sender<(u64, String)>>,
     writing: Option<Writing>,
     /// When the current step began (a snapshot's copy of the tree is
     /// timed from it).
@@ -408,6 +429,7 @@ impl Driver {
                 };
                 let _ = reply.send(text);
             }
+            Event::LogSynced { number, result } => self.step(Input::LogSynced { number, result }),
         }
     }
 
@@ -454,6 +476,15 @@ impl Io {
             Effect::WriteSnapshot(job) => {
                 let copy_ms = self.began.elapsed().as_secs_f64() * 1e3;
                 self.write_snapshot(job, copy_ms)
+            }
+            Effect::SyncLog { number, file } => {
+                let sent = self.log_sync.as_ref().is_some_and(|s| s.send((number, file)).is_ok());
+                if !sent {
+                    // the server waits for an answer no one will give
+                    self.execute(Effect::Fatal {
+                        reason: "the log's sync thread is not running".into(),
+                    });
+                }
             }
             Effect::Log { event, fields } => log(self.id, event, fields),
             Effect::Fatal { reason } => {
@@ -519,6 +550,44 @@ impl Io {
             done: rx,
         });
     }
+}
+
+/// Starts the log's sync thread: it syncs the files the server asks it to
+/// (on a handle of its own on the data directory), taking every request
+/// that came while its last sync ran into one round (each file once), and
+/// answers the round's highest number, which a sync begun after every
+/// write of the round covers.
+fn log_syncer(dir: std::path::PathBuf, tx: Sender<Event>) -> Result<Sender<(u64, String)>, NodeError> {
+    let mut disk = FsDisk::open(&dir).map_err(|source| NodeError::Io {
+        path: dir.clone(),
+        source,
+    })?;
+    let (asks, rx) = mpsc::channel::<(u64, String)>();
+    thread::Builder::new()
+        .name("log-sync".into())
+        .spawn(move || {
+            while let Ok((mut number, file)) = rx.recv() {
+                let mut files = vec![file];
+                while let Ok((n, f)) = rx.try_recv() {
+                    number = n;
+                    if !files.contains(&f) {
+                        files.push(f);
+                    }
+                }
+                let result = files
+                    .iter()
+                    .try_for_each(|f| drift_keeper::changelog::sync_left(&mut disk, f))
+                    .map_err(|e| e.to_string());
+                if tx.send(Event::LogSynced { number, result }).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|source| NodeError::Runtime {
+            what: "log sync thread",
+            source,
+        })?;
+    Ok(asks)
 }
 
 /// Client connections. One thread runs every connection's reader and
@@ -740,6 +809,44 @@ mod tests {
     /// a batch of events, for the batch's end), then go out together: the
     /// clients' frames as one hand-off to their I/O thread, in order, and
     /// each peer's messages in one write.
+    /// The sync thread answers each round with the highest number asked,
+    /// in order, treats a segment the log removed meanwhile as synced, and
+    /// reports a failure with its number (the server then stops).
+    #[test]
+    fn the_log_sync_thread_answers_the_highest_number_asked_and_reports_failures() {
+        let dir = std::env::temp_dir().join(format!("drift-log-sync-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("changelog_1.bin"), b"entries").unwrap();
+        let (tx, rx) = mpsc::channel();
+        let asks = log_syncer(dir.clone(), tx).unwrap();
+        let wait = Duration::from_secs(10);
+        let answer = || match rx.recv_timeout(wait).unwrap() {
+            Event::LogSynced { number, result } => (number, result),
+            _ => panic!("only the sync thread sends here"),
+        };
+        for (n, file) in [
+            (1, "changelog_1.bin"),
+            (2, "changelog_1.bin"),
+            (3, "changelog_gone.bin"),
+        ] {
+            asks.send((n, file.to_string())).unwrap();
+        }
+        let mut last = 0;
+        while last < 3 {
+            let (n, result) = answer();
+            assert!(n > last, "answers in increasing numbers: {n} after {last}");
+            assert_eq!(result, Ok(()));
+            last = n;
+        }
+        asks.send((4, "../escape".to_string())).unwrap();
+        let (n, result) = answer();
+        assert_eq!(n, 4);
+        let e = result.unwrap_err();
+        assert!(e.contains("bad file name") && e.contains("../escape"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn effects_go_out_at_the_servers_flush_each_destination_in_one_write() {
         let secret = Arc::new(vec![5u8; 32]);
@@ -770,6 +877,7 @@ mod tests {
             hold: false,
             links: Links::start(&me(1), &[(1, peer_addr), (2, peer_addr)]),
             dir: std::env::temp_dir(),
+            log_sync: None,
             writing: None,
             began: Instant::now(),
         };

@@ -161,6 +161,13 @@ pub struct ServerConfig {
     pub fault_token: Option<String>,
     /// How snapshots are written and how many are kept.
     pub snapshots: snapshot::Config,
+    /// Leave the sync of the log's new entries to the driver
+    /// ([`Effect::SyncLog`], answered by [`Input::LogSynced`]) instead of
+    /// syncing before the step returns. The server goes on taking input
+    /// while the disk works; what must wait for the entries to be durable
+    /// (an acknowledgement to the leader, a vote) waits for the answer,
+    /// and one sync covers every entry written before it began.
+    pub deferred_log_sync: bool,
 }
 
 impl ServerConfig {
@@ -208,6 +215,9 @@ pub enum Input {
         copy_ms: f64,
         write_ms: f64,
     },
+    /// The sync of [`Effect::SyncLog`] numbered `number` is done (and so is
+    /// every one numbered below it), or failed.
+    LogSynced { number: u64, result: Result<(), String> },
 }
 
 /// What a server asks its driver to do, in order.
@@ -223,6 +233,11 @@ pub enum Effect {
     /// Write this snapshot to the server's disk (off the server's path,
     /// it may take a while), then answer with [`Input::SnapshotWritten`].
     WriteSnapshot(SnapshotJob),
+    /// Sync this log file (see [`crate::changelog::sync_left`]), then
+    /// answer with [`Input::LogSynced`] and this number. Asked in
+    /// increasing numbers; a driver may answer several with one sync
+    /// begun after the last of them was asked, answering its number.
+    SyncLog { number: u64, file: String },
     /// One line for the server's log.
     Log {
         event: &'static str,
@@ -439,6 +454,18 @@ struct Preprocessed {
     skipped: bool,
 }
 
+/// A Raft `Ready` handed on before its log entries were durable: what it
+/// may send only once they are.
+struct Unpersisted {
+    /// The `Ready`'s number.
+    number: u64,
+    /// Messages Raft allows out only after the `Ready` is persisted.
+    messages: Vec<raft::prelude::Message>,
+    /// The file whose sync by the driver its entries wait for (none: they
+    /// wait only for those before it; its hard state was synced at once).
+    file: Option<String>,
+}
+
 /// The snapshot being written by the driver.
 struct Writing {
     index: u64,
@@ -541,6 +568,9 @@ pub struct KeeperServer<D: Disk> {
     incoming_snapshot: Option<(u64, u64, State, SnapshotMeta)>,
     /// Set while a Raft `Ready` is handled: nothing may be proposed then.
     in_ready: bool,
+    /// `Ready`s whose entries the driver is syncing, and those after them,
+    /// in order (with `deferred_log_sync`).
+    unpersisted: VecDeque<Unpersisted>,
     /// Connections whose held writes were released while a `Ready` was
     /// handled, submitted once it is done.
     release_after_ready: BTreeSet<u64>,
@@ -667,6 +697,7 @@ impl<D: Disk> KeeperServer<D> {
             sent: 0,
             latency: Latency::default(),
             in_ready: false,
+            unpersisted: VecDeque::new(),
             release_after_ready: BTreeSet::new(),
             early_after_ready: BTreeSet::new(),
             env,
@@ -735,6 +766,7 @@ impl<D: Disk> KeeperServer<D> {
                 copy_ms,
                 write_ms,
             } => self.snapshot_written(index, term, result, (copy_ms, write_ms)),
+            Input::LogSynced { number, result } => self.log_synced(number, result),
         }
         self.flush(sink);
     }

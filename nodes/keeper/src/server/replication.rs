@@ -4,7 +4,7 @@
 
 use super::{
     context, older_than, parse_context, ConnState, KeeperServer, Pending, PendingKind, Preprocessed, ReadBatch,
-    ReadRound, Writing, BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_RETRY_US,
+    ReadRound, Unpersisted, Writing, BEHIND_TIMEOUTS, PENDING_TIMEOUT_US, READY_ROUNDS_MAX, READ_INDEX_RETRY_US,
     READ_INDEX_TIMEOUT_US, REAP_PER_SCAN_MAX,
 };
 use crate::disk::Disk;
@@ -569,6 +569,16 @@ impl<D: Disk> KeeperServer<D> {
             return;
         }
         let mut rd = self.raw.ready();
+        // A snapshot's Ready is persisted before it is advanced: raft-rs
+        // counts its index as applied at the advance, which it allows only
+        // up to what is durable. The syncs still out are made first, in
+        // order.
+        let inline = !self.cfg.deferred_log_sync || !rd.snapshot().is_empty();
+        if inline && !self.unpersisted.is_empty() {
+            if let Err(e) = self.persist_now() {
+                return self.fail(format!("changelog sync: {e}"));
+            }
+        }
         if let Some(ss) = rd.ss() {
             self.on_role(ss.raft_state, ss.leader_id);
         }
@@ -595,9 +605,16 @@ impl<D: Disk> KeeperServer<D> {
         // the leader's appends and the replies so far go out while the
         // log is written
         self.flush(sink);
-        if let Err(e) = self.raw.mut_store().append(&entries) {
-            return self.fail(format!("changelog append: {e}"));
-        }
+        let store = self.raw.mut_store();
+        let left = if inline {
+            store.append(&entries).map(|()| None)
+        } else {
+            store.append_unsynced(&entries)
+        };
+        let left = match left {
+            Ok(left) => left,
+            Err(e) => return self.fail(format!("changelog append: {e}")),
+        };
         if let Some(hs) = rd.hs() {
             let hs = hs.clone();
             if let Err(e) = self.raw.mut_store().set_hard_state(hs) {
@@ -605,20 +622,30 @@ impl<D: Disk> KeeperServer<D> {
             }
         }
         let persisted = rd.take_persisted_messages();
-        self.send_messages(persisted);
-        for rs in rd.take_read_states() {
-            let ctx = u64::from_be_bytes(
-                rs.request_ctx
-                    .get(..8)
-                    .and_then(|b| b.try_into().ok())
-                    .unwrap_or([0; 8]),
-            );
-            if let Some(batch) = self.read_index_wait.remove(&ctx) {
-                for read in batch.reads {
-                    self.read_index_done(read.conn, read.seq, read.connect, rs.index);
-                }
+        let read_states = rd.take_read_states();
+        if left.is_some() || !self.unpersisted.is_empty() {
+            // durable once the driver's sync (or an earlier one) is done
+            let number = rd.number();
+            self.raw.advance_append_async(rd);
+            if let Some(file) = &left {
+                self.out.push(super::Effect::SyncLog {
+                    number,
+                    file: file.clone(),
+                });
+                self.flush(sink);
             }
+            self.unpersisted.push_back(Unpersisted {
+                number,
+                messages: persisted,
+                file: left,
+            });
+            self.read_states_done(read_states);
+            self.raw.advance_apply();
+            self.after_apply();
+            return;
         }
+        self.send_messages(persisted);
+        self.read_states_done(read_states);
         let mut light = self.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
             let mut hs = self.raw.store().hard_state().clone();
@@ -634,10 +661,77 @@ impl<D: Disk> KeeperServer<D> {
             return;
         }
         self.raw.advance_apply();
+        self.after_apply();
+    }
+
+    fn after_apply(&mut self) {
         self.maybe_snapshot();
         self.serve_parked();
         // the reads that came while the answered round was out
         self.start_read_round();
+    }
+
+    /// Serves the reads whose read-index round answered.
+    fn read_states_done(&mut self, read_states: Vec<raft::ReadState>) {
+        for rs in read_states {
+            let ctx = u64::from_be_bytes(
+                rs.request_ctx
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .unwrap_or([0; 8]),
+            );
+            if let Some(batch) = self.read_index_wait.remove(&ctx) {
+                for read in batch.reads {
+                    self.read_index_done(read.conn, read.seq, read.connect, rs.index);
+                }
+            }
+        }
+    }
+
+    /// Syncs here what the driver is still syncing, and sends what waited
+    /// for it: every `Ready` handed on is durable after this (the
+    /// driver's answers, when they come, find nothing left to release).
+    fn persist_now(&mut self) -> Result<(), String> {
+        let mut files: Vec<&str> = Vec::new();
+        for u in &self.unpersisted {
+            if let Some(f) = u.file.as_deref().filter(|f| !files.contains(f)) {
+                files.push(f);
+            }
+        }
+        let files: Vec<String> = files.into_iter().map(str::to_string).collect();
+        for f in &files {
+            crate::changelog::sync_left(&mut self.raw.mut_store().disk, f).map_err(|e| e.to_string())?;
+        }
+        let last = self.unpersisted.back().map(|u| u.number);
+        let messages: Vec<Message> = self.unpersisted.drain(..).flat_map(|u| u.messages).collect();
+        if let Some(n) = last {
+            self.raw.on_persist_ready(n);
+        }
+        self.send_messages(messages);
+        Ok(())
+    }
+
+    /// The driver's sync numbered `number` is done: every `Ready` up to it,
+    /// and those after that waited only for it, are durable. Raft learns
+    /// so, and what they held back goes out.
+    pub(super) fn log_synced(&mut self, number: u64, result: Result<(), String>) {
+        if let Err(e) = result {
+            return self.fail(format!("changelog sync: {e}"));
+        }
+        let mut last = None;
+        let mut messages = Vec::new();
+        while let Some(u) = self.unpersisted.front() {
+            if u.file.is_some() && u.number > number {
+                break;
+            }
+            let u = self.unpersisted.pop_front().expect("a front");
+            last = Some(u.number);
+            messages.extend(u.messages);
+        }
+        if let Some(n) = last {
+            self.raw.on_persist_ready(n);
+            self.send_messages(messages);
+        }
     }
 
     /// Puts a quorum read in the next read-index round, asked for at once

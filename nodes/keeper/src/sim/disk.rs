@@ -85,6 +85,14 @@ impl SimDisk {
         });
     }
 
+    /// A sync begun when the file was `len` bytes long ends (see
+    /// [`MemDisk::sync_prefix`]); a disk operation like any other for an
+    /// armed crash.
+    pub fn sync_prefix(&mut self, name: &str, len: u64) -> io::Result<()> {
+        self.step("sync", name)?;
+        self.mem.sync_prefix(name, len as usize)
+    }
+
     fn step(&mut self, what: &str, name: &str) -> io::Result<()> {
         if let Some(left) = self.crash_in.as_mut() {
             *left -= 1;

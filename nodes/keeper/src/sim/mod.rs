@@ -90,6 +90,10 @@ pub struct SimConfig {
     pub kill_mode: KillMode,
     /// How long writing a snapshot takes (µs), uniform in this range.
     pub snapshot_write_us: (u64, u64),
+    /// How long a log sync the server leaves to its driver takes (µs),
+    /// uniform in this range (with `server.deferred_log_sync`). Syncs of
+    /// one server finish in the order asked, as one sync thread's do.
+    pub log_sync_us: (u64, u64),
     /// The wall clock when the simulation starts (ms since the epoch).
     pub epoch_ms: i64,
     pub bugs: PlantedBugs,
@@ -139,6 +143,17 @@ enum Ev {
         job: Box<crate::server::SnapshotJob>,
         incarnation: u64,
     },
+    /// A log sync the server asked for ([`Effect::SyncLog`]) ends: the
+    /// `len` bytes the file had when it was asked are durable now (not
+    /// what was written since: the strictest a real sync promises), and
+    /// the server is told.
+    LogSynced {
+        node: u64,
+        number: u64,
+        file: String,
+        len: u64,
+        incarnation: u64,
+    },
     /// The end of a server's batch of inputs (see [`SimConfig::batch_us`]).
     Advance(u64),
     Client(ClientEvent),
@@ -154,7 +169,7 @@ impl Ev {
             Ev::Tick(n) => Some(*n),
             Ev::Peer { to, .. } => Some(*to),
             Ev::Accept { node, .. } | Ev::Frame { node, .. } | Ev::Hangup { node, .. } => Some(*node),
-            Ev::SnapshotDone { node, .. } => Some(*node),
+            Ev::SnapshotDone { node, .. } | Ev::LogSynced { node, .. } => Some(*node),
             Ev::Advance(n) => Some(*n),
             Ev::Client(_) => None,
         }
@@ -184,6 +199,8 @@ struct Node {
     held: Option<Vec<Ev>>,
     /// Counts starts, so a snapshot written for an earlier life is dropped.
     incarnation: u64,
+    /// When its last log sync ends (the next ends no earlier).
+    synced_at: u64,
     /// An [`Ev::Advance`] is scheduled for the batch under way.
     advance_due: bool,
     /// The server's log lines: (simulated µs, event, fields).
@@ -217,6 +234,9 @@ pub struct Cluster {
     rng: SimRng,
     net_rng: SimRng,
     disk_rng: SimRng,
+    /// Draws log syncs' durations (its own stream: runs without deferred
+    /// syncs draw nothing from it, and replay as before it existed).
+    sync_rng: SimRng,
     nodes: BTreeMap<u64, Node>,
     queue: BTreeMap<(u64, u64), Ev>,
     seq: u64,
@@ -287,6 +307,7 @@ impl Cluster {
         let mut c = Cluster {
             net_rng: rng.fork("net"),
             disk_rng: rng.fork("disk"),
+            sync_rng: rng.fork("log-sync"),
             rng: rng.fork("cluster"),
             now_us: 0,
             nodes: BTreeMap::new(),
@@ -322,6 +343,7 @@ impl Cluster {
                     },
                     held: None,
                     incarnation: 0,
+                    synced_at: 0,
                     advance_due: false,
                     log: Vec::new(),
                 },
@@ -549,6 +571,29 @@ impl Cluster {
                         },
                     );
                 }
+                Effect::SyncLog { number, file } => {
+                    let d = self.sync_rng.between(self.cfg.log_sync_us.0, self.cfg.log_sync_us.1);
+                    let node = self.nodes.get_mut(&id).expect("known");
+                    let at = (self.now_us + d).max(node.synced_at);
+                    node.synced_at = at;
+                    let incarnation = node.incarnation;
+                    // gone already: a sync of nothing (see sync_left)
+                    let len = node
+                        .server
+                        .as_ref()
+                        .and_then(|s| crate::disk::Disk::len(s.disk(), &file).ok())
+                        .unwrap_or(0);
+                    self.schedule(
+                        at,
+                        Ev::LogSynced {
+                            node: id,
+                            number,
+                            file,
+                            len,
+                            incarnation,
+                        },
+                    );
+                }
                 Effect::Log { event, fields } => {
                     self.invariants.logged(id, event, &fields);
                     self.nodes
@@ -682,6 +727,7 @@ impl Cluster {
             Ev::Hangup { conn, .. } => 4_000_000 + conn,
             Ev::SnapshotDone { .. } => 5,
             Ev::Advance(_) => 9,
+            Ev::LogSynced { number, .. } => 11_000_000 + number % 1_000_000,
             Ev::Client(ClientEvent::Frame { payload, .. }) => 6_000_000 + bytes_hash(payload) % 1_000_000,
             Ev::Client(ClientEvent::Closed { conn }) => 7_000_000 + conn,
             Ev::Client(ClientEvent::Timer { token }) => 8_000_000 + token,
@@ -771,6 +817,24 @@ impl Cluster {
                     },
                     &mut |e| out.push(e),
                 );
+            }
+            Ev::LogSynced {
+                number,
+                file,
+                len,
+                incarnation,
+                ..
+            } => {
+                if incarnation != self.nodes[&id].incarnation {
+                    return false;
+                }
+                let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
+                // as crate::changelog::sync_left: a file gone has nothing to sync
+                let result = match server.disk_mut().sync_prefix(&file, len) {
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                    r => r.map_err(|e| format!("changelog {file}: {e}")),
+                };
+                server.step(env, Input::LogSynced { number, result }, &mut |e| out.push(e));
             }
             Ev::Advance(_) => {
                 self.nodes.get_mut(&id).expect("known").advance_due = false;
