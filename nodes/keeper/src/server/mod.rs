@@ -883,6 +883,11 @@ impl<D: Disk> KeeperServer<D> {
         &self.raw.store().disk
     }
 
+    /// Ticks handled since it started.
+    pub fn ticks(&self) -> u64 {
+        self.ticks
+    }
+
     pub fn disk_mut(&mut self) -> &mut D {
         &mut self.raw.mut_store().disk
     }

@@ -118,7 +118,8 @@ pub enum ClientEvent {
 
 #[derive(Debug)]
 enum Ev {
-    Tick(u64),
+    /// A server's tick, of the chain numbered so (see `Node::ticks`).
+    Tick(u64, u64),
     Peer {
         from: u64,
         to: u64,
@@ -166,7 +167,7 @@ impl Ev {
     /// The server the event happens at (none for the caller's events).
     fn node(&self) -> Option<u64> {
         match self {
-            Ev::Tick(n) => Some(*n),
+            Ev::Tick(n, _) => Some(*n),
             Ev::Peer { to, .. } => Some(*to),
             Ev::Accept { node, .. } | Ev::Frame { node, .. } | Ev::Hangup { node, .. } => Some(*node),
             Ev::SnapshotDone { node, .. } | Ev::LogSynced { node, .. } => Some(*node),
@@ -201,6 +202,11 @@ struct Node {
     incarnation: u64,
     /// When its last log sync ends (the next ends no earlier).
     synced_at: u64,
+    /// The number of its tick chain: a start or a resume begins a new one,
+    /// and a tick of an older chain still queued (the server stopped or
+    /// paused and came back within a tick) ends there, so a server never
+    /// ticks faster than its clock.
+    ticks: u64,
     /// An [`Ev::Advance`] is scheduled for the batch under way.
     advance_due: bool,
     /// The server's log lines: (simulated µs, event, fields).
@@ -344,6 +350,7 @@ impl Cluster {
                     held: None,
                     incarnation: 0,
                     synced_at: 0,
+                    ticks: 0,
                     advance_due: false,
                     log: Vec::new(),
                 },
@@ -468,8 +475,7 @@ impl Cluster {
                 node.incarnation += 1;
                 self.down.remove(&id);
                 self.apply(id, out);
-                let tick = self.tick_us(id);
-                self.schedule(self.now_us + tick, Ev::Tick(id));
+                self.start_ticks(id);
             }
             Err(e) => {
                 // a server whose storage cannot be opened stays down; the
@@ -720,7 +726,7 @@ impl Cluster {
         self.events += 1;
         self.invariants.now_us = self.now_us;
         let kind = match &ev {
-            Ev::Tick(_) => 1,
+            Ev::Tick(..) => 1,
             Ev::Peer { msg, .. } => 10 + peer_hash(msg) % 1_000_000,
             Ev::Accept { conn, .. } => 2_000_000 + conn,
             Ev::Frame { payload, .. } => 3_000_000 + bytes_hash(payload) % 1_000_000,
@@ -742,7 +748,7 @@ impl Cluster {
         let node = self.nodes.get_mut(&id).expect("known");
         if let Some(held) = node.held.as_mut() {
             // paused: nothing runs there; what arrives waits
-            if !matches!(ev, Ev::Tick(_)) {
+            if !matches!(ev, Ev::Tick(..)) {
                 held.push(ev);
             }
             return None;
@@ -778,10 +784,14 @@ impl Cluster {
         let advance_now = self.cfg.batch_us == 0 || matches!(ev, Ev::Advance(_));
         let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
         match ev {
-            Ev::Tick(_) => {
+            Ev::Tick(_, chain) => {
+                if chain != self.nodes[&id].ticks {
+                    return false;
+                }
+                let server = self.nodes.get_mut(&id).and_then(|n| n.server.as_mut()).expect("up");
                 server.step(env, Input::Tick, &mut |e| out.push(e));
                 let tick = self.tick_us(id);
-                self.schedule(self.now_us + tick, Ev::Tick(id));
+                self.schedule(self.now_us + tick, Ev::Tick(id, chain));
             }
             Ev::Peer { from, msg, .. } => {
                 if self.cut.contains(&(from, id)) {
@@ -989,8 +999,16 @@ impl Cluster {
         for ev in held {
             self.schedule(self.now_us, ev);
         }
+        self.start_ticks(id);
+    }
+
+    /// Begins a new tick chain for server `id`, ending any older one.
+    fn start_ticks(&mut self, id: u64) {
+        let node = self.nodes.get_mut(&id).expect("known");
+        node.ticks += 1;
+        let chain = node.ticks;
         let tick = self.tick_us(id);
-        self.schedule(self.now_us + tick, Ev::Tick(id));
+        self.schedule(self.now_us + tick, Ev::Tick(id, chain));
     }
 
     /// Cuts the directed links `links` (from, to), on top of any cut.

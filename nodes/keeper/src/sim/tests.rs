@@ -566,6 +566,33 @@ fn an_acknowledgement_sent_before_the_sync_is_caught_when_the_crash_takes_it_bac
     assert!(found >= 5, "the planted bug was found under {found} of 20 seeds");
 }
 
+/// A server stopped or paused and back within a tick must not keep the
+/// old tick chain beside the new one: each such return once added a
+/// chain, so a server restarted often ticked several times as fast and
+/// its election timeouts shrank until elections never ended (swarm seeds
+/// 904 and 1962 with `keeper-restart` every second: no leader after the
+/// heal).
+#[test]
+fn a_server_back_within_a_tick_ticks_at_its_clocks_pace() {
+    let mut cfg = config(1);
+    cfg.clock_drift_ppm = 0;
+    let mut c = Cluster::new(cfg);
+    let l = await_leader(&mut c);
+    let f = others(&c, l)[0];
+    for _ in 0..5 {
+        c.kill(f, false);
+        c.restart(f);
+        c.pause(f);
+        c.resume(f);
+    }
+    let before = c.server(f).expect("up").ticks();
+    let t = c.now_us() + 10 * S;
+    c.run_until(t);
+    let ticked = c.server(f).expect("up").ticks() - before;
+    // 50 ms ticks
+    assert!((199..=201).contains(&ticked), "{ticked} ticks in 10 s");
+}
+
 #[test]
 fn a_clogged_link_delivers_nothing_until_the_clog_ends_then_everything() {
     for seed in SEEDS {
