@@ -47,6 +47,9 @@ const CONN_QUEUE_MAX: usize = 8192;
 /// Most events handled between two Raft Readies (bounds the latency one
 /// Ready adds to the events queued behind it).
 const EVENTS_PER_READY_MAX: usize = 512;
+/// Log syncs the loop makes itself, one after another, while no other
+/// event waits (each releases what waited for it, which may ask for more).
+const SYNC_ROUNDS_ON_LOOP_MAX: usize = 4;
 /// Admin connections served at a time; more are closed at once.
 const ADMIN_CONNS_MAX: usize = 8;
 /// An admin connection must send its command line within this.
@@ -270,6 +273,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
             links,
             dir,
             log_sync,
+            sync_asks: Vec::new(),
             writing: None,
             began: Instant::now(),
         },
@@ -321,6 +325,8 @@ struct Io {
     dir: std::path::PathBuf,
     /// To the log's sync thread (with `log_sync = "deferred"`).
     log_sync: Option<Sender<(u64, String)>>,
+    /// The server's asks for log syncs not yet handed on.
+    sync_asks: Vec<(u64, String)>,
     writing: Option<Writing>,
     /// When the current step began (a snapshot's copy of the tree is
     /// timed from it).
@@ -337,9 +343,15 @@ impl Driver {
 
     fn run(&mut self, rx: Receiver<Event>, stop: &AtomicBool) {
         let mut next_tick = Instant::now() + self.tick;
+        // an event taken to see whether the loop is idle (see `syncs`)
+        let mut taken: Option<Event> = None;
         while !stop.load(Ordering::Relaxed) {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
+            let next = match taken.take() {
+                Some(ev) => Ok(ev),
+                None => rx.recv_timeout(wait),
+            };
+            match next {
                 Ok(ev) => {
                     // what the events' steps make goes out once they are
                     // all handled, each destination's in one write (a
@@ -375,7 +387,47 @@ impl Driver {
             self.server.advance(env, &mut |e| io.execute(e));
             self.poll_snapshot(false);
             self.io.send_out();
+            self.syncs(&rx, &mut taken);
         }
+    }
+
+    /// Carries out the server's asks for log syncs. While other events
+    /// wait, the sync thread takes them and the loop goes on with the
+    /// events; when none waits, the loop syncs itself (one round of the
+    /// same sync, without the two thread hand-offs) and goes on with what
+    /// the answer released. An event taken to look is kept in `taken`.
+    fn syncs(&mut self, rx: &Receiver<Event>, taken: &mut Option<Event>) {
+        for _ in 0..SYNC_ROUNDS_ON_LOOP_MAX {
+            if self.io.sync_asks.is_empty() {
+                return;
+            }
+            if taken.is_none() {
+                *taken = rx.try_recv().ok();
+            }
+            if taken.is_some() {
+                return self.io.hand_syncs_on();
+            }
+            let asks = std::mem::take(&mut self.io.sync_asks);
+            let number = asks.iter().map(|(n, _)| *n).max().unwrap_or(0);
+            let mut files: Vec<&str> = Vec::new();
+            for (_, f) in &asks {
+                if !files.contains(&f.as_str()) {
+                    files.push(f);
+                }
+            }
+            let result = files
+                .iter()
+                .try_for_each(|f| drift_keeper::changelog::sync_left(self.server.disk_mut(), f))
+                .map_err(|e| e.to_string());
+            self.step(Input::LogSynced { number, result });
+            let env = self.env();
+            let io = &mut self.io;
+            io.began = Instant::now();
+            self.server.advance(env, &mut |e| io.execute(e));
+            self.io.send_out();
+        }
+        // still asking: the thread takes the rest
+        self.io.hand_syncs_on();
     }
 
     fn step(&mut self, input: Input) {
@@ -461,6 +513,19 @@ impl Driver {
 }
 
 impl Io {
+    /// Hands the asks for log syncs to the sync thread.
+    fn hand_syncs_on(&mut self) {
+        for ask in std::mem::take(&mut self.sync_asks) {
+            let sent = self.log_sync.as_ref().is_some_and(|s| s.send(ask).is_ok());
+            if !sent {
+                // the server waits for an answer no one will give
+                self.execute(Effect::Fatal {
+                    reason: "the log's sync thread is not running".into(),
+                });
+            }
+        }
+    }
+
     /// Carries out one effect of the server.
     fn execute(&mut self, e: Effect) {
         match e {
@@ -477,15 +542,8 @@ impl Io {
                 let copy_ms = self.began.elapsed().as_secs_f64() * 1e3;
                 self.write_snapshot(job, copy_ms)
             }
-            Effect::SyncLog { number, file } => {
-                let sent = self.log_sync.as_ref().is_some_and(|s| s.send((number, file)).is_ok());
-                if !sent {
-                    // the server waits for an answer no one will give
-                    self.execute(Effect::Fatal {
-                        reason: "the log's sync thread is not running".into(),
-                    });
-                }
-            }
+            // the loop decides where it runs once the step is done
+            Effect::SyncLog { number, file } => self.sync_asks.push((number, file)),
             Effect::Log { event, fields } => log(self.id, event, fields),
             Effect::Fatal { reason } => {
                 log(
@@ -878,6 +936,7 @@ mod tests {
             links: Links::start(&me(1), &[(1, peer_addr), (2, peer_addr)]),
             dir: std::env::temp_dir(),
             log_sync: None,
+            sync_asks: Vec::new(),
             writing: None,
             began: Instant::now(),
         };
