@@ -15,13 +15,15 @@
 //! and sends each peer its batch in one write and the clients theirs to
 //! their I/O thread in one hand-off, one wake-up for all.
 //!
-//! With `log_sync = "deferred"` (the default) the loop only writes the
-//! log's new entries; the sync thread syncs them while the loop goes on,
-//! and each of its syncs covers every entry written before it began, so
-//! under load a sync carries the entries of every Ready that came while
-//! the previous one ran (group commit across clients and peers). What
-//! must wait for the entries to be durable waits in the server for the
-//! thread's answer.
+//! With `log_sync = "deferred"` (the default) the server only writes the
+//! log's new entries and asks for their sync. While other events wait,
+//! the sync thread syncs them and the loop goes on with the events; each
+//! of its syncs covers every entry written before it began, so under
+//! load a sync carries the entries of every Ready that came while the
+//! previous one ran (group commit across clients and peers). When no
+//! event waits, the loop syncs itself: nothing is lost by waiting then,
+//! and the two hand-offs between threads are saved. What must wait for
+//! the entries to be durable waits in the server for the answer.
 
 use crate::config::ClusterConfig;
 use crate::error::NodeError;
