@@ -9,14 +9,6 @@ macro_rules! out {
     };
 }
 
-/// mimalloc instead of the C library's allocator, for every command and
-/// the node the binary runs: the node's write path allocates many small,
-/// short-lived buffers (frames, entries, answers), and glibc's malloc
-/// and free took a fifth of a keeper server's CPU under set at 64 clients
-/// (BENCHMARKS.md, "The allocator").
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod arg_values;
 mod backend;
 mod bench;

@@ -436,6 +436,11 @@ impl Changelog {
         }
     }
 
+    /// The bytes the last segment holds, as written (synced or not).
+    pub fn tail_len(&self) -> u64 {
+        self.segments.last().map_or(0, |s| s.len)
+    }
+
     pub fn segment_names(&self) -> Vec<String> {
         self.segments.iter().map(|s| s.name.clone()).collect()
     }

@@ -57,6 +57,11 @@ pub struct RaftLog<D: Disk> {
     wanted: Cell<u64>,
     /// (term, vote) as last made durable.
     persisted: (u64, u64),
+    /// The first entry written by [`RaftLog::append_unsynced`] and not
+    /// yet known durable ([`RaftLog::synced_through`]): the commit index
+    /// written to disk stays below it, so a crash never leaves a hard
+    /// state committing past the log that survived it.
+    unsynced_from: Option<u64>,
 }
 
 fn err(e: impl std::fmt::Display) -> raft::Error {
@@ -112,6 +117,7 @@ impl<D: Disk> RaftLog<D> {
                 wanted: Cell::new(0),
                 persisted: (hard_state.term, hard_state.vote),
                 hard_state,
+                unsynced_from: None,
             },
             report,
             fresh,
@@ -136,6 +142,9 @@ impl<D: Disk> RaftLog<D> {
         if let Some(name) = self.append_unsynced(entries)? {
             crate::changelog::sync_left(&mut self.disk, &name)?;
         }
+        // the sync of the last segment covers it all: the segments before
+        // it were synced as the log left them
+        self.unsynced_from = None;
         Ok(())
     }
 
@@ -144,9 +153,18 @@ impl<D: Disk> RaftLog<D> {
     /// anything that depends on these entries being durable (an
     /// acknowledgement, a vote) goes out. Raft reads them back from here
     /// at once, durable or not.
+    /// A conflicting suffix is cut and the cut synced before this
+    /// returns, so what is unsynced afterwards starts at the first entry
+    /// written; a caller that counts on [`RaftLog::synced_through`] for
+    /// earlier writes must not cut (the server syncs inline then).
     pub fn append_unsynced(&mut self, entries: &[Entry]) -> Result<Option<String>, StoreError> {
-        if entries.is_empty() {
+        let Some(first) = entries.first().map(|e| e.index) else {
             return Ok(None);
+        };
+        if first < self.changelog.next_index() {
+            self.unsynced_from = Some(first);
+        } else {
+            self.unsynced_from.get_or_insert(first);
         }
         let records: Vec<LogRecord> = entries
             .iter()
@@ -158,6 +176,24 @@ impl<D: Disk> RaftLog<D> {
             })
             .collect();
         Ok(self.changelog.append_unsynced(&mut self.disk, &records)?)
+    }
+
+    /// The bytes the log's last segment holds, as written.
+    pub fn tail_len(&self) -> u64 {
+        self.changelog.tail_len()
+    }
+
+    /// The index the next appended entry gets.
+    pub fn next_index(&self) -> u64 {
+        self.changelog.next_index()
+    }
+
+    /// The entries up to `last` are durable now (a sync of the log that
+    /// began after they were written ended).
+    pub fn synced_through(&mut self, last: u64) {
+        if self.unsynced_from.is_some_and(|u| u <= last) {
+            self.unsynced_from = (last < self.changelog.next_index().saturating_sub(1)).then_some(last + 1);
+        }
     }
 
     /// Records the hard state. Term and vote are made durable (atomic
@@ -174,13 +210,19 @@ impl<D: Disk> RaftLog<D> {
         Ok(())
     }
 
-    /// Writes the hard state (term, vote, commit) durably.
+    /// Writes the hard state (term, vote, commit) durably. The commit
+    /// index written stops before entries not yet durable: Raft may know
+    /// an index committed that this log has written but not synced.
     pub fn persist_hard_state(&mut self) -> Result<(), StoreError> {
         let hs = &self.hard_state;
+        let commit = match self.unsynced_from {
+            Some(u) => hs.commit.min(u - 1),
+            None => hs.commit,
+        };
         let mut b = Vec::with_capacity(28);
         b.extend_from_slice(&hs.term.to_be_bytes());
         b.extend_from_slice(&hs.vote.to_be_bytes());
-        b.extend_from_slice(&hs.commit.to_be_bytes());
+        b.extend_from_slice(&commit.to_be_bytes());
         let crc = crc(&b);
         b.extend_from_slice(&crc.to_be_bytes());
         let io = |source| StoreError::Io {
@@ -207,6 +249,7 @@ impl<D: Disk> RaftLog<D> {
         if self.changelog.last_index().is_none_or(|l| l < index) {
             // installed from the leader: everything before is superseded
             self.changelog.reset(&mut self.disk, index + 1)?;
+            self.unsynced_from = None;
         } else {
             self.changelog.compact(&mut self.disk, index)?;
         }
@@ -379,6 +422,41 @@ mod tests {
         })
         .unwrap();
         log
+    }
+
+    /// A term change synced while appended entries wait for their sync
+    /// (a follower's first append from a new leader, commit index
+    /// included): a crash then must not leave a hard state that commits
+    /// past the log that survived, which the server refuses to start on.
+    #[test]
+    fn a_hard_state_synced_before_the_entries_commits_no_further_than_the_durable_log() {
+        let mut log = ten_entries((1, 1, 10));
+        // 11 and 12 go to the segment of 9..=12 (four entries a segment)
+        let left = log
+            .append_unsynced(&(11..=12).map(|i| entry(i, 2)).collect::<Vec<_>>())
+            .unwrap();
+        assert_eq!(left, Some(crate::changelog::segment_name(9)));
+        let hs = |commit| HardState {
+            term: 2,
+            vote: 0,
+            commit,
+            ..HardState::default()
+        };
+        log.set_hard_state(hs(12)).unwrap();
+        assert_eq!(log.hard_state().commit, 12, "Raft's own view is kept");
+        let mut disk = log.disk.clone();
+        disk.crash();
+        let (back, _, _) = RaftLog::open(disk, vec![1, 2, 3], CFG, None).unwrap();
+        assert_eq!(back.last_index().unwrap(), 10);
+        assert_eq!((back.hard_state().term, back.hard_state().commit), (2, 10));
+        // once the entries are synced the commit index goes to disk whole
+        log.disk.sync(&crate::changelog::segment_name(9)).unwrap();
+        log.synced_through(12);
+        log.persist_hard_state().unwrap();
+        let mut disk = log.disk.clone();
+        disk.crash();
+        let (back, _, _) = RaftLog::open(disk, vec![1, 2, 3], CFG, None).unwrap();
+        assert_eq!((back.last_index().unwrap(), back.hard_state().commit), (12, 12));
     }
 
     #[test]

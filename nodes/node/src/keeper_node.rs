@@ -545,7 +545,7 @@ impl Io {
                 self.write_snapshot(job, copy_ms)
             }
             // the loop decides where it runs once the step is done
-            Effect::SyncLog { number, file } => self.sync_asks.push((number, file)),
+            Effect::SyncLog { number, file, .. } => self.sync_asks.push((number, file)),
             Effect::Log { event, fields } => log(self.id, event, fields),
             Effect::Fatal { reason } => {
                 log(

@@ -237,7 +237,10 @@ pub enum Effect {
     /// answer with [`Input::LogSynced`] and this number. Asked in
     /// increasing numbers; a driver may answer several with one sync
     /// begun after the last of them was asked, answering its number.
-    SyncLog { number: u64, file: String },
+    /// `len`: the file's length once this number's entries were written
+    /// (a sync must cover at least that much; the simulator's covers no
+    /// more).
+    SyncLog { number: u64, file: String, len: u64 },
     /// One line for the server's log.
     Log {
         event: &'static str,
@@ -464,6 +467,8 @@ struct Unpersisted {
     /// The file whose sync by the driver its entries wait for (none: they
     /// wait only for those before it; its hard state was synced at once).
     file: Option<String>,
+    /// The index of its last entry (0: none).
+    last: u64,
 }
 
 /// The snapshot being written by the driver.

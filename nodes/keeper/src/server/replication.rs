@@ -573,7 +573,14 @@ impl<D: Disk> KeeperServer<D> {
         // counts its index as applied at the advance, which it allows only
         // up to what is durable. The syncs still out are made first, in
         // order.
-        let inline = !self.cfg.deferred_log_sync || !rd.snapshot().is_empty();
+        // A Ready that cuts a conflicting suffix is persisted at once
+        // too: the cut is synced as it is made, and what the syncs still
+        // out would answer for may be gone with it.
+        let cuts = rd
+            .entries()
+            .first()
+            .is_some_and(|e| e.index < self.raw.store().next_index());
+        let inline = !self.cfg.deferred_log_sync || !rd.snapshot().is_empty() || cuts;
         if inline && !self.unpersisted.is_empty() {
             if let Err(e) = self.persist_now() {
                 return self.fail(format!("changelog sync: {e}"));
@@ -631,12 +638,18 @@ impl<D: Disk> KeeperServer<D> {
                 self.out.push(super::Effect::SyncLog {
                     number,
                     file: file.clone(),
+                    len: self.raw.store().tail_len(),
                 });
                 self.flush(sink);
             }
             self.unpersisted.push_back(Unpersisted {
                 number,
                 messages: persisted,
+                last: if left.is_some() {
+                    entries.last().map_or(0, |e| e.index)
+                } else {
+                    0
+                },
                 file: left,
             });
             self.read_states_done(read_states);
@@ -702,6 +715,7 @@ impl<D: Disk> KeeperServer<D> {
         for f in &files {
             crate::changelog::sync_left(&mut self.raw.mut_store().disk, f).map_err(|e| e.to_string())?;
         }
+        self.raw.mut_store().synced_through(u64::MAX);
         let last = self.unpersisted.back().map(|u| u.number);
         let messages: Vec<Message> = self.unpersisted.drain(..).flat_map(|u| u.messages).collect();
         if let Some(n) = last {
@@ -719,6 +733,7 @@ impl<D: Disk> KeeperServer<D> {
             return self.fail(format!("changelog sync: {e}"));
         }
         let mut last = None;
+        let mut durable = 0;
         let mut messages = Vec::new();
         while let Some(u) = self.unpersisted.front() {
             if u.file.is_some() && u.number > number {
@@ -726,9 +741,11 @@ impl<D: Disk> KeeperServer<D> {
             }
             let u = self.unpersisted.pop_front().expect("a front");
             last = Some(u.number);
+            durable = durable.max(u.last);
             messages.extend(u.messages);
         }
         if let Some(n) = last {
+            self.raw.mut_store().synced_through(durable);
             self.raw.on_persist_ready(n);
             self.send_messages(messages);
         }

@@ -145,9 +145,9 @@ enum Ev {
         incarnation: u64,
     },
     /// A log sync the server asked for ([`Effect::SyncLog`]) ends: the
-    /// `len` bytes the file had when it was asked are durable now (not
-    /// what was written since: the strictest a real sync promises), and
-    /// the server is told.
+    /// `len` bytes the file had once the asking Ready's entries were
+    /// written are durable now (not what was written since: the
+    /// strictest a real sync promises), and the server is told.
     LogSynced {
         node: u64,
         number: u64,
@@ -577,18 +577,12 @@ impl Cluster {
                         },
                     );
                 }
-                Effect::SyncLog { number, file } => {
+                Effect::SyncLog { number, file, len } => {
                     let d = self.sync_rng.between(self.cfg.log_sync_us.0, self.cfg.log_sync_us.1);
                     let node = self.nodes.get_mut(&id).expect("known");
                     let at = (self.now_us + d).max(node.synced_at);
                     node.synced_at = at;
                     let incarnation = node.incarnation;
-                    // gone already: a sync of nothing (see sync_left)
-                    let len = node
-                        .server
-                        .as_ref()
-                        .and_then(|s| crate::disk::Disk::len(s.disk(), &file).ok())
-                        .unwrap_or(0);
                     self.schedule(
                         at,
                         Ev::LogSynced {
