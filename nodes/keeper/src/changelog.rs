@@ -436,6 +436,11 @@ impl Changelog {
         }
     }
 
+    /// The segment appended to last.
+    pub fn last_segment(&self) -> Option<&str> {
+        self.segments.last().map(|s| s.name.as_str())
+    }
+
     /// The bytes the last segment holds, as written (synced or not).
     pub fn tail_len(&self) -> u64 {
         self.segments.last().map_or(0, |s| s.len)

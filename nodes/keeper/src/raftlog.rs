@@ -139,12 +139,20 @@ impl<D: Disk> RaftLog<D> {
 
     /// Appends entries (overwriting a conflicting suffix); returns after fsync.
     pub fn append(&mut self, entries: &[Entry]) -> Result<(), StoreError> {
-        if let Some(name) = self.append_unsynced(entries)? {
-            crate::changelog::sync_left(&mut self.disk, &name)?;
+        self.append_unsynced(entries)?;
+        self.sync_unsynced()
+    }
+
+    /// Syncs what [`RaftLog::append_unsynced`] left unsynced: the last
+    /// segment, whose sync covers it all (the segments before it were
+    /// synced as the log left them).
+    pub fn sync_unsynced(&mut self) -> Result<(), StoreError> {
+        if self.unsynced_from.is_some() {
+            if let Some(name) = self.changelog.last_segment() {
+                crate::changelog::sync_left(&mut self.disk, name)?;
+            }
+            self.unsynced_from = None;
         }
-        // the sync of the last segment covers it all: the segments before
-        // it were synced as the log left them
-        self.unsynced_from = None;
         Ok(())
     }
 

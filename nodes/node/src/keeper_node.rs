@@ -383,10 +383,7 @@ impl Driver {
                 }
                 self.step(Input::Tick);
             }
-            let env = self.env();
-            let io = &mut self.io;
-            io.began = Instant::now();
-            self.server.advance(env, &mut |e| io.execute(e));
+            self.advance();
             self.poll_snapshot(false);
             self.io.send_out();
             self.syncs(&rx, &mut taken);
@@ -409,27 +406,24 @@ impl Driver {
             if taken.is_some() {
                 return self.io.hand_syncs_on();
             }
-            let asks = std::mem::take(&mut self.io.sync_asks);
-            let number = asks.iter().map(|(n, _)| *n).max().unwrap_or(0);
-            let mut files: Vec<&str> = Vec::new();
-            for (_, f) in &asks {
-                if !files.contains(&f.as_str()) {
-                    files.push(f);
-                }
-            }
-            let result = files
-                .iter()
-                .try_for_each(|f| drift_keeper::changelog::sync_left(self.server.disk_mut(), f))
-                .map_err(|e| e.to_string());
+            // the newest ask's file: an older ask's other file was synced
+            // as the log left it
+            let (number, file) = self.io.sync_asks.pop().expect("an ask");
+            self.io.sync_asks.clear();
+            let result = drift_keeper::changelog::sync_left(self.server.disk_mut(), &file).map_err(|e| e.to_string());
             self.step(Input::LogSynced { number, result });
-            let env = self.env();
-            let io = &mut self.io;
-            io.began = Instant::now();
-            self.server.advance(env, &mut |e| io.execute(e));
+            self.advance();
             self.io.send_out();
         }
         // still asking: the thread takes the rest
         self.io.hand_syncs_on();
+    }
+
+    fn advance(&mut self) {
+        let env = self.env();
+        let io = &mut self.io;
+        io.began = Instant::now();
+        self.server.advance(env, &mut |e| io.execute(e));
     }
 
     fn step(&mut self, input: Input) {
@@ -612,11 +606,11 @@ impl Io {
     }
 }
 
-/// Starts the log's sync thread: it syncs the files the server asks it to
+/// Starts the log's sync thread: it syncs the file the server asks it to
 /// (on a handle of its own on the data directory), taking every request
-/// that came while its last sync ran into one round (each file once), and
-/// answers the round's highest number, which a sync begun after every
-/// write of the round covers.
+/// that came while its last sync ran into one round, and answers the
+/// round's newest number, which a sync of the newest file begun after
+/// every write of the round covers.
 fn log_syncer(dir: std::path::PathBuf, tx: Sender<Event>) -> Result<Sender<(u64, String)>, NodeError> {
     let mut disk = FsDisk::open(&dir).map_err(|source| NodeError::Io {
         path: dir.clone(),
@@ -626,18 +620,14 @@ fn log_syncer(dir: std::path::PathBuf, tx: Sender<Event>) -> Result<Sender<(u64,
     thread::Builder::new()
         .name("log-sync".into())
         .spawn(move || {
-            while let Ok((mut number, file)) = rx.recv() {
-                let mut files = vec![file];
-                while let Ok((n, f)) = rx.try_recv() {
-                    number = n;
-                    if !files.contains(&f) {
-                        files.push(f);
-                    }
+            while let Ok(mut ask) = rx.recv() {
+                // the round's newest ask: its file's sync covers the older
+                // asks (a file the log left was synced as it left it)
+                while let Ok(newer) = rx.try_recv() {
+                    ask = newer;
                 }
-                let result = files
-                    .iter()
-                    .try_for_each(|f| drift_keeper::changelog::sync_left(&mut disk, f))
-                    .map_err(|e| e.to_string());
+                let (number, file) = ask;
+                let result = drift_keeper::changelog::sync_left(&mut disk, &file).map_err(|e| e.to_string());
                 if tx.send(Event::LogSynced { number, result }).is_err() {
                     return;
                 }

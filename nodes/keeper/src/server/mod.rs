@@ -464,11 +464,10 @@ struct Unpersisted {
     number: u64,
     /// Messages Raft allows out only after the `Ready` is persisted.
     messages: Vec<raft::prelude::Message>,
-    /// The file whose sync by the driver its entries wait for (none: they
-    /// wait only for those before it; its hard state was synced at once).
-    file: Option<String>,
-    /// The index of its last entry (0: none).
-    last: u64,
+    /// Its entries wait for the driver's sync of this number (else it
+    /// waits only for the `Ready`s before it: its hard state was synced
+    /// at once).
+    synced_by_driver: bool,
 }
 
 /// The snapshot being written by the driver.

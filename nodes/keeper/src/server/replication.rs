@@ -645,12 +645,7 @@ impl<D: Disk> KeeperServer<D> {
             self.unpersisted.push_back(Unpersisted {
                 number,
                 messages: persisted,
-                last: if left.is_some() {
-                    entries.last().map_or(0, |e| e.index)
-                } else {
-                    0
-                },
-                file: left,
+                synced_by_driver: left.is_some(),
             });
             self.read_states_done(read_states);
             self.raw.advance_apply();
@@ -705,24 +700,23 @@ impl<D: Disk> KeeperServer<D> {
     /// for it: every `Ready` handed on is durable after this (the
     /// driver's answers, when they come, find nothing left to release).
     fn persist_now(&mut self) -> Result<(), String> {
-        let mut files: Vec<&str> = Vec::new();
-        for u in &self.unpersisted {
-            if let Some(f) = u.file.as_deref().filter(|f| !files.contains(f)) {
-                files.push(f);
-            }
-        }
-        let files: Vec<String> = files.into_iter().map(str::to_string).collect();
-        for f in &files {
-            crate::changelog::sync_left(&mut self.raw.mut_store().disk, f).map_err(|e| e.to_string())?;
-        }
-        self.raw.mut_store().synced_through(u64::MAX);
+        self.raw.mut_store().sync_unsynced().map_err(|e| e.to_string())?;
         let last = self.unpersisted.back().map(|u| u.number);
         let messages: Vec<Message> = self.unpersisted.drain(..).flat_map(|u| u.messages).collect();
         if let Some(n) = last {
-            self.raw.on_persist_ready(n);
+            self.persisted(n, messages);
         }
-        self.send_messages(messages);
         Ok(())
+    }
+
+    /// Every `Ready` up to `number` is durable: Raft learns so, the log
+    /// learns how far its entries are (Raft's persisted index), and what
+    /// the `Ready`s held back goes out.
+    fn persisted(&mut self, number: u64, messages: Vec<Message>) {
+        self.raw.on_persist_ready(number);
+        let durable = self.raw.raft.raft_log.persisted;
+        self.raw.mut_store().synced_through(durable);
+        self.send_messages(messages);
     }
 
     /// The driver's sync numbered `number` is done: every `Ready` up to it,
@@ -733,21 +727,17 @@ impl<D: Disk> KeeperServer<D> {
             return self.fail(format!("changelog sync: {e}"));
         }
         let mut last = None;
-        let mut durable = 0;
         let mut messages = Vec::new();
         while let Some(u) = self.unpersisted.front() {
-            if u.file.is_some() && u.number > number {
+            if u.synced_by_driver && u.number > number {
                 break;
             }
             let u = self.unpersisted.pop_front().expect("a front");
             last = Some(u.number);
-            durable = durable.max(u.last);
             messages.extend(u.messages);
         }
         if let Some(n) = last {
-            self.raw.mut_store().synced_through(durable);
-            self.raw.on_persist_ready(n);
-            self.send_messages(messages);
+            self.persisted(n, messages);
         }
     }
 
