@@ -108,7 +108,7 @@ fn the_seeds_that_found_bugs_stay_fixed() {
     let six = "partition,kill,pause,clock,corrupt,diverge";
     let seven = "partition,kill,pause,clock,corrupt,diverge,wipe";
     let eight = "partition,kill,pause,clock,corrupt,diverge,wipe,keeper-restart";
-    let cases: [(&str, bool, u64); 12] = [
+    let cases: [(&str, bool, u64); 13] = [
         ("kill", false, 762),
         ("kill,partition", true, 642),
         (six, true, 53),
@@ -124,6 +124,11 @@ fn the_seeds_that_found_bugs_stay_fixed() {
         (eight, true, 621),
         (eight, true, 892),
         (eight, true, 1178),
+        // two of a committed entry's three holders wiped, and the
+        // followers that had heard of its commit deaf to every candidate
+        // (their election clocks stood still while they waited for it)
+        // until they gave up waiting and elected a log without it
+        (eight, true, 5611),
     ];
     for (nemesis, swarmed, seed) in cases {
         let args = ["--time-limit", "30", "--nemesis", nemesis];

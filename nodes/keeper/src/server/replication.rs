@@ -458,6 +458,16 @@ impl<D: Disk> KeeperServer<D> {
         // them
         if !self.quiet && self.behind == 0 {
             self.raw.tick();
+        } else if !self.quiet {
+            // a server behind does not campaign, but its election clock
+            // runs: with check-quorum a follower ignores every candidate
+            // until an election timeout passes without its leader, so a
+            // frozen clock would keep it deaf to the candidates whose log
+            // reaches the entries it misses (`step_raft` lets only those
+            // have its vote), and no leader could be elected while it
+            // waits for a leader that is gone
+            let r = &mut self.raw.raft;
+            r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
         }
         let now = self.now_ms();
         // sessions seen alive here reach the leader's tracker

@@ -293,6 +293,63 @@ fn a_request_orphaned_by_a_lost_leader_ends_its_connection_promptly() {
     }
 }
 
+/// A follower that hears of a commit its log does not reach (its
+/// leader's append named it) votes only for candidates whose log does,
+/// and does not campaign; but its election clock runs. When the leader
+/// dies before the entries arrive, the follower that holds them is
+/// elected within a few election timeouts, not once the lagging one
+/// gives up waiting (with check-quorum, a follower whose clock stood
+/// still would ignore every candidate: ten election timeouts here, after
+/// which its vote could go to a log without the entries).
+#[test]
+fn a_follower_behind_a_dead_leaders_commit_elects_the_holder_promptly() {
+    for seed in SEEDS {
+        let mut c = Cluster::new(config(seed));
+        let mut inbox = Inbox::default();
+        let l = await_leader(&mut c);
+        let o = others(&c, l);
+        let (lagging, holder) = (o[0], o[1]);
+        let mut s = open(&mut c, &mut inbox, l, 5_000).expect("session on the leader");
+        c.cut(&[(l, lagging), (lagging, l)]);
+        for i in 0..10 {
+            let r = call(&mut c, &mut inbox, &mut s, create(&format!("/k{i}"), "1"), 5 * S).expect("a write");
+            assert_eq!(r.err, ZkError::Ok, "seed {seed}");
+        }
+        let seen = c.log(lagging).len();
+        c.heal();
+        let deadline = c.now_us() + 5 * S;
+        while !c.log(lagging)[seen..].iter().any(|(_, e, _)| *e == "behind") {
+            assert!(
+                c.now_us() < deadline,
+                "seed {seed}: the commit never reached the lagging follower"
+            );
+            let t = c.now_us() + 50;
+            c.run_until(t);
+        }
+        let last = c.server(lagging).expect("up").last_index();
+        assert!(
+            last < c.server(holder).expect("up").last_index(),
+            "seed {seed}: caught up already"
+        );
+        // the leader is gone before its next message
+        isolate(&mut c, l);
+        c.kill(l, false);
+        let killed = c.now_us();
+        let new = await_leader(&mut c);
+        let took = c.now_us() - killed;
+        assert_eq!(new, holder, "seed {seed}: only the holder's log reaches the commit");
+        assert!(took < 3 * S, "seed {seed}: a leader after {took} µs");
+        assert!(
+            !c.log(lagging)[seen..].iter().any(|(_, e, _)| *e == "behind_given_up"),
+            "seed {seed}: the lagging follower gave up waiting"
+        );
+        c.heal();
+        c.restart(l);
+        await_converged(&mut c);
+        assert_clean(&mut c, seed);
+    }
+}
+
 #[test]
 fn a_follower_behind_the_compacted_log_installs_a_snapshot() {
     for seed in SEEDS {
