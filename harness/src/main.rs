@@ -12,7 +12,7 @@ macro_rules! out {
 /// mimalloc instead of the C library's allocator: the node's write path
 /// allocates many small, short-lived buffers (frames, entries, answers),
 /// and glibc's malloc and free took a fifth of a keeper server's CPU
-/// under set at 64 clients (BENCHMARKS.md, "The allocator"). How it
+/// under set at 64 clients (BENCHMARKS.md, "mimalloc for good"). How it
 /// gives memory back differs by command: see [`tune_allocator`].
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

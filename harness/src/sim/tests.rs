@@ -124,10 +124,10 @@ fn the_seeds_that_found_bugs_stay_fixed() {
         (eight, true, 621),
         (eight, true, 892),
         (eight, true, 1178),
-        // two of a committed entry's three holders wiped, and the
-        // followers that had heard of its commit deaf to every candidate
-        // (their election clocks stood still while they waited for it)
-        // until they gave up waiting and elected a log without it
+        // one wiped disk, and the followers that had heard of a commit
+        // they missed deaf to every candidate (their election clocks
+        // stood still while they waited for the entries) until they gave
+        // up waiting and elected a log without them
         (eight, true, 5611),
     ];
     for (nemesis, swarmed, seed) in cases {
