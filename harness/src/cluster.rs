@@ -1072,9 +1072,11 @@ pub struct NodeArgs {
     /// Override the config: linearizable reads through a read-index round.
     #[arg(long = "quorum-reads")]
     pub quorum_reads: bool,
-    /// Exit when the parent process goes away (campaigns start nodes so).
-    #[arg(long = "exit-with-parent")]
-    pub exit_with_parent: bool,
+    /// Exit once process PID is no longer this node's parent: campaigns
+    /// start nodes so, with their own PID, so that a node whose campaign
+    /// died before the node began to watch it exits too.
+    #[arg(long = "exit-with-parent", value_name = "PID")]
+    pub exit_with_parent: Option<u32>,
     /// Reach peer ID through ADDR instead of its Raft address (`ID=ADDR`,
     /// repeatable): campaigns route links through their own proxies.
     #[arg(long = "peer-via")]

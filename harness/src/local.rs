@@ -136,7 +136,13 @@ impl Db for LocalCluster {
         let mut cmd = Command::new(exe);
         cmd.args(["node", "--config"])
             .arg(config)
-            .args(["--id", &i.to_string(), "--exit-with-parent", "--admin"])
+            .args([
+                "--id",
+                &i.to_string(),
+                "--exit-with-parent",
+                &std::process::id().to_string(),
+                "--admin",
+            ])
             .arg(n.admin.to_string())
             // the token through the environment: a command line is public
             .env(crate::servers::FAULT_TOKEN_ENV, &token)

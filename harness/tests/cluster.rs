@@ -512,6 +512,54 @@ fn nodes_that_lost_their_state_never_elect_a_leader_among_themselves() {
     assert_eq!(c.leader(), None, "stateless nodes elected a leader");
 }
 
+/// A campaign starts its nodes with `--exit-with-parent <its PID>`. A
+/// node whose campaign is gone before the node starts watching (a
+/// campaign killed while the node was still opening its storage, as one
+/// test's SIGKILL once caught a restarting node) finds another parent,
+/// init, and exits at its first tick instead of running on.
+#[test]
+fn a_node_whose_named_parent_is_already_gone_exits() {
+    let c = Cluster::up("orphan", 21260, &[]);
+    c.wait_leader(Duration::from_secs(5));
+    c.stop(3);
+    // a PID that is no one's parent any more: a child that has exited
+    let mut gone = Command::new("true").spawn().unwrap();
+    gone.wait().unwrap();
+    let started = Instant::now();
+    let mut node = common::drift()
+        .args(["node", "--config"])
+        .arg(c.dir.join("cluster.toml"))
+        .args(["--id", "3", "--exit-with-parent", &gone.id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = wait_for(Duration::from_secs(10), || node.try_wait().unwrap());
+    if exited.is_none() {
+        let _ = node.kill();
+        let _ = node.wait();
+        panic!("the node ran on for 10 s after its named parent was gone");
+    }
+    // its log lines go to stderr
+    let mut out = String::new();
+    node.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(out.contains("parent_gone"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // with this process as the named parent, it runs
+    let mut node = common::drift()
+        .args(["node", "--config"])
+        .arg(c.dir.join("cluster.toml"))
+        .args(["--id", "3", "--exit-with-parent", &std::process::id().to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ran = wait_for(Duration::from_secs(2), || node.try_wait().unwrap());
+    let _ = node.kill();
+    let _ = node.wait();
+    assert!(ran.is_none(), "the node exited beside its living parent: {ran:?}");
+}
+
 #[test]
 fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
     let a = Cluster::up("twin-a", 21230, &[]);

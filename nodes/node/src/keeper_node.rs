@@ -69,9 +69,11 @@ pub struct NodeOptions {
     /// `admin`; without both, nothing can trigger them.
     pub fault_token: Option<String>,
     pub admin: Option<SocketAddr>,
-    /// Exit when the process that started this node goes away (a campaign
-    /// killed mid-run must not leave its nodes running).
-    pub exit_with_parent: bool,
+    /// Exit once this process (the one that started the node) is no
+    /// longer its parent: a campaign killed mid-run must not leave its
+    /// nodes running, even one killed before the node began to watch (the
+    /// parent's PID read at start would then already be init's).
+    pub exit_with_parent: Option<u32>,
     /// Peers reached through another address than their Raft address (a
     /// harness's per-link proxy).
     pub peer_via: Vec<(u64, SocketAddr)>,
@@ -283,7 +285,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         tick: Duration::from_millis(cfg.tick_ms),
         table_admin: opts.table_admin,
         kv_admin: opts.kv_admin,
-        parent: opts.exit_with_parent.then(std::os::unix::process::parent_id),
+        parent: opts.exit_with_parent,
     };
     for e in opened {
         node.io.execute(e);

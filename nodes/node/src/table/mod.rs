@@ -206,14 +206,14 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Tables>, NodeError> 
 
 /// Runs a node without the keeper (`keeper = false`): its tables only,
 /// coordinated by the cluster file's `coordinator`, until SIGTERM/SIGINT
-/// (or, with `exit_with_parent`, the parent's exit). The fault hooks
+/// (or, with `exit_with_parent`, once that process is no longer its parent). The fault hooks
 /// answer `<token> table <hook> [table]` on `admin`.
 pub fn run_tables_only(
     cfg: &ClusterConfig,
     id: u64,
     fault_token: Option<String>,
     admin: Option<SocketAddr>,
-    exit_with_parent: bool,
+    exit_with_parent: Option<u32>,
 ) -> Result<(), NodeError> {
     let Some(tables) = start(cfg, id)? else {
         return Err(NodeError::Config(crate::error::ConfigError::Invalid(
@@ -243,7 +243,7 @@ pub fn run_tables_only(
             source,
         })?;
     }
-    let parent = exit_with_parent.then(std::os::unix::process::parent_id);
+    let parent = exit_with_parent;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
         if parent.is_some_and(|p| std::os::unix::process::parent_id() != p) {
             break;
