@@ -456,18 +456,21 @@ impl<D: Disk> KeeperServer<D> {
         // a quiet server neither campaigns nor votes until a leader
         // speaks, nor one whose log misses committed entries until it has
         // them
-        if !self.quiet && self.behind == 0 {
-            self.raw.tick();
-        } else if !self.quiet {
-            // a server behind does not campaign, but its election clock
-            // runs: with check-quorum a follower ignores every candidate
-            // until an election timeout passes without its leader, so a
-            // frozen clock would keep it deaf to the candidates whose log
-            // reaches the entries it misses (`step_raft` lets only those
-            // have its vote), and no leader could be elected while it
-            // waits for a leader that is gone
-            let r = &mut self.raw.raft;
-            r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
+        if !self.quiet {
+            if self.behind == 0 {
+                self.raw.tick();
+            } else {
+                // a server behind does not campaign, but its election
+                // clock runs: with check-quorum a follower ignores every
+                // candidate until an election timeout passes without its
+                // leader, so a frozen clock would keep it deaf to the
+                // candidates whose log reaches the entries it misses
+                // (`step_raft` lets only those have its vote), and no
+                // leader could be elected while it waits for a leader that
+                // is gone
+                let r = &mut self.raw.raft;
+                r.election_elapsed = (r.election_elapsed + 1).min(r.election_timeout());
+            }
         }
         let now = self.now_ms();
         // sessions seen alive here reach the leader's tracker
