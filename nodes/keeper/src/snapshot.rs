@@ -27,7 +27,7 @@ use crate::disk::Disk;
 use crate::node::{Kind, Node, Stat, DATA_BYTES_MAX};
 use crate::path::{self, PATH_BYTES_MAX};
 use crate::request::decode_acl;
-use crate::state::{Session, State};
+use crate::state::{Frozen, Session, State};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -189,7 +189,7 @@ fn frame_block(out: &mut Vec<u8>, chunk: &[u8]) {
 /// Encodes a snapshot in pieces to `sink` (see [`Stream`]). Deterministic:
 /// the same state and meta give the same bytes.
 pub fn encode_to<E>(
-    state: &State,
+    state: &Frozen,
     meta: &SnapshotMeta,
     compress: bool,
     zstd_level: i32,
@@ -266,14 +266,14 @@ pub fn encode_to<E>(
     st.finish()
 }
 
-/// Encodes a snapshot file's bytes in memory (see [`encode_to`]).
+/// Encodes a snapshot of `state` in memory (see [`encode_to`]).
 pub fn encode(state: &State, meta: &SnapshotMeta, compress: bool, zstd_level: i32) -> Vec<u8> {
     let mut out = Vec::new();
     let mut sink = |b: &[u8]| {
         out.extend_from_slice(b);
         Ok::<(), std::convert::Infallible>(())
     };
-    match encode_to(state, meta, compress, zstd_level, &mut sink) {
+    match encode_to(&state.freeze(), meta, compress, zstd_level, &mut sink) {
         Ok(()) => out,
         Err(never) => match never {},
     }
@@ -583,13 +583,13 @@ impl Snapshots {
         Ok(out)
     }
 
-    /// Writes a snapshot of `state` durably, then prunes old ones: its
+    /// Writes a snapshot of `state` (see [`State::freeze`]) durably, then prunes old ones: its
     /// name and size. The file is written as it is encoded, a few MiB at a
     /// time, under a temporary name that is synced and renamed into place.
     pub fn write(
         &self,
         disk: &mut dyn Disk,
-        state: &State,
+        state: &Frozen,
         meta: &SnapshotMeta,
     ) -> Result<(String, u64), SnapshotError> {
         let name = file_name(meta.last_index, meta.last_term);

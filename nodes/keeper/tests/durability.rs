@@ -370,6 +370,51 @@ fn snapshot_round_trips_compressed_and_raw() {
     }
 }
 
+/// A snapshot is written from a copy taken at one index while the
+/// server goes on applying entries: what it writes is the tree at that
+/// index, whatever was replaced, added or removed after the copy.
+#[test]
+fn a_frozen_state_snapshots_the_tree_as_it_was_when_frozen() {
+    let mut s = sample_storage();
+    let before = s.state().clone();
+    let meta = meta_of(&s, 7);
+    let frozen = s.state().freeze();
+    let later = [
+        Write::Op(Op::SetData {
+            path: "/a".into(),
+            data: b"changed".to_vec(),
+            version: -1,
+        }),
+        Write::Op(Op::Create(Create {
+            path: "/late".into(),
+            data: Vec::new(),
+            acl: Acl::open(),
+            mode: CreateMode::Persistent,
+            ttl_ms: 0,
+        })),
+        Write::Op(Op::Delete {
+            path: "/c".into(),
+            version: -1,
+        }),
+        Write::CreateSession { timeout_ms: 6000 },
+    ];
+    let mut zxid = s.state().last_zxid();
+    for req in &later {
+        zxid += 1;
+        s.preprocess(1, zxid, 2000 + zxid, req);
+        s.commit(zxid);
+    }
+    assert_eq!(s.state().node_count(), before.node_count());
+    assert_ne!(s.state().get("/a").unwrap().data, before.get("/a").unwrap().data);
+    assert_ne!(s.state().sessions().len(), before.sessions().len());
+    let snaps = Snapshots::new(snapshot::Config::default());
+    let mut disk = MemDisk::new();
+    let (name, _) = snaps.write(&mut disk, &frozen, &meta).unwrap();
+    let (state, m) = snaps.load(&disk, &name, true).unwrap();
+    assert_eq!(m, meta);
+    assert_eq!(state, before);
+}
+
 #[test]
 fn flipped_snapshot_byte_is_never_loaded_silently() {
     let s = sample_storage();
@@ -431,19 +476,19 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
         ..Default::default()
     });
     let mut disk = MemDisk::new();
-    snaps.write(&mut disk, s.state(), &meta_of(&s, 5)).unwrap();
+    snaps.write(&mut disk, &s.state().freeze(), &meta_of(&s, 5)).unwrap();
     // the next write dies before its file is durable: nothing of it
     // survives under the snapshot's name
     let mut broken = disk.clone();
     broken.fail_next_on(DiskOp::Sync, &format!("tmp_{}", snapshot::file_name(6, 3)));
-    assert!(snaps.write(&mut broken, s.state(), &meta_of(&s, 6)).is_err());
+    assert!(snaps.write(&mut broken, &s.state().freeze(), &meta_of(&s, 6)).is_err());
     broken.crash();
     snaps.clean_incomplete(&mut broken).unwrap();
     assert_eq!(snaps.load_latest(&broken, true).unwrap().unwrap().1.last_index, 5);
     // rewriting the same snapshot and dying half-way keeps the good one
     let mut again = disk.clone();
     again.fail_next_on(DiskOp::Rename, &format!("tmp_{}", snapshot::file_name(5, 3)));
-    assert!(snaps.write(&mut again, s.state(), &meta_of(&s, 5)).is_err());
+    assert!(snaps.write(&mut again, &s.state().freeze(), &meta_of(&s, 5)).is_err());
     again.crash();
     assert_eq!(
         snaps.clean_incomplete(&mut again).unwrap(),
@@ -461,7 +506,7 @@ fn interrupted_snapshot_write_is_cleaned_up_at_start() {
     assert_eq!((meta.last_index, &state), (5, s.state()));
     // keeping two: a third write prunes the oldest
     for i in 6..=8 {
-        snaps.write(&mut disk, s.state(), &meta_of(&s, i)).unwrap();
+        snaps.write(&mut disk, &s.state().freeze(), &meta_of(&s, i)).unwrap();
     }
     let kept: Vec<u64> = snaps.list(&disk).unwrap().into_iter().map(|(i, _, _)| i).collect();
     assert_eq!(kept, [7, 8]);

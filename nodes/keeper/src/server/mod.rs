@@ -54,7 +54,7 @@ use crate::proto::ClientRequest;
 use crate::raftlog::{RaftLog, StoreError};
 use crate::session::SessionTracker;
 use crate::snapshot::{self, SnapshotError, SnapshotMeta, Snapshots};
-use crate::state::State;
+use crate::state::{Frozen, State};
 use crate::watch::WatchManager;
 use crate::{DigestMode, Storage};
 use raft::RawNode;
@@ -263,7 +263,7 @@ pub enum Effect {
 /// A snapshot to write: the tree at `meta.last_index`.
 #[derive(Debug)]
 pub struct SnapshotJob {
-    pub state: State,
+    pub state: Frozen,
     pub meta: SnapshotMeta,
     pub config: snapshot::Config,
 }

@@ -1141,7 +1141,7 @@ impl<D: Disk> KeeperServer<D> {
 
     /// Starts a snapshot once `snapshot_distance` entries were applied
     /// since the last one (or raft wants one for a lagging follower). The
-    /// server only copies the tree; the driver encodes, compresses and
+    /// server only copies the tree ([`crate::state::State::freeze`]); the driver encodes, compresses and
     /// writes it ([`super::Effect::WriteSnapshot`]), so a large tree does
     /// not stall clients and heartbeats for the time that takes. The log
     /// is compacted once the file is durable (`snapshot_written`). One
@@ -1163,7 +1163,7 @@ impl<D: Disk> KeeperServer<D> {
             zxid: self.last_zxid(),
             digest: self.ks.digest(),
         };
-        let state = self.ks.state().clone();
+        let state = self.ks.state().freeze();
         self.writing = Some(Writing { index, term });
         let config = self.snaps.config;
         self.emit(super::Effect::WriteSnapshot(super::SnapshotJob { state, meta, config }));
