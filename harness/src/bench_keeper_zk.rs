@@ -12,8 +12,11 @@
 //! `--warmup` seconds untimed and then `--seconds` timed. A cell reports
 //! the operations answered per second, their p50 and p99 latency, and the
 //! servers' CPU time (utime + stime of their processes, from
-//! `/proc/<pid>/stat`) per operation; the memory column is the servers'
-//! resident memory at the cell's end. The table gives, per cell, the
+//! `/proc/<pid>/stat`) per operation, the client's (this process's) the
+//! same way, and how the machine's cores were spent over the window
+//! (servers, client, anything else, idle: from `/proc/stat`), so a cell
+//! says what bounds it; the memory column is the servers' resident
+//! memory at the cell's end. The table gives, per cell, the
 //! median round of each system with the spread of its rounds, and the
 //! keeper/ZooKeeper ratios.
 //!
@@ -95,6 +98,16 @@ struct Cell {
     p50_ms: f64,
     p99_ms: f64,
     server_cpu_us_per_op: f64,
+    /// This process's CPU per operation: the load's client.
+    client_cpu_us_per_op: f64,
+    /// The machine's cores over the timed window: busy in the servers,
+    /// in the client, in anything else (the kernel's I/O work, other
+    /// processes), and idle. What bounds a cell: no idle core left says
+    /// CPU, and the split says whose.
+    cores_servers: f64,
+    cores_client: f64,
+    cores_other: f64,
+    cores_idle: f64,
     servers_rss_mb: f64,
 }
 
@@ -351,10 +364,15 @@ async fn cell(
             t
         }));
     }
+    let me = [std::process::id()];
     tokio::time::sleep_until(timed_from.into()).await;
     let (cpu_before, _) = cpu_and_rss(pids, ticks);
+    let (client_before, _) = cpu_and_rss(&me, ticks);
+    let machine_before = machine_cpu(ticks)?;
     tokio::time::sleep_until(until.into()).await;
     let (cpu_after, rss) = cpu_and_rss(pids, ticks);
+    let (client_after, _) = cpu_and_rss(&me, ticks);
+    let machine_after = machine_cpu(ticks)?;
     let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).expect("histogram bounds");
     let (mut ops, mut errors) = (0, 0);
     for t in tasks {
@@ -364,6 +382,9 @@ async fn cell(
         hist.add(&t.hist).map_err(|e| format!("merging latencies: {e}"))?;
     }
     drop(clients);
+    let (servers, client) = (cpu_after - cpu_before, client_after - client_before);
+    let busy = machine_after.0 - machine_before.0;
+    let idle = machine_after.1 - machine_before.1;
     Ok(Cell {
         system: "",
         round: 0,
@@ -374,9 +395,38 @@ async fn cell(
         ops_per_s: ops as f64 / seconds,
         p50_ms: hist.value_at_quantile(0.5) as f64 / 1000.0,
         p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
-        server_cpu_us_per_op: (cpu_after - cpu_before) * 1e6 / ops.max(1) as f64,
+        server_cpu_us_per_op: servers * 1e6 / ops.max(1) as f64,
+        client_cpu_us_per_op: client * 1e6 / ops.max(1) as f64,
+        cores_servers: servers / seconds,
+        cores_client: client / seconds,
+        cores_other: (busy - servers - client).max(0.0) / seconds,
+        cores_idle: idle / seconds,
         servers_rss_mb: rss,
     })
+}
+
+/// The machine's CPU seconds so far, (busy, idle), from the first line
+/// of `/proc/stat` (idle counts I/O wait too; steal is neither).
+fn machine_cpu(ticks: f64) -> Result<(f64, f64), String> {
+    let stat = std::fs::read_to_string("/proc/stat").map_err(|e| format!("/proc/stat: {e}"))?;
+    parse_machine_cpu(&stat, ticks).ok_or_else(|| "/proc/stat: no cpu line of at least 8 counters".to_string())
+}
+
+fn parse_machine_cpu(stat: &str, ticks: f64) -> Option<(f64, f64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice,
+    // already counted in user and nice]
+    if f.len() < 8 {
+        return None;
+    }
+    let busy = f[0] + f[1] + f[2] + f[5] + f[6];
+    let idle = f[3] + f[4];
+    Some((busy / ticks, idle / ticks))
 }
 
 /// The median round of `system`'s cell and the spread of its ops/s.
@@ -390,13 +440,21 @@ fn median<'a>(cells: &'a [Cell], system: &str, op: &str, concurrency: usize) -> 
     Some((runs[runs.len() / 2], lo, hi))
 }
 
+/// A cell's cores: `servers+client+other, idle`.
+fn cores(c: &Cell) -> String {
+    format!(
+        "{:.2}+{:.2}+{:.2}, {:.2}",
+        c.cores_servers, c.cores_client, c.cores_other, c.cores_idle
+    )
+}
+
 fn report(args: &BenchKeeperArgs, cells: &[Cell], probes: &[Probe]) {
     let mut rows = Vec::new();
     if !args.json {
         out!(
-            "| op | conc | drift ops/s | ZooKeeper ops/s | ratio | p99 ms drift / ZK | servers' CPU µs/op drift / ZK | CPU ratio | servers' RSS MB drift / ZK | errors drift / ZK |"
+            "| op | conc | drift ops/s | ZooKeeper ops/s | ratio | p99 ms drift / ZK | servers' CPU µs/op drift / ZK | CPU ratio | client's CPU µs/op drift / ZK | cores servers+client+other, idle: drift / ZK | servers' RSS MB drift / ZK | errors drift / ZK |"
         );
-        out!("|---|---|---|---|---|---|---|---|---|---|");
+        out!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     }
     for &op in &args.load {
         let op = load_name(op);
@@ -411,13 +469,17 @@ fn report(args: &BenchKeeperArgs, cells: &[Cell], probes: &[Probe]) {
             let cpu_ratio = d.server_cpu_us_per_op / z.server_cpu_us_per_op.max(1e-9);
             if !args.json {
                 out!(
-                    "| {op} | {c} | {:.0} ({dlo:.0}–{dhi:.0}) | {:.0} ({zlo:.0}–{zhi:.0}) | {ratio:.2} | {:.2} / {:.2} | {:.0} / {:.0} | {cpu_ratio:.2} | {:.0} / {:.0} | {} / {} |",
+                    "| {op} | {c} | {:.0} ({dlo:.0}–{dhi:.0}) | {:.0} ({zlo:.0}–{zhi:.0}) | {ratio:.2} | {:.2} / {:.2} | {:.0} / {:.0} | {cpu_ratio:.2} | {:.0} / {:.0} | {} / {} | {:.0} / {:.0} | {} / {} |",
                     d.ops_per_s,
                     z.ops_per_s,
                     d.p99_ms,
                     z.p99_ms,
                     d.server_cpu_us_per_op,
                     z.server_cpu_us_per_op,
+                    d.client_cpu_us_per_op,
+                    z.client_cpu_us_per_op,
+                    cores(d),
+                    cores(z),
                     d.servers_rss_mb,
                     z.servers_rss_mb,
                     d.errors,
@@ -440,5 +502,21 @@ fn report(args: &BenchKeeperArgs, cells: &[Cell], probes: &[Probe]) {
                 "cells": rows, "runs": cells, "fsync_probes": probes,
             })
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_machine_cpu;
+
+    #[test]
+    fn the_machines_cpu_is_read_from_the_first_line_of_proc_stat() {
+        let stat = "cpu  100 5 50 800 20 3 2 7 40 0\ncpu0 50 2 25 400 10 1 1 3 20 0\nintr 1 2 3\n";
+        // busy: user + nice + system + irq + softirq (guest is in user,
+        // steal is neither); idle: idle + iowait
+        assert_eq!(parse_machine_cpu(stat, 100.0), Some((1.6, 8.2)));
+        assert_eq!(parse_machine_cpu("cpu  1 2 3\n", 100.0), None);
+        assert_eq!(parse_machine_cpu("cpu  1 2 x 4 5 6 7 8\n", 100.0), None);
+        assert_eq!(parse_machine_cpu("intr 1\n", 100.0), None);
     }
 }
