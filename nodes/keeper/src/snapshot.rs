@@ -583,9 +583,10 @@ impl Snapshots {
         Ok(out)
     }
 
-    /// Writes a snapshot of `state` (see [`State::freeze`]) durably, then prunes old ones: its
-    /// name and size. The file is written as it is encoded, a few MiB at a
-    /// time, under a temporary name that is synced and renamed into place.
+    /// Writes a snapshot of `state` (see [`State::freeze`]) durably, then
+    /// prunes old ones: its name and size. The file is written as it is
+    /// encoded, a few MiB at a time, under a temporary name that is synced
+    /// and renamed into place.
     pub fn write(
         &self,
         disk: &mut dyn Disk,

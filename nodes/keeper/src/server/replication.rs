@@ -1141,8 +1141,9 @@ impl<D: Disk> KeeperServer<D> {
 
     /// Starts a snapshot once `snapshot_distance` entries were applied
     /// since the last one (or raft wants one for a lagging follower). The
-    /// server only copies the tree ([`crate::state::State::freeze`]); the driver encodes, compresses and
-    /// writes it ([`super::Effect::WriteSnapshot`]), so a large tree does
+    /// server only copies the tree ([`crate::state::State::freeze`]); the
+    /// driver encodes, compresses and writes it
+    /// ([`super::Effect::WriteSnapshot`]), so a large tree does
     /// not stall clients and heartbeats for the time that takes. The log
     /// is compacted once the file is durable (`snapshot_written`). One
     /// snapshot at a time.

@@ -206,8 +206,9 @@ pub fn start(cfg: &ClusterConfig, id: u64) -> Result<Option<Tables>, NodeError> 
 
 /// Runs a node without the keeper (`keeper = false`): its tables only,
 /// coordinated by the cluster file's `coordinator`, until SIGTERM/SIGINT
-/// (or, with `exit_with_parent`, once that process is no longer its parent). The fault hooks
-/// answer `<token> table <hook> [table]` on `admin`.
+/// (or, with `exit_with_parent`, once that process is no longer its
+/// parent). The fault hooks answer `<token> table <hook> [table]` on
+/// `admin`.
 pub fn run_tables_only(
     cfg: &ClusterConfig,
     id: u64,
@@ -243,9 +244,8 @@ pub fn run_tables_only(
             source,
         })?;
     }
-    let parent = exit_with_parent;
     while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-        if parent.is_some_and(|p| std::os::unix::process::parent_id() != p) {
+        if exit_with_parent.is_some_and(|p| std::os::unix::process::parent_id() != p) {
             break;
         }
         std::thread::sleep(Duration::from_millis(100));
