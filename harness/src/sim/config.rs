@@ -38,6 +38,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             reserved_log_items: (sp.snapshot_distance / 2).max(1),
             rotate_interval: sp.snapshot_distance.max(16),
             log_cache_bytes: drift_keeper::changelog::CACHE_BYTES_DEFAULT,
+            log_reserve_bytes: drift_keeper::changelog::RESERVE_BYTES_DEFAULT,
             quorum_reads: plan.quorum_reads,
             shared_read_rounds: sp.read_rounds == ReadRounds::Shared,
             witness_blocks: plan.table.is_some(),

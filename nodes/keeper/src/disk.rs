@@ -27,6 +27,17 @@ pub trait Disk {
     fn sync(&mut self, name: &str) -> io::Result<()>;
     fn remove(&mut self, name: &str) -> io::Result<()>;
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
+    /// Makes room for `name` to grow to `len` bytes by appends that then
+    /// allocate nothing (on a real file system, each append into new
+    /// blocks is metadata its next sync must write too). What `read`,
+    /// `read_at` and `len` return does not change; but a crash may leave
+    /// the room in the file as zero bytes after what was written, and a
+    /// reader of the files after a crash must take a zero tail for the
+    /// end. Memory disks have nothing to allocate and ignore it.
+    fn reserve(&mut self, name: &str, len: u64) -> io::Result<()> {
+        let _ = (name, len);
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone, Default)]

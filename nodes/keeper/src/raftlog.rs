@@ -413,6 +413,7 @@ mod tests {
         zstd_level: 1,
         // about one entry: every older one is read back from its segment
         cache_bytes: 16,
+        reserve_bytes: 0,
     };
 
     /// A new log on an in-memory disk holding entries 1..=10 of term 1

@@ -23,6 +23,7 @@ fn config(rotate: u64) -> Config {
         // only the newest record in memory: every other one is read back
         // from its segment, so these tests run the read path too
         cache_bytes: 0,
+        reserve_bytes: 0,
     }
 }
 
@@ -105,6 +106,69 @@ fn crash_at_any_byte_keeps_exactly_the_whole_records_before_it() {
             assert_eq!(again.torn_tail, None);
         }
     }
+}
+
+/// Room reserved ahead of the log's end (`Config::reserve_bytes`) and
+/// left by a crash reads as zeros after the last record. Cut at any byte
+/// of the last records with the rest of the room zeros, the log keeps
+/// exactly the whole records, takes the zeros for the segment's end
+/// (nothing torn at a record's boundary) and cuts them off; a record cut
+/// short before the zeros is still a torn tail. Zeros after an earlier
+/// segment's records are its end too.
+#[test]
+fn zeros_after_the_last_record_are_the_segments_end_not_a_torn_tail() {
+    const ROOM: usize = 4096;
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+    for i in 1..=4 {
+        log.append(&mut disk, &[rec(i, 1)]).unwrap();
+    }
+    let name = changelog::segment_name(1);
+    let bytes = disk.read(&name).unwrap();
+    let mut ends = vec![0usize];
+    for i in 1..=4 {
+        ends.push(ends.last().unwrap() + changelog::encode_record(&rec(i, 1), 1).len());
+    }
+    for cut in ends[2]..=bytes.len() {
+        let mut d = MemDisk::new();
+        let mut file = bytes[..cut].to_vec();
+        file.resize(ROOM, 0);
+        d.write(&name, &file).unwrap();
+        d.sync(&name).unwrap();
+        let (log, report) = Changelog::open(&mut d, config(1000)).unwrap();
+        let whole = ends.iter().filter(|&&e| e <= cut).count() - 1;
+        assert_eq!(log.last_index(), Some(whole as u64), "cut at {cut}");
+        assert_eq!(report.torn_tail.is_some(), !ends.contains(&cut), "cut at {cut}");
+        assert_eq!(
+            d.len(&name).unwrap(),
+            ends[whole] as u64,
+            "cut at {cut}: the zeros stay"
+        );
+        assert_eq!(at(&log, &d, whole as u64), Some(rec(whole as u64, 1)));
+    }
+    // an earlier segment's zeros
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(4)).unwrap();
+    log.append(&mut disk, &(1..=10).map(|i| rec(i, 1)).collect::<Vec<_>>())
+        .unwrap();
+    let first = changelog::segment_name(1);
+    let len = disk.len(&first).unwrap();
+    disk.append(&first, &[0; 100]).unwrap();
+    disk.sync(&first).unwrap();
+    let (again, report) = Changelog::open(&mut disk, config(4)).unwrap();
+    assert_eq!(report.torn_tail, None);
+    assert_eq!(indices(&again), indices(&log));
+    assert_eq!(at(&again, &disk, 2), Some(rec(2, 1)));
+    assert_eq!(disk.len(&first).unwrap(), len);
+    // but zeros followed by a record of the segment are damage
+    let mut damaged = disk.read(&first).unwrap();
+    damaged.splice(0..0, [0u8; 16]);
+    disk.write(&first, &damaged).unwrap();
+    disk.sync(&first).unwrap();
+    assert!(matches!(
+        Changelog::open(&mut disk, config(4)),
+        Err(ChangelogError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -285,6 +349,7 @@ fn compaction_drops_whole_segments_below_the_snapshot_keeping_reserved_items() {
         reserved_log_items: 2,
         zstd_level: 1,
         cache_bytes: 1 << 20,
+        reserve_bytes: 0,
     };
     let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
     log.append(&mut disk, &(1..=20).map(|i| rec(i, 1)).collect::<Vec<_>>())
@@ -523,6 +588,7 @@ fn only_the_newest_records_within_the_cache_stay_in_memory_and_older_ones_read_b
         reserved_log_items: 3,
         zstd_level: 1,
         cache_bytes: 100,
+        reserve_bytes: 0,
     };
     let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
     let mut want: Vec<LogRecord> = (1..=30).map(|i| rec(i, 1)).collect();

@@ -191,7 +191,7 @@ proptest! {
         let k = cut.index(entries.len()) + 1;
         let entries = &entries[..k];
         let mut disk = MemDisk::new();
-        let cfg = changelog::Config { rotate_interval: 7, reserved_log_items: 0, zstd_level: 1, cache_bytes: 0 };
+        let cfg = changelog::Config { rotate_interval: 7, reserved_log_items: 0, zstd_level: 1, cache_bytes: 0, reserve_bytes: 0 };
         let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
         let records: Vec<LogRecord> = entries
             .iter()

@@ -7,6 +7,7 @@
 //! reserved_log_items = 10000
 //! rotate_interval = 100000
 //! log_cache_bytes = 33554432       # newest log entries held in memory; older ones are read from disk
+//! log_reserve_bytes = 1048576      # zeros written ahead of the log's end at a time (0: none)
 //! log_sync = "deferred"            # deferred (a sync thread; the loop goes on) | inline (the loop waits)
 //! quorum_reads = false
 //! witness_blocks = false           # log every block id's creation and removal (campaigns' dedup witness)
@@ -221,6 +222,10 @@ pub struct ClusterConfig {
     /// Bytes of the newest Raft log entries held in memory.
     #[serde(default = "d_log_cache")]
     pub log_cache_bytes: usize,
+    /// Room written ahead of the changelog's end at a time, so a sync
+    /// after an append need not write the file's new block map.
+    #[serde(default = "d_log_reserve")]
+    pub log_reserve_bytes: u64,
     /// Who syncs the log's new entries.
     #[serde(default)]
     pub log_sync: LogSync,
@@ -306,6 +311,12 @@ fn d_rotate() -> u64 {
 fn d_log_cache() -> usize {
     drift_keeper::changelog::CACHE_BYTES_DEFAULT
 }
+/// The most room `log_reserve_bytes` may ask for at a time (the next
+/// sync writes it all).
+const LOG_RESERVE_BYTES_MAX: u64 = 64 << 20;
+fn d_log_reserve() -> u64 {
+    drift_keeper::changelog::RESERVE_BYTES_DEFAULT
+}
 fn d_digest() -> String {
     "incremental".into()
 }
@@ -368,6 +379,12 @@ impl ClusterConfig {
         }
         if self.snapshot_distance == 0 || self.rotate_interval == 0 {
             return Err("snapshot_distance and rotate_interval must be positive".into());
+        }
+        if self.log_reserve_bytes > LOG_RESERVE_BYTES_MAX {
+            return Err(format!(
+                "log_reserve_bytes {} over {LOG_RESERVE_BYTES_MAX}",
+                self.log_reserve_bytes
+            ));
         }
         if drift_keeper::DigestMode::parse(&self.digest).is_none() {
             return Err(format!("digest = {:?}: expected off, incremental or full", self.digest));
@@ -477,6 +494,7 @@ impl ClusterConfig {
             snapshot_distance: self.snapshot_distance,
             reserved_log_items: self.reserved_log_items,
             log_cache_bytes: self.log_cache_bytes,
+            log_reserve_bytes: self.log_reserve_bytes,
             rotate_interval: self.rotate_interval,
             quorum_reads: self.quorum_reads,
             shared_read_rounds: false,
@@ -562,6 +580,17 @@ client = "127.0.0.12:2181"
             .unwrap_err()
             .to_string()
             .contains("digest"));
+        let e = ClusterConfig::parse(&format!("log_reserve_bytes = 67108865\n{GOOD}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("log_reserve_bytes 67108865 over 67108864"), "{e}");
+        assert_eq!(
+            ClusterConfig::parse(&format!("log_reserve_bytes = 0\n{GOOD}"))
+                .unwrap()
+                .server_config(1, true, None)
+                .log_reserve_bytes,
+            0
+        );
         let e = ClusterConfig::parse(&format!("log_sync = \"later\"\n{GOOD}"))
             .unwrap_err()
             .to_string();

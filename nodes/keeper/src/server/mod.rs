@@ -131,6 +131,9 @@ pub struct ServerConfig {
     /// Bytes of the newest log entries held in memory; older ones are
     /// read back from the changelog when a follower or a replay needs them.
     pub log_cache_bytes: usize,
+    /// Room reserved ahead of the changelog's end at a time
+    /// (`changelog::Config::reserve_bytes`).
+    pub log_reserve_bytes: u64,
     pub quorum_reads: bool,
     /// Quorum reads share read-index rounds: one in flight, the reads
     /// that come meanwhile together in the next (else each read asks for
@@ -627,6 +630,7 @@ impl<D: Disk> KeeperServer<D> {
             reserved_log_items: cfg.reserved_log_items,
             zstd_level: 1,
             cache_bytes: cfg.log_cache_bytes,
+            reserve_bytes: cfg.log_reserve_bytes,
         };
         let (store, report, fresh) = RaftLog::open(disk, voters.clone(), log_cfg, snap)?;
         // election timeouts spread per server by the seed; raft-rs draws

@@ -26,6 +26,7 @@ fn config(seed: u64) -> SimConfig {
             // a few entries in memory: followers behind and replays read
             // the rest back from the simulated disk, under its faults
             log_cache_bytes: 4096,
+            log_reserve_bytes: 0,
             quorum_reads: true,
             shared_read_rounds: true,
             witness_blocks: false,
