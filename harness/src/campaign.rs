@@ -588,6 +588,7 @@ impl Main {
             applied: &self.applied,
             started: self.started,
             stop: &self.stop,
+            exited: Default::default(),
         }
     }
 }
@@ -694,6 +695,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
                 applied: &applied,
                 started,
                 stop: &stop,
+                exited: Default::default(),
             };
             nemesis::finish(nemesis::run(&stage, schedule))
         })

@@ -567,18 +567,38 @@ pub trait Stage {
     fn event(&self, f: &str, value: Value);
     /// Keeps `step` as applied (for run.json and the progress line).
     fn applied(&self, step: &Step);
+    /// The exits [`Stage::note_exits`] saw and [`Stage::exits`] has not
+    /// handed out yet.
+    fn noted_exits(&self) -> &Mutex<Vec<Exit>>;
     /// Records every server that exited on its own since the last look
-    /// (`node-exited`).
-    fn exits(&self) -> Vec<Exit> {
-        let exits = self.with_cluster(|c, _| c.exits()).unwrap_or_default();
-        for e in &exits {
+    /// (`node-exited`), and keeps them for [`Stage::exits`]: a wait that
+    /// looks (each of [`Stage::sleep_until_ms`]'s) must not take an exit
+    /// from the heal that waits to see it.
+    fn note_exits(&self) {
+        let fresh = self.with_cluster(|c, _| c.exits()).unwrap_or_default();
+        for e in &fresh {
             let mut v = json!({"node": e.node, "code": e.code});
             if e.part != Part::Node {
                 v["part"] = json!(e.part.name());
             }
             self.event("node-exited", v);
         }
-        exits
+        self.noted_exits()
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(fresh);
+    }
+    /// Every server that exited on its own since the last call (recorded
+    /// as [`Stage::note_exits`] does), each process's latest exit once.
+    fn exits(&self) -> Vec<Exit> {
+        self.note_exits();
+        let noted = std::mem::take(&mut *self.noted_exits().lock().unwrap_or_else(|e| e.into_inner()));
+        let mut latest: Vec<Exit> = Vec::new();
+        for e in noted {
+            latest.retain(|x| (x.node, x.part) != (e.node, e.part));
+            latest.push(e);
+        }
+        latest
     }
 }
 
@@ -685,8 +705,12 @@ pub async fn heal_all<S: Stage>(s: &S, table: bool, kv: bool) -> String {
     s.sleep_until_ms(s.now_ms() + HEAL_EXIT_WAIT_MS).await;
     let exits = s.exits();
     s.with_cluster(|c, _| {
-        for e in exits {
-            notes.extend(c.recover_exit(&e));
+        // an exit seen before the heal started the server again, by a
+        // server that runs now, needs nothing
+        for e in &exits {
+            if !c.is_up(e.node) {
+                notes.extend(c.recover_exit(e));
+            }
         }
     });
     notes.join("; ")
@@ -701,6 +725,8 @@ pub struct Servers<'a> {
     pub applied: &'a Mutex<Vec<Step>>,
     pub started: Instant,
     pub stop: &'a AtomicBool,
+    /// Exits its waits saw (see [`Stage::note_exits`]).
+    pub exited: Mutex<Vec<Exit>>,
 }
 
 impl Stage for Servers<'_> {
@@ -721,7 +747,7 @@ impl Stage for Servers<'_> {
             if self.stop.load(Ordering::Relaxed) {
                 return false;
             }
-            self.exits();
+            self.note_exits();
             std::thread::sleep(Duration::from_millis(50).min(t.saturating_duration_since(Instant::now())));
         }
         true
@@ -735,6 +761,10 @@ impl Stage for Servers<'_> {
         if let Ok(mut a) = self.applied.lock() {
             a.push(step.clone());
         }
+    }
+
+    fn noted_exits(&self) -> &Mutex<Vec<Exit>> {
+        &self.exited
     }
 }
 

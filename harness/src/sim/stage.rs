@@ -280,6 +280,8 @@ pub struct SimStage {
     pub applied: Rc<RefCell<Vec<Step>>>,
     /// Simulated µs of the main phase's start.
     pub t0_us: u64,
+    /// Exits its waits saw (see [`Stage::note_exits`]).
+    pub exited: Rc<std::sync::Mutex<Vec<Exit>>>,
 }
 
 impl SimStage {
@@ -291,6 +293,7 @@ impl SimStage {
             partitioner: Rc::new(Partitioner::Backend),
             applied: Rc::new(RefCell::new(Vec::new())),
             t0_us,
+            exited: Default::default(),
         }
     }
 }
@@ -308,7 +311,7 @@ impl Stage for SimStage {
     /// Records the servers that stopped themselves meanwhile on waking.
     async fn sleep_until_ms(&self, ms: u64) -> bool {
         exec::sleep_until(&self.w, self.t0_us + ms * 1000).await;
-        self.exits();
+        self.note_exits();
         true
     }
 
@@ -318,5 +321,9 @@ impl Stage for SimStage {
 
     fn applied(&self, step: &Step) {
         self.applied.borrow_mut().push(step.clone());
+    }
+
+    fn noted_exits(&self) -> &std::sync::Mutex<Vec<Exit>> {
+        &self.exited
     }
 }

@@ -829,3 +829,29 @@ fn a_batched_commit_ahead_of_the_changelog_is_no_divergence() {
     let (verdict, why) = sweep::judge(&c, &sim).expect("judged");
     assert_eq!(verdict, drift_checkers::checker::Verdict::Valid, "{why}");
 }
+
+/// An exit that one of the nemesis's waits saw is kept for the heal,
+/// which looks for exits after its own wait: taken by the wait and
+/// dropped, it was never seen, and a server that refused its data at
+/// the heal stayed down (a real campaign's `corrupt` found it).
+#[test]
+fn an_exit_seen_while_waiting_is_kept_for_the_heal() {
+    use crate::nemesis::Stage;
+    let c = campaign(&["--workload", "register", "--nodes", "3"], 1);
+    let w = exec::World::new(Cluster::new(sim_config(&c)));
+    let h: H = Rc::new(RefCell::new(world::Recording::default()));
+    let stage = stage::SimStage::new(&w, &h, false, 0);
+    // a server that stops itself: nothing the harness did
+    w.borrow_mut().cluster.kill(2, false);
+    let waits = stage.clone();
+    exec::run(
+        &w,
+        vec![Box::pin(async move {
+            waits.sleep_until_ms(10).await;
+        })],
+        1_000_000,
+    );
+    let exits: Vec<u64> = stage.exits().iter().map(|e| e.node).collect();
+    assert_eq!(exits, vec![2]);
+    assert!(stage.exits().is_empty(), "an exit is handed out once");
+}
