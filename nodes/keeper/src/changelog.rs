@@ -26,7 +26,10 @@
 //! a segment the log moves on from is cut to its records. A crash can
 //! leave the room as zeros after the last record: open takes a zero tail
 //! (in any segment) for the segment's end, cuts it off, and reports
-//! nothing torn.
+//! nothing torn. A power loss may also leave unsynced pages written in
+//! any order, so in the last segment a bad record followed by a good one
+//! is a torn tail, not damage, when a whole block of zeros (room no
+//! write reached) lies between them.
 //!
 //! Memory: every retained record's term and place on disk stay in memory
 //! (24 bytes each); its bytes only while it is among the newest records
@@ -351,7 +354,13 @@ impl Changelog {
                         break;
                     }
                     Err(reason) => {
-                        if !last_segment || valid_record_after(&mut unzstd, &bytes, offset + 1, log.next) {
+                        let later = valid_record_after(&mut unzstd, &bytes, offset + 1, log.next);
+                        // a later record is damage, unless a block of room
+                        // never written over lies before it: after a power
+                        // loss the unsynced pages of room may reach the disk
+                        // in any order, not only as a prefix
+                        let unwritten = later.is_some_and(|at| zero_block_within(&bytes, offset, at));
+                        if !last_segment || (later.is_some() && !unwritten) {
                             return Err(ChangelogError::Corrupt {
                                 file: name,
                                 offset: offset as u64,
@@ -588,9 +597,11 @@ impl Changelog {
         let step = self.config.reserve_bytes;
         if let Some(seg) = self.segments.last_mut() {
             if step > 0 && seg.len > seg.reserved {
-                // room up to the next multiple of the step past the end
+                // room up to the next multiple of the step past the end;
+                // only a saving: without it (a full disk refusing the
+                // zeros) the append below grows the file as before
                 let to = (seg.len / step + 1) * step;
-                disk.reserve(&seg.name, to).map_err(io_err(&seg.name))?;
+                let _ = disk.reserve(&seg.name, to);
                 seg.reserved = to;
             }
             if !pending.is_empty() {
@@ -680,13 +691,37 @@ impl Changelog {
     }
 }
 
-/// Whether a well-formed record of a later index than `next` (the one
-/// that failed) starts at or after `from`: then the damage is not a torn
-/// tail. A record-shaped run of bytes inside an entry's data (a raw record, or
-/// incompressible data zstd keeps verbatim) rarely carries such an index.
-fn valid_record_after(z: &mut zstd::bulk::Decompressor<'static>, bytes: &[u8], from: usize, next: u64) -> bool {
+/// Where the first well-formed record of a later index than `next` (the
+/// one that failed) starts at or after `from`, if one does: then the
+/// damage is not a torn tail. A record-shaped run of bytes inside an
+/// entry's data (a raw record, or incompressible data zstd keeps
+/// verbatim) rarely carries such an index.
+fn valid_record_after(
+    z: &mut zstd::bulk::Decompressor<'static>,
+    bytes: &[u8],
+    from: usize,
+    next: u64,
+) -> Option<usize> {
     let magics = [MAGIC.to_be_bytes(), MAGIC_RAW.to_be_bytes()];
     (from..bytes.len().saturating_sub(HEADER_BYTES - 1))
         .filter(|&i| magics.iter().any(|m| bytes[i..i + 4] == *m))
-        .any(|i| decode_record_with(z, bytes, i).is_ok_and(|(r, _)| r.index > next))
+        .find(|&i| decode_record_with(z, bytes, i).is_ok_and(|(r, _)| r.index > next))
+}
+
+/// The file system's block: reserved room the writes never reached is
+/// whole blocks of zeros.
+const BLOCK_BYTES: usize = 4096;
+
+/// Whether an aligned block of [`BLOCK_BYTES`] zeros lies wholly within
+/// `bytes[from..to]`. No record holds one: every record starts with its
+/// magic, a payload stored raw because it is shorter than
+/// [`COMPRESS_FROM_BYTES`] cannot hold so many zeros, a longer one that
+/// did would have shrunk and been stored compressed, and zstd's output
+/// codes a run of zeros instead of holding it.
+fn zero_block_within(bytes: &[u8], from: usize, to: usize) -> bool {
+    let first = from.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
+    (first..to.min(bytes.len()))
+        .step_by(BLOCK_BYTES)
+        .take_while(|b| b + BLOCK_BYTES <= to)
+        .any(|b| bytes[b..b + BLOCK_BYTES].iter().all(|&x| x == 0))
 }

@@ -29,11 +29,14 @@ pub trait Disk {
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
     /// Makes room for `name` to grow to `len` bytes by appends that then
     /// allocate nothing (on a real file system, each append into new
-    /// blocks is metadata its next sync must write too). What `read`,
-    /// `read_at` and `len` return does not change; but a crash may leave
-    /// the room in the file as zero bytes after what was written, and a
-    /// reader of the files after a crash must take a zero tail for the
-    /// end. Memory disks have nothing to allocate and ignore it.
+    /// blocks is metadata its next sync must write too). What this
+    /// handle's `read`, `read_at` and `len` return does not change; but
+    /// other handles on the directory, and what a crash leaves, may show
+    /// the room as zero bytes after what was written (after a power loss,
+    /// also zeros between unsynced bytes that reached the disk): a reader
+    /// of the files must take them for the end. After an error, reads and
+    /// appends see what they saw before; the room may be partly written.
+    /// Memory disks have nothing to allocate and ignore it.
     fn reserve(&mut self, name: &str, len: u64) -> io::Result<()> {
         let _ = (name, len);
         Ok(())

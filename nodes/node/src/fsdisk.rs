@@ -216,11 +216,18 @@ impl Disk for FsDisk {
 
     fn reserve(&mut self, name: &str, len: u64) -> io::Result<()> {
         let h = self.hold(name)?;
-        let zeros = vec![0u8; ZEROS_PIECE.min(len.saturating_sub(h.reserved) as usize)];
-        while h.reserved < len {
-            let n = zeros.len().min((len - h.reserved) as usize);
-            h.file.write_all_at(&zeros[..n], h.reserved)?;
-            h.reserved += n as u64;
+        if len <= h.reserved {
+            return Ok(());
+        }
+        let mut at = h.reserved;
+        // counted before it is written: a reserve that fails part way is
+        // still cut off when the file is let go
+        h.reserved = len;
+        let zeros = vec![0u8; ZEROS_PIECE.min((len - at) as usize)];
+        while at < len {
+            let n = zeros.len().min((len - at) as usize);
+            h.file.write_all_at(&zeros[..n], at)?;
+            at += n as u64;
         }
         Ok(())
     }
