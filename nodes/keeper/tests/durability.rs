@@ -34,6 +34,14 @@ fn indices(log: &Changelog) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// A disk holding `bytes` as the file `name`, synced.
+fn disk_holding(name: &str, bytes: &[u8]) -> MemDisk {
+    let mut d = MemDisk::new();
+    d.write(name, bytes).unwrap();
+    d.sync(name).unwrap();
+    d
+}
+
 /// Record `index` as the log reads it (from disk unless it is the newest).
 fn at(log: &Changelog, disk: &MemDisk, index: u64) -> Option<LogRecord> {
     log.get(disk, index).unwrap().map(|r| r.into_owned())
@@ -130,11 +138,9 @@ fn zeros_after_the_last_record_are_the_segments_end_not_a_torn_tail() {
         ends.push(ends.last().unwrap() + changelog::encode_record(&rec(i, 1), 1).len());
     }
     for cut in ends[2]..=bytes.len() {
-        let mut d = MemDisk::new();
         let mut file = bytes[..cut].to_vec();
         file.resize(ROOM, 0);
-        d.write(&name, &file).unwrap();
-        d.sync(&name).unwrap();
+        let mut d = disk_holding(&name, &file);
         let (log, report) = Changelog::open(&mut d, config(1000)).unwrap();
         let whole = ends.iter().filter(|&&e| e <= cut).count() - 1;
         assert_eq!(log.last_index(), Some(whole as u64), "cut at {cut}");
@@ -197,22 +203,17 @@ fn a_block_of_room_never_written_before_later_records_is_a_torn_tail() {
     let k = 4096 / size;
     let mut holed = bytes.clone();
     holed[4096..8192].fill(0);
-    let mut d = MemDisk::new();
-    d.write(&name, &holed).unwrap();
-    d.sync(&name).unwrap();
+    let mut d = disk_holding(&name, &holed);
     let (log, report) = Changelog::open(&mut d, config(1000)).unwrap();
     assert_eq!(log.last_index(), Some(k as u64));
     let torn = report.torn_tail.expect("a torn tail");
     assert_eq!(torn.offset, (k * size) as u64);
     assert_eq!(d.len(&name).unwrap(), (k * size) as u64);
     // a flipped byte there instead is damage: a later record follows
-    let mut flipped = bytes.clone();
+    let mut flipped = bytes;
     flipped[4100] ^= 0x5a;
-    let mut d = MemDisk::new();
-    d.write(&name, &flipped).unwrap();
-    d.sync(&name).unwrap();
     assert!(matches!(
-        Changelog::open(&mut d, config(1000)),
+        Changelog::open(&mut disk_holding(&name, &flipped), config(1000)),
         Err(ChangelogError::Corrupt { .. })
     ));
 }
