@@ -22,9 +22,10 @@
 //!
 //! Room: the last segment is given room ahead of its end
 //! ([`Config::reserve_bytes`] at a time, through [`Disk::reserve`]), so a
-//! sync after an append has no block allocation of the file to write;
-//! a segment the log moves on from is cut to its records. A crash can
-//! leave the room as zeros after the last record: open takes a zero tail
+//! sync after an append has no block allocation of the file to write.
+//! A crash can leave the room as zeros after the last record (in an
+//! earlier segment too: the disk cuts a file's room off when it moves on
+//! to the next file, not durably): open takes a zero tail
 //! (in any segment) for the segment's end, cuts it off, and reports
 //! nothing torn. A power loss may also leave unsynced pages written in
 //! any order, so in the last segment a bad record followed by a good one
@@ -151,8 +152,6 @@ struct Segment {
     name: String,
     first: u64,
     len: u64,
-    /// Where the room reserved for it ends (at least `len`).
-    reserved: u64,
 }
 
 pub struct Changelog {
@@ -380,12 +379,7 @@ impl Changelog {
                 }
             }
             let len = (offset as u64).min(bytes.len() as u64);
-            log.segments.push(Segment {
-                name,
-                first,
-                len,
-                reserved: len,
-            });
+            log.segments.push(Segment { name, first, len });
         }
         report.segments = log.segments.len();
         report.records = log.places.len() as u64;
@@ -554,16 +548,10 @@ impl Changelog {
                 Some(s) => r.index - s.first >= self.config.rotate_interval,
             };
             if rotate {
-                if let Some(seg) = self.segments.last_mut() {
+                if let Some(seg) = self.segments.last() {
                     if !pending.is_empty() {
                         disk.append(&seg.name, &pending).map_err(io_err(&seg.name))?;
                         pending.clear();
-                    }
-                    if seg.reserved > seg.len {
-                        // a finished segment keeps no room: its end is
-                        // where its records end
-                        disk.truncate(&seg.name, seg.len).map_err(io_err(&seg.name))?;
-                        seg.reserved = seg.len;
                     }
                     // synced even if this batch did not touch it: an
                     // earlier append may have left its sync to the caller
@@ -576,7 +564,6 @@ impl Changelog {
                     name: segment_name(r.index),
                     first: r.index,
                     len: 0,
-                    reserved: 0,
                 });
             }
             let seg = self.segments.last_mut().expect("a segment exists");
@@ -595,14 +582,14 @@ impl Changelog {
             self.next += 1;
         }
         let step = self.config.reserve_bytes;
-        if let Some(seg) = self.segments.last_mut() {
-            if step > 0 && seg.len > seg.reserved {
-                // room up to the next multiple of the step past the end;
-                // only a saving: without it (a full disk refusing the
-                // zeros) the append below grows the file as before
-                let to = (seg.len / step + 1) * step;
-                let _ = disk.reserve(&seg.name, to);
-                seg.reserved = to;
+        if let Some(seg) = self.segments.last() {
+            // room up to the next multiple of the step past the end (the
+            // disk writes only what it does not have yet; a step of 0
+            // asks for none); only a saving: without it (a full disk
+            // refusing the zeros) the append below grows the file as
+            // before
+            if let Some(steps) = seg.len.checked_div(step) {
+                let _ = disk.reserve(&seg.name, (steps + 1) * step);
             }
             if !pending.is_empty() {
                 disk.append(&seg.name, &pending).map_err(io_err(&seg.name))?;
@@ -641,7 +628,6 @@ impl Changelog {
         disk.truncate(&seg.name, offset).map_err(io_err(&seg.name))?;
         disk.sync(&seg.name).map_err(io_err(&seg.name))?;
         seg.len = offset;
-        seg.reserved = offset;
         self.places.truncate((index - self.start) as usize);
         let dropped = (self.next - index) as usize;
         for _ in 0..dropped.min(self.cache.len()) {

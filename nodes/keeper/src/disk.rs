@@ -27,8 +27,8 @@ pub trait Disk {
     fn sync(&mut self, name: &str) -> io::Result<()>;
     fn remove(&mut self, name: &str) -> io::Result<()>;
     fn rename(&mut self, from: &str, to: &str) -> io::Result<()>;
-    /// Makes room for `name` to grow to `len` bytes by appends that then
-    /// allocate nothing (on a real file system, each append into new
+    /// Makes room for `name` to grow to `len` bytes (nothing if it has
+    /// that room already) by appends that then allocate nothing (on a real file system, each append into new
     /// blocks is metadata its next sync must write too). What this
     /// handle's `read`, `read_at` and `len` return does not change; but
     /// other handles on the directory, and what a crash leaves, may show

@@ -42,6 +42,23 @@ fn disk_holding(name: &str, bytes: &[u8]) -> MemDisk {
     d
 }
 
+/// A log of records 1..=`n` ([`rec`], appended one at a time): its disk,
+/// its one segment's name and bytes, and where each record ends (from 0,
+/// the start of the first).
+fn appended_one_by_one(n: u64) -> (MemDisk, String, Vec<u8>, Vec<usize>) {
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
+    let mut ends = vec![0usize];
+    for i in 1..=n {
+        log.append(&mut disk, &[rec(i, 1)]).unwrap();
+        ends.push(ends.last().unwrap() + changelog::encode_record(&rec(i, 1), 1).len());
+    }
+    let name = changelog::segment_name(1);
+    let bytes = disk.read(&name).unwrap();
+    assert_eq!(*ends.last().unwrap(), bytes.len());
+    (disk, name, bytes, ends)
+}
+
 /// Record `index` as the log reads it (from disk unless it is the newest).
 fn at(log: &Changelog, disk: &MemDisk, index: u64) -> Option<LogRecord> {
     log.get(disk, index).unwrap().map(|r| r.into_owned())
@@ -82,23 +99,9 @@ fn segments_rotate_every_rotate_interval_entries() {
 
 #[test]
 fn crash_at_any_byte_keeps_exactly_the_whole_records_before_it() {
-    let mut disk = MemDisk::new();
-    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
-    for i in 1..=6 {
-        log.append(&mut disk, &[rec(i, 1)]).unwrap();
-    }
-    let name = changelog::segment_name(1);
-    let bytes = disk.read(&name).unwrap();
-    // record boundaries
-    let mut ends = vec![0usize];
-    for i in 1..=6 {
-        ends.push(ends.last().unwrap() + changelog::encode_record(&rec(i, 1), 1).len());
-    }
-    assert_eq!(*ends.last().unwrap(), bytes.len());
+    let (_, name, bytes, ends) = appended_one_by_one(6);
     for cut in 0..=bytes.len() {
-        let mut d = MemDisk::new();
-        d.write(&name, &bytes[..cut]).unwrap();
-        d.sync(&name).unwrap();
+        let mut d = disk_holding(&name, &bytes[..cut]);
         let (log, report) = Changelog::open(&mut d, config(1000)).unwrap();
         let whole = ends.iter().filter(|&&e| e <= cut).count() as u64 - 1;
         assert_eq!(log.last_index().unwrap_or(0), whole, "cut at {cut}");
@@ -126,17 +129,7 @@ fn crash_at_any_byte_keeps_exactly_the_whole_records_before_it() {
 #[test]
 fn zeros_after_the_last_record_are_the_segments_end_not_a_torn_tail() {
     const ROOM: usize = 4096;
-    let mut disk = MemDisk::new();
-    let (mut log, _) = Changelog::open(&mut disk, config(1000)).unwrap();
-    for i in 1..=4 {
-        log.append(&mut disk, &[rec(i, 1)]).unwrap();
-    }
-    let name = changelog::segment_name(1);
-    let bytes = disk.read(&name).unwrap();
-    let mut ends = vec![0usize];
-    for i in 1..=4 {
-        ends.push(ends.last().unwrap() + changelog::encode_record(&rec(i, 1), 1).len());
-    }
+    let (_, name, bytes, ends) = appended_one_by_one(4);
     for cut in ends[2]..=bytes.len() {
         let mut file = bytes[..cut].to_vec();
         file.resize(ROOM, 0);
@@ -216,26 +209,6 @@ fn a_block_of_room_never_written_before_later_records_is_a_torn_tail() {
         Changelog::open(&mut disk_holding(&name, &flipped), config(1000)),
         Err(ChangelogError::Corrupt { .. })
     ));
-}
-
-/// A segment the log moves on from is cut to its records before its
-/// sync (its room must not outlive it): the cut is asked for, and its
-/// failure is the append's.
-#[test]
-fn a_segment_left_behind_is_cut_to_its_records_before_its_sync() {
-    let mut disk = MemDisk::new();
-    let cfg = Config {
-        reserve_bytes: 4096,
-        ..config(4)
-    };
-    let (mut log, _) = Changelog::open(&mut disk, cfg).unwrap();
-    log.append(&mut disk, &(1..=3).map(|i| rec(i, 1)).collect::<Vec<_>>())
-        .unwrap();
-    disk.fail_next_on(DiskOp::Truncate, &changelog::segment_name(1));
-    let e = log
-        .append(&mut disk, &(4..=6).map(|i| rec(i, 1)).collect::<Vec<_>>())
-        .unwrap_err();
-    assert!(e.to_string().contains("injected Truncate failure"), "{e}");
 }
 
 #[test]

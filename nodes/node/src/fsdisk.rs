@@ -238,10 +238,16 @@ mod tests {
     use super::*;
     use drift_keeper::changelog::{Changelog, Config, LogRecord};
 
+    /// An empty directory of this test process's own, named by `tag`.
+    fn fresh_dir(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("drift-fsdisk-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
     #[test]
     fn changelog_round_trips_through_real_files() {
-        let dir = std::env::temp_dir().join(format!("drift-fsdisk-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = fresh_dir("log");
         let mut disk = FsDisk::open(&dir).unwrap();
         let (mut log, _) = Changelog::open(&mut disk, Config::default()).unwrap();
         let recs: Vec<LogRecord> = (1..=5)
@@ -275,8 +281,7 @@ mod tests {
     /// over by the next appends, and cut off when the file is let go.
     #[test]
     fn reserved_room_is_hidden_written_over_and_cut_off_when_let_go() {
-        let dir = std::env::temp_dir().join(format!("drift-fsdisk-room-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = fresh_dir("room");
         let mut disk = FsDisk::open(&dir).unwrap();
         let on_disk = |n: &str| fs::metadata(dir.join(n)).unwrap().len();
         disk.append("x", b"ab").unwrap();
@@ -319,8 +324,7 @@ mod tests {
     /// the zeros off.
     #[test]
     fn a_changelog_left_with_reserved_room_reopens_whole_with_nothing_torn() {
-        let dir = std::env::temp_dir().join(format!("drift-fsdisk-log-room-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = fresh_dir("log-room");
         let cfg = Config {
             rotate_interval: 4,
             reserve_bytes: 1024,
@@ -364,8 +368,7 @@ mod tests {
     /// file that was cut, replaced, renamed or removed since.
     #[test]
     fn appends_land_in_the_file_the_name_holds_now() {
-        let dir = std::env::temp_dir().join(format!("drift-fsdisk-held-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = fresh_dir("held");
         let mut disk = FsDisk::open(&dir).unwrap();
         let read = |d: &FsDisk, n: &str| String::from_utf8(d.read(n).unwrap()).unwrap();
         disk.append("x", b"ab").unwrap();
