@@ -113,6 +113,12 @@ pub trait Db {
     /// Ends node `i` gracefully, forcibly after `grace`.
     fn stop(&mut self, i: u64, grace: Duration);
     fn is_up(&self, i: u64) -> bool;
+    /// Whether `part` of node `i` runs (a one-process node: whether it
+    /// does; [`Part::Node`]: every part).
+    fn is_part_up(&self, i: u64, part: Part) -> bool {
+        let _ = part;
+        self.is_up(i)
+    }
     /// Nodes that exited on their own since the last call.
     fn exits(&mut self) -> Vec<Exit>;
     /// Drops a stopped node's state (it rejoins empty).
@@ -321,16 +327,18 @@ pub trait Faults: Db + Kill + Pause + Corrupt + Probe + FaultHooks + LinkCut + T
     fn recover_exit(&mut self, e: &Exit) -> Option<String> {
         let mut note = None;
         if e.code != Some(drift_node::keeper_node::DIGEST_ABORT_EXIT) {
-            let _ = self.wipe(e.node);
             let how = e
                 .code
                 .map_or_else(|| "ended by a signal".to_string(), |c| format!("exit code {c}"));
-            note = Some(format!(
-                "node {} refused to start ({how}): wiped, rejoining from peers",
-                e.node
-            ));
+            note = Some(match self.wipe(e.node) {
+                Ok(()) => format!("node {} refused to start ({how}): wiped, rejoining from peers", e.node),
+                Err(err) => format!("node {} refused to start ({how}) and was not wiped: {err}", e.node),
+            });
         }
-        let _ = self.start(e.node);
+        if let Err(err) = self.start(e.node) {
+            let started = format!("node {} not started again: {err}", e.node);
+            note = Some(note.map_or(started.clone(), |n| format!("{n}; {started}")));
+        }
         note
     }
 }

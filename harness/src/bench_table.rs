@@ -164,44 +164,22 @@ fn lock_running() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 }
 
 /// On SIGINT, SIGTERM or SIGHUP: ends every cluster in [`RUNNING`],
-/// removes their directories, and exits with 128 plus the signal's
-/// number, as a shell reports a process the signal ended. Set up once, by
-/// the first [`Running`].
+/// removes their directories, and exits as a shell reports a process the
+/// signal ended. Set up by each [`Running`].
 fn end_clusters_on_interrupt() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // the signal that came, 0 while none has
-        let interrupted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        for signal in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            if let Err(e) = signal_hook::flag::register_usize(signal, interrupted.clone(), signal as usize) {
-                eprintln!("warning: an interrupted benchmark cannot stop its clusters: {e}");
-            }
+    crate::interrupt::on_signal(|signal| {
+        // the lock stays taken: no cluster is added or stopped elsewhere
+        // while these go
+        let running = lock_running();
+        for dir in running.iter() {
+            let _ = stop_cluster(dir);
+            let _ = std::fs::remove_dir_all(dir);
         }
-        let watch = move || loop {
-            std::thread::sleep(Duration::from_millis(50));
-            let signal = interrupted.load(Ordering::SeqCst);
-            if signal != 0 {
-                // the lock stays taken: no cluster is added or stopped
-                // elsewhere while these go
-                let running = lock_running();
-                for dir in running.iter() {
-                    let _ = stop_cluster(dir);
-                    let _ = std::fs::remove_dir_all(dir);
-                }
-                eprintln!(
-                    "interrupted: stopped the benchmark's {} running cluster(s)",
-                    running.len()
-                );
-                std::process::exit(128 + signal as i32);
-            }
-        };
-        if let Err(e) = std::thread::Builder::new().name("interrupt".into()).spawn(watch) {
-            eprintln!("warning: an interrupted benchmark cannot stop its clusters: {e}");
-        }
+        eprintln!(
+            "interrupted: stopped the benchmark's {} running cluster(s)",
+            running.len()
+        );
+        std::process::exit(crate::interrupt::exit_code(signal));
     });
 }
 

@@ -128,6 +128,7 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     }
     let run_started = Instant::now();
     let (run, mut info) = run::create_run(&c, &store)?;
+    let interrupts = Interrupts::install();
     let env = match setup(&c, &run, &mut info) {
         Ok(env) => env,
         Err(e) => {
@@ -135,14 +136,129 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
             return Err(e);
         }
     };
+    interrupts.own(&env);
     out!("  run dir {}", run.path.display());
-    let main = main_phase(&c, &run, &env)?;
+    let main = main_phase(&c, &run, &env, &interrupts)?;
+    let interrupted = interrupts.main_phase_over(&main);
     heal(&env, &main);
     final_reads(&c, &env, &main);
+    info.interrupted_after_s = interrupted.map(|(_, after)| after.as_secs_f64());
     let (ops, problems) = teardown(env, main, &mut info, &run)?;
     let judged = run::judge_run(&c, &run, &info, &store)?;
     run::summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
+    if let Some((signal, after)) = interrupted {
+        out!(
+            "  interrupted: the main phase ended after {:.1}s of {}s; the verdict covers that much",
+            after.as_secs_f64(),
+            c.plan.time_limit_s
+        );
+        return Ok(crate::interrupt::exit_code(signal));
+    }
     Ok(judged.results.verdict.exit_code())
+}
+
+/// A campaign's answer to SIGINT, SIGTERM and SIGHUP. The first, before
+/// the heal, ends the main phase early: the nemesis stops, operations in
+/// flight are cut off (their outcome unknown), and the campaign heals,
+/// reads, stops its servers and judges what it recorded, then exits as
+/// the signal would have. A signal after that, or a second one, stops at
+/// once: the run's partitions removed, its servers stopped, no verdict
+/// (the history so far stays in the run directory for `drift check`).
+/// Before the servers are up there is nothing of its own to stop: the
+/// set-up finishes, and the first signal leaves an empty main phase.
+struct Interrupts {
+    /// Set by the first signal during the set-up or the main phase.
+    main_over: Arc<AtomicBool>,
+    /// The first signal's number, 0 while none came.
+    signal: Arc<std::sync::atomic::AtomicI32>,
+    /// Set once the main phase has ended: a signal stops at once.
+    past_main: Arc<AtomicBool>,
+    /// What a signal that stops at once stops.
+    owned: Arc<Mutex<Option<Owned>>>,
+}
+
+type Owned = (Arc<Mutex<Box<dyn Backend>>>, Arc<Partitioner>);
+
+/// How long a signal that stops at once waits for the cluster, which
+/// another phase may hold (a step of the heal), before it exits anyway.
+const INTERRUPT_STOP_WAIT: Duration = Duration::from_secs(10);
+
+impl Interrupts {
+    fn install() -> Interrupts {
+        let i = Interrupts {
+            main_over: Arc::new(AtomicBool::new(false)),
+            signal: Arc::new(std::sync::atomic::AtomicI32::new(0)),
+            past_main: Arc::new(AtomicBool::new(false)),
+            owned: Arc::new(Mutex::new(None)),
+        };
+        let (main_over, signal, past_main, owned) = (
+            i.main_over.clone(),
+            i.signal.clone(),
+            i.past_main.clone(),
+            i.owned.clone(),
+        );
+        crate::interrupt::on_signal(move |sig| {
+            let first = signal
+                .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            if first && !past_main.load(Ordering::SeqCst) {
+                main_over.store(true, Ordering::SeqCst);
+                out!("\n  interrupted: the main phase ends now; the servers are healed and what was recorded is judged (interrupt again to stop at once)");
+                return;
+            }
+            out!("\n  interrupted: stopping the servers and removing the partitions now, without a verdict");
+            let owned = owned.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((cluster, partitioner)) = owned {
+                if let Some(e) = partitioner.teardown() {
+                    out!("  {e}");
+                }
+                stop_all_within(&cluster, INTERRUPT_STOP_WAIT);
+            }
+            std::process::exit(crate::interrupt::exit_code(sig));
+        });
+        i
+    }
+
+    /// The cluster and partitions a signal that stops at once stops.
+    fn own(&self, env: &Env) {
+        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = Some((env.cluster.clone(), env.partitioner.clone()));
+    }
+
+    /// From now on a signal stops at once. The first signal's number and
+    /// when the main phase ended, if a signal ended it.
+    fn main_phase_over(&self, main: &Main) -> Option<(i32, Duration)> {
+        self.past_main.store(true, Ordering::SeqCst);
+        let signal = self.signal.load(Ordering::SeqCst);
+        (signal != 0).then(|| (signal, main.ended.saturating_duration_since(main.started)))
+    }
+}
+
+/// Stops every server of `cluster`, waiting at most `wait` for its lock.
+fn stop_all_within(cluster: &Mutex<Box<dyn Backend>>, wait: Duration) {
+    let deadline = Instant::now() + wait;
+    loop {
+        match cluster.try_lock() {
+            Ok(mut c) => return c.stop_all(),
+            Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().stop_all(),
+            Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::sync::TryLockError::WouldBlock) => {
+                out!(
+                    "  the cluster was busy for {}s: exiting without stopping it",
+                    wait.as_secs()
+                );
+                return;
+            }
+        }
+    }
+}
+
+/// Ready once `flag` is set (looked at every 50 ms).
+async fn until_set(flag: &AtomicBool) {
+    while !flag.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// What the setup made, for the phases after it.
@@ -567,6 +683,8 @@ struct Main {
     monitor: JoinHandle<()>,
     progress: JoinHandle<()>,
     started: Instant,
+    /// When its workers were done (or cut off).
+    ended: Instant,
     watchdog: Instant,
 }
 
@@ -595,7 +713,7 @@ impl Main {
 
 /// Phase 3: the workers and the nemesis, for the time limit; returns once
 /// both are done.
-fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
+fn main_phase(c: &Campaign, run: &RunDir, env: &Env, interrupts: &Interrupts) -> Result<Main, Failure> {
     let plan = &c.plan;
     let limit = Duration::from_secs(plan.time_limit_s);
     let op_timeout = env.spec.op_timeout;
@@ -679,13 +797,14 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         .collect();
     let applied = Arc::new(Mutex::new(Vec::<Step>::new()));
     let nem = {
+        // an interrupt ends the schedule
         let (cluster, recorder, partitioner, applied, schedule, stop) = (
             env.cluster.clone(),
             recorder.clone(),
             env.partitioner.clone(),
             applied.clone(),
             c.schedule.clone(),
-            stop.clone(),
+            interrupts.main_over.clone(),
         );
         std::thread::spawn(move || {
             let stage = nemesis::Servers {
@@ -704,15 +823,26 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
     // one deadline for all workers: an op past it is cut off (its
     // invocation stays in the history without a completion, i.e. info)
     let workers_deadline = tokio::time::Instant::from_std(main_until + op_timeout * 3 + Duration::from_secs(5));
+    // as is an interrupted one's
+    let main_over = &interrupts.main_over;
     for w in workers {
         let abort = w.abort_handle();
-        if env
-            .rt
-            .block_on(async { tokio::time::timeout_at(workers_deadline, w).await })
-            .is_err()
-        {
+        let finished = env.rt.block_on(async {
+            tokio::select! {
+                done = tokio::time::timeout_at(workers_deadline, w) => done.is_ok(),
+                () = until_set(main_over) => false,
+            }
+        });
+        if !finished {
             abort.abort();
         }
+    }
+    let ended = Instant::now();
+    if main_over.load(Ordering::SeqCst) {
+        recorder.event(
+            "interrupted",
+            json!({"signal": interrupts.signal.load(Ordering::SeqCst), "after_ms": ended.duration_since(started).as_millis() as u64}),
+        );
     }
     let _ = nem.join();
     Ok(Main {
@@ -723,6 +853,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env) -> Result<Main, Failure> {
         monitor,
         progress,
         started,
+        ended,
         watchdog: started + limit + WATCHDOG_SLACK,
     })
 }

@@ -193,6 +193,7 @@ fn write_run_json(out: &RunDir, args: &CheckArgs, history: &Path) -> Result<(), 
         hosts: Vec::new(),
         nemesis_schedule: Vec::new(),
         target: None,
+        interrupted_after_s: None,
     };
     out.write_json(store::RUN_JSON, &info)
         .map_err(|e| Failure::new(format!("{}: cannot write run.json: {e}", out.path.display())))?;

@@ -681,6 +681,14 @@ impl Db for ClickHouseCluster {
         self.coord.is_up(i) && self.servers[(i - 1) as usize].child.is_some()
     }
 
+    fn is_part_up(&self, i: u64, part: Part) -> bool {
+        match part {
+            Part::Coordinator => self.coord.is_up(i),
+            Part::Replica => self.servers[(i - 1) as usize].child.is_some(),
+            Part::Node | Part::ReplicaCoordinator => self.is_up(i),
+        }
+    }
+
     /// The coordinators' exits and the servers'; a server that exited on
     /// its own is started again after [`RESTART_BACKOFF`] once the campaign
     /// runs.

@@ -66,6 +66,7 @@ mod fail;
 mod hosts;
 mod image;
 mod inserts;
+mod interrupt;
 mod judge;
 mod junit;
 mod local;

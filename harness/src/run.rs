@@ -58,6 +58,7 @@ pub(crate) fn create_run(c: &Campaign, store: &Store) -> Result<(RunDir, RunInfo
         hosts: Vec::new(),
         nemesis_schedule: Campaign::schedule_json(&c.schedule),
         target: None,
+        interrupted_after_s: None,
     };
     write_run_json(&run, &info)?;
     Ok((run, info))

@@ -969,3 +969,134 @@ fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
     );
     let _ = std::fs::remove_dir_all(&store);
 }
+
+/// Sends `signal` (a `kill` name: INT, TERM) to the process `pid`.
+fn signal(pid: u32, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} {pid}");
+}
+
+/// A campaign of `limit` seconds under partitions (cut with iptables
+/// where it can be), its stdout piped, and its history once it holds
+/// operations.
+fn campaign_under_way(store: &Path, port: &str, partitioner: &str) -> (Reaped, PathBuf) {
+    let child = Reaped(
+        drift()
+            .args(["test", "--workload", "register", "--nemesis", "kill,partition"])
+            .args(["--nemesis-interval", "2", "--partitioner", partitioner])
+            .args(["--nodes", "3", "--port", port, "--time-limit", "120", "--store"])
+            .arg(store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let h = std::fs::read_dir(store).ok().and_then(|_| {
+            let h = only_run(store).join("history.jsonl");
+            (std::fs::metadata(&h).map(|m| m.len()).unwrap_or(0) > 2000).then_some(h)
+        });
+        if let Some(h) = h {
+            return (child, h);
+        }
+        assert!(Instant::now() < deadline, "the campaign never recorded ops");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits at most `limit` for `child` to end; its exit code and stdout.
+fn ended_within(mut child: Reaped, limit: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the interrupted campaign still runs after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    use std::io::Read;
+    child.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    (status.code(), stdout)
+}
+
+/// Ctrl-C in the main phase ends it there: the nemesis stops, the
+/// servers are healed and stopped, what was recorded is judged and
+/// stored (run.json says how far it got), and drift exits as the signal
+/// would have (130). Without a handler the signal ended drift at once,
+/// with no verdict and its servers left to notice their parent was gone.
+#[test]
+fn an_interrupted_campaign_heals_judges_what_it_recorded_and_exits_as_the_signal_would() {
+    let store = fresh_path("interrupted");
+    let (child, history) = campaign_under_way(&store, "25181", "proxies");
+    signal(child.0.id(), "INT");
+    // the heal, final reads and judging: well within the 120 s time limit
+    let (code, stdout) = ended_within(child, Duration::from_secs(100));
+    assert_eq!(code, Some(130), "{stdout}");
+    assert!(stdout.contains("interrupted: the main phase ended after"), "{stdout}");
+    let run = history.parent().unwrap().to_path_buf();
+    let info = json_file(run.join("run.json"));
+    let after = info["interrupted_after_s"].as_f64().expect("run.json says when");
+    assert!(after < 60.0, "the main phase ran {after} s of 120");
+    let results = json_file(run.join("results.json"));
+    assert_eq!(results["verdict"], "valid", "{stdout}");
+    assert!(results["operations"].as_u64().unwrap() > 0);
+    let text = std::fs::read_to_string(&history).unwrap();
+    assert!(text.contains("\"interrupted\""), "the history records the interrupt");
+    // the campaign stopped its servers; they did not have to notice
+    // their parent had gone
+    for i in 1..=3 {
+        let log = std::fs::read_to_string(run.join("nodes").join(format!("n{i}.log"))).unwrap_or_default();
+        assert!(!log.contains("parent_gone"), "node {i} outlived drift");
+    }
+    let _ = std::fs::remove_dir_all(&store);
+}
+
+/// A second signal stops at once: the partitions removed (the run's
+/// iptables chain gone), the servers stopped by drift, no verdict.
+#[test]
+fn a_second_interrupt_stops_the_servers_and_removes_the_partitions_at_once() {
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.starts_with(b"0"));
+    let iptables = std::process::Command::new("iptables").arg("-S").output().is_ok();
+    if !(root && iptables) {
+        assert!(
+            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
+            "this test needs root and iptables (ci/test installs iptables)"
+        );
+        eprintln!("NOT RUN: needs root and iptables");
+        return;
+    }
+    let store = fresh_path("interrupted-twice");
+    let (child, history) = campaign_under_way(&store, "25281", "iptables");
+    let pid = child.0.id();
+    let mine = format!("DRIFT-L{pid}");
+    assert!(chains("DRIFT-L").contains(&mine), "the campaign made its chain");
+    signal(pid, "INT");
+    // the heal waits 2 s for restarted servers to refuse their data: the
+    // second signal lands before any verdict
+    std::thread::sleep(Duration::from_millis(300));
+    signal(pid, "TERM");
+    let (code, stdout) = ended_within(child, Duration::from_secs(20));
+    assert_eq!(code, Some(143), "{stdout}");
+    assert!(stdout.contains("without a verdict"), "{stdout}");
+    let run = history.parent().unwrap().to_path_buf();
+    assert!(!run.join("results.json").exists(), "no verdict");
+    assert!(!chains("DRIFT-L").contains(&mine), "the chain was removed");
+    for i in 1..=3 {
+        let log = std::fs::read_to_string(run.join("nodes").join(format!("n{i}.log"))).unwrap_or_default();
+        assert!(!log.contains("parent_gone"), "node {i} outlived drift");
+    }
+    let _ = std::fs::remove_dir_all(&store);
+}

@@ -44,6 +44,11 @@ pub struct RunInfo {
     /// mixes it cannot take).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<Value>,
+    /// A campaign a signal ended early: when its main phase ended, in
+    /// seconds after it began (the history and the verdict cover that
+    /// much of the plan's time limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interrupted_after_s: Option<f64>,
 }
 
 /// `results.json`: the composed verdict and each checker's result.

@@ -1009,6 +1009,7 @@ mod tests {
             hosts: vec![],
             nemesis_schedule: vec![],
             target: None,
+            interrupted_after_s: None,
         };
         let page = render(&h, Some(&info), &results, &drift_checkers::perf::summarize(&h));
         assert!(page.contains(r#"<table class="config">"#));

@@ -706,9 +706,10 @@ pub async fn heal_all<S: Stage>(s: &S, table: bool, kv: bool) -> String {
     let exits = s.exits();
     s.with_cluster(|c, _| {
         // an exit seen before the heal started the server again, by a
-        // server that runs now, needs nothing
+        // process that runs now, needs nothing (on a node of two
+        // processes, the other one's being down is not this one's)
         for e in &exits {
-            if !c.is_up(e.node) {
+            if !c.is_part_up(e.node, e.part) {
                 notes.extend(c.recover_exit(e));
             }
         }

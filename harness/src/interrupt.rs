@@ -1,0 +1,68 @@
+//! SIGINT, SIGTERM and SIGHUP for the commands that own servers (a
+//! campaign, a benchmark): without a handler the signal ends drift at
+//! once, and what it started outlives it (containers, remote processes,
+//! a benchmark's clusters, which are made to outlive the command that
+//! started them).
+//!
+//! One thread watches for the signals and hands each to the handler the
+//! command set last ([`on_signal`]); the signal handler itself only
+//! stores the signal's number. Two signals within one look (50 ms) count
+//! as one.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+type Handler = Box<dyn Fn(i32) + Send>;
+
+/// What a signal does now (set by [`on_signal`] before any signal is
+/// caught).
+static HANDLER: Mutex<Option<Handler>> = Mutex::new(None);
+
+/// How often the watcher looks.
+const LOOK: Duration = Duration::from_millis(50);
+
+/// From now on each SIGINT, SIGTERM or SIGHUP calls `handler` with the
+/// signal's number, on the watcher's thread (the handler may block, or
+/// exit the process). Replaces the handler set before.
+pub fn on_signal(handler: impl Fn(i32) + Send + 'static) {
+    watch();
+    *HANDLER.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(handler));
+}
+
+/// The exit code a shell gives a process a signal ended: 128 plus its
+/// number.
+pub fn exit_code(signal: i32) -> i32 {
+    128 + signal
+}
+
+fn watch() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // the signal that came since the last look, 0 while none has
+        let came = Arc::new(AtomicUsize::new(0));
+        for signal in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            if let Err(e) = signal_hook::flag::register_usize(signal, came.clone(), signal as usize) {
+                eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
+            }
+        }
+        let look = move || loop {
+            std::thread::sleep(LOOK);
+            let signal = came.swap(0, Ordering::SeqCst);
+            if signal != 0 {
+                // held while it runs: a command setting its handler then
+                // waits for this one to finish
+                if let Some(h) = HANDLER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+                    h(signal as i32);
+                }
+            }
+        };
+        if let Err(e) = std::thread::Builder::new().name("interrupt".into()).spawn(look) {
+            eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
+        }
+    });
+}
