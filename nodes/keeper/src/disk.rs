@@ -36,7 +36,8 @@ pub trait Disk {
     /// also zeros between unsynced bytes that reached the disk): a reader
     /// of the files must take them for the end. After an error, reads and
     /// appends see what they saw before; the room may be partly written.
-    /// Memory disks have nothing to allocate and ignore it.
+    /// A memory disk ([`MemDisk`]) only remembers how far the room
+    /// reaches, for what a crash leaves.
     fn reserve(&mut self, name: &str, len: u64) -> io::Result<()> {
         let _ = (name, len);
         Ok(())
@@ -48,6 +49,10 @@ struct MemFile {
     current: Vec<u8>,
     /// What survives a crash.
     durable: Durable,
+    /// How far [`Disk::reserve`]'s room of zeros reaches (0: none): a
+    /// crash leaves the file at least this long, the room's zeros after
+    /// what survives of its bytes. A truncate or rewrite cuts it off.
+    room_end: usize,
 }
 
 /// A file's durable bytes, kept without a second copy while only appends
@@ -103,7 +108,16 @@ pub enum TailFate {
     /// flipped by `mask`: a write cut short whose last sector ends in
     /// garbage.
     Corrupt { keep: usize, offset: usize, mask: u8 },
+    /// Kept whole but for one aligned block of [`HOLE_BYTES`] inside the
+    /// room reserved for it (the `block`-th such block, modulo their
+    /// number), which reads as the room's zeros: a power loss that wrote
+    /// a later page of the tail and not an earlier one. Kept whole where
+    /// no such block lies within both the tail and the room.
+    Hole { block: usize },
 }
+
+/// The block a [`TailFate::Hole`] loses: a page of the page cache.
+pub const HOLE_BYTES: usize = 4096;
 
 /// An in-memory disk that models durability: a crash drops what was not
 /// synced (optionally keeping a torn prefix of it), and faults can be
@@ -153,15 +167,17 @@ impl MemDisk {
     /// its unsynced appended tail (a torn write). Only appends past the
     /// durable length can be torn; other changes revert.
     pub fn crash_keeping(&mut self, mut keep: impl FnMut(&str, usize) -> usize) {
-        self.crash_with(|name, n| TailFate::Torn(keep(name, n)));
+        self.crash_with(|name, n, _| TailFate::Torn(keep(name, n)));
     }
 
-    /// A crash where `fate(name, unsynced_len)` decides what becomes of
-    /// each file's unsynced appended tail: lost, kept, torn, or kept with a
-    /// flipped byte (as the kill modes of a simulated disk do). Only
-    /// appends past the durable length survive in any form; other
-    /// changes revert.
-    pub fn crash_with(&mut self, mut fate: impl FnMut(&str, usize) -> TailFate) {
+    /// A crash where `fate(name, unsynced_len, holes)` decides what
+    /// becomes of each file's unsynced appended tail: lost, kept, torn,
+    /// kept with a flipped byte, or kept with one of the `holes` blocks it
+    /// could lose within its room (as the kill modes of a simulated disk
+    /// do). Only appends past the durable length survive in any form;
+    /// other changes revert. Room reserved for a file is left as zeros
+    /// after what survives.
+    pub fn crash_with(&mut self, mut fate: impl FnMut(&str, usize, usize) -> TailFate) {
         let mut files = BTreeMap::new();
         for (name, f) in std::mem::take(&mut self.files) {
             // the durable bytes, and the appended tail past them if any
@@ -178,12 +194,22 @@ impl MemDisk {
                 }
             };
             let tail = data.len() - synced;
+            // the whole blocks inside both the tail and the room
+            let first_hole = synced.div_ceil(HOLE_BYTES);
+            let holes = (data.len().min(f.room_end) / HOLE_BYTES).saturating_sub(first_hole);
             let kept = if tail == 0 {
                 0
             } else {
-                match fate(&name, tail) {
+                match fate(&name, tail, holes) {
                     TailFate::Drop => 0,
                     TailFate::Keep => tail,
+                    TailFate::Hole { block } => {
+                        if holes > 0 {
+                            let at = (first_hole + block % holes) * HOLE_BYTES;
+                            data[at..at + HOLE_BYTES].fill(0);
+                        }
+                        tail
+                    }
                     TailFate::Torn(k) => k.min(tail),
                     TailFate::Corrupt { keep, offset, mask } => {
                         let kept = keep.clamp(1, tail);
@@ -195,12 +221,17 @@ impl MemDisk {
                 }
             };
             data.truncate(synced + kept);
+            // the room's zeros after what is left
+            if data.len() < f.room_end {
+                data.resize(f.room_end, 0);
+            }
             let len = data.len();
             files.insert(
                 name,
                 MemFile {
                     current: data,
                     durable: Durable::Prefix(len),
+                    room_end: 0,
                 },
             );
         }
@@ -285,6 +316,7 @@ impl Disk for MemDisk {
         let f = self.files.entry(name.to_string()).or_default();
         f.detach_below(0);
         f.current = bytes.to_vec();
+        f.room_end = 0;
         Ok(())
     }
 
@@ -296,6 +328,7 @@ impl Disk for MemDisk {
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, name.to_string()))?;
         f.detach_below(len as usize);
         f.current.truncate(len as usize);
+        f.room_end = 0;
         Ok(())
     }
 
@@ -325,6 +358,12 @@ impl Disk for MemDisk {
             .remove(from)
             .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, from.to_string()))?;
         self.files.insert(to.to_string(), f);
+        Ok(())
+    }
+
+    fn reserve(&mut self, name: &str, len: u64) -> io::Result<()> {
+        let f = self.files.entry(name.to_string()).or_default();
+        f.room_end = f.room_end.max(usize::try_from(len).unwrap_or(usize::MAX));
         Ok(())
     }
 }
@@ -377,20 +416,20 @@ mod tests {
         d.truncate("a", 2).unwrap();
         d.append("a", b"xyz").unwrap();
         d.flip("a", 0, 0xff);
-        d.crash_with(|_, _| TailFate::Keep);
+        d.crash_with(|_, _, _| TailFate::Keep);
         assert_eq!(
             d.read("a").unwrap(),
             [!b'1', b'2', b'3', b'4'],
             "the synced bytes, flipped at rest"
         );
         d.write("a", b"12345678").unwrap();
-        d.crash_with(|_, _| TailFate::Keep);
+        d.crash_with(|_, _, _| TailFate::Keep);
         assert_eq!(d.read("a").unwrap(), [!b'1', b'2', b'3', b'4']);
         // a cut above the synced length leaves the rest an appended tail
         d.append("a", b"56").unwrap();
         d.truncate("a", 5).unwrap();
         d.append("a", b"7").unwrap();
-        d.crash_with(|_, n| {
+        d.crash_with(|_, n, _| {
             assert_eq!(n, 2);
             TailFate::Corrupt {
                 keep: 2,
@@ -399,6 +438,50 @@ mod tests {
             }
         });
         assert_eq!(d.read("a").unwrap(), [!b'1', b'2', b'3', b'4', b'5', b'7' ^ 1]);
+    }
+
+    #[test]
+    fn reserved_room_is_zeros_after_what_a_crash_leaves_and_a_hole_only_falls_inside_it() {
+        let mut d = MemDisk::new();
+        d.append("log", &[1u8; 100]).unwrap();
+        d.reserve("log", 3 * HOLE_BYTES as u64).unwrap();
+        d.sync("log").unwrap();
+        d.append("log", &[2u8; 2 * HOLE_BYTES]).unwrap();
+        assert_eq!(
+            d.len("log").unwrap(),
+            100 + 2 * HOLE_BYTES as u64,
+            "the room is not seen"
+        );
+        let mut lost = d.clone();
+        lost.crash_with(|_, _, _| TailFate::Drop);
+        let bytes = lost.read("log").unwrap();
+        assert_eq!(bytes.len(), 3 * HOLE_BYTES, "the room stays, as zeros");
+        assert!(bytes[..100].iter().all(|&b| b == 1) && bytes[100..].iter().all(|&b| b == 0));
+        // the tail runs from 100 to 8,292: one whole block (4,096..8,192)
+        // inside it and the room
+        let mut holed = d.clone();
+        holed.crash_with(|_, n, holes| {
+            assert_eq!((n, holes), (2 * HOLE_BYTES, 1));
+            TailFate::Hole { block: 7 }
+        });
+        let bytes = holed.read("log").unwrap();
+        assert_eq!(bytes.len(), 3 * HOLE_BYTES);
+        assert!(bytes[100..HOLE_BYTES].iter().all(|&b| b == 2), "before the hole: kept");
+        assert!(bytes[HOLE_BYTES..2 * HOLE_BYTES].iter().all(|&b| b == 0), "the hole");
+        assert!(
+            bytes[2 * HOLE_BYTES..100 + 2 * HOLE_BYTES].iter().all(|&b| b == 2),
+            "after it: kept"
+        );
+        assert!(bytes[100 + 2 * HOLE_BYTES..].iter().all(|&b| b == 0), "then the room");
+        // a cut takes the room away: no zeros, and no block to lose
+        d.truncate("log", 100).unwrap();
+        d.append("log", &[3u8; 2 * HOLE_BYTES]).unwrap();
+        d.crash_with(|_, _, holes| {
+            assert_eq!(holes, 0);
+            TailFate::Hole { block: 0 }
+        });
+        assert_eq!(d.read("log").unwrap().len(), 100 + 2 * HOLE_BYTES);
+        assert!(d.read("log").unwrap()[100..].iter().all(|&b| b == 3));
     }
 
     #[test]

@@ -211,6 +211,60 @@ fn a_block_of_room_never_written_before_later_records_is_a_torn_tail() {
     ));
 }
 
+/// Through the memory disk's own crash model: a log with room reserved
+/// ahead, a synced batch, then an unsynced batch of which the crash loses
+/// one page inside the room (or all of it, or none) and leaves the room's
+/// zeros after it. Every such log opens, with the synced batch whole and
+/// no more than the unsynced batch lost.
+#[test]
+fn a_crash_that_loses_a_page_of_the_unsynced_tail_inside_the_room_opens_with_every_synced_record() {
+    use drift_keeper::disk::TailFate;
+    let big = |i: u64| LogRecord {
+        index: i,
+        term: 1,
+        kind: 0,
+        // distinct, so none is all zeros and none compresses
+        data: (0..700u32).map(|b| (b as u64 * 31 + i * 7) as u8 | 1).collect(),
+    };
+    let reserving = Config {
+        reserve_bytes: 64 * 1024,
+        ..config(1000)
+    };
+    let mut disk = MemDisk::new();
+    let (mut log, _) = Changelog::open(&mut disk, reserving.clone()).unwrap();
+    log.append(&mut disk, &(1..=5).map(big).collect::<Vec<_>>()).unwrap();
+    let unsynced = log
+        .append_unsynced(&mut disk, &(6..=30).map(big).collect::<Vec<_>>())
+        .unwrap()
+        .expect("a segment to sync");
+    let mut fates = vec![TailFate::Drop, TailFate::Keep];
+    let mut holes_seen = 0;
+    disk.clone().crash_with(|_, _, holes| {
+        holes_seen = holes;
+        TailFate::Keep
+    });
+    assert!(holes_seen >= 3, "{holes_seen} blocks inside the tail and the room");
+    fates.extend((0..holes_seen).map(|block| TailFate::Hole { block }));
+    for fate in fates {
+        let mut d = disk.clone();
+        d.crash_with(|_, _, _| fate);
+        assert!(d.read(&unsynced).unwrap().len() >= 64 * 1024, "the room's zeros stay");
+        let (log, _) = Changelog::open(&mut d, reserving.clone())
+            .unwrap_or_else(|e| panic!("{fate:?}: the log does not open: {e}"));
+        let last = log.last_index().unwrap_or(0);
+        assert!(last >= 5, "{fate:?}: synced records lost (last {last})");
+        for i in 1..=last {
+            assert_eq!(at(&log, &d, i), Some(big(i)), "{fate:?}: record {i}");
+        }
+        match fate {
+            TailFate::Keep => assert_eq!(last, 30),
+            TailFate::Drop => assert_eq!(last, 5),
+            // the records before the lost page
+            _ => assert!(last < 30, "{fate:?}: a record in the hole read back"),
+        }
+    }
+}
+
 #[test]
 fn a_record_hidden_in_an_entrys_data_does_not_turn_a_torn_tail_into_corruption() {
     // a client's data may hold the bytes of a well-formed record (a raw

@@ -64,10 +64,16 @@ impl SimDisk {
     pub fn reboot(&mut self, mode: KillMode, rng: &mut SimRng) {
         self.crash_in = None;
         self.crashed = false;
-        self.mem.crash_with(|_, n| match mode {
+        self.mem.crash_with(|_, n, holes| match mode {
             KillMode::Drop => TailFate::Drop,
             KillMode::Mixed => match rng.below(4) {
                 0 => TailFate::Drop,
+                // where the tail covers a block of its room, one keep in
+                // two loses a block of it (drawn only then, so that a
+                // seed's other draws stay as they were)
+                1 if holes > 0 && rng.below(2) == 0 => TailFate::Hole {
+                    block: rng.below(holes as u64) as usize,
+                },
                 1 => TailFate::Keep,
                 2 => TailFate::Torn((rng.below(n as u64 + 1) as usize / SECTOR) * SECTOR),
                 _ => {
