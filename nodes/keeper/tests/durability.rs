@@ -231,7 +231,7 @@ fn a_crash_that_loses_a_page_of_the_unsynced_tail_inside_the_room_opens_with_eve
         ..config(1000)
     };
     let mut disk = MemDisk::new();
-    let (mut log, _) = Changelog::open(&mut disk, reserving.clone()).unwrap();
+    let (mut log, _) = Changelog::open(&mut disk, reserving).unwrap();
     log.append(&mut disk, &(1..=5).map(big).collect::<Vec<_>>()).unwrap();
     let unsynced = log
         .append_unsynced(&mut disk, &(6..=30).map(big).collect::<Vec<_>>())
@@ -249,7 +249,7 @@ fn a_crash_that_loses_a_page_of_the_unsynced_tail_inside_the_room_opens_with_eve
         let mut d = disk.clone();
         d.crash_with(|_, _, _| fate);
         assert!(d.read(&unsynced).unwrap().len() >= 64 * 1024, "the room's zeros stay");
-        let (log, _) = Changelog::open(&mut d, reserving.clone())
+        let (log, _) = Changelog::open(&mut d, reserving)
             .unwrap_or_else(|e| panic!("{fate:?}: the log does not open: {e}"));
         let last = log.last_index().unwrap_or(0);
         assert!(last >= 5, "{fate:?}: synced records lost (last {last})");
