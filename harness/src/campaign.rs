@@ -177,7 +177,10 @@ struct Interrupts {
     owned: Arc<Mutex<Option<Owned>>>,
 }
 
-type Owned = (Arc<Mutex<Box<dyn Backend>>>, Arc<Partitioner>);
+/// Weak: the campaign's own teardown drops the last strong references
+/// (and with them the backend's cleanup on drop: containers, remote
+/// rules) as it always did.
+type Owned = (std::sync::Weak<Mutex<Box<dyn Backend>>>, std::sync::Weak<Partitioner>);
 
 /// How long a signal that stops at once waits for the cluster, which
 /// another phase may hold (a step of the heal), before it exits anyway.
@@ -201,6 +204,7 @@ impl Interrupts {
             let first = signal
                 .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
+            crate::fail::STDOUT_MAY_BE_GONE.store(true, Ordering::Relaxed);
             if first && !past_main.load(Ordering::SeqCst) {
                 main_over.store(true, Ordering::SeqCst);
                 out!("\n  interrupted: the main phase ends now; the servers are healed and what was recorded is judged (interrupt again to stop at once)");
@@ -208,20 +212,20 @@ impl Interrupts {
             }
             out!("\n  interrupted: stopping the servers and removing the partitions now, without a verdict");
             let owned = owned.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some((cluster, partitioner)) = owned {
-                if let Some(e) = partitioner.teardown() {
-                    out!("  {e}");
-                }
-                stop_all_within(&cluster, INTERRUPT_STOP_WAIT);
+            let live = owned.and_then(|(c, p)| Some((c.upgrade()?, p.upgrade()?)));
+            match live {
+                // exits holding the cluster: no phase starts a server after
+                Some((cluster, partitioner)) => stop_within(&cluster, &partitioner, INTERRUPT_STOP_WAIT, sig),
+                None => std::process::exit(crate::interrupt::exit_code(sig)),
             }
-            std::process::exit(crate::interrupt::exit_code(sig));
         });
         i
     }
 
     /// The cluster and partitions a signal that stops at once stops.
     fn own(&self, env: &Env) {
-        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) = Some((env.cluster.clone(), env.partitioner.clone()));
+        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some((Arc::downgrade(&env.cluster), Arc::downgrade(&env.partitioner)));
     }
 
     /// From now on a signal stops at once. The first signal's number and
@@ -233,13 +237,16 @@ impl Interrupts {
     }
 }
 
-/// Stops every server of `cluster`, waiting at most `wait` for its lock.
-fn stop_all_within(cluster: &Mutex<Box<dyn Backend>>, wait: Duration) {
+/// Heals every partition and stops every server of `cluster` (waiting at
+/// most `wait` for its lock), then exits as `signal` would have, still
+/// holding the lock: no other phase cuts a link or starts a server in
+/// between.
+fn stop_within(cluster: &Mutex<Box<dyn Backend>>, partitioner: &Partitioner, wait: Duration, signal: i32) -> ! {
     let deadline = Instant::now() + wait;
-    loop {
+    let mut guard = loop {
         match cluster.try_lock() {
-            Ok(mut c) => return c.stop_all(),
-            Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner().stop_all(),
+            Ok(c) => break Some(c),
+            Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
             Err(std::sync::TryLockError::WouldBlock) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(50));
             }
@@ -248,10 +255,20 @@ fn stop_all_within(cluster: &Mutex<Box<dyn Backend>>, wait: Duration) {
                     "  the cluster was busy for {}s: exiting without stopping it",
                     wait.as_secs()
                 );
-                return;
+                break None;
             }
         }
+    };
+    if let Some(c) = guard.as_mut() {
+        // every partitioner's rules (on this machine, on the hosts, in
+        // nftables), then its own chain
+        partitioner.heal(c.as_ref());
+        c.stop_all();
     }
+    if let Some(e) = partitioner.teardown() {
+        out!("  {e}");
+    }
+    std::process::exit(crate::interrupt::exit_code(signal))
 }
 
 /// Ready once `flag` is set (looked at every 50 ms).

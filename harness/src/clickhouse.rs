@@ -555,7 +555,11 @@ impl ClickHouseCluster {
             Some(p) => crate::cgroup::in_cgroup(&cmd, p),
             None => cmd,
         };
+        use std::os::unix::process::CommandExt as _;
         let child = cmd
+            // its own process group: a terminal's Ctrl-C reaches drift,
+            // which stops it itself (`crate::interrupt`)
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| BackendError::io(s.stderr(), e))?)
             .stderr(log)

@@ -4,6 +4,10 @@
 /// Exit code of a run that failed before it could reach a verdict.
 pub const EXIT_FAILED: i32 = 3;
 
+/// Set once a campaign is interrupted: [`out_line`] then lets a failed
+/// write pass instead of exiting.
+pub static STDOUT_MAY_BE_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Writes one line to stdout (what `out!` expands to). When stdout is
 /// gone (`drift cluster status | head -1`) the process ends quietly with
 /// [`EXIT_FAILED`], as a pipe's writer does when its reader left, instead
@@ -14,6 +18,10 @@ pub fn out_line(args: std::fmt::Arguments<'_>) {
     let written = stdout.write_fmt(args).and_then(|()| stdout.write_all(b"\n"));
     match written {
         Ok(()) => {}
+        // the terminal's Ctrl-C also ended a `| tee` drift writes into,
+        // or a hang-up closed the terminal: the run goes on to stop its
+        // servers and store its verdict, unheard
+        Err(_) if STDOUT_MAY_BE_GONE.load(std::sync::atomic::Ordering::Relaxed) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(EXIT_FAILED),
         Err(e) => {
             eprintln!("drift: writing to stdout: {e}");

@@ -41,18 +41,10 @@ fn watch() {
     ONCE.call_once(|| {
         // the signal that came since the last look, 0 while none has
         let came = Arc::new(AtomicUsize::new(0));
-        for signal in [
-            signal_hook::consts::SIGINT,
-            signal_hook::consts::SIGTERM,
-            signal_hook::consts::SIGHUP,
-        ] {
-            if let Err(e) = signal_hook::flag::register_usize(signal, came.clone(), signal as usize) {
-                eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
-            }
-        }
+        let seen = came.clone();
         let look = move || loop {
             std::thread::sleep(LOOK);
-            let signal = came.swap(0, Ordering::SeqCst);
+            let signal = seen.swap(0, Ordering::SeqCst);
             if signal != 0 {
                 // held while it runs: a command setting its handler then
                 // waits for this one to finish
@@ -61,8 +53,20 @@ fn watch() {
                 }
             }
         };
+        // the watcher first: a signal caught with no one to see it would
+        // leave drift deaf to Ctrl-C
         if let Err(e) = std::thread::Builder::new().name("interrupt".into()).spawn(look) {
             eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
+            return;
+        }
+        for signal in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            if let Err(e) = signal_hook::flag::register_usize(signal, came.clone(), signal as usize) {
+                eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
+            }
         }
     });
 }

@@ -20,6 +20,9 @@ use crate::plan::DigestMode;
 use crate::proxy::ProxyMesh;
 use crate::servers::{damage_files, signal, watch_parent, write_zookeeper_configs, zookeeper_command};
 use std::net::SocketAddr;
+// servers in process groups of their own: a terminal's Ctrl-C reaches
+// drift, which stops them itself (`crate::interrupt`)
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -117,6 +120,7 @@ impl Db for LocalCluster {
         };
         if zookeeper {
             let child = placed(zookeeper_command(&n.dir, None))
+                .process_group(0)
                 .stdin(Stdio::null())
                 .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
                 .stderr(log)
@@ -150,6 +154,7 @@ impl Db for LocalCluster {
             .args(&via)
             .args((!n.started_before).then_some("--bootstrap"));
         let child = placed(cmd)
+            .process_group(0)
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| BackendError::io(&n.log, e))?)
             .stderr(log)

@@ -254,8 +254,11 @@ pub(crate) fn watch_parent(pid: u32) -> Option<Child> {
          kill -0 {drift} 2>/dev/null || kill -9 {pid} 2>/dev/null; true",
         drift = std::process::id(),
     );
+    use std::os::unix::process::CommandExt as _;
     Command::new("sh")
         .args(["-c", &watch])
+        // apart from drift's process group, as the server it watches is
+        .process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

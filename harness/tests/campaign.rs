@@ -970,23 +970,28 @@ fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
     let _ = std::fs::remove_dir_all(&store);
 }
 
-/// Sends `signal` (a `kill` name: INT, TERM) to the process `pid`.
+/// Sends `signal` (a `kill` name: INT, TERM) to the process group
+/// `pid` leads, as a terminal sends Ctrl-C to its foreground job.
 fn signal(pid: u32, signal: &str) {
     let ok = std::process::Command::new("kill")
         .arg(format!("-{signal}"))
-        .arg(pid.to_string())
+        .arg("--")
+        .arg(format!("-{pid}"))
         .status()
         .unwrap()
         .success();
-    assert!(ok, "kill -{signal} {pid}");
+    assert!(ok, "kill -{signal} -- -{pid}");
 }
 
 /// A campaign of `limit` seconds under partitions (cut with iptables
 /// where it can be), its stdout piped, and its history once it holds
 /// operations.
 fn campaign_under_way(store: &Path, port: &str, partitioner: &str) -> (Reaped, PathBuf) {
+    use std::os::unix::process::CommandExt as _;
     let child = Reaped(
         drift()
+            // a process group of its own, as a shell's job
+            .process_group(0)
             .args(["test", "--workload", "register", "--nemesis", "kill,partition"])
             .args(["--nemesis-interval", "2", "--partitioner", partitioner])
             .args(["--nodes", "3", "--port", port, "--time-limit", "120", "--store"])
@@ -1033,7 +1038,9 @@ fn ended_within(mut child: Reaped, limit: Duration) -> (Option<i32>, String) {
 /// servers are healed and stopped, what was recorded is judged and
 /// stored (run.json says how far it got), and drift exits as the signal
 /// would have (130). Without a handler the signal ended drift at once,
-/// with no verdict and its servers left to notice their parent was gone.
+/// with no verdict and its servers left to notice their parent was gone;
+/// and sent as a terminal sends it, to the whole job, it must not reach
+/// the servers (each runs in a process group of its own).
 #[test]
 fn an_interrupted_campaign_heals_judges_what_it_recorded_and_exits_as_the_signal_would() {
     let store = fresh_path("interrupted");
@@ -1052,6 +1059,10 @@ fn an_interrupted_campaign_heals_judges_what_it_recorded_and_exits_as_the_signal
     assert!(results["operations"].as_u64().unwrap() > 0);
     let text = std::fs::read_to_string(&history).unwrap();
     assert!(text.contains("\"interrupted\""), "the history records the interrupt");
+    assert!(
+        !text.contains("\"node-exited\""),
+        "no server ended on its own: the job's Ctrl-C reached drift alone"
+    );
     // the campaign stopped its servers; they did not have to notice
     // their parent had gone
     for i in 1..=3 {

@@ -249,8 +249,8 @@ fn a_crash_that_loses_a_page_of_the_unsynced_tail_inside_the_room_opens_with_eve
         let mut d = disk.clone();
         d.crash_with(|_, _, _| fate);
         assert!(d.read(&unsynced).unwrap().len() >= 64 * 1024, "the room's zeros stay");
-        let (log, _) = Changelog::open(&mut d, reserving)
-            .unwrap_or_else(|e| panic!("{fate:?}: the log does not open: {e}"));
+        let (log, _) =
+            Changelog::open(&mut d, reserving).unwrap_or_else(|e| panic!("{fate:?}: the log does not open: {e}"));
         let last = log.last_index().unwrap_or(0);
         assert!(last >= 5, "{fate:?}: synced records lost (last {last})");
         for i in 1..=last {

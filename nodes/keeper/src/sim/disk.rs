@@ -69,8 +69,8 @@ impl SimDisk {
             KillMode::Mixed => match rng.below(4) {
                 0 => TailFate::Drop,
                 // where the tail covers a block of its room, one keep in
-                // two loses a block of it (drawn only then, so that a
-                // seed's other draws stay as they were)
+                // two loses a block of it (drawn only then: a run whose
+                // tails never cover one draws as it did)
                 1 if holes > 0 && rng.below(2) == 0 => TailFate::Hole {
                     block: rng.below(holes as u64) as usize,
                 },
