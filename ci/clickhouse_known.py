@@ -6,7 +6,10 @@ connection dropped mid-commit) leaves the writer a part no other replica
 has. Its signature in a run: every finding is the dedup checker's
 `diverged`, and each row in which the replicas differ belongs to a logical
 insert that has an attempt on the replica holding more copies answered
-`info` with `Code: 319 ... Connection loss`.
+`info` with `Code: 319 ... Connection loss`. A retry of that insert on the
+same replica then adds its block again, while the coordinator holds its
+id once: the checker's `duplicate-in-window` on that replica, whose
+attempts include such an answer, is the same lost commit.
 
 Usage: clickhouse_known.py RUN_DIR. Exit 0 when that is all the run
 found (and says which inserts), 1 otherwise (and says why).
@@ -22,7 +25,7 @@ def main(run):
     if [c["checker"] for c in bad] != ["dedup"]:
         return f"checkers other than dedup are not valid: {[c['checker'] for c in bad]}"
     findings = bad[0]["details"]["findings"]
-    if set(findings) != {"diverged"}:
+    if not set(findings) <= {"diverged", "duplicate-in-window"} or "diverged" not in findings:
         return f"dedup found more than diverged replicas: {sorted(findings)}"
     # each logical insert's attempts: the replica, and what it was answered
     ops = [json.loads(l) for l in open(f"{run}/history.jsonl")]
@@ -38,6 +41,12 @@ def main(run):
             if o["type"] == "info" and "Code: 319" in err and "Connection loss" in err:
                 lost_commit.add((insert, o.get("node")))
     explained = set()
+    for d in findings.get("duplicate-in-window", []):
+        lost = [a for a in d["attempts"] if a["outcome"] == "info" and a.get("code") == 319]
+        if len(d["replicas"]) != 1 or not any(a["replica"] == d["replicas"][0] for a in lost):
+            return f"{d['explanation']}: no attempt on {d['replicas']} was answered 319"
+        if not all((a["insert"], a["replica"]) in lost_commit for a in lost):
+            return f"{d['explanation']}: its 319 answers were not Connection loss"
     for d in findings["diverged"]:
         for line in d["diff"]:
             # [id,partition,"L<insert>"] rA:n rB:m

@@ -358,7 +358,9 @@ impl Changelog {
                         // never written over lies before it: after a power
                         // loss the unsynced pages of room may reach the disk
                         // in any order, not only as a prefix
-                        let unwritten = later.is_some_and(|at| zero_block_within(&bytes, offset, at));
+                        let unwritten = later.is_some_and(|at| {
+                            zero_block_within(&bytes, offset, at) || zeros_to_block_end(&bytes, offset, at)
+                        });
                         if !last_segment || (later.is_some() && !unwritten) {
                             return Err(ChangelogError::Corrupt {
                                 file: name,
@@ -710,4 +712,14 @@ fn zero_block_within(bytes: &[u8], from: usize, to: usize) -> bool {
         .step_by(BLOCK_BYTES)
         .take_while(|b| b + BLOCK_BYTES <= to)
         .any(|b| bytes[b..b + BLOCK_BYTES].iter().all(|&x| x == 0))
+}
+
+/// Whether `bytes` hold zeros from `from`, where a record failed, to the
+/// end of its block, at or before `to`: the block that held the last
+/// synced bytes, written again with what followed them, did not reach the
+/// disk after a power loss, and the room's zeros show there. No damage
+/// reads so: a record starts with its magic, never with zeros.
+fn zeros_to_block_end(bytes: &[u8], from: usize, to: usize) -> bool {
+    let end = (from / BLOCK_BYTES + 1) * BLOCK_BYTES;
+    end <= to.min(bytes.len()) && bytes[from..end].iter().all(|&x| x == 0)
 }

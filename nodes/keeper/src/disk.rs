@@ -108,11 +108,13 @@ pub enum TailFate {
     /// flipped by `mask`: a write cut short whose last sector ends in
     /// garbage.
     Corrupt { keep: usize, offset: usize, mask: u8 },
-    /// Kept whole but for one aligned block of [`HOLE_BYTES`] inside the
-    /// room reserved for it (the `block`-th such block, modulo their
-    /// number), which reads as the room's zeros: a power loss that wrote
-    /// a later page of the tail and not an earlier one. Kept whole where
-    /// no such block lies within both the tail and the room.
+    /// Kept whole but for the unsynced part of one aligned block of
+    /// [`HOLE_BYTES`] inside the room reserved for it (the `block`-th
+    /// such block, modulo their number; the first may hold synced bytes
+    /// too, which it keeps), which reads as the room's zeros: a power
+    /// loss that wrote a later page of the tail and not an earlier one.
+    /// Kept whole where no such block lies within both the tail and the
+    /// room.
     Hole { block: usize },
 }
 
@@ -194,8 +196,9 @@ impl MemDisk {
                 }
             };
             let tail = data.len() - synced;
-            // the whole blocks inside both the tail and the room
-            let first_hole = synced.div_ceil(HOLE_BYTES);
+            // the blocks the tail reaches into (the first may begin with
+            // synced bytes) that end inside both the tail and the room
+            let first_hole = synced / HOLE_BYTES;
             let holes = (data.len().min(f.room_end) / HOLE_BYTES).saturating_sub(first_hole);
             let kept = if tail == 0 {
                 0
@@ -206,7 +209,7 @@ impl MemDisk {
                     TailFate::Hole { block } => {
                         if holes > 0 {
                             let at = (first_hole + block % holes) * HOLE_BYTES;
-                            data[at..at + HOLE_BYTES].fill(0);
+                            data[at.max(synced)..at + HOLE_BYTES].fill(0);
                         }
                         tail
                     }
@@ -457,13 +460,25 @@ mod tests {
         let bytes = lost.read("log").unwrap();
         assert_eq!(bytes.len(), 3 * HOLE_BYTES, "the room stays, as zeros");
         assert!(bytes[..100].iter().all(|&b| b == 1) && bytes[100..].iter().all(|&b| b == 0));
-        // the tail runs from 100 to 8,292: one whole block (4,096..8,192)
-        // inside it and the room
-        let mut holed = d.clone();
-        holed.crash_with(|_, n, holes| {
-            assert_eq!((n, holes), (2 * HOLE_BYTES, 1));
-            TailFate::Hole { block: 7 }
+        // the tail runs from 100 to 8,292: it ends two blocks inside the
+        // room, the first (0..4,096) holding the synced 100 bytes too
+        let mut partial = d.clone();
+        partial.crash_with(|_, n, holes| {
+            assert_eq!((n, holes), (2 * HOLE_BYTES, 2));
+            TailFate::Hole { block: 0 }
         });
+        let bytes = partial.read("log").unwrap();
+        assert!(bytes[..100].iter().all(|&b| b == 1), "the synced bytes stay");
+        assert!(
+            bytes[100..HOLE_BYTES].iter().all(|&b| b == 0),
+            "the rest of the page lost"
+        );
+        assert!(
+            bytes[HOLE_BYTES..100 + 2 * HOLE_BYTES].iter().all(|&b| b == 2),
+            "the later page kept"
+        );
+        let mut holed = d.clone();
+        holed.crash_with(|_, _, _| TailFate::Hole { block: 7 });
         let bytes = holed.read("log").unwrap();
         assert_eq!(bytes.len(), 3 * HOLE_BYTES);
         assert!(bytes[100..HOLE_BYTES].iter().all(|&b| b == 2), "before the hole: kept");

@@ -202,6 +202,25 @@ fn a_block_of_room_never_written_before_later_records_is_a_torn_tail() {
     let torn = report.torn_tail.expect("a torn tail");
     assert_eq!(torn.offset, (k * size) as u64);
     assert_eq!(d.len(&name).unwrap(), (k * size) as u64);
+    // the block holding the last synced record, written again with the
+    // records after it and lost: zeros from the first of those to the
+    // block's end, later blocks written
+    let j = 4096 / size + 1;
+    assert!(j * size < 8192 && !(j * size).is_multiple_of(4096));
+    let mut partial = bytes.clone();
+    partial[j * size..8192].fill(0);
+    let mut d = disk_holding(&name, &partial);
+    let (log, report) = Changelog::open(&mut d, config(1000)).unwrap();
+    assert_eq!(log.last_index(), Some(j as u64));
+    assert_eq!(report.torn_tail.expect("a torn tail").offset, (j * size) as u64);
+    // zeros from a record's start that stop short of the block's end are
+    // damage: a page is written whole or not at all
+    let mut short = bytes.clone();
+    short[j * size..8000].fill(0);
+    assert!(matches!(
+        Changelog::open(&mut disk_holding(&name, &short), config(1000)),
+        Err(ChangelogError::Corrupt { .. })
+    ));
     // a flipped byte there instead is damage: a later record follows
     let mut flipped = bytes;
     flipped[4100] ^= 0x5a;
