@@ -912,8 +912,10 @@ fn chains(prefix: &str) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
+/// Whether this test can cut links with iptables (root, iptables
+/// installed); where it cannot, it says so, and fails under CI
+/// (`DRIFT_REQUIRE_DEPS`), which installs both.
+fn root_and_iptables() -> bool {
     let root = std::process::Command::new("id")
         .arg("-u")
         .output()
@@ -925,6 +927,13 @@ fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
             "this test needs root and iptables (ci/test installs iptables)"
         );
         eprintln!("NOT RUN: needs root and iptables");
+    }
+    root && iptables
+}
+
+#[test]
+fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
+    if !root_and_iptables() {
         return;
     }
     let store = fresh_path("chain-leftover");
@@ -1076,17 +1085,7 @@ fn an_interrupted_campaign_heals_judges_what_it_recorded_and_exits_as_the_signal
 /// iptables chain gone), the servers stopped by drift, no verdict.
 #[test]
 fn a_second_interrupt_stops_the_servers_and_removes_the_partitions_at_once() {
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.starts_with(b"0"));
-    let iptables = std::process::Command::new("iptables").arg("-S").output().is_ok();
-    if !(root && iptables) {
-        assert!(
-            std::env::var_os("DRIFT_REQUIRE_DEPS").is_none(),
-            "this test needs root and iptables (ci/test installs iptables)"
-        );
-        eprintln!("NOT RUN: needs root and iptables");
+    if !root_and_iptables() {
         return;
     }
     let store = fresh_path("interrupted-twice");
