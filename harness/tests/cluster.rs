@@ -954,13 +954,16 @@ fn an_interrupted_benchmark_stops_its_clusters() {
     // the cluster is up once its nodes' PIDs are recorded, and the cells
     // run for a minute after that
     let pids_file = dir.join("pids");
-    wait_for(Duration::from_secs(60), || pids_file.exists().then_some(()))
-        .expect("the benchmark's cluster did not come up");
-    let nodes: Vec<u32> = std::fs::read_to_string(&pids_file)
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .collect();
+    // written node by node: read once all three are in it
+    let nodes: Vec<u32> = wait_for(Duration::from_secs(60), || {
+        let nodes: Vec<u32> = std::fs::read_to_string(&pids_file)
+            .ok()?
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+            .collect();
+        (nodes.len() == 3).then_some(nodes)
+    })
+    .expect("the benchmark's cluster did not come up");
     assert_eq!(nodes.len(), 3, "{nodes:?}");
     // a node ended but not yet reaped (a zombie) counts as gone
     let alive = |p: u32| {
