@@ -137,6 +137,14 @@ pub trait Db {
         }
     }
 
+    /// Everything the backend made on the hosts goes now, as its drop
+    /// would take it: for an exit that runs no destructors (a second
+    /// interrupt). Servers stopped; a backend that also made containers,
+    /// networks, remote files or rules removes them too.
+    fn dismantle(&mut self) {
+        self.stop_all();
+    }
+
     /// Starts `part` of node `i` if it is down (a one-process node: it).
     fn start_part(&mut self, i: u64, part: Part) -> Result<(), BackendError> {
         let _ = part;

@@ -263,7 +263,9 @@ fn stop_within(cluster: &Mutex<Box<dyn Backend>>, partitioner: &Partitioner, wai
         // every partitioner's rules (on this machine, on the hosts, in
         // nftables), then its own chain
         partitioner.heal(c.as_ref());
-        c.stop_all();
+        // no destructor runs after this: containers, networks and
+        // remote files go now, or the next run finds them
+        c.dismantle();
     }
     if let Some(e) = partitioner.teardown() {
         out!("  {e}");

@@ -658,6 +658,12 @@ fn restore_metadata(s: &Server) -> std::io::Result<()> {
 }
 
 impl Db for ClickHouseCluster {
+    fn dismantle(&mut self) {
+        self.stop_all();
+        // the run's cgroups, empty now
+        self.groups.take();
+    }
+
     fn ids(&self) -> Vec<u64> {
         self.coord.ids()
     }

@@ -286,6 +286,10 @@ impl DockerCluster {
 }
 
 impl Db for DockerCluster {
+    fn dismantle(&mut self) {
+        self.remove_all();
+    }
+
     fn ids(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| n.id).collect()
     }
@@ -524,9 +528,9 @@ impl Backend for DockerCluster {
     }
 }
 
-impl Drop for DockerCluster {
+impl DockerCluster {
     /// Every container and the network go, with the log followers.
-    fn drop(&mut self) {
+    fn remove_all(&mut self) {
         for n in &mut self.nodes {
             let _ = self.engine.rm(&n.name);
             if let Some(mut c) = n.logs.take() {
@@ -535,6 +539,12 @@ impl Drop for DockerCluster {
             }
         }
         let _ = self.engine.network_rm(&self.network);
+    }
+}
+
+impl Drop for DockerCluster {
+    fn drop(&mut self) {
+        self.remove_all();
     }
 }
 

@@ -304,6 +304,10 @@ fn remove_leftovers(r: &Remote, dir: &str, controller: &str) -> Result<Vec<Strin
 }
 
 impl Db for SshCluster {
+    fn dismantle(&mut self) {
+        self.remove_all();
+    }
+
     fn ids(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| n.id).collect()
     }
@@ -562,14 +566,16 @@ impl Backend for SshCluster {
     }
 }
 
-impl Drop for SshCluster {
+impl SshCluster {
     /// Every server stopped, the chains removed, the logs copied a last
     /// time and the run's files on the hosts deleted.
-    fn drop(&mut self) {
+    fn remove_all(&mut self) {
         for i in self.ids() {
             if self.nodes[(i - 1) as usize].pid.is_some() {
                 let _ = self.signal(i, "CONT");
                 let _ = self.signal(i, "KILL");
+                // a second call must not signal a PID the host reused
+                self.nodes[(i - 1) as usize].pid = None;
             }
         }
         for (k, r) in self.remotes.iter().enumerate() {
@@ -588,5 +594,11 @@ impl Drop for SshCluster {
                 let _ = r.run(&format!("rm -rf {}", self.run_dir));
             }
         }
+    }
+}
+
+impl Drop for SshCluster {
+    fn drop(&mut self) {
+        self.remove_all();
     }
 }

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 mod common;
 
-use common::{drift, fresh_path, Reaped};
+use common::{drift, ended_within, fresh_path, signal, Reaped};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -979,19 +979,6 @@ fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
     let _ = std::fs::remove_dir_all(&store);
 }
 
-/// Sends `signal` (a `kill` name: INT, TERM) to the process group
-/// `pid` leads, as a terminal sends Ctrl-C to its foreground job.
-fn signal(pid: u32, signal: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{signal} -- -{pid}");
-}
-
 /// A campaign of `limit` seconds under partitions (cut with iptables
 /// where it can be), its stdout piped, and its history once it holds
 /// operations.
@@ -1022,25 +1009,6 @@ fn campaign_under_way(store: &Path, port: &str, partitioner: &str) -> (Reaped, P
         assert!(Instant::now() < deadline, "the campaign never recorded ops");
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-/// Waits at most `limit` for `child` to end; its exit code and stdout.
-fn ended_within(mut child: Reaped, limit: Duration) -> (Option<i32>, String) {
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the interrupted campaign still runs after {limit:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let mut stdout = String::new();
-    use std::io::Read;
-    child.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
-    (status.code(), stdout)
 }
 
 /// Ctrl-C in the main phase ends it there: the nemesis stops, the

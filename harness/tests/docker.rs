@@ -224,3 +224,59 @@ fn containers_of_a_killed_run_are_removed_by_the_next() {
     assert_eq!(leftovers(), (vec![], vec![]));
     let _ = std::fs::remove_dir_all(&store);
 }
+
+/// A campaign in containers interrupted as a terminal does (the signal
+/// to the whole job). Once (Ctrl-C): the main phase ends, the verdict is
+/// judged and stored, and the teardown removes the containers and the
+/// network. Twice (Ctrl-C, then SIGTERM during the heal): drift exits at
+/// once, no destructor runs, and still no container or network is left
+/// for the next run to find (before, the second signal stopped the
+/// containers and left them and the network behind).
+#[test]
+fn an_interrupted_campaign_in_containers_leaves_no_container_or_network() {
+    use std::os::unix::process::CommandExt as _;
+    use std::time::Duration;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(drift) = static_drift() else { return };
+    for (signals, code) in [(&["INT"][..], 130), (&["INT", "TERM"][..], 143)] {
+        let store = fresh_path("docker-interrupted");
+        let child = common::Reaped(
+            Command::new(&drift)
+                .process_group(0)
+                .args(["test", "--backend", "docker", "--workload", "register"])
+                .args(["--nemesis", "kill,partition", "--nemesis-interval", "2"])
+                .args(["--time-limit", "120", "--nodes", "3", "--rate", "40", "--store"])
+                .arg(&store)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let history = common::history_once_recorded(&store.join("register-drift"), Duration::from_secs(120));
+        assert_eq!(leftovers().0.len(), 3, "the run's containers are up");
+        let pid = child.0.id();
+        for (k, s) in signals.iter().enumerate() {
+            if k > 0 {
+                // lands in the heal: its restarted servers are waited for
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            common::signal(pid, s);
+        }
+        let (exit, stdout) = common::ended_within(child, Duration::from_secs(100));
+        assert_eq!(exit, Some(code), "{signals:?}: {stdout}");
+        let results = history.with_file_name("results.json");
+        if signals.len() == 1 {
+            let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&results).unwrap()).unwrap();
+            assert_eq!(r["verdict"], "valid", "{stdout}");
+        } else {
+            assert!(stdout.contains("without a verdict"), "{stdout}");
+            assert!(!results.exists(), "no verdict");
+        }
+        assert_eq!(
+            leftovers(),
+            (vec![], vec![]),
+            "{signals:?}: every container and network removed"
+        );
+        let _ = std::fs::remove_dir_all(&store);
+    }
+}

@@ -118,6 +118,21 @@ fn servers_of(remote: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The hosts' directory holds the cached executable and nothing of any
+/// run.
+fn assert_only_the_executable_stays(remote: &str) {
+    let runs: Vec<_> = std::fs::read_dir(remote)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        runs,
+        vec![std::ffi::OsString::from("drift")],
+        "the runs' files removed, only the cached executable stays"
+    );
+}
+
 fn drift_chains() -> Vec<String> {
     let out = Command::new("iptables").arg("-S").output().unwrap();
     String::from_utf8_lossy(&out.stdout)
@@ -195,16 +210,7 @@ fn a_campaign_on_ssh_hosts_is_valid_and_leaves_no_process_chain_or_file_behind()
         "no iptables chain of the run left: {:?}",
         drift_chains()
     );
-    let runs: Vec<_> = std::fs::read_dir(&remote)
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name())
-        .collect();
-    assert_eq!(
-        runs,
-        vec![std::ffi::OsString::from("drift")],
-        "only the cached executable stays"
-    );
+    assert_only_the_executable_stays(&remote);
     // a replay runs on the hosts again, with the stored schedule
     let again = common::assert_replays_on_same_backend(Path::new(env!("CARGO_BIN_EXE_drift")), &run_dir);
     assert!(again.join("nodes/n2.log").exists());
@@ -243,5 +249,40 @@ fn a_campaign_on_ssh_hosts_is_valid_and_leaves_no_process_chain_or_file_behind()
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(processes_naming(&remote).is_empty());
     assert!(drift_chains().is_empty());
+
+    // interrupted twice (Ctrl-C, then SIGTERM during the heal): drift
+    // exits at once and runs no destructor, yet nothing of the run stays
+    // on the hosts (before, its servers were stopped but its chains and
+    // files stayed for the next run)
+    let store = dir.join("store-interrupted");
+    let child = common::Reaped({
+        use std::os::unix::process::CommandExt as _;
+        drift()
+            .process_group(0)
+            .args(["test", "--backend", "ssh", "--hosts"])
+            .arg(dir.join("hosts.toml"))
+            .args(["--workload", "register", "--nodes", "3", "--rate", "40"])
+            .args(["--nemesis", "kill,partition", "--nemesis-interval", "2"])
+            .args(["--time-limit", "120", "--store"])
+            .arg(&store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    });
+    let history = common::history_once_recorded(&store.join("register-drift"), Duration::from_secs(60));
+    assert!(!drift_chains().is_empty(), "the run made its chains on the hosts");
+    let pid = child.0.id();
+    common::signal(pid, "INT");
+    // lands in the heal: its restarted servers are waited for
+    std::thread::sleep(Duration::from_millis(300));
+    common::signal(pid, "TERM");
+    let (code, stdout) = common::ended_within(child, Duration::from_secs(30));
+    assert_eq!(code, Some(143), "{stdout}");
+    assert!(stdout.contains("without a verdict"), "{stdout}");
+    assert!(!history.with_file_name("results.json").exists(), "no verdict");
+    assert!(processes_naming(&remote).is_empty(), "no server of the run runs on");
+    assert!(drift_chains().is_empty(), "chains left: {:?}", drift_chains());
+    assert_only_the_executable_stays(&remote);
     let _ = std::fs::remove_dir_all(&remote);
 }

@@ -9,6 +9,7 @@ use std::ffi::OsStr;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 pub fn drift() -> Command {
     Command::new(env!("CARGO_BIN_EXE_drift"))
@@ -124,4 +125,56 @@ pub fn assert_replays_on_same_backend(exe: &Path, run: &Path) -> PathBuf {
         "the replay applied the stored schedule"
     );
     again
+}
+
+/// Sends `signal` (a `kill` name: INT, TERM) to the process group
+/// `pid` leads, as a terminal sends Ctrl-C to its foreground job.
+pub fn signal(pid: u32, signal: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg("--")
+        .arg(format!("-{pid}"))
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{signal} -- -{pid}");
+}
+
+/// Waits at most `limit` for `child` to end; its exit code and stdout.
+pub fn ended_within(mut child: Reaped, limit: Duration) -> (Option<i32>, String) {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the interrupted campaign still runs after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stdout = String::new();
+    use std::io::Read;
+    child.0.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    (status.code(), stdout)
+}
+
+/// The history of the first run under `test_dir` (a store's directory
+/// for one test, such as `register-drift`) once it holds operations,
+/// waiting at most `limit` for them.
+pub fn history_once_recorded(test_dir: &Path, limit: Duration) -> PathBuf {
+    let deadline = Instant::now() + limit;
+    loop {
+        let h = std::fs::read_dir(test_dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path().join("history.jsonl"))
+            .filter(|h| std::fs::metadata(h).map(|m| m.len()).unwrap_or(0) > 2000);
+        if let Some(h) = h {
+            return h;
+        }
+        assert!(Instant::now() < deadline, "the campaign never recorded ops");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
