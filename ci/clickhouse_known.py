@@ -13,6 +13,10 @@ attempts include such an answer, is the same lost commit.
 
 Usage: clickhouse_known.py RUN_DIR. Exit 0 when that is all the run
 found (and says which inserts), 1 otherwise (and says why).
+
+Tested by harness/tests/check_cli.rs
+(`ci_accepts_a_clickhouse_run_only_for_a_lost_commit_retried_on_its_writer`)
+on a real run's history rewritten as a lost commit leaves it.
 """
 import json
 import re

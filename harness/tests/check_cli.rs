@@ -1053,3 +1053,93 @@ print("text:", f.find("failure").text)
     assert!(text.contains("why: 1 of 1 keys not linearizable"), "{text}");
     assert!(text.contains("reproduce: drift check"), "{text}");
 }
+
+/// `ci/clickhouse_known.py`, which lets CI pass a ClickHouse smoke
+/// campaign whose only findings are ClickHouse 18.16's own lost commit,
+/// judged on what the dedup checker really reports. The history is a real
+/// insert-retry run on ClickHouse 18.16 (on drift's keeper, no faults,
+/// its coordinator's witness of block ids included), its first insert
+/// then rewritten as a lost commit would leave it: answered 319 on its
+/// replica, retried there and acknowledged, its rows twice in that
+/// replica's final read. The script accepts that, and refuses the same
+/// run where the 319 was not a lost connection or where the extra copy is
+/// on a replica that never answered 319.
+#[test]
+fn ci_accepts_a_clickhouse_run_only_for_a_lost_commit_retried_on_its_writer() {
+    use serde_json::{json, Value};
+    let real = include_str!("data/clickhouse-insert-retry.jsonl");
+    let lost = "Code: 319, e.displayText() = DB::Exception: Unknown status, client must retry. Reason: Connection loss, e.what() = DB::Exception";
+    let timeout = "Code: 319, e.displayText() = DB::Exception: Unknown status, client must retry. Reason: Operation timeout, e.what() = DB::Exception";
+    let dir = scratch("clickhouse-known");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/clickhouse_known.py");
+    for (case, error, extra_copy_on, accepted) in [
+        ("lost", lost, None, true),
+        ("timeout", timeout, None, false),
+        ("elsewhere", lost, Some("r3"), false),
+    ] {
+        let mut ops: Vec<Value> = real.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let inv = ops
+            .iter()
+            .position(|o| o["f"] == "insert" && o["type"] == "invoke")
+            .unwrap();
+        let (process, replica) = (ops[inv]["process"].clone(), ops[inv]["value"]["replica"].clone());
+        let rows: Vec<Value> = ops[inv]["value"]["blocks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b["rows"].as_array().unwrap().clone())
+            .collect();
+        let done = inv + 1 + ops[inv + 1..].iter().position(|o| o["process"] == process).unwrap();
+        ops[done]["type"] = json!("info");
+        ops[done]["error"] = json!(error);
+        let t = ops[done]["time"].as_i64().unwrap();
+        let mut retry = ops[inv].clone();
+        retry["value"]["attempt"] = json!(2);
+        retry["time"] = json!(t + 1_000);
+        let ok = json!({"index": 0, "time": t + 2_000, "process": process, "type": "ok", "f": "insert", "value": null, "node": replica});
+        ops.splice(done + 1..done + 1, [retry, ok]);
+        let holder = extra_copy_on.map_or(replica.clone(), |r| json!(r));
+        let read = ops
+            .iter_mut()
+            .find(|o| o["f"] == "read" && o["type"] == "ok" && o["key"] == holder)
+            .unwrap();
+        let mut held = read["value"].as_array().unwrap().clone();
+        held.extend(rows.iter().cloned());
+        held.sort_by_key(|r| r[0].as_u64());
+        read["value"] = json!(held);
+        let run_dir = dir.join(case);
+        std::fs::create_dir_all(&run_dir).unwrap();
+        let text: String = ops
+            .iter_mut()
+            .enumerate()
+            .map(|(k, o)| {
+                o["index"] = json!(k);
+                format!("{o}\n")
+            })
+            .collect();
+        std::fs::write(run_dir.join("history.jsonl"), text).unwrap();
+        let (code, stdout, stderr) = run(drift()
+            .arg("check")
+            .arg(run_dir.join("history.jsonl"))
+            .args(["--checker", "dedup", "--out"])
+            .arg(&run_dir));
+        assert_eq!(
+            code, 1,
+            "{case}: the dedup checker finds the extra copy\n{stdout}{stderr}"
+        );
+        let out = std::process::Command::new("python3")
+            .arg(&script)
+            .arg(&run_dir)
+            .output()
+            .expect("python3 runs");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.success(), accepted, "{case}: {said}");
+        if accepted {
+            let insert = ops[inv]["value"]["insert"].as_u64().unwrap();
+            assert!(
+                said.contains(&format!("insert {insert} on {}", replica.as_str().unwrap())),
+                "{said}"
+            );
+        }
+    }
+}
