@@ -1,8 +1,9 @@
 //! SIGINT, SIGTERM and SIGHUP for the commands that own servers (a
-//! campaign, a benchmark): without a handler the signal ends drift at
-//! once, and what it started outlives it (containers, remote processes,
-//! a benchmark's clusters, which are made to outlive the command that
-//! started them).
+//! campaign, a benchmark) or findings not yet stored (a simulator
+//! sweep): without a handler the signal ends drift at once, and what it
+//! started outlives it (containers, remote processes, a benchmark's
+//! clusters, which are made to outlive the command that started them),
+//! or what it found is lost.
 //!
 //! One thread watches for the signals and hands each to the handler the
 //! command set last ([`on_signal`]); the signal handler itself only

@@ -214,3 +214,49 @@ fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
         assert!(stderr.contains(said), "{args:?}: {stderr}");
     }
 }
+
+/// Ctrl-C during a long sweep (sent to the whole job, as a terminal
+/// does) ends it after the seeds running: the failing seeds found so far
+/// are printed and the lowest stored, and drift exits as the signal would
+/// have. Before, the signal ended the sweep at once and what it had found
+/// was lost.
+#[test]
+fn an_interrupted_sweep_stores_what_it_found_and_exits_as_the_signal_would() {
+    use std::io::Read as _;
+    use std::os::unix::process::CommandExt as _;
+    use std::time::Duration;
+    let store = scratch("sim-interrupted");
+    // every seed fails: the digest check is off and the logs diverge
+    let mut child = common::Reaped(
+        drift()
+            .process_group(0)
+            .args(["sim", "--seeds", "1000000", "--from", "11", "--jobs", "1"])
+            .args(["--plant", "skip-digest-check", "--nemesis", "diverge"])
+            .args(["--nemesis-interval", "1", "--time-limit", "3", "--keep", "2", "--store"])
+            .arg(&*store)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    // the progress line after the 50th seed
+    let mut stderr = child.0.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("50 of 1000000 seeds") {
+        assert_eq!(stderr.read(&mut byte).unwrap(), 1, "the sweep ended early");
+        seen.push(byte[0]);
+    }
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    common::signal(child.0.id(), "INT");
+    let (code, stdout) = common::ended_within(child, Duration::from_secs(60));
+    assert_eq!(code, Some(130), "{stdout}");
+    let ran: u64 = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("interrupted: ")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("how many seeds ran: {stdout}"));
+    assert!((50..1000000).contains(&ran), "{stdout}");
+    assert!(stdout.contains(&format!("{ran} failing seeds of {ran}")), "{stdout}");
+    assert_eq!(runs(&store).len(), 2, "--keep 2 stores two runs: {stdout}");
+    assert!(stdout.contains("seed 11: INVALID"), "{stdout}");
+}
