@@ -162,19 +162,24 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
 /// flight are cut off (their outcome unknown), and the campaign heals,
 /// reads, stops its servers and judges what it recorded, then exits as
 /// the signal would have. A signal after that, or a second one, stops at
-/// once: the run's partitions removed, its servers stopped, no verdict
-/// (the history so far stays in the run directory for `drift check`).
+/// once: the run's partitions removed, its cluster dismantled (servers,
+/// and containers, networks or remote files), no verdict (the history so
+/// far stays in the run directory for `drift check`). Shared by the
+/// signal watcher, the nemesis and the workers' waits.
 /// Before the servers are up there is nothing of its own to stop: the
 /// set-up finishes, and the first signal leaves an empty main phase.
-struct Interrupts {
+#[derive(Clone)]
+struct Interrupts(Arc<InterruptState>);
+
+struct InterruptState {
     /// Set by the first signal during the set-up or the main phase.
-    main_over: Arc<AtomicBool>,
+    main_over: AtomicBool,
     /// The first signal's number, 0 while none came.
-    signal: Arc<std::sync::atomic::AtomicI32>,
+    signal: std::sync::atomic::AtomicI32,
     /// Set once the main phase has ended: a signal stops at once.
-    past_main: Arc<AtomicBool>,
+    past_main: AtomicBool,
     /// What a signal that stops at once stops.
-    owned: Arc<Mutex<Option<Owned>>>,
+    owned: Mutex<Option<Owned>>,
 }
 
 /// Weak: the campaign's own teardown drops the last strong references
@@ -188,30 +193,26 @@ const INTERRUPT_STOP_WAIT: Duration = Duration::from_secs(10);
 
 impl Interrupts {
     fn install() -> Interrupts {
-        let i = Interrupts {
-            main_over: Arc::new(AtomicBool::new(false)),
-            signal: Arc::new(std::sync::atomic::AtomicI32::new(0)),
-            past_main: Arc::new(AtomicBool::new(false)),
-            owned: Arc::new(Mutex::new(None)),
-        };
-        let (main_over, signal, past_main, owned) = (
-            i.main_over.clone(),
-            i.signal.clone(),
-            i.past_main.clone(),
-            i.owned.clone(),
-        );
+        let i = Interrupts(Arc::new(InterruptState {
+            main_over: AtomicBool::new(false),
+            signal: std::sync::atomic::AtomicI32::new(0),
+            past_main: AtomicBool::new(false),
+            owned: Mutex::new(None),
+        }));
+        let state = i.0.clone();
         crate::interrupt::on_signal(move |sig| {
-            let first = signal
+            let first = state
+                .signal
                 .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok();
             crate::fail::STDOUT_MAY_BE_GONE.store(true, Ordering::Relaxed);
-            if first && !past_main.load(Ordering::SeqCst) {
-                main_over.store(true, Ordering::SeqCst);
+            if first && !state.past_main.load(Ordering::SeqCst) {
+                state.main_over.store(true, Ordering::SeqCst);
                 out!("\n  interrupted: the main phase ends now; the servers are healed and what was recorded is judged (interrupt again to stop at once)");
                 return;
             }
             out!("\n  interrupted: stopping the servers and removing the partitions now, without a verdict");
-            let owned = owned.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let owned = state.owned.lock().unwrap_or_else(|e| e.into_inner()).take();
             let live = owned.and_then(|(c, p)| Some((c.upgrade()?, p.upgrade()?)));
             match live {
                 // exits holding the cluster: no phase starts a server after
@@ -224,15 +225,15 @@ impl Interrupts {
 
     /// The cluster and partitions a signal that stops at once stops.
     fn own(&self, env: &Env) {
-        *self.owned.lock().unwrap_or_else(|e| e.into_inner()) =
+        *self.0.owned.lock().unwrap_or_else(|e| e.into_inner()) =
             Some((Arc::downgrade(&env.cluster), Arc::downgrade(&env.partitioner)));
     }
 
     /// From now on a signal stops at once. The first signal's number and
     /// when the main phase ended, if a signal ended it.
     fn main_phase_over(&self, main: &Main) -> Option<(i32, Duration)> {
-        self.past_main.store(true, Ordering::SeqCst);
-        let signal = self.signal.load(Ordering::SeqCst);
+        self.0.past_main.store(true, Ordering::SeqCst);
+        let signal = self.0.signal.load(Ordering::SeqCst);
         (signal != 0).then(|| (signal, main.ended.saturating_duration_since(main.started)))
     }
 }
@@ -823,7 +824,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env, interrupts: &Interrupts) ->
             env.partitioner.clone(),
             applied.clone(),
             c.schedule.clone(),
-            interrupts.main_over.clone(),
+            interrupts.clone(),
         );
         std::thread::spawn(move || {
             let stage = nemesis::Servers {
@@ -832,7 +833,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env, interrupts: &Interrupts) ->
                 recorder: &recorder,
                 applied: &applied,
                 started,
-                stop: &stop,
+                stop: &stop.0.main_over,
                 exited: Default::default(),
             };
             nemesis::finish(nemesis::run(&stage, schedule))
@@ -843,7 +844,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env, interrupts: &Interrupts) ->
     // invocation stays in the history without a completion, i.e. info)
     let workers_deadline = tokio::time::Instant::from_std(main_until + op_timeout * 3 + Duration::from_secs(5));
     // as is an interrupted one's
-    let main_over = &interrupts.main_over;
+    let main_over = &interrupts.0.main_over;
     for w in workers {
         let abort = w.abort_handle();
         let finished = env.rt.block_on(async {
@@ -860,7 +861,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env, interrupts: &Interrupts) ->
     if main_over.load(Ordering::SeqCst) {
         recorder.event(
             "interrupted",
-            json!({"signal": interrupts.signal.load(Ordering::SeqCst), "after_ms": ended.duration_since(started).as_millis() as u64}),
+            json!({"signal": interrupts.0.signal.load(Ordering::SeqCst), "after_ms": ended.duration_since(started).as_millis() as u64}),
         );
     }
     let _ = nem.join();
