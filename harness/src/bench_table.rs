@@ -175,7 +175,7 @@ fn end_clusters_on_interrupt() {
             let _ = stop_cluster(dir);
             let _ = std::fs::remove_dir_all(dir);
         }
-        eprintln!(
+        noteln!(
             "interrupted: stopped the benchmark's {} running cluster(s)",
             running.len()
         );

@@ -143,7 +143,7 @@ fn execute(c: Campaign, store: Store) -> Result<i32, Failure> {
     heal(&env, &main);
     final_reads(&c, &env, &main);
     info.interrupted_after_s = interrupted.map(|(_, after)| after.as_secs_f64());
-    let (ops, problems) = teardown(env, main, &mut info, &run)?;
+    let (ops, problems) = teardown(env, main, &mut info, &run, &interrupts)?;
     let judged = run::judge_run(&c, &run, &info, &store)?;
     run::summarise(&c, &judged, ops, run_started.elapsed(), &problems, &run);
     if let Some((signal, after)) = interrupted {
@@ -180,6 +180,10 @@ struct InterruptState {
     past_main: AtomicBool,
     /// What a signal that stops at once stops.
     owned: Mutex<Option<Owned>>,
+    /// Held by the teardown: while its drop of the cluster removes what
+    /// the run made, the weak references above are already dead, and a
+    /// signal waits for it instead of exiting halfway through.
+    teardown: Mutex<()>,
 }
 
 /// Weak: the campaign's own teardown drops the last strong references
@@ -198,6 +202,7 @@ impl Interrupts {
             signal: std::sync::atomic::AtomicI32::new(0),
             past_main: AtomicBool::new(false),
             owned: Mutex::new(None),
+            teardown: Mutex::new(()),
         }));
         let state = i.0.clone();
         crate::interrupt::on_signal(move |sig| {
@@ -217,7 +222,17 @@ impl Interrupts {
             match live {
                 // exits holding the cluster: no phase starts a server after
                 Some((cluster, partitioner)) => stop_within(&cluster, &partitioner, INTERRUPT_STOP_WAIT, sig),
-                None => std::process::exit(crate::interrupt::exit_code(sig)),
+                None => {
+                    // before the set-up made a cluster: at once; in the
+                    // teardown: once its drop has removed the cluster
+                    let deadline = Instant::now() + INTERRUPT_STOP_WAIT;
+                    while matches!(state.teardown.try_lock(), Err(std::sync::TryLockError::WouldBlock))
+                        && Instant::now() < deadline
+                    {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    std::process::exit(crate::interrupt::exit_code(sig))
+                }
             }
         });
         i
@@ -1010,7 +1025,15 @@ fn bounded_final(env: &Env, main: &Main, limit: Duration, ops: impl std::future:
 /// Phase 6: servers stopped, partitions and the claim released, the
 /// history closed and `run.json` rewritten with the schedule as applied.
 /// History lines, and what went wrong (never in place of the verdict).
-fn teardown(env: Env, main: Main, info: &mut RunInfo, run: &RunDir) -> Result<(u64, Vec<String>), Failure> {
+fn teardown(
+    env: Env,
+    main: Main,
+    info: &mut RunInfo,
+    run: &RunDir,
+    interrupts: &Interrupts,
+) -> Result<(u64, Vec<String>), Failure> {
+    // released last, after the cluster's drop
+    let _tearing_down = interrupts.0.teardown.lock().unwrap_or_else(|e| e.into_inner());
     let Main {
         recorder,
         handle,
@@ -1154,11 +1177,11 @@ fn spawn_progress(
             if tty {
                 // redrawn in place; a phase change keeps the line before it
                 if changed && last_phase.is_some() {
-                    eprintln!();
+                    noteln!();
                 }
-                eprint!("\r{line}\x1b[K");
+                note!("\r{line}\x1b[K");
             } else {
-                eprintln!("{line}");
+                noteln!("{line}");
             }
             last = invoked;
             last_line = Instant::now();
@@ -1168,7 +1191,7 @@ fn spawn_progress(
             }
         }
         if tty {
-            eprintln!();
+            noteln!();
         }
     })
 }

@@ -660,7 +660,8 @@ fn restore_metadata(s: &Server) -> std::io::Result<()> {
 impl Db for ClickHouseCluster {
     fn dismantle(&mut self) {
         self.stop_all();
-        // the run's cgroups, empty now
+        // as the drop takes them: the rules, then the cgroups (empty now)
+        self.cut.take();
         self.groups.take();
     }
 

@@ -366,12 +366,12 @@ fn up(spec: UpSpec<'_>) -> Result<i32, Failure> {
             .iter()
             .map(|p| format!("http://{}:{}/", p.client.ip(), ch.http_port))
             .collect();
-        eprintln!("ClickHouse servers (table events) on {}", urls.join(" "));
+        noteln!("ClickHouse servers (table events) on {}", urls.join(" "));
     }
     if !config.tables.is_empty() {
         let urls = config.table_urls();
         let names: Vec<&str> = config.tables.iter().map(|t| t.name.as_str()).collect();
-        eprintln!("tables {} on {}", names.join(", "), urls.join(" "));
+        noteln!("tables {} on {}", names.join(", "), urls.join(" "));
     }
     let kv: Vec<String> = config
         .peers
@@ -380,7 +380,7 @@ fn up(spec: UpSpec<'_>) -> Result<i32, Failure> {
         .map(|a| format!("http://{a}"))
         .collect();
     if !kv.is_empty() {
-        eprintln!("kv on {}", kv.join(" "));
+        noteln!("kv on {}", kv.join(" "));
     }
     out!("{}", config.connect_string());
     Ok(0)

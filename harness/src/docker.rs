@@ -163,7 +163,7 @@ impl DockerCluster {
         }
         if let Ok(removed) = remove_leftovers(engine.as_ref()) {
             if !removed.is_empty() {
-                eprintln!("  removed what killed runs left: {}", removed.join(", "));
+                noteln!("  removed what killed runs left: {}", removed.join(", "));
             }
         }
         let image = crate::image::ensure(engine.as_ref(), &run_dir.join("image")).map_err(|f| f.message)?;

@@ -24,10 +24,19 @@ pub fn out_line(args: std::fmt::Arguments<'_>) {
         Err(_) if STDOUT_MAY_BE_GONE.load(std::sync::atomic::Ordering::Relaxed) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(EXIT_FAILED),
         Err(e) => {
-            eprintln!("drift: writing to stdout: {e}");
+            crate::fail::err_text(format_args!("drift: writing to stdout: {e}\n"));
             std::process::exit(EXIT_FAILED)
         }
     }
+}
+
+/// Writes to stderr (what `note!` and `noteln!` expand to): progress
+/// lines and warnings, which a closed stderr (a `2>&1 | tee` the same
+/// Ctrl-C ended) must not turn into a panic, as `eprint!` would, nor
+/// into an abort when a panic hook writes there again.
+pub fn err_text(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(args);
 }
 
 #[derive(Debug)]

@@ -57,7 +57,7 @@ fn watch() {
         // the watcher first: a signal caught with no one to see it would
         // leave drift deaf to Ctrl-C
         if let Err(e) = std::thread::Builder::new().name("interrupt".into()).spawn(look) {
-            eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
+            noteln!("warning: drift cannot stop what it started when interrupted: {e}");
             return;
         }
         for signal in [
@@ -66,7 +66,7 @@ fn watch() {
             signal_hook::consts::SIGHUP,
         ] {
             if let Err(e) = signal_hook::flag::register_usize(signal, came.clone(), signal as usize) {
-                eprintln!("warning: drift cannot stop what it started when interrupted: {e}");
+                noteln!("warning: drift cannot stop what it started when interrupted: {e}");
             }
         }
     });

@@ -9,6 +9,23 @@ macro_rules! out {
     };
 }
 
+/// `eprint!` for drift's progress and warnings: see [`fail::err_text`].
+macro_rules! note {
+    ($($arg:tt)*) => {
+        $crate::fail::err_text(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` for drift's progress and warnings: see [`fail::err_text`].
+macro_rules! noteln {
+    () => {
+        $crate::fail::err_text(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::fail::err_text(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
 /// mimalloc instead of the C library's allocator: the node's write path
 /// allocates many small, short-lived buffers (frames, entries, answers),
 /// and glibc's malloc and free took a fifth of a keeper server's CPU
@@ -125,7 +142,7 @@ fn main() {
     match outcome {
         Ok(code) => std::process::exit(code),
         Err(f) => {
-            eprintln!("drift: {}", f.message);
+            noteln!("drift: {}", f.message);
             std::process::exit(f.code);
         }
     }

@@ -157,16 +157,16 @@ impl Remote {
                 // tenths, one line each
                 let started = std::time::Instant::now();
                 let mut told = 0;
-                eprint!("  uploading {path} to {addr} ({:.1} MB):", bytes.len() as f64 / 1e6);
+                note!("  uploading {path} to {addr} ({:.1} MB):", bytes.len() as f64 / 1e6);
                 for (k, chunk) in bytes.chunks(UPLOAD_CHUNK).enumerate() {
                     f.write_all(chunk).map_err(|e| format!("sftp {addr}: {tmp}: {e}"))?;
                     let tenths = ((k + 1) * UPLOAD_CHUNK).min(bytes.len()) * 10 / bytes.len();
                     if tenths > told {
                         told = tenths;
-                        eprint!(" {}%", tenths * 10);
+                        note!(" {}%", tenths * 10);
                     }
                 }
-                eprintln!(" in {:.1}s", started.elapsed().as_secs_f64());
+                noteln!(" in {:.1}s", started.elapsed().as_secs_f64());
             }
             drop(f);
             let _ = sftp.unlink(std::path::Path::new(path));

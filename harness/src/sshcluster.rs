@@ -141,7 +141,7 @@ impl SshCluster {
             if !seen.contains(&r.host.ssh_addr()) {
                 let removed = remove_leftovers(r, &dir, &hosts.controller.to_string())?;
                 if !removed.is_empty() {
-                    eprintln!(
+                    noteln!(
                         "  removed what killed runs left on {}: {}",
                         r.host.address,
                         removed.join(", ")

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 mod common;
 
-use common::{drift, ended_within, fresh_path, signal, Reaped};
+use common::{drift, ended_within, fresh_path, interrupt_twice, signal, Reaped};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -1061,12 +1061,12 @@ fn a_second_interrupt_stops_the_servers_and_removes_the_partitions_at_once() {
     let pid = child.0.id();
     let mine = format!("DRIFT-L{pid}");
     assert!(chains("DRIFT-L").contains(&mine), "the campaign made its chain");
-    signal(pid, "INT");
     // the heal waits 2 s for restarted servers to refuse their data: the
     // second signal lands before any verdict
-    std::thread::sleep(Duration::from_millis(300));
-    signal(pid, "TERM");
-    let (code, stdout) = ended_within(child, Duration::from_secs(20));
+    let mut child = child;
+    let before = interrupt_twice(&mut child);
+    let (code, rest) = ended_within(child, Duration::from_secs(20));
+    let stdout = before + &rest;
     assert_eq!(code, Some(143), "{stdout}");
     assert!(stdout.contains("without a verdict"), "{stdout}");
     let run = history.parent().unwrap().to_path_buf();

@@ -272,12 +272,11 @@ fn a_campaign_on_ssh_hosts_is_valid_and_leaves_no_process_chain_or_file_behind()
     });
     let history = common::history_once_recorded(&store.join("register-drift"), Duration::from_secs(60));
     assert!(!drift_chains().is_empty(), "the run made its chains on the hosts");
-    let pid = child.0.id();
-    common::signal(pid, "INT");
-    // lands in the heal: its restarted servers are waited for
-    std::thread::sleep(Duration::from_millis(300));
-    common::signal(pid, "TERM");
-    let (code, stdout) = common::ended_within(child, Duration::from_secs(30));
+    let mut child = child;
+    // the second lands in the heal: its restarted servers are waited for
+    let before = common::interrupt_twice(&mut child);
+    let (code, rest) = common::ended_within(child, Duration::from_secs(30));
+    let stdout = before + &rest;
     assert_eq!(code, Some(143), "{stdout}");
     assert!(stdout.contains("without a verdict"), "{stdout}");
     assert!(!history.with_file_name("results.json").exists(), "no verdict");

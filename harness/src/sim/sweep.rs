@@ -95,7 +95,7 @@ pub(crate) fn quiet_panics() {
             .map(|s| s.to_string())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        eprintln!("  panic{at}: {what}");
+        noteln!("  panic{at}: {what}");
     }));
 }
 
@@ -185,7 +185,7 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
                 }
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
                 if n.is_multiple_of(50) {
-                    eprint!(
+                    note!(
                         "\r  {n} of {} seeds, {} failing, {:.0} s    ",
                         seeds.len(),
                         failed_count.load(Ordering::Relaxed),
@@ -195,7 +195,7 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
             });
         }
     });
-    eprintln!();
+    noteln!();
     let wall = started.elapsed();
     let mut found = found.into_inner().unwrap_or_default();
     found.sort_by_key(|f| f.0);

@@ -178,3 +178,23 @@ pub fn history_once_recorded(test_dir: &Path, limit: Duration) -> PathBuf {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Ctrl-C, then, once the campaign says it heard it (the main phase
+/// ends), SIGTERM — both to the process group `child` leads. Two signals
+/// sent close together could reach drift's watcher in one look and count
+/// as one. What the campaign printed up to that point.
+pub fn interrupt_twice(child: &mut Reaped) -> String {
+    use std::io::Read;
+    let pid = child.0.id();
+    signal(pid, "INT");
+    let stdout = child.0.stdout.as_mut().expect("the campaign's stdout is piped");
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("interrupted: the main phase ends now") {
+        let n = stdout.read(&mut byte).unwrap();
+        assert_eq!(n, 1, "the campaign ended before it heard the interrupt: {}", String::from_utf8_lossy(&seen));
+        seen.push(byte[0]);
+    }
+    signal(pid, "TERM");
+    String::from_utf8_lossy(&seen).into_owned()
+}
