@@ -192,7 +192,12 @@ pub fn interrupt_twice(child: &mut Reaped) -> String {
     let mut byte = [0u8; 1];
     while !String::from_utf8_lossy(&seen).contains("interrupted: the main phase ends now") {
         let n = stdout.read(&mut byte).unwrap();
-        assert_eq!(n, 1, "the campaign ended before it heard the interrupt: {}", String::from_utf8_lossy(&seen));
+        assert_eq!(
+            n,
+            1,
+            "the campaign ended before it heard the interrupt: {}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.push(byte[0]);
     }
     signal(pid, "TERM");
