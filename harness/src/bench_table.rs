@@ -167,7 +167,7 @@ fn lock_running() -> std::sync::MutexGuard<'static, Vec<PathBuf>> {
 /// removes their directories, and exits as a shell reports a process the
 /// signal ended. Set up by each [`Running`].
 fn end_clusters_on_interrupt() {
-    crate::interrupt::on_signal(|signal| {
+    crate::interrupt::on_signal(|signal, _| {
         // the lock stays taken: no cluster is added or stopped elsewhere
         // while these go
         let running = lock_running();

@@ -174,8 +174,6 @@ struct Interrupts(Arc<InterruptState>);
 struct InterruptState {
     /// Set by the first signal during the set-up or the main phase.
     main_over: AtomicBool,
-    /// The first signal's number, 0 while none came.
-    signal: std::sync::atomic::AtomicI32,
     /// Set once the main phase has ended: a signal stops at once.
     past_main: AtomicBool,
     /// What a signal that stops at once stops.
@@ -199,18 +197,12 @@ impl Interrupts {
     fn install() -> Interrupts {
         let i = Interrupts(Arc::new(InterruptState {
             main_over: AtomicBool::new(false),
-            signal: std::sync::atomic::AtomicI32::new(0),
             past_main: AtomicBool::new(false),
             owned: Mutex::new(None),
             teardown: Mutex::new(()),
         }));
         let state = i.0.clone();
-        crate::interrupt::on_signal(move |sig| {
-            let first = state
-                .signal
-                .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
-                .is_ok();
-            crate::fail::STDOUT_MAY_BE_GONE.store(true, Ordering::Relaxed);
+        crate::interrupt::on_signal(move |sig, first| {
             if first && !state.past_main.load(Ordering::SeqCst) {
                 state.main_over.store(true, Ordering::SeqCst);
                 out!("\n  interrupted: the main phase ends now; the servers are healed and what was recorded is judged (interrupt again to stop at once)");
@@ -248,8 +240,7 @@ impl Interrupts {
     /// when the main phase ended, if a signal ended it.
     fn main_phase_over(&self, main: &Main) -> Option<(i32, Duration)> {
         self.0.past_main.store(true, Ordering::SeqCst);
-        let signal = self.0.signal.load(Ordering::SeqCst);
-        (signal != 0).then(|| (signal, main.ended.saturating_duration_since(main.started)))
+        crate::interrupt::first_signal().map(|signal| (signal, main.ended.saturating_duration_since(main.started)))
     }
 }
 
@@ -876,7 +867,7 @@ fn main_phase(c: &Campaign, run: &RunDir, env: &Env, interrupts: &Interrupts) ->
     if main_over.load(Ordering::SeqCst) {
         recorder.event(
             "interrupted",
-            json!({"signal": interrupts.0.signal.load(Ordering::SeqCst), "after_ms": ended.duration_since(started).as_millis() as u64}),
+            json!({"signal": crate::interrupt::first_signal(), "after_ms": ended.duration_since(started).as_millis() as u64}),
         );
     }
     let _ = nem.join();

@@ -4,8 +4,8 @@
 /// Exit code of a run that failed before it could reach a verdict.
 pub const EXIT_FAILED: i32 = 3;
 
-/// Set once a campaign is interrupted: [`out_line`] then lets a failed
-/// write pass instead of exiting.
+/// Set once drift is interrupted (`crate::interrupt`): [`out_line`] then
+/// lets a failed write pass instead of exiting.
 pub static STDOUT_MAY_BE_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Writes one line to stdout (what `out!` expands to). When stdout is
@@ -24,7 +24,7 @@ pub fn out_line(args: std::fmt::Arguments<'_>) {
         Err(_) if STDOUT_MAY_BE_GONE.load(std::sync::atomic::Ordering::Relaxed) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(EXIT_FAILED),
         Err(e) => {
-            crate::fail::err_text(format_args!("drift: writing to stdout: {e}\n"));
+            noteln!("drift: writing to stdout: {e}");
             std::process::exit(EXIT_FAILED)
         }
     }

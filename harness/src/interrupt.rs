@@ -10,11 +10,15 @@
 //! stores the signal's number. Two signals within one look (50 ms) count
 //! as one.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once};
 use std::time::Duration;
 
-type Handler = Box<dyn Fn(i32) + Send>;
+/// Called with the signal's number and whether it is the first handled.
+type Handler = Box<dyn Fn(i32, bool) + Send>;
+
+/// The first signal a handler was called for, 0 while none was.
+static FIRST: AtomicI32 = AtomicI32::new(0);
 
 /// What a signal does now (set by [`on_signal`] before any signal is
 /// caught).
@@ -24,11 +28,21 @@ static HANDLER: Mutex<Option<Handler>> = Mutex::new(None);
 const LOOK: Duration = Duration::from_millis(50);
 
 /// From now on each SIGINT, SIGTERM or SIGHUP calls `handler` with the
-/// signal's number, on the watcher's thread (the handler may block, or
-/// exit the process). Replaces the handler set before.
-pub fn on_signal(handler: impl Fn(i32) + Send + 'static) {
+/// signal's number and whether it is the first (a command ends its work
+/// early on the first, at once on another), on the watcher's thread (the
+/// handler may block, or exit the process). Replaces the handler set
+/// before. From the first signal on, a write to a stdout that is gone no
+/// longer ends drift: the same Ctrl-C may have ended the `| tee` it
+/// writes into, and the command still has servers to stop or findings to
+/// store.
+pub fn on_signal(handler: impl Fn(i32, bool) + Send + 'static) {
     watch();
     *HANDLER.lock().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(handler));
+}
+
+/// The first signal handled, if one was.
+pub fn first_signal() -> Option<i32> {
+    Some(FIRST.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }
 
 /// The exit code a shell gives a process a signal ended: 128 plus its
@@ -50,7 +64,11 @@ fn watch() {
                 // held while it runs: a command setting its handler then
                 // waits for this one to finish
                 if let Some(h) = HANDLER.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-                    h(signal as i32);
+                    let first = FIRST
+                        .compare_exchange(0, signal as i32, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok();
+                    crate::fail::STDOUT_MAY_BE_GONE.store(true, Ordering::SeqCst);
+                    h(signal as i32, first);
                 }
             }
         };

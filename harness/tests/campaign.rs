@@ -3,7 +3,9 @@
 use std::path::{Path, PathBuf};
 mod common;
 
-use common::{drift, ended_within, fresh_path, interrupt_twice, signal, Reaped};
+use common::{
+    drift, ended_within, fresh_path, history_once_recorded, interrupted_twice, signal, spawn_as_a_job, Reaped,
+};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -983,32 +985,16 @@ fn the_iptables_chain_of_a_killed_campaign_is_removed_by_the_next() {
 /// where it can be), its stdout piped, and its history once it holds
 /// operations.
 fn campaign_under_way(store: &Path, port: &str, partitioner: &str) -> (Reaped, PathBuf) {
-    use std::os::unix::process::CommandExt as _;
-    let child = Reaped(
+    let child = spawn_as_a_job(
         drift()
-            // a process group of its own, as a shell's job
-            .process_group(0)
             .args(["test", "--workload", "register", "--nemesis", "kill,partition"])
             .args(["--nemesis-interval", "2", "--partitioner", partitioner])
             .args(["--nodes", "3", "--port", port, "--time-limit", "120", "--store"])
             .arg(store)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+            .stderr(Stdio::null()),
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let h = std::fs::read_dir(store).ok().and_then(|_| {
-            let h = only_run(store).join("history.jsonl");
-            (std::fs::metadata(&h).map(|m| m.len()).unwrap_or(0) > 2000).then_some(h)
-        });
-        if let Some(h) = h {
-            return (child, h);
-        }
-        assert!(Instant::now() < deadline, "the campaign never recorded ops");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let history = history_once_recorded(&store.join("register-drift"), Duration::from_secs(30));
+    (child, history)
 }
 
 /// Ctrl-C in the main phase ends it there: the nemesis stops, the
@@ -1063,10 +1049,7 @@ fn a_second_interrupt_stops_the_servers_and_removes_the_partitions_at_once() {
     assert!(chains("DRIFT-L").contains(&mine), "the campaign made its chain");
     // the heal waits 2 s for restarted servers to refuse their data: the
     // second signal lands before any verdict
-    let mut child = child;
-    let before = interrupt_twice(&mut child);
-    let (code, rest) = ended_within(child, Duration::from_secs(20));
-    let stdout = before + &rest;
+    let (code, stdout) = interrupted_twice(child, Duration::from_secs(20));
     assert_eq!(code, Some(143), "{stdout}");
     assert!(stdout.contains("without a verdict"), "{stdout}");
     let run = history.parent().unwrap().to_path_buf();

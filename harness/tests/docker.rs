@@ -234,38 +234,31 @@ fn containers_of_a_killed_run_are_removed_by_the_next() {
 /// containers and left them and the network behind).
 #[test]
 fn an_interrupted_campaign_in_containers_leaves_no_container_or_network() {
-    use std::os::unix::process::CommandExt as _;
     use std::time::Duration;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(drift) = static_drift() else { return };
     for (signals, code) in [(&["INT"][..], 130), (&["INT", "TERM"][..], 143)] {
         let store = fresh_path("docker-interrupted");
-        let child = common::Reaped(
+        let child = common::spawn_as_a_job(
             Command::new(&drift)
-                .process_group(0)
                 .args(["test", "--backend", "docker", "--workload", "register"])
                 .args(["--nemesis", "kill,partition", "--nemesis-interval", "2"])
                 .args(["--time-limit", "120", "--nodes", "3", "--rate", "40", "--store"])
                 .arg(&store)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
+                .stderr(Stdio::null()),
         );
         let history = common::history_once_recorded(&store.join("register-drift"), Duration::from_secs(120));
         // (one may be between its removal and its restart by the nemesis)
         assert!(!leftovers().0.is_empty(), "the run's containers are up");
-        let mut child = child;
-        let before = if signals.len() == 1 {
+        let limit = Duration::from_secs(100);
+        let (exit, stdout) = if signals.len() == 1 {
             common::signal(child.0.id(), "INT");
-            String::new()
+            common::ended_within(child, limit)
         } else {
             // the second lands in the heal: its restarted servers are
             // waited for
-            common::interrupt_twice(&mut child)
+            common::interrupted_twice(child, limit)
         };
-        let (exit, rest) = common::ended_within(child, Duration::from_secs(100));
-        let stdout = before + &rest;
         assert_eq!(exit, Some(code), "{signals:?}: {stdout}");
         let results = history.with_file_name("results.json");
         if signals.len() == 1 {

@@ -222,31 +222,20 @@ fn bad_simulator_arguments_are_refused_with_what_was_wrong() {
 /// once and what it had found was lost.
 #[test]
 fn an_interrupted_sweep_stores_what_it_found_and_exits_as_the_signal_would() {
-    use std::io::Read as _;
-    use std::os::unix::process::CommandExt as _;
     use std::time::Duration;
     let store = scratch("sim-interrupted");
     // every seed fails: the digest check is off and the logs diverge
-    let mut child = common::Reaped(
+    let mut child = common::spawn_as_a_job(
         drift()
-            .process_group(0)
             .args(["sim", "--seeds", "1000000", "--from", "11", "--jobs", "1"])
             .args(["--plant", "skip-digest-check", "--nemesis", "diverge"])
             .args(["--nemesis-interval", "1", "--time-limit", "3", "--keep", "2", "--store"])
             .arg(&*store)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .stderr(std::process::Stdio::piped()),
     );
     // the progress line after the 50th seed
     let mut stderr = child.0.stderr.take().unwrap();
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("50 of 1000000 seeds") {
-        assert_eq!(stderr.read(&mut byte).unwrap(), 1, "the sweep ended early");
-        seen.push(byte[0]);
-    }
+    common::read_until(&mut stderr, "50 of 1000000 seeds");
     // closed, as a `2>&1 | tee` the same Ctrl-C ends: the sweep's
     // progress lines then fail to write, which must not stop it storing
     drop(stderr);

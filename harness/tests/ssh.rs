@@ -255,28 +255,20 @@ fn a_campaign_on_ssh_hosts_is_valid_and_leaves_no_process_chain_or_file_behind()
     // on the hosts (before, its servers were stopped but its chains and
     // files stayed for the next run)
     let store = dir.join("store-interrupted");
-    let child = common::Reaped({
-        use std::os::unix::process::CommandExt as _;
+    let child = common::spawn_as_a_job(
         drift()
-            .process_group(0)
             .args(["test", "--backend", "ssh", "--hosts"])
             .arg(dir.join("hosts.toml"))
             .args(["--workload", "register", "--nodes", "3", "--rate", "40"])
             .args(["--nemesis", "kill,partition", "--nemesis-interval", "2"])
             .args(["--time-limit", "120", "--store"])
             .arg(&store)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap()
-    });
+            .stderr(Stdio::null()),
+    );
     let history = common::history_once_recorded(&store.join("register-drift"), Duration::from_secs(60));
     assert!(!drift_chains().is_empty(), "the run made its chains on the hosts");
-    let mut child = child;
     // the second lands in the heal: its restarted servers are waited for
-    let before = common::interrupt_twice(&mut child);
-    let (code, rest) = common::ended_within(child, Duration::from_secs(30));
-    let stdout = before + &rest;
+    let (code, stdout) = common::interrupted_twice(child, Duration::from_secs(30));
     assert_eq!(code, Some(143), "{stdout}");
     assert!(stdout.contains("without a verdict"), "{stdout}");
     assert!(!history.with_file_name("results.json").exists(), "no verdict");

@@ -9,8 +9,8 @@ use drift_checkers::checker::Verdict;
 use drift_checkers::registry;
 use drift_checkers::{check_all, CheckContext, Checker, History};
 use drift_results::store::Store;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A failing seed of a sweep: its campaign, what the simulation produced
@@ -132,14 +132,14 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
     let errors: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let started = Instant::now();
     let simulated_us = AtomicU64::new(0);
-    let interrupted = interrupt_ends_the_sweep();
+    interrupt_ends_the_sweep();
     std::thread::scope(|s| {
         for _ in 0..args.jobs {
             s.spawn(|| loop {
                 if args.stop_after > 0 && failed_count.load(Ordering::Relaxed) >= args.stop_after {
                     return;
                 }
-                if interrupted.0.load(Ordering::SeqCst) {
+                if crate::interrupt::first_signal().is_some() {
                     return;
                 }
                 let k = next.fetch_add(1, Ordering::Relaxed) as usize;
@@ -200,17 +200,11 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
     let mut found = found.into_inner().unwrap_or_default();
     found.sort_by_key(|f| f.0);
     let ran = done.load(Ordering::Relaxed);
-    let signal = interrupted.1.load(Ordering::SeqCst);
-    if signal != 0 {
+    let signal = crate::interrupt::first_signal();
+    if signal.is_some() {
         out!("  interrupted: {ran} of {} seeds ran", seeds.len());
     }
-    let code = |worst: i32| {
-        if signal != 0 {
-            crate::interrupt::exit_code(signal)
-        } else {
-            worst
-        }
-    };
+    let code = |worst: i32| signal.map_or(worst, crate::interrupt::exit_code);
     out!(
         "  {ran} seeds in {:.1} s ({:.1} simulated s per wall s over {} jobs)",
         wall.as_secs_f64(),
@@ -259,24 +253,17 @@ pub fn sweep(args: SimArgs) -> Result<i32, Failure> {
 }
 
 /// The first SIGINT, SIGTERM or SIGHUP ends a sweep after the seeds
-/// running (no new one starts): what was found is still printed and
-/// stored, and drift exits as the signal would have. A second one ends
-/// it at once. Whether to stop, and the first signal's number.
-fn interrupt_ends_the_sweep() -> (Arc<AtomicBool>, Arc<AtomicI32>) {
-    let (stop, signal) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicI32::new(0)));
-    let (flag, first) = (stop.clone(), signal.clone());
-    crate::interrupt::on_signal(move |sig| {
-        crate::fail::STDOUT_MAY_BE_GONE.store(true, Ordering::Relaxed);
-        if first
-            .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
-            .is_err()
-        {
+/// running (no new one starts; the workers look at
+/// [`crate::interrupt::first_signal`]): what was found is still printed
+/// and stored, and drift exits as the signal would have. A second one
+/// ends it at once.
+fn interrupt_ends_the_sweep() {
+    crate::interrupt::on_signal(|sig, first| {
+        if !first {
             std::process::exit(crate::interrupt::exit_code(sig));
         }
         out!("\n  interrupted: no new seed starts; the failing seeds found are stored once the seeds running end (interrupt again to stop at once)");
-        flag.store(true, Ordering::SeqCst);
     });
-    (stop, signal)
 }
 
 /// `drift bench sim`: simulated seconds per wall second of a campaign

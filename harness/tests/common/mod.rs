@@ -127,6 +127,19 @@ pub fn assert_replays_on_same_backend(exe: &Path, run: &Path) -> PathBuf {
     again
 }
 
+/// Starts `cmd` as a shell starts a job: in a process group of its own
+/// (which [`signal`] signals whole, as a terminal's Ctrl-C does), its
+/// stdout piped for [`ended_within`]; stderr as `cmd` says.
+pub fn spawn_as_a_job(cmd: &mut Command) -> Reaped {
+    use std::os::unix::process::CommandExt as _;
+    Reaped(
+        cmd.process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("drift starts"),
+    )
+}
+
 /// Sends `signal` (a `kill` name: INT, TERM) to the process group
 /// `pid` leads, as a terminal sends Ctrl-C to its foreground job.
 pub fn signal(pid: u32, signal: &str) {
@@ -149,7 +162,7 @@ pub fn ended_within(mut child: Reaped, limit: Duration) -> (Option<i32>, String)
         }
         assert!(
             Instant::now() < deadline,
-            "the interrupted campaign still runs after {limit:?}"
+            "the interrupted drift still runs after {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
     };
@@ -179,27 +192,30 @@ pub fn history_once_recorded(test_dir: &Path, limit: Duration) -> PathBuf {
     }
 }
 
+/// Reads `from` until what it read holds `needle`; what it read. Fails
+/// if `from` ends first.
+pub fn read_until(from: &mut impl std::io::Read, needle: &str) -> String {
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains(needle) {
+        let n = from.read(&mut byte).unwrap();
+        assert_eq!(n, 1, "ended before {needle:?}: {}", String::from_utf8_lossy(&seen));
+        seen.push(byte[0]);
+    }
+    String::from_utf8_lossy(&seen).into_owned()
+}
+
 /// Ctrl-C, then, once the campaign says it heard it (the main phase
-/// ends), SIGTERM — both to the process group `child` leads. Two signals
+/// ends), SIGTERM — both to the process group `child` leads (two signals
 /// sent close together could reach drift's watcher in one look and count
-/// as one. What the campaign printed up to that point.
-pub fn interrupt_twice(child: &mut Reaped) -> String {
-    use std::io::Read;
+/// as one); then waits at most `limit` for it to end. Its exit code and
+/// all it printed.
+pub fn interrupted_twice(mut child: Reaped, limit: Duration) -> (Option<i32>, String) {
     let pid = child.0.id();
     signal(pid, "INT");
     let stdout = child.0.stdout.as_mut().expect("the campaign's stdout is piped");
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !String::from_utf8_lossy(&seen).contains("interrupted: the main phase ends now") {
-        let n = stdout.read(&mut byte).unwrap();
-        assert_eq!(
-            n,
-            1,
-            "the campaign ended before it heard the interrupt: {}",
-            String::from_utf8_lossy(&seen)
-        );
-        seen.push(byte[0]);
-    }
+    let before = read_until(stdout, "interrupted: the main phase ends now");
     signal(pid, "TERM");
-    String::from_utf8_lossy(&seen).into_owned()
+    let (code, rest) = ended_within(child, limit);
+    (code, before + &rest)
 }

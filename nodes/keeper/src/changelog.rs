@@ -358,9 +358,7 @@ impl Changelog {
                         // never written over lies before it: after a power
                         // loss the unsynced pages of room may reach the disk
                         // in any order, not only as a prefix
-                        let unwritten = later.is_some_and(|at| {
-                            zero_block_within(&bytes, offset, at) || zeros_to_block_end(&bytes, offset, at)
-                        });
+                        let unwritten = later.is_some_and(|at| lost_page_within(&bytes, offset, at));
                         if !last_segment || (later.is_some() && !unwritten) {
                             return Err(ChangelogError::Corrupt {
                                 file: name,
@@ -700,26 +698,21 @@ fn valid_record_after(
 /// whole blocks of zeros.
 const BLOCK_BYTES: usize = 4096;
 
-/// Whether an aligned block of [`BLOCK_BYTES`] zeros lies wholly within
-/// `bytes[from..to]`. No record holds one: every record starts with its
-/// magic, a payload stored raw because it is shorter than
-/// [`COMPRESS_FROM_BYTES`] cannot hold so many zeros, a longer one that
-/// did would have shrunk and been stored compressed, and zstd's output
-/// codes a run of zeros instead of holding it.
-fn zero_block_within(bytes: &[u8], from: usize, to: usize) -> bool {
-    let first = from.div_ceil(BLOCK_BYTES) * BLOCK_BYTES;
-    (first..to.min(bytes.len()))
-        .step_by(BLOCK_BYTES)
-        .take_while(|b| b + BLOCK_BYTES <= to)
-        .any(|b| bytes[b..b + BLOCK_BYTES].iter().all(|&x| x == 0))
-}
-
-/// Whether `bytes` hold zeros from `from`, where a record failed, to the
-/// end of its block, at or before `to`: the block that held the last
-/// synced bytes, written again with what followed them, did not reach the
-/// disk after a power loss, and the room's zeros show there. No damage
-/// reads so: a record starts with its magic, never with zeros.
-fn zeros_to_block_end(bytes: &[u8], from: usize, to: usize) -> bool {
-    let end = (from / BLOCK_BYTES + 1) * BLOCK_BYTES;
-    end <= to.min(bytes.len()) && bytes[from..end].iter().all(|&x| x == 0)
+/// Whether a page of the log's room that a power loss did not write lies
+/// between a failed record at `from` and the valid record at `to`: an
+/// aligned block of [`BLOCK_BYTES`] ending after `from` and by `to`
+/// whose bytes from `from` on are all zeros. The unsynced pages of room
+/// may reach the disk in any order, and the first of them may also hold
+/// the last synced bytes (written again with what followed), so its
+/// zeros start at the failed record. No damage reads so: every record
+/// starts with its non-zero magic, a payload stored raw because it is
+/// shorter than [`COMPRESS_FROM_BYTES`] cannot hold a block of zeros, a
+/// longer one that did would have shrunk and been stored compressed, and
+/// zstd's output codes a run of zeros instead of holding it.
+fn lost_page_within(bytes: &[u8], from: usize, to: usize) -> bool {
+    let to = to.min(bytes.len());
+    (from / BLOCK_BYTES + 1..)
+        .map(|k| k * BLOCK_BYTES)
+        .take_while(|&end| end <= to)
+        .any(|end| bytes[from.max(end - BLOCK_BYTES)..end].iter().all(|&x| x == 0))
 }
