@@ -4,7 +4,7 @@
 /// Exit code of a run that failed before it could reach a verdict.
 pub const EXIT_FAILED: i32 = 3;
 
-/// Set once drift is interrupted (`crate::interrupt`): [`out_line`] then
+/// Set once drift is interrupted (by the signal watcher): [`out_line`] then
 /// lets a failed write pass instead of exiting.
 pub static STDOUT_MAY_BE_GONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
