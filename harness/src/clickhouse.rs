@@ -660,6 +660,8 @@ fn restore_metadata(s: &Server) -> std::io::Result<()> {
 impl Db for ClickHouseCluster {
     fn dismantle(&mut self) {
         self.stop_all();
+        self.end_servers();
+        self.coord.dismantle();
         // as the drop takes them: the rules, then the cgroups (empty now)
         self.cut.take();
         self.groups.take();
@@ -1013,17 +1015,18 @@ impl Faults for ClickHouseCluster {
     }
 }
 
+impl ClickHouseCluster {
+    /// Every server ended and every watcher reaped.
+    fn end_servers(&mut self) {
+        for s in &mut self.servers {
+            crate::servers::end_watched(&mut s.child, &mut s.watcher);
+        }
+    }
+}
+
 impl Drop for ClickHouseCluster {
     fn drop(&mut self) {
-        for s in &mut self.servers {
-            if let Some(mut c) = s.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            if let Some(mut w) = s.watcher.take() {
-                let _ = w.wait();
-            }
-        }
+        self.end_servers();
     }
 }
 

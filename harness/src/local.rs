@@ -89,6 +89,12 @@ pub struct LocalCluster {
 }
 
 impl Db for LocalCluster {
+    /// As the drop: stopped, and no watcher left to notice it.
+    fn dismantle(&mut self) {
+        self.stop_all();
+        self.end_all();
+    }
+
     fn ids(&self) -> Vec<u64> {
         self.nodes.iter().map(|n| n.id).collect()
     }
@@ -458,16 +464,17 @@ impl Backend for LocalCluster {
     }
 }
 
+impl LocalCluster {
+    /// Every node ended and every watcher reaped.
+    fn end_all(&mut self) {
+        for n in &mut self.nodes {
+            crate::servers::end_watched(&mut n.child, &mut n.watcher);
+        }
+    }
+}
+
 impl Drop for LocalCluster {
     fn drop(&mut self) {
-        for n in &mut self.nodes {
-            if let Some(mut c) = n.child.take() {
-                let _ = c.kill();
-                let _ = c.wait();
-            }
-            if let Some(mut w) = n.watcher.take() {
-                let _ = w.wait();
-            }
-        }
+        self.end_all();
     }
 }

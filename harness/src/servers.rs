@@ -266,6 +266,19 @@ pub(crate) fn watch_parent(pid: u32) -> Option<Child> {
         .ok()
 }
 
+/// Ends `child` (SIGKILL) if it runs, then reaps its watcher, which
+/// notices within its half-second poll that the process is gone and
+/// quits: nothing of the pair outlives this call.
+pub(crate) fn end_watched(child: &mut Option<Child>, watcher: &mut Option<Child>) {
+    if let Some(mut c) = child.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    if let Some(mut w) = watcher.take() {
+        let _ = w.wait();
+    }
+}
+
 /// Damages the newest changelog segment or snapshot under `dir` (a
 /// stopped server's data directory, or a ZooKeeper one's): truncates it,
 /// or flips one byte, the file and the byte chosen by `pick`. Returns

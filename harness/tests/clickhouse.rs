@@ -477,3 +477,101 @@ fn clickhouse_18_16_removes_a_block_id_made_again_right_after_its_cleanup_on_eit
     );
     assert_eq!(copies, 3, "ClickHouse 18.16 on ZooKeeper does the same");
 }
+
+/// The PIDs of `pid`'s descendants, from `/proc`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let parent_of = |p: u32| -> Option<u32> {
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).ok()?;
+        stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    };
+    let parents: Vec<(u32, u32)> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(|p| Some((p, parent_of(p)?)))
+        .collect();
+    let mut found = vec![pid];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(parents.iter().filter(|(_, parent)| *parent == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    found.remove(0);
+    found
+}
+
+/// Whether `pid` runs (a zombie, ended but not reaped, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// A campaign on real ClickHouse with partitions, interrupted twice as a
+/// terminal would (Ctrl-C, then SIGTERM during the heal): drift exits at
+/// once without a verdict, and nothing the run made outlives it: its
+/// ClickHouse servers and keeper nodes ended, its nftables table and its
+/// cgroups removed (no destructor runs after such an exit: the second
+/// signal takes the cluster apart itself).
+#[test]
+fn a_clickhouse_campaign_interrupted_twice_leaves_no_server_rule_or_cgroup() {
+    if !have_clickhouse() {
+        return;
+    }
+    let store = common::fresh_path("ch-interrupted");
+    let child = common::spawn_as_a_job(
+        common::drift()
+            .args(["test", "--target", "clickhouse", "--workload", "insert-retry"])
+            .args(["--nemesis", "partition", "--nemesis-interval", "2", "--nodes", "3"])
+            .args(["--port", "21700", "--rate", "20", "--time-limit", "120", "--store"])
+            .arg(&store)
+            .stderr(std::process::Stdio::null()),
+    );
+    let pid = child.0.id();
+    let history = common::history_once_recorded(&store.join("insert-retry-clickhouse"), Duration::from_secs(120));
+    let table = format!("drift-{pid}");
+    let tables = || {
+        let out = Command::new("nft").args(["list", "tables"]).output().expect("nft runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(
+        tables().lines().any(|l| l.trim() == format!("table inet {table}")),
+        "{}",
+        tables()
+    );
+    // under the cgroup2 hierarchy, wherever it is mounted
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let mount = mounts
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() > 2 && f[2] == "cgroup2" && f[1].starts_with("/sys/fs/cgroup"))
+        .map(|f| f[1].to_string())
+        .expect("a cgroup2 mount");
+    let cgroups = Path::new(&mount).join(&table);
+    assert!(cgroups.is_dir(), "the run's cgroups at {}", cgroups.display());
+    let servers = descendants(pid);
+    // three ClickHouse servers and three keeper nodes at least (a
+    // restarted one may be between its end and its start)
+    assert!(servers.len() >= 5, "{servers:?}");
+    let (code, stdout) = common::interrupted_twice(child, Duration::from_secs(60));
+    assert_eq!(code, Some(143), "{stdout}");
+    assert!(stdout.contains("without a verdict"), "{stdout}");
+    assert!(!history.with_file_name("results.json").exists(), "no verdict");
+    let left: Vec<String> = servers
+        .into_iter()
+        .filter(|&p| alive(p))
+        .map(|p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            format!("{p} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+        })
+        .collect();
+    assert!(left.is_empty(), "the run's processes still running: {left:?}");
+    assert!(
+        !tables().contains(&table),
+        "the run's nftables table left: {}",
+        tables()
+    );
+    assert!(!cgroups.exists(), "{} left", cgroups.display());
+    let _ = std::fs::remove_dir_all(&store);
+}
