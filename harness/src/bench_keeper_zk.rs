@@ -433,6 +433,9 @@ fn client_thread(
         }
     };
     let _ = ready.send(Ok(()));
+    // the cell counts one answer per thread: a thread that ends before
+    // its answer (a panic) drops the last sender, and the cell hears so
+    drop(ready);
     let Ok((timed_from, until)) = start.recv() else {
         // the cell gave up (another thread failed): close the sessions
         rt.block_on(async move { drop(sessions) });
