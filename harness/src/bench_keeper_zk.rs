@@ -406,7 +406,7 @@ fn client_thread(
     tag: usize,
     addrs: &[SocketAddr],
     op: KeeperLoad,
-    clients: std::iter::StepBy<std::ops::Range<usize>>,
+    clients: impl Iterator<Item = usize>,
     ready: std::sync::mpsc::Sender<Result<(), String>>,
     start: std::sync::mpsc::Receiver<(Instant, Instant)>,
 ) -> Result<Vec<Tally>, String> {

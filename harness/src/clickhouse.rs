@@ -658,11 +658,11 @@ fn restore_metadata(s: &Server) -> std::io::Result<()> {
 }
 
 impl Db for ClickHouseCluster {
+    /// What the drop does: the servers and coordinators killed and
+    /// their watchers reaped, then the rules and the cgroups (empty now).
     fn dismantle(&mut self) {
-        self.stop_all();
         self.end_servers();
         self.coord.dismantle();
-        // as the drop takes them: the rules, then the cgroups (empty now)
         self.cut.take();
         self.groups.take();
     }

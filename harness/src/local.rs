@@ -89,9 +89,8 @@ pub struct LocalCluster {
 }
 
 impl Db for LocalCluster {
-    /// As the drop: stopped, and no watcher left to notice it.
+    /// What the drop does: every node killed and every watcher reaped.
     fn dismantle(&mut self) {
-        self.stop_all();
         self.end_all();
     }
 

@@ -500,36 +500,57 @@ fn descendants(pid: u32) -> Vec<u32> {
     found
 }
 
-/// Whether `pid` runs (a zombie, ended but not reaped, does not).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
-        st.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
-}
-
 /// A campaign on real ClickHouse with partitions, interrupted twice as a
 /// terminal would (Ctrl-C, then SIGTERM during the heal): drift exits at
 /// once without a verdict, and nothing the run made outlives it: its
 /// ClickHouse servers and keeper nodes ended, its nftables table and its
 /// cgroups removed (no destructor runs after such an exit: the second
-/// signal takes the cluster apart itself).
+/// signal takes the cluster apart itself). On drift's keeper and on
+/// Apache ZooKeeper, whose JVMs have watchers of their own.
 #[test]
 fn a_clickhouse_campaign_interrupted_twice_leaves_no_server_rule_or_cgroup() {
     if !have_clickhouse() {
         return;
     }
-    let store = common::fresh_path("ch-interrupted");
+    for coordinator in ["keeper", "zookeeper"] {
+        interrupted_twice_leaves_nothing(coordinator);
+    }
+}
+
+/// One run of the test above, on `coordinator`.
+fn interrupted_twice_leaves_nothing(coordinator: &str) {
+    let store = common::fresh_path(&format!("ch-interrupted-{coordinator}"));
     let child = common::spawn_as_a_job(
         common::drift()
-            .args(["test", "--target", "clickhouse", "--workload", "insert-retry"])
-            .args(["--nemesis", "partition", "--nemesis-interval", "2", "--nodes", "3"])
-            .args(["--port", "21700", "--rate", "20", "--time-limit", "120", "--store"])
+            .args(["test", "--target", "clickhouse", "--coordinator", coordinator])
+            .args([
+                "--workload",
+                "insert-retry",
+                "--nemesis",
+                "partition",
+                "--nemesis-interval",
+                "2",
+            ])
+            .args([
+                "--nodes",
+                "3",
+                "--port",
+                "21700",
+                "--rate",
+                "20",
+                "--time-limit",
+                "120",
+                "--store",
+            ])
             .arg(&store)
             .stderr(std::process::Stdio::null()),
     );
     let pid = child.0.id();
-    let history = common::history_once_recorded(&store.join("insert-retry-clickhouse"), Duration::from_secs(120));
+    let test = match coordinator {
+        "zookeeper" => "insert-retry-clickhouse-zookeeper",
+        _ => "insert-retry-clickhouse",
+    };
+    let history = common::history_once_recorded(&store.join(test), Duration::from_secs(120));
     let table = format!("drift-{pid}");
     let tables = || {
         let out = Command::new("nft").args(["list", "tables"]).output().expect("nft runs");
@@ -551,22 +572,26 @@ fn a_clickhouse_campaign_interrupted_twice_leaves_no_server_rule_or_cgroup() {
     let cgroups = Path::new(&mount).join(&table);
     assert!(cgroups.is_dir(), "the run's cgroups at {}", cgroups.display());
     let servers = descendants(pid);
-    // three ClickHouse servers and three keeper nodes at least (a
-    // restarted one may be between its end and its start)
-    assert!(servers.len() >= 5, "{servers:?}");
+    // three ClickHouse servers and three coordinators at least (a
+    // restarted one may be between its end and its start), and for a
+    // JVM or a ClickHouse server its watcher
+    assert!(servers.len() >= 5, "{coordinator}: {servers:?}");
     let (code, stdout) = common::interrupted_twice(child, Duration::from_secs(60));
     assert_eq!(code, Some(143), "{stdout}");
     assert!(stdout.contains("without a verdict"), "{stdout}");
     assert!(!history.with_file_name("results.json").exists(), "no verdict");
     let left: Vec<String> = servers
         .into_iter()
-        .filter(|&p| alive(p))
+        .filter(|&p| common::running(p))
         .map(|p| {
             let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
             format!("{p} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
         })
         .collect();
-    assert!(left.is_empty(), "the run's processes still running: {left:?}");
+    assert!(
+        left.is_empty(),
+        "{coordinator}: the run's processes still running: {left:?}"
+    );
     assert!(
         !tables().contains(&table),
         "the run's nftables table left: {}",

@@ -609,7 +609,7 @@ fn a_cluster_whose_servers_all_stopped_keeps_its_block() {
     a.wait_leader(Duration::from_secs(10));
     let pid = a.pid(1);
     a.stop(1);
-    assert!(!a.alive_pid(pid), "node 1 stopped");
+    assert!(!common::running(pid), "node 1 stopped");
     let ia = a.client_addr(1).ip();
     let b = Cluster::up_nodes("keepblock-b", 21550, 1, &["--no-table", "--no-kv"]);
     assert_ne!(b.client_addr(1).ip(), ia, "the stopped cluster's block was given away");
@@ -642,14 +642,14 @@ fn a_cluster_whose_servers_all_stopped_keeps_its_block() {
         .trim()
         .parse()
         .unwrap();
-    assert!(a.alive_pid(holder));
+    assert!(common::running(holder));
     let down = common::drift()
         .args(["cluster", "down", "--dir"])
         .arg(&a.dir)
         .output()
         .unwrap();
     assert!(down.status.success());
-    assert!(!a.alive_pid(holder), "the block's holder outlived `down`");
+    assert!(!common::running(holder), "the block's holder outlived `down`");
     assert!(!a.dir.join("holder-pid").exists());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -966,13 +966,7 @@ fn an_interrupted_benchmark_stops_its_clusters() {
     .expect("the benchmark's cluster did not come up");
     assert_eq!(nodes.len(), 3, "{nodes:?}");
     // a node ended but not yet reaped (a zombie) counts as gone
-    let alive = |p: u32| {
-        std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|st| {
-            st.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-    };
-    assert!(nodes.iter().all(|p| alive(*p)));
+    assert!(nodes.iter().all(|p| common::running(*p)));
     let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
     assert!(status.success());
     let status = child.0.wait().unwrap();
@@ -982,7 +976,7 @@ fn an_interrupted_benchmark_stops_its_clusters() {
     assert_eq!(status.code(), Some(143), "{stderr}");
     assert!(stderr.contains("stopped the benchmark's 1 running cluster"), "{stderr}");
     // stopping waits for each node to end (SIGTERM, then SIGKILL after 5 s)
-    let gone: Vec<u32> = nodes.iter().copied().filter(|p| !alive(*p)).collect();
+    let gone: Vec<u32> = nodes.iter().copied().filter(|p| !common::running(*p)).collect();
     assert_eq!(gone, nodes, "nodes still running after the benchmark ended");
     assert!(!dir.exists(), "{} left behind", dir.display());
 }

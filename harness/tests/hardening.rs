@@ -514,7 +514,7 @@ fn a_node_restarted_through_drift_cluster_is_seen_by_status_and_stopped_by_down(
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let after = c.pid(2);
     assert_ne!(before, after);
-    assert!(!c.alive_pid(before), "the old process of node 2 still runs");
+    assert!(!common::running(before), "the old process of node 2 still runs");
     let status = drift()
         .args(["cluster", "status", "--dir"])
         .arg(&c.dir)
@@ -534,7 +534,7 @@ fn a_node_restarted_through_drift_cluster_is_seen_by_status_and_stopped_by_down(
     let down = drift().args(["cluster", "down", "--dir"]).arg(&c.dir).output().unwrap();
     assert!(String::from_utf8_lossy(&down.stdout).contains("stopped 3 node(s)"));
     for pid in pids {
-        assert!(!c.alive_pid(pid), "pid {pid} still runs after down");
+        assert!(!common::running(pid), "pid {pid} still runs after down");
     }
 }
 

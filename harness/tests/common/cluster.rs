@@ -7,7 +7,7 @@
 use super::drift;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use zookeeper_client as zk;
@@ -123,13 +123,7 @@ impl Cluster {
     }
 
     pub fn alive(&self, i: u64) -> bool {
-        self.alive_pid(self.pid(i))
-    }
-
-    /// Whether `pid` runs (and is not a zombie).
-    pub fn alive_pid(&self, pid: u32) -> bool {
-        Path::new(&format!("/proc/{pid}")).exists()
-            && !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+        super::running(self.pid(i))
     }
 
     pub fn kill(&self, i: u64) {

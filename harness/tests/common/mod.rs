@@ -127,6 +127,14 @@ pub fn assert_replays_on_same_backend(exe: &Path, run: &Path) -> PathBuf {
     again
 }
 
+/// Whether `pid` runs (a zombie, ended but not reaped, does not).
+pub fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|st| {
+        st.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
 /// Starts `cmd` as a shell starts a job: in a process group of its own
 /// (which [`signal`] signals whole, as a terminal's Ctrl-C does), its
 /// stdout piped for [`ended_within`]; stderr as `cmd` says.
