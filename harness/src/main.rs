@@ -39,21 +39,56 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// unnamed).
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
+/// How a command uses memory, for [`tune_allocator`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum MemoryUse {
+    /// Most commands: mimalloc's defaults.
+    Default,
+    /// `drift check`, whose `--mem-mb` caps the search.
+    Capped,
+    /// `drift node`: a server whose tree grows under load.
+    Server,
+}
+
 /// mimalloc's defaults suit most commands: a page that empties goes back
 /// to the system a second later, which spares the node a system call per
-/// freed page under load. `drift check`, whose `--mem-mb` caps the
-/// search, gives pages back at once, so that the cap bounds the process
-/// and not only the search's tables (the search frees and allocates large
-/// tables): `drift check --mem-mb 48` peaked at 102 MB of RSS with the
-/// defaults, 79 MB so, 69 MB on glibc's allocator.
-fn tune_allocator(capped: bool) {
-    if !capped {
-        return;
+/// freed page under load, and its arenas ask for transparent huge pages.
+///
+/// `drift check`, whose `--mem-mb` caps the search, gives pages back at
+/// once, so that the cap bounds the process and not only the search's
+/// tables (the search frees and allocates large tables): `drift check
+/// --mem-mb 48` peaked at 102 MB of RSS with the defaults, 79 MB so, 69 MB
+/// on glibc's allocator.
+///
+/// `drift node` runs without transparent huge pages. Its first touch of
+/// a huge page (a tree that grows, memory given back a second earlier
+/// and used again) has the kernel zero 2 MiB on the thread that touched
+/// it, the server's loop as often as not: under multi at 64 sessions a
+/// tenth of the servers' CPU went to zeroing pages, and each such fault
+/// holds up every request queued behind the loop (BENCHMARKS.md, "Small
+/// pages for the node"). The process-wide switch (`PR_SET_THP_DISABLE`)
+/// is used rather than mimalloc's option, which is read as it starts,
+/// before `main`.
+fn tune_allocator(use_: MemoryUse) {
+    match use_ {
+        MemoryUse::Default => {}
+        // SAFETY: sets one of mimalloc's options, a plain value it reads
+        // when it next purges; called before any thread starts (the call
+        // itself is not thread-safe)
+        MemoryUse::Capped => unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) },
+        MemoryUse::Server => {
+            // SAFETY: a prctl with plain integer arguments; it changes
+            // only how the kernel backs this process's future page faults
+            let r = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+            if r != 0 {
+                // a kernel without the switch: the node runs as before
+                noteln!(
+                    "drift: transparent huge pages stay on for this node (prctl: {})",
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
     }
-    // SAFETY: sets one of mimalloc's options, a plain value it reads when
-    // it next purges; called before any thread starts (the call itself is
-    // not thread-safe)
-    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
 }
 
 mod arg_values;
@@ -113,7 +148,11 @@ fn main() {
             std::process::exit(code);
         }
     };
-    tune_allocator(matches!(cli.command, Command::Check(_)));
+    tune_allocator(match cli.command {
+        Command::Check(_) => MemoryUse::Capped,
+        Command::Node(_) => MemoryUse::Server,
+        _ => MemoryUse::Default,
+    });
     let outcome = match cli.command {
         Command::Check(args) => check::run(args),
         Command::Convert(args) => convert::run(args),

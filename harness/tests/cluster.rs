@@ -558,6 +558,29 @@ fn a_node_whose_named_parent_is_already_gone_exits() {
     assert!(ran.is_none(), "the node exited beside its living parent: {ran:?}");
 }
 
+/// A node runs without transparent huge pages (`drift node` turns them
+/// off for its process: zeroing a 2 MiB page on the loop's first touch
+/// held up every request behind it); this test's own process, which
+/// started it, has them as the machine's setting gives.
+#[test]
+fn nodes_run_without_transparent_huge_pages() {
+    let thp = |pid: u32| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("THP_enabled:"));
+        line.unwrap_or_else(|| panic!("no THP_enabled line for {pid}: {status}"))
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .to_string()
+    };
+    let c = Cluster::up("small-pages", 21270, &[]);
+    c.wait_leader(Duration::from_secs(5));
+    for i in 1..=3 {
+        assert_eq!(thp(c.pid(i)), "0", "node {i}");
+    }
+    assert_eq!(thp(std::process::id()), "1", "the test's own process");
+}
+
 #[test]
 fn two_cluster_ups_coexist_on_address_blocks_of_their_own() {
     let a = Cluster::up("twin-a", 21230, &[]);
