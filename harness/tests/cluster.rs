@@ -558,6 +558,57 @@ fn a_node_whose_named_parent_is_already_gone_exits() {
     assert!(ran.is_none(), "the node exited beside its living parent: {ran:?}");
 }
 
+/// A leader hands every sync of its log to the sync thread and goes on
+/// (every commit passes through its loop, and a sync there held all of
+/// them up); a follower syncs on its loop when nothing else waits. Each
+/// node's `stopped` line counts where its syncs ran. One client's
+/// creates, one after another, leave the loops idle between them: the
+/// case where a loop would sync itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_never_syncs_its_log_on_its_loop() {
+    let c = Cluster::up("leader-syncs", 21280, &[]);
+    let leader = c.wait_leader(Duration::from_secs(5));
+    let client = connect(&c.connect_to(&[leader])).await;
+    create_each(&client, "/synced-", 100).await;
+    drop(client);
+    let mut counts = Vec::new();
+    for i in 1..=3 {
+        c.stop(i);
+        let log = c.log(i);
+        let stopped = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["event"] == "stopped")
+            .unwrap_or_else(|| panic!("node {i} logged no stopped line:\n{log}"));
+        let n = |k: &str| {
+            stopped["log_syncs"][k]
+                .as_u64()
+                .unwrap_or_else(|| panic!("node {i}: {stopped}"))
+        };
+        counts.push((
+            n("on_loop"),
+            n("handed_on"),
+            n("on_loop_as_leader"),
+            n("handed_on_as_leader"),
+        ));
+    }
+    for (i, (_, _, on_loop_as_leader, _)) in counts.iter().enumerate() {
+        assert_eq!(
+            *on_loop_as_leader,
+            0,
+            "node {} synced on its loop while leading: {counts:?}",
+            i + 1
+        );
+    }
+    let handed_as_leader: u64 = counts.iter().map(|c| c.3).sum();
+    assert!(handed_as_leader >= 50, "the leader's syncs: {counts:?}");
+    let followers_on_loop: u64 = (1..=3).filter(|&i| i != leader).map(|i| counts[i as usize - 1].0).sum();
+    assert!(
+        followers_on_loop > 0,
+        "the followers synced nothing on their loops: {counts:?}"
+    );
+}
+
 /// A node runs without transparent huge pages (`drift node` turns them
 /// off for its process: zeroing a 2 MiB page on the loop's first touch
 /// held up every request behind it); this test's own process, which

@@ -20,10 +20,15 @@
 //! the sync thread syncs them and the loop goes on with the events; each
 //! of its syncs covers every entry written before it began, so under
 //! load a sync carries the entries of every Ready that came while the
-//! previous one ran (group commit across clients and peers). When no
-//! event waits, the loop syncs itself: nothing is lost by waiting then,
-//! and the two hand-offs between threads are saved. What must wait for
-//! the entries to be durable waits in the server for the answer.
+//! previous one ran (group commit across clients and peers). On a
+//! follower, when no event waits, the loop syncs itself: nothing is lost
+//! by waiting then, and the two hand-offs between threads are saved. A
+//! leader always hands its syncs on: every write's commit passes through
+//! its loop (proposals forwarded to it, the followers' acknowledgements),
+//! and any of them arriving during a sync on the loop waited its whole
+//! length (BENCHMARKS.md, "The leader's syncs on the sync thread"). What
+//! must wait for the entries to be durable waits in the server for the
+//! answer.
 
 use crate::config::ClusterConfig;
 use crate::error::NodeError;
@@ -138,6 +143,17 @@ enum ToConn {
 /// dispatcher, emptied by the connection's writer task. Both run on the
 /// client I/O thread, so the lock is never contended.
 type Writers = Arc<std::sync::Mutex<BTreeMap<u64, tokio::sync::mpsc::Sender<Vec<u8>>>>>;
+
+/// Where the log's syncs ran, for the node's `stopped` line: rounds the
+/// loop synced itself, and rounds of asks it handed to the sync thread;
+/// each also counted apart while the server led.
+#[derive(Default)]
+struct SyncCounts {
+    on_loop: u64,
+    handed_on: u64,
+    on_loop_as_leader: u64,
+    handed_on_as_leader: u64,
+}
 
 /// The snapshot a worker thread is writing.
 struct Writing {
@@ -278,6 +294,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
             dir,
             log_sync,
             sync_asks: Vec::new(),
+            syncs: SyncCounts::default(),
             writing: None,
             began: Instant::now(),
         },
@@ -291,7 +308,15 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         node.io.execute(e);
     }
     node.run(rx, &stop);
-    log(node.io.id, "stopped", serde_json::json!({}));
+    let n = &node.io.syncs;
+    log(
+        node.io.id,
+        "stopped",
+        serde_json::json!({"log_syncs": {
+            "on_loop": n.on_loop, "handed_on": n.handed_on,
+            "on_loop_as_leader": n.on_loop_as_leader, "handed_on_as_leader": n.handed_on_as_leader,
+        }}),
+    );
     Ok(())
 }
 
@@ -331,6 +356,7 @@ struct Io {
     log_sync: Option<Sender<(u64, String)>>,
     /// The server's asks for log syncs not yet handed on.
     sync_asks: Vec<(u64, String)>,
+    syncs: SyncCounts,
     writing: Option<Writing>,
     /// When the current step began (a snapshot's copy of the tree is
     /// timed from it).
@@ -392,33 +418,42 @@ impl Driver {
         }
     }
 
-    /// Carries out the server's asks for log syncs. While other events
-    /// wait, the sync thread takes them and the loop goes on with the
-    /// events; when none waits, the loop syncs itself (one round of the
-    /// same sync, without the two thread hand-offs) and goes on with what
-    /// the answer released. An event taken to look is kept in `taken`.
+    /// Carries out the server's asks for log syncs. A leader hands them
+    /// to the sync thread and goes on at once (see the module's comment).
+    /// On a follower, while other events wait, the sync thread takes them
+    /// and the loop goes on with the events; when none waits, the loop
+    /// syncs itself (one round of the same sync, without the two thread
+    /// hand-offs) and goes on with what the answer released. An event
+    /// taken to look is kept in `taken`.
     fn syncs(&mut self, rx: &Receiver<Event>, taken: &mut Option<Event>) {
         for _ in 0..SYNC_ROUNDS_ON_LOOP_MAX {
             if self.io.sync_asks.is_empty() {
                 return;
             }
+            let leading = self.server.is_leader();
+            if leading {
+                return self.io.hand_syncs_on(leading);
+            }
             if taken.is_none() {
                 *taken = rx.try_recv().ok();
             }
             if taken.is_some() {
-                return self.io.hand_syncs_on();
+                return self.io.hand_syncs_on(leading);
             }
             // the newest ask's file: an older ask's other file was synced
             // as the log left it
             let (number, file) = self.io.sync_asks.pop().expect("an ask");
             self.io.sync_asks.clear();
+            self.io.syncs.on_loop += 1;
+            self.io.syncs.on_loop_as_leader += u64::from(leading);
             let result = drift_keeper::changelog::sync_left(self.server.disk_mut(), &file).map_err(|e| e.to_string());
             self.step(Input::LogSynced { number, result });
             self.advance();
             self.io.send_out();
         }
         // still asking: the thread takes the rest
-        self.io.hand_syncs_on();
+        let leading = self.server.is_leader();
+        self.io.hand_syncs_on(leading);
     }
 
     fn advance(&mut self) {
@@ -512,7 +547,12 @@ impl Driver {
 
 impl Io {
     /// Hands the asks for log syncs to the sync thread.
-    fn hand_syncs_on(&mut self) {
+    fn hand_syncs_on(&mut self, leading: bool) {
+        if self.sync_asks.is_empty() {
+            return;
+        }
+        self.syncs.handed_on += 1;
+        self.syncs.handed_on_as_leader += u64::from(leading);
         for ask in std::mem::take(&mut self.sync_asks) {
             let sent = self.log_sync.as_ref().is_some_and(|s| s.send(ask).is_ok());
             if !sent {
@@ -931,6 +971,7 @@ mod tests {
             dir: std::env::temp_dir(),
             log_sync: None,
             sync_asks: Vec::new(),
+            syncs: SyncCounts::default(),
             writing: None,
             began: Instant::now(),
         };
