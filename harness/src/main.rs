@@ -61,9 +61,8 @@ enum MemoryUse {
 /// on glibc's allocator.
 ///
 /// `drift node` runs without transparent huge pages. Its first touch of
-/// a huge page (a tree that grows, memory given back a second earlier
-/// and used again) has the kernel zero 2 MiB on the thread that touched
-/// it, the server's loop as often as not: under multi at 64 sessions a
+/// a huge page (a tree that grows) has the kernel zero 2 MiB on the
+/// thread that touched it, the server's loop as often as not: under multi at 64 sessions a
 /// tenth of the servers' CPU went to zeroing pages, and each such fault
 /// holds up every request queued behind the loop (BENCHMARKS.md, "Small
 /// pages for the node"). The process-wide switch (`PR_SET_THP_DISABLE`)

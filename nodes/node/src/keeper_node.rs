@@ -145,13 +145,13 @@ enum ToConn {
 type Writers = Arc<std::sync::Mutex<BTreeMap<u64, tokio::sync::mpsc::Sender<Vec<u8>>>>>;
 
 /// Where the log's syncs ran, for the node's `stopped` line: rounds the
-/// loop synced itself, and rounds of asks it handed to the sync thread;
-/// each also counted apart while the server led.
+/// loop synced itself, and rounds of asks it handed to the sync thread,
+/// those handed on while the server led also counted apart (a leader
+/// hands on every round).
 #[derive(Default)]
 struct SyncCounts {
     on_loop: u64,
     handed_on: u64,
-    on_loop_as_leader: u64,
     handed_on_as_leader: u64,
 }
 
@@ -313,8 +313,7 @@ pub fn run(opts: NodeOptions) -> Result<(), NodeError> {
         node.io.id,
         "stopped",
         serde_json::json!({"log_syncs": {
-            "on_loop": n.on_loop, "handed_on": n.handed_on,
-            "on_loop_as_leader": n.on_loop_as_leader, "handed_on_as_leader": n.handed_on_as_leader,
+            "on_loop": n.on_loop, "handed_on": n.handed_on, "handed_on_as_leader": n.handed_on_as_leader,
         }}),
     );
     Ok(())
@@ -430,22 +429,20 @@ impl Driver {
             if self.io.sync_asks.is_empty() {
                 return;
             }
-            let leading = self.server.is_leader();
-            if leading {
-                return self.io.hand_syncs_on(leading);
+            if self.server.is_leader() {
+                return self.io.hand_syncs_on(true);
             }
             if taken.is_none() {
                 *taken = rx.try_recv().ok();
             }
             if taken.is_some() {
-                return self.io.hand_syncs_on(leading);
+                return self.io.hand_syncs_on(false);
             }
             // the newest ask's file: an older ask's other file was synced
             // as the log left it
             let (number, file) = self.io.sync_asks.pop().expect("an ask");
             self.io.sync_asks.clear();
             self.io.syncs.on_loop += 1;
-            self.io.syncs.on_loop_as_leader += u64::from(leading);
             let result = drift_keeper::changelog::sync_left(self.server.disk_mut(), &file).map_err(|e| e.to_string());
             self.step(Input::LogSynced { number, result });
             self.advance();
