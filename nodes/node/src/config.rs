@@ -244,7 +244,10 @@ pub struct ClusterConfig {
     /// no bytes for that long is let go, and what was queued for it dropped.
     #[serde(default = "d_max_timeout")]
     pub session_timeout_max_ms: u64,
-    /// Seed for the election jitter and session passwords.
+    /// Seed for the election jitter and the session passwords. The server
+    /// is given it mixed with a value drawn from `secret`
+    /// ([`ClusterConfig::server_config`]), so no client can compute a
+    /// session's password from this file's seed, nor from its default 0.
     #[serde(default)]
     pub seed: u64,
     /// The peers' shared key, hex (at least 32 digits).
@@ -463,6 +466,13 @@ impl ClusterConfig {
         crate::peer_auth::parse_secret(&self.secret).expect("validated")
     }
 
+    /// 64 bits the cluster secret gives every node alike and no client
+    /// can compute: the server's seed is mixed with them.
+    fn secret_seed(&self) -> u64 {
+        let mac = crate::peer_auth::hmac_sha256(&self.secret_bytes(), &[b"drift keeper seed"]);
+        u64::from_be_bytes(mac[..8].try_into().expect("a MAC is 32 bytes"))
+    }
+
     pub fn peer(&self, id: u64) -> Option<&Peer> {
         self.peers.iter().find(|p| p.id == id)
     }
@@ -502,7 +512,7 @@ impl ClusterConfig {
             digest: self.digest_mode(),
             session_timeout_min_ms: self.session_timeout_min_ms,
             session_timeout_max_ms: self.session_timeout_max_ms,
-            seed: self.seed,
+            seed: self.seed ^ self.secret_seed(),
             bootstrap,
             fault_token,
             snapshots: drift_keeper::snapshot::Config::default(),
@@ -564,6 +574,22 @@ client = "127.0.0.12:2181"
         assert!(c.server_config(1, true, None).deferred_log_sync);
         let inline = ClusterConfig::parse(&format!("log_sync = \"inline\"\n{GOOD}")).unwrap();
         assert!(!inline.server_config(1, true, None).deferred_log_sync);
+    }
+
+    /// The server's seed keys the session passwords: every node of a
+    /// cluster must get the same one (a client moves between servers with
+    /// its password), and it must not be the file's seed alone, which is 0
+    /// unless set and readable by whoever can read the config.
+    #[test]
+    fn the_servers_seed_is_mixed_with_the_secret() {
+        let c = ClusterConfig::parse(GOOD).unwrap();
+        let seed = c.server_config(1, true, None).seed;
+        assert_eq!(c.server_config(2, false, None).seed, seed, "nodes of one cluster");
+        assert_ne!(seed, c.seed, "the file's seed alone");
+        let other = ClusterConfig::parse(&GOOD.replace("0e0f", "0e10")).unwrap();
+        assert_ne!(other.server_config(1, true, None).seed, seed, "another secret, the same file seed");
+        let seeded = ClusterConfig::parse(&format!("seed = 7\n{GOOD}")).unwrap();
+        assert_eq!(seeded.server_config(1, true, None).seed, seed ^ 7, "the file's seed still counts");
     }
 
     #[test]
