@@ -92,8 +92,13 @@ impl<'a, O: Overlay> Planner<'a, O> {
         self.state.session(id)
     }
 
-    fn put_node(&mut self, path: &str, after: Option<Node>) {
-        let before = self.node(path).cloned();
+    /// Plans `path`'s node to become `after`. `before` is its node as this
+    /// plan sees it, which every caller has just looked up: taking it
+    /// spares a lookup, and under a parent of many children each lookup of
+    /// the tree's ordered map compares their long shared prefix at every
+    /// step (BENCHMARKS.md).
+    fn put_node(&mut self, path: &str, before: Option<Node>, after: Option<Node>) {
+        debug_assert_eq!(self.node(path), before.as_ref(), "{path}: a stale before");
         self.deltas.push(Delta::Node {
             path: path.to_string(),
             before,
@@ -116,13 +121,13 @@ impl<'a, O: Overlay> Planner<'a, O> {
         make_node(path, data, stat, acl, seq, self.state.digest_on())
     }
 
-    /// Replaces `path`'s node with `f(stat, seq)` applied, recomputing its digest.
-    fn update(&mut self, path: &str, f: impl FnOnce(&mut Stat, &mut i64)) {
-        let old = self.node(path).expect("updated node exists").clone();
+    /// Replaces `path`'s node, `old` as this plan sees it, with `f(stat,
+    /// seq)` applied, recomputing its digest.
+    fn update(&mut self, path: &str, old: Node, f: impl FnOnce(&mut Stat, &mut i64)) {
         let (mut stat, mut seq) = (old.stat, old.seq);
         f(&mut stat, &mut seq);
         let new = old.restat(stat, old.acl.clone(), seq, self.state.digest_on());
-        self.put_node(path, Some(new));
+        self.put_node(path, Some(old), Some(new));
     }
 
     fn auth_ids(&self) -> &[acl::Id] {
@@ -254,13 +259,13 @@ impl<'a, O: Overlay> Planner<'a, O> {
         };
         let node = self.node_value(&path, Arc::from(&c.data[..]), stat, acl.into(), 0);
         let zxid = self.zxid;
-        self.update(&parent_path, |st, seq| {
+        self.update(&parent_path, parent, |st, seq| {
             st.cversion = st.cversion.wrapping_add(1);
             st.pzxid = zxid;
             st.num_children += 1;
             *seq += 1;
         });
-        self.put_node(&path, Some(node));
+        self.put_node(&path, None, Some(node));
         Ok(OpResult::Create { path, stat })
     }
 
@@ -270,22 +275,22 @@ impl<'a, O: Overlay> Planner<'a, O> {
             return Err(ZkError::BadArguments);
         }
         let parent_path = path::parent(path).to_string();
-        let parent = self.node(&parent_path).ok_or(ZkError::NoNode)?;
+        let parent = self.node(&parent_path).ok_or(ZkError::NoNode)?.clone();
         if check_acl {
-            self.check_acl(parent, PERM_DELETE)?;
+            self.check_acl(&parent, PERM_DELETE)?;
         }
-        let node = self.node(path).ok_or(ZkError::NoNode)?;
+        let node = self.node(path).ok_or(ZkError::NoNode)?.clone();
         version_matches(version, node.stat.version)?;
         if node.stat.num_children > 0 {
             return Err(ZkError::NotEmpty);
         }
         let zxid = self.zxid;
-        self.update(&parent_path, |st, _| {
+        self.update(&parent_path, parent, |st, _| {
             st.cversion = st.cversion.wrapping_add(1);
             st.pzxid = zxid;
             st.num_children -= 1;
         });
-        self.put_node(path, None);
+        self.put_node(path, Some(node), None);
         Ok(OpResult::Delete)
     }
 
@@ -305,7 +310,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             ..node.stat
         };
         let new = self.node_value(path, Arc::from(data), stat, node.acl.clone(), node.seq);
-        self.put_node(path, Some(new));
+        self.put_node(path, Some(node), Some(new));
         Ok(OpResult::SetData { stat })
     }
 
@@ -320,7 +325,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             ..node.stat
         };
         let new = node.restat(stat, acl.into(), node.seq, self.state.digest_on());
-        self.put_node(path, Some(new));
+        self.put_node(path, Some(node), Some(new));
         Ok(Response::SetAcl { stat })
     }
 

@@ -293,7 +293,9 @@ impl State {
                         if let Some(owner) = ephemeral_owner(&n) {
                             self.ephemerals.entry(owner).or_default().insert(path.clone());
                         }
-                        match self.nodes.get_mut(path.as_str()) {
+                        // one search of the map: a node that was there is
+                        // replaced in place, a new one inserted
+                        match before.is_some().then(|| self.nodes.get_mut(path.as_str())).flatten() {
                             Some(slot) => *slot = Arc::new(n),
                             None => {
                                 self.nodes.insert(Arc::from(path), Arc::new(n));

@@ -587,9 +587,17 @@ client = "127.0.0.12:2181"
         assert_eq!(c.server_config(2, false, None).seed, seed, "nodes of one cluster");
         assert_ne!(seed, c.seed, "the file's seed alone");
         let other = ClusterConfig::parse(&GOOD.replace("0e0f", "0e10")).unwrap();
-        assert_ne!(other.server_config(1, true, None).seed, seed, "another secret, the same file seed");
+        assert_ne!(
+            other.server_config(1, true, None).seed,
+            seed,
+            "another secret, the same file seed"
+        );
         let seeded = ClusterConfig::parse(&format!("seed = 7\n{GOOD}")).unwrap();
-        assert_eq!(seeded.server_config(1, true, None).seed, seed ^ 7, "the file's seed still counts");
+        assert_eq!(
+            seeded.server_config(1, true, None).seed,
+            seed ^ 7,
+            "the file's seed still counts"
+        );
     }
 
     #[test]
