@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A real ZooKeeper client no one here wrote (kazoo) against a drift keeper
 cluster: create/get/set/delete/children, versions, sequential nodes, multi,
-watches, and an ephemeral node that disappears once its session expires.
+watches, an ephemeral node that disappears once its session expires, and a
+session resumed on another server with the id and password kazoo was given
+(one with a wrong password is not).
 
 usage: kazoo_check.py HOST:PORT[,HOST:PORT...]
 Exits 0 when every check holds; prints the first failure and exits 1.
@@ -22,6 +24,8 @@ zk = KazooClient(hosts=sys.argv[1], timeout=2)
 zk.start(timeout=15)
 zk.create(sys.argv[2], b"", ephemeral=True)
 print("created", flush=True)
+sid, passwd = zk.client_id
+print(sid, passwd.hex(), flush=True)
 time.sleep(600)
 """
 
@@ -107,10 +111,50 @@ def main(hosts):
         time.sleep(0.2)
     check(zk.exists(root + "/eph") is None, "ephemeral gone after its session expired")
 
+    resumes_on_another_server(zk, hosts, root)
+
     zk.delete(root, recursive=True)
     check(zk.exists(root) is None, "recursive delete")
     zk.stop()
     zk.close()
+
+
+def resumes_on_another_server(zk, hosts, root):
+    """A session made on the first server, its process killed (no close),
+    taken up by a new kazoo client on the second server with the id and
+    password the first was given: the servers agree on its password. The
+    same id with one byte of the password changed, on the third server,
+    gets a session of its own."""
+    servers = hosts.split(",")
+    if len(servers) < 3:
+        check(False, f"three servers to resume on: {hosts}")
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, servers[0], root + "/held"], stdout=subprocess.PIPE, text=True
+    )
+    check(owner.stdout.readline().strip() == "created", "a session on the first server made its ephemeral")
+    sid_text, passwd_hex = owner.stdout.readline().split()
+    sid, passwd = int(sid_text), bytes.fromhex(passwd_hex)
+    owner.kill()
+    owner.wait()
+    taker = KazooClient(hosts=servers[1], timeout=2, client_id=(sid, passwd))
+    taker.start(timeout=15)
+    check(taker.client_id[0] == sid, f"session {sid:#x} resumed on the second server with its password")
+    # past the session's timeout the resumed session still holds its node
+    time.sleep(3)
+    _, stat = zk.get(root + "/held")
+    check(stat.ephemeralOwner == sid, "the resumed session keeps its ephemeral")
+    forged = bytes([passwd[0] ^ 1]) + passwd[1:]
+    stranger = KazooClient(hosts=servers[2], timeout=2, client_id=(sid, forged))
+    stranger.start(timeout=15)
+    check(stranger.client_id[0] != sid, "a wrong password does not resume the session")
+    stranger.stop()
+    stranger.close()
+    taker.stop()
+    taker.close()
+    deadline = time.time() + 10
+    while time.time() < deadline and zk.exists(root + "/held") is not None:
+        time.sleep(0.2)
+    check(zk.exists(root + "/held") is None, "the ephemeral goes when the resumed session closes")
 
 
 if __name__ == "__main__":

@@ -62,12 +62,12 @@ enum MemoryUse {
 ///
 /// `drift node` runs without transparent huge pages. Its first touch of
 /// a huge page (a tree that grows) has the kernel zero 2 MiB on the
-/// thread that touched it, the server's loop as often as not: under multi at 64 sessions a
-/// tenth of the servers' CPU went to zeroing pages, and each such fault
-/// holds up every request queued behind the loop (BENCHMARKS.md, "Small
-/// pages for the node"). The process-wide switch (`PR_SET_THP_DISABLE`)
-/// is used rather than mimalloc's option, which is read as it starts,
-/// before `main`.
+/// thread that touched it, the server's loop as often as not: under
+/// multi at 64 sessions a tenth of the servers' CPU went to zeroing
+/// pages, and each such fault holds up every request queued behind the
+/// loop (BENCHMARKS.md, "Small pages for the node"). The process-wide
+/// switch (`PR_SET_THP_DISABLE`) is used rather than mimalloc's option,
+/// which is read as it starts, before `main`.
 fn tune_allocator(use_: MemoryUse) {
     match use_ {
         MemoryUse::Default => {}

@@ -104,6 +104,10 @@ fn kazoo_client_passes_its_checks() {
     );
     assert!(out.status.success(), "kazoo checks failed:\n{text}");
     assert!(text.contains("ok: ephemeral gone after its session expired"), "{text}");
+    assert!(
+        text.contains("ok: a wrong password does not resume the session"),
+        "{text}"
+    );
 }
 
 /// kazoo's pipelined async calls on one session, against every server of
@@ -940,6 +944,34 @@ async fn persistent_watches_come_back_with_set_watches2_on_another_server() {
     assert_eq!(wire::notification(&mut s2), (3, "/p".to_string()));
     writer.create("/p/kid", b"", &persistent()).await.unwrap();
     assert_eq!(wire::notification(&mut s2), (4, "/p".to_string()));
+}
+
+/// A session's password is a keyed hash of its id. The key comes from
+/// the cluster's seed, which `drift cluster up` leaves at 0: were it the
+/// key alone, anyone could compute the password of any session id, as
+/// this test does, and take the session over. The servers mix it with
+/// the cluster secret, so the computed password is refused where the
+/// one the server gave is accepted.
+#[test]
+fn a_session_password_cannot_be_computed_from_the_config_seed() {
+    let c = Cluster::up("passwd", 21290, &[]);
+    let (_s1, session, passwd) = wire::connect(c.client_addr(1), 0, &[0; 16]);
+    assert_ne!(session, 0, "a session on server 1");
+    // the password as the server computes it, under seed 0 alone
+    let mut computed = Vec::new();
+    for salt in [1u64, 2] {
+        let mut h = siphasher::sip::SipHasher24::new_with_keys(0x6472_6966_7421, 0x7061_7373_7764 ^ salt);
+        std::hash::Hasher::write_i64(&mut h, session);
+        computed.extend_from_slice(&std::hash::Hasher::finish(&h).to_be_bytes());
+    }
+    assert_ne!(computed, passwd, "the server's password is not the seed's alone");
+    let (_s2, taken, _) = wire::connect(c.client_addr(2), session, &computed);
+    assert_ne!(
+        taken, session,
+        "session {session:#x} taken with a password computed from the seed"
+    );
+    let (_s3, resumed, _) = wire::connect(c.client_addr(3), session, &passwd);
+    assert_eq!(resumed, session, "the server's own password resumes the session");
 }
 
 #[test]

@@ -295,7 +295,12 @@ impl State {
                         }
                         // one search of the map: a node that was there is
                         // replaced in place, a new one inserted
-                        match before.is_some().then(|| self.nodes.get_mut(path.as_str())).flatten() {
+                        let slot = if before.is_some() {
+                            self.nodes.get_mut(path.as_str())
+                        } else {
+                            None
+                        };
+                        match slot {
                             Some(slot) => *slot = Arc::new(n),
                             None => {
                                 self.nodes.insert(Arc::from(path), Arc::new(n));

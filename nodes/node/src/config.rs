@@ -469,7 +469,7 @@ impl ClusterConfig {
     /// 64 bits the cluster secret gives every node alike and no client
     /// can compute: the server's seed is mixed with them.
     fn secret_seed(&self) -> u64 {
-        let mac = crate::peer_auth::hmac_sha256(&self.secret_bytes(), &[b"drift keeper seed"]);
+        let mac = crate::peer_auth::hmac_sha256(&self.secret_bytes(), &[b"drift-keeper-seed-v1"]);
         u64::from_be_bytes(mac[..8].try_into().expect("a MAC is 32 bytes"))
     }
 
