@@ -17,7 +17,7 @@ use zookeeper_client as zk;
 
 mod common;
 
-use common::cluster::{connect, create_each, have_kazoo, persistent, wait_for, Cluster};
+use common::cluster::{connect, create_each, create_resent, have_kazoo, persistent, wait_for, Cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn zookeeper_client_crate_speaks_to_the_cluster() {
@@ -145,22 +145,28 @@ fn a_sessions_pipelined_requests_are_answered_in_order_on_every_server() {
 async fn leader_killed_a_new_leader_takes_over_and_no_acknowledged_write_is_lost() {
     let c = Cluster::up("leaderkill", 21120, &[]);
     let client = connect(&c.connect).await;
-    client.create("/acked", b"", &persistent()).await.unwrap();
-    for i in 0..50 {
-        client
-            .create(&format!("/acked/n{i}"), b"x", &persistent())
-            .await
-            .unwrap();
-    }
+    // acknowledged as a retrying client holds them: on a loaded machine a
+    // leader can change before the kill, and a create cut off by it is sent
+    // again
+    create_resent(&client, "/acked").await;
+    create_each(&client, "/acked/n", 50).await;
     let old = c.wait_leader(Duration::from_secs(5));
     c.kill(old);
     let new = c.wait_leader(Duration::from_secs(15));
     assert_ne!(new, old);
     let rest: Vec<u64> = (1..=3).filter(|&i| i != old).collect();
     let client = connect(&c.connect_to(&rest)).await;
-    let kids = client.list_children("/acked").await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let kids = loop {
+        match client.list_children("/acked").await {
+            Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await
+            }
+            r => break r.unwrap(),
+        }
+    };
     assert_eq!(kids.len(), 50, "every acknowledged create survives the leader");
-    client.create("/acked/after", b"", &persistent()).await.unwrap();
+    create_resent(&client, "/acked/after").await;
     assert!(c.log(new).contains("\"role\":\"Leader\""));
 }
 

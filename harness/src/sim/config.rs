@@ -46,6 +46,9 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             session_timeout_min_ms: 1_000,
             session_timeout_max_ms: 60_000,
             seed: c.seed,
+            // the simulator serves no real client: its passwords come
+            // from the campaign's seed, so a seed replays them too
+            session_key: c.seed,
             bootstrap: true,
             fault_token: Some("sim".into()),
             snapshots: drift_keeper::snapshot::Config::default(),

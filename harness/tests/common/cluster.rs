@@ -238,26 +238,31 @@ async fn connect_with(hosts: &str, digest: Option<&[u8]>) -> zk::Client {
 }
 
 /// Creates `{prefix}0` .. `{prefix}{n-1}` while the test's own faults
-/// happen around it. A create cut off by a lost connection is sent again
-/// (a node drops its clients' connections when it loses sight of the
-/// leader, as ZooKeeper's do, and on a loaded machine a follower can hear
-/// nothing from the leader for an election timeout); NodeExists on a
-/// resend means the first one committed.
+/// happen around it, each as [`create_resent`] does.
 pub async fn create_each(client: &zk::Client, prefix: &str, n: usize) {
     for i in 0..n {
-        let path = format!("{prefix}{i}");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut resent = false;
-        loop {
-            match client.create(&path, b"", &persistent()).await {
-                Ok(_) => break,
-                Err(zk::Error::NodeExists) if resent => break,
-                Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
-                    resent = true;
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("create {path}: {e}"),
+        create_resent(client, &format!("{prefix}{i}")).await;
+    }
+}
+
+/// Creates `path`, sent again when a lost connection leaves its outcome
+/// unknown (a node drops its clients' connections when it loses sight of
+/// the leader, as ZooKeeper's do, and on a loaded machine a follower can
+/// hear nothing from the leader for an election timeout); NodeExists on a
+/// resend means the first one committed. Returns once the node is
+/// acknowledged, as a client that retries would hold it.
+pub async fn create_resent(client: &zk::Client, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut resent = false;
+    loop {
+        match client.create(path, b"", &persistent()).await {
+            Ok(_) => return,
+            Err(zk::Error::NodeExists) if resent => return,
+            Err(zk::Error::ConnectionLoss) if Instant::now() < deadline => {
+                resent = true;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
+            Err(e) => panic!("create {path}: {e}"),
         }
     }
 }

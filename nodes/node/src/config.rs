@@ -244,10 +244,10 @@ pub struct ClusterConfig {
     /// no bytes for that long is let go, and what was queued for it dropped.
     #[serde(default = "d_max_timeout")]
     pub session_timeout_max_ms: u64,
-    /// Seed for the election jitter and the session passwords. The server
-    /// is given it mixed with a value drawn from `secret`
-    /// ([`ClusterConfig::server_config`]), so no client can compute a
-    /// session's password from this file's seed, nor from its default 0.
+    /// Seed for the election jitter. The session passwords are keyed by
+    /// a value drawn from `secret` instead ([`ClusterConfig::server_config`]),
+    /// so no client can compute one from this file's seed, nor from its
+    /// default 0.
     #[serde(default)]
     pub seed: u64,
     /// The peers' shared key, hex (at least 32 digits).
@@ -467,9 +467,9 @@ impl ClusterConfig {
     }
 
     /// 64 bits the cluster secret gives every node alike and no client
-    /// can compute: the server's seed is mixed with them.
-    fn secret_seed(&self) -> u64 {
-        let mac = crate::peer_auth::hmac_sha256(&self.secret_bytes(), &[b"drift-keeper-seed-v1"]);
+    /// can compute: they key the session passwords.
+    fn session_key(&self) -> u64 {
+        let mac = crate::peer_auth::hmac_sha256(&self.secret_bytes(), &[b"drift-keeper-session-key-v1"]);
         u64::from_be_bytes(mac[..8].try_into().expect("a MAC is 32 bytes"))
     }
 
@@ -512,7 +512,8 @@ impl ClusterConfig {
             digest: self.digest_mode(),
             session_timeout_min_ms: self.session_timeout_min_ms,
             session_timeout_max_ms: self.session_timeout_max_ms,
-            seed: self.seed ^ self.secret_seed(),
+            seed: self.seed,
+            session_key: self.session_key(),
             bootstrap,
             fault_token,
             snapshots: drift_keeper::snapshot::Config::default(),
@@ -576,27 +577,30 @@ client = "127.0.0.12:2181"
         assert!(!inline.server_config(1, true, None).deferred_log_sync);
     }
 
-    /// The server's seed keys the session passwords: every node of a
-    /// cluster must get the same one (a client moves between servers with
-    /// its password), and it must not be the file's seed alone, which is 0
-    /// unless set and readable by whoever can read the config.
+    /// The session key: every node of a cluster must get the same one (a
+    /// client moves between servers with its password), it must come from
+    /// the secret, not from the file's seed (0 unless set, and readable by
+    /// whoever can read the config), and the seed stays the file's, so one
+    /// configuration elects the same first leader on every start.
     #[test]
-    fn the_servers_seed_is_mixed_with_the_secret() {
+    fn the_session_key_comes_from_the_secret_and_the_seed_from_the_file() {
         let c = ClusterConfig::parse(GOOD).unwrap();
-        let seed = c.server_config(1, true, None).seed;
-        assert_eq!(c.server_config(2, false, None).seed, seed, "nodes of one cluster");
-        assert_ne!(seed, c.seed, "the file's seed alone");
+        let key = c.server_config(1, true, None).session_key;
+        assert_eq!(c.server_config(2, false, None).session_key, key, "nodes of one cluster");
+        assert_ne!(key, c.seed, "the file's seed");
+        assert_ne!(key, 0);
         let other = ClusterConfig::parse(&GOOD.replace("0e0f", "0e10")).unwrap();
-        assert_ne!(
-            other.server_config(1, true, None).seed,
-            seed,
-            "another secret, the same file seed"
-        );
+        assert_ne!(other.server_config(1, true, None).session_key, key, "another secret");
         let seeded = ClusterConfig::parse(&format!("seed = 7\n{GOOD}")).unwrap();
         assert_eq!(
-            seeded.server_config(1, true, None).seed,
-            seed ^ 7,
-            "the file's seed still counts"
+            seeded.server_config(1, true, None).session_key,
+            key,
+            "the file's seed plays no part"
+        );
+        assert_eq!(
+            seeded.server_config(2, true, None).seed,
+            7,
+            "the jitter's seed is the file's"
         );
     }
 

@@ -154,8 +154,13 @@ pub struct ServerConfig {
     pub digest: DigestMode,
     pub session_timeout_min_ms: u64,
     pub session_timeout_max_ms: u64,
-    /// Seeds the election jitter and the session passwords.
+    /// Seeds the election jitter: which server's timeout fires first is
+    /// the same for every start of the same configuration.
     pub seed: u64,
+    /// Keys the session passwords (a hash of the session id, so any
+    /// server can check one): alike on every server of a cluster, and
+    /// unknown to clients, or one could compute another's password.
+    pub session_key: u64,
     /// The first start of a new cluster: a server without Raft state may
     /// vote. Without it, no state means lost state (see `quiet`).
     pub bootstrap: bool,
@@ -663,7 +668,7 @@ impl<D: Disk> KeeperServer<D> {
         let raw = RawNode::new(&rc, store, &logger)?;
         let mut server = KeeperServer {
             id: cfg.id,
-            passwd_key: (cfg.seed ^ 0x6472_6966_7421, 0x7061_7373_7764),
+            passwd_key: (cfg.session_key ^ 0x6472_6966_7421, 0x7061_7373_7764),
             isolated: BTreeSet::new(),
             voters,
             holders: (0, BTreeMap::new()),
