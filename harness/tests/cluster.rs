@@ -952,18 +952,18 @@ async fn persistent_watches_come_back_with_set_watches2_on_another_server() {
     assert_eq!(wire::notification(&mut s2), (4, "/p".to_string()));
 }
 
-/// A session's password is a keyed hash of its id. The key comes from
-/// the cluster's seed, which `drift cluster up` leaves at 0: were it the
-/// key alone, anyone could compute the password of any session id, as
-/// this test does, and take the session over. The servers mix it with
-/// the cluster secret, so the computed password is refused where the
-/// one the server gave is accepted.
+/// A session's password is a keyed hash of its id. Were the key the
+/// cluster's seed, which `drift cluster up` leaves at 0, anyone could
+/// compute the password of any session id, as this test does, and take
+/// the session over. The servers' key is drawn from the cluster secret,
+/// so the computed password is refused where the one the server gave is
+/// accepted.
 #[test]
 fn a_session_password_cannot_be_computed_from_the_config_seed() {
     let c = Cluster::up("passwd", 21290, &[]);
     let (_s1, session, passwd) = wire::connect(c.client_addr(1), 0, &[0; 16]);
     assert_ne!(session, 0, "a session on server 1");
-    // the password as the server computes it, under seed 0 alone
+    // the password as a server keyed by the seed (0) would compute it
     let mut computed = Vec::new();
     for salt in [1u64, 2] {
         let mut h = siphasher::sip::SipHasher24::new_with_keys(0x6472_6966_7421, 0x7061_7373_7764 ^ salt);
