@@ -106,10 +106,7 @@ def main(hosts):
     check(zk.exists(root + "/eph") is not None, "ephemeral visible to another session")
     owner.kill()
     owner.wait()
-    deadline = time.time() + 20
-    while time.time() < deadline and zk.exists(root + "/eph") is not None:
-        time.sleep(0.2)
-    check(zk.exists(root + "/eph") is None, "ephemeral gone after its session expired")
+    wait_gone(zk, root + "/eph", 20, "ephemeral gone after its session expired")
 
     resumes_on_another_server(zk, hosts, root)
 
@@ -151,10 +148,15 @@ def resumes_on_another_server(zk, hosts, root):
     stranger.close()
     taker.stop()
     taker.close()
-    deadline = time.time() + 10
-    while time.time() < deadline and zk.exists(root + "/held") is not None:
+    wait_gone(zk, root + "/held", 10, "the ephemeral goes when the resumed session closes")
+
+
+def wait_gone(zk, path, seconds, what):
+    """Checks that `path` is gone within `seconds`."""
+    deadline = time.time() + seconds
+    while time.time() < deadline and zk.exists(path) is not None:
         time.sleep(0.2)
-    check(zk.exists(root + "/held") is None, "the ephemeral goes when the resumed session closes")
+    check(zk.exists(path) is None, what)
 
 
 if __name__ == "__main__":

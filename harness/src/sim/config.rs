@@ -48,7 +48,7 @@ pub fn sim_config(c: &Campaign) -> SimConfig {
             seed: c.seed,
             // the simulator serves no real client: its passwords come
             // from the campaign's seed, so a seed replays them too
-            session_key: c.seed,
+            session_key: (c.seed, 0),
             bootstrap: true,
             fault_token: Some("sim".into()),
             snapshots: drift_keeper::snapshot::Config::default(),

@@ -121,8 +121,8 @@ impl<D: Disk> KeeperServer<D> {
         let flagless = req.read_only.is_none();
         let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
         match known {
-            Some(t) if req.passwd == self.passwd(req.session_id) => {
-                let resp = ConnectResponse::accepted(t, req.session_id, self.passwd(req.session_id), !flagless);
+            Some(t) if same_secret(&req.passwd, &self.passwd(req.session_id)) => {
+                let resp = ConnectResponse::accepted(t, req.session_id, req.passwd, !flagless);
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.state = ConnState::Session(req.session_id);
                     c.last_zxid = req.last_zxid_seen;
@@ -633,4 +633,10 @@ impl<D: Disk> KeeperServer<D> {
             self.send_raw(c, proto::encode_watch_event(zxid, e));
         }
     }
+}
+
+/// Compares a password a client sent with the right one in a time that
+/// does not depend on where they first differ.
+fn same_secret(sent: &[u8], right: &[u8]) -> bool {
+    sent.len() == right.len() && sent.iter().zip(right).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
 }

@@ -118,6 +118,19 @@ pub struct Member {
     pub client: SocketAddr,
 }
 
+/// A session's password: SipHash-2-4 of its id under `key` (two salts,
+/// 16 bytes), so every server holding the key checks it without asking.
+pub fn session_password(key: (u64, u64), session: i64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    for salt in [1u64, 2] {
+        let mut h =
+            siphasher::sip::SipHasher24::new_with_keys(key.0 ^ 0x6472_6966_7421, key.1 ^ 0x7061_7373_7764 ^ salt);
+        std::hash::Hasher::write_i64(&mut h, session);
+        out.extend_from_slice(&std::hash::Hasher::finish(&h).to_be_bytes());
+    }
+    out
+}
+
 /// What a server needs to know to run: the cluster file's keeper part.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -157,10 +170,10 @@ pub struct ServerConfig {
     /// Seeds the election jitter: which server's timeout fires first is
     /// the same for every start of the same configuration.
     pub seed: u64,
-    /// Keys the session passwords (a hash of the session id, so any
-    /// server can check one): alike on every server of a cluster, and
-    /// unknown to clients, or one could compute another's password.
-    pub session_key: u64,
+    /// Keys the session passwords ([`session_password`]): alike on every
+    /// server of a cluster, and unknown to clients, or one could compute
+    /// another's password.
+    pub session_key: (u64, u64),
     /// The first start of a new cluster: a server without Raft state may
     /// vote. Without it, no state means lost state (see `quiet`).
     pub bootstrap: bool,
@@ -534,7 +547,7 @@ pub struct KeeperServer<D: Disk> {
     received: u64,
     sent: u64,
     latency: Latency,
-    passwd_key: (u64, u64),
+    session_key: (u64, u64),
     /// Set while a server that lost its Raft state waits to hear from a
     /// leader (see `step_raft`).
     quiet: bool,
@@ -668,7 +681,7 @@ impl<D: Disk> KeeperServer<D> {
         let raw = RawNode::new(&rc, store, &logger)?;
         let mut server = KeeperServer {
             id: cfg.id,
-            passwd_key: (cfg.session_key ^ 0x6472_6966_7421, 0x7061_7373_7764),
+            session_key: cfg.session_key,
             isolated: BTreeSet::new(),
             voters,
             holders: (0, BTreeMap::new()),

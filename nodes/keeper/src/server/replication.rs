@@ -62,13 +62,7 @@ impl<D: Disk> KeeperServer<D> {
     }
 
     pub(super) fn passwd(&self, session: i64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(16);
-        for salt in [1u64, 2] {
-            let mut h = siphasher::sip::SipHasher24::new_with_keys(self.passwd_key.0, self.passwd_key.1 ^ salt);
-            std::hash::Hasher::write_i64(&mut h, session);
-            out.extend_from_slice(&std::hash::Hasher::finish(&h).to_be_bytes());
-        }
-        out
+        super::session_password(self.session_key, session)
     }
 
     fn send_peer(&mut self, to: u64, msg: PeerMsg) {

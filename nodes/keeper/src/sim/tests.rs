@@ -34,7 +34,7 @@ fn config(seed: u64) -> SimConfig {
             session_timeout_min_ms: 1_000,
             session_timeout_max_ms: 10_000,
             seed,
-            session_key: seed,
+            session_key: (seed, 0),
             bootstrap: true,
             fault_token: Some("token".into()),
             snapshots: crate::snapshot::Config::default(),
