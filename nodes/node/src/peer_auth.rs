@@ -40,11 +40,7 @@ pub const SECRET_BYTES_MIN: usize = 16;
 const SECRET_BYTES_NEW: usize = 32;
 
 pub use crate::http_auth::hmac_sha256;
-
-/// Compares two MACs in time independent of where they differ.
-fn same_mac(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
-}
+use crate::http_auth::verify_hmac;
 
 /// Bytes from the kernel's random source.
 fn random<const N: usize>() -> std::io::Result<[u8; N]> {
@@ -132,7 +128,7 @@ pub fn connect(s: &mut TcpStream, secret: &[u8], me: u64, to: u64) -> std::io::R
     let mut answer = [0u8; NONCE_BYTES + MAC_BYTES];
     read_by(s, &mut answer, deadline)?;
     let (nonce_a, mac_a) = answer.split_at(NONCE_BYTES);
-    if !same_mac(mac_a, &hmac_sha256(secret, &[b"acceptor", &hello, nonce_a])) {
+    if !verify_hmac(secret, &[b"acceptor", &hello, nonce_a], mac_a) {
         return Err(refused(format!("peer {to} does not hold the cluster secret")));
     }
     s.write_all(&hmac_sha256(secret, &[b"connector", &hello, nonce_a]))?;
@@ -162,7 +158,7 @@ pub fn accept(s: &mut TcpStream, secret: &[u8], me: u64, peers: &[u64]) -> std::
     s.write_all(&answer)?;
     let mut mac_c = [0u8; MAC_BYTES];
     read_by(s, &mut mac_c, deadline)?;
-    if !same_mac(&mac_c, &hmac_sha256(secret, &[b"connector", &hello, &nonce_a])) {
+    if !verify_hmac(secret, &[b"connector", &hello, &nonce_a], &mac_c) {
         return Err(refused(format!("peer {from} does not hold the cluster secret")));
     }
     s.set_write_timeout(None)?;

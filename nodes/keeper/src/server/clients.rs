@@ -121,7 +121,7 @@ impl<D: Disk> KeeperServer<D> {
         let flagless = req.read_only.is_none();
         let known = self.ks.state().session(req.session_id).map(|s| s.timeout_ms);
         match known {
-            Some(t) if same_secret(&req.passwd, &self.passwd(req.session_id)) => {
+            Some(t) if same_secret(&req.passwd, &super::session_password(self.session_key, req.session_id)) => {
                 let resp = ConnectResponse::accepted(t, req.session_id, req.passwd, !flagless);
                 if let Some(c) = self.conns.get_mut(&conn) {
                     c.state = ConnState::Session(req.session_id);

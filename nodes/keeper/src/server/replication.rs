@@ -61,10 +61,6 @@ impl<D: Disk> KeeperServer<D> {
         self.ks.state().last_zxid()
     }
 
-    pub(super) fn passwd(&self, session: i64) -> Vec<u8> {
-        super::session_password(self.session_key, session)
-    }
-
     fn send_peer(&mut self, to: u64, msg: PeerMsg) {
         self.emit(super::Effect::Peer { to, msg });
     }
@@ -1048,7 +1044,12 @@ impl<D: Disk> KeeperServer<D> {
                         conn.last_zxid = c.zxid;
                         flagless = conn.flagless;
                     }
-                    let resp = ConnectResponse::accepted(timeout, *session_id, self.passwd(*session_id), !flagless);
+                    let resp = ConnectResponse::accepted(
+                        timeout,
+                        *session_id,
+                        super::session_password(self.session_key, *session_id),
+                        !flagless,
+                    );
                     self.send_raw(p.conn, resp.encode());
                     self.take_early_frames(p.conn);
                 }
