@@ -457,61 +457,113 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
     } else {
         let _ = std::fs::remove_file(&token_path);
     }
-    spawn_holder(&dir, &claim)?;
-    if zookeeper {
-        start_zookeeper(&dir, &config, claim.block, nodes, port, &claim, zookeeper_heap_mb)?;
+    // recorded before anything runs: from here on, a failure ends what
+    // had started (with `stop_cluster`, as `down` would), so that a
+    // cluster that did not come up holds no process, port or address block
+    write_pids(&dir, &[])?;
+    let launch = Launch {
+        dir: &dir,
+        config: &config,
+        claim: &claim,
+        nodes,
+        port,
+        drift_nodes: !(zookeeper && (clickhouse.is_some() || table.is_none())),
+        zookeeper: zookeeper.then_some(zookeeper_heap_mb),
+        clickhouse,
+    };
+    match launch.run() {
+        Ok(()) => Ok(config),
+        Err(e) => {
+            let cleanup = match stop_cluster(&dir) {
+                Ok(n) => format!(
+                    "what had started is stopped ({n} process(es)); the logs stay in {}",
+                    dir.display()
+                ),
+                Err(s) => format!("stopping what had started failed too: {}", s.message),
+            };
+            Err(Failure {
+                code: e.code,
+                message: format!("{}; {cleanup}", e.message),
+            })
+        }
     }
-    // each pid is recorded as soon as its node runs, so `down` can end
-    // whatever started even if a later node fails to; beside ZooKeeper,
-    // ClickHouse servers need no drift node, and a bare ensemble (a
-    // benchmark's peer) none either
-    let mut pids = Vec::new();
-    write_pids(&dir, &pids)?;
-    for i in (1..=nodes).filter(|_| !(zookeeper && (clickhouse.is_some() || table.is_none()))) {
-        let pid = spawn_node(&dir, i, true, Some(&claim))?.id();
-        pids.push((i, pid));
-        write_pids(&dir, &pids)?;
-    }
-    let deadline = Instant::now() + UP_TIMEOUT;
-    wait_until(deadline, &dir, "no leader", || {
-        config
-            .peers
-            .iter()
-            .filter(|p| four_letter(p.client, "srvr").is_some_and(|s| s.contains("Mode: leader")))
-            .count()
-            == 1
-    })?;
-    if !config.tables.is_empty() {
-        // every replica registered and out of read-only mode
-        let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
-        wait_until(deadline, &dir, "the tables' replicas were not all ready", || {
-            tables_writable(&https)
+}
+
+/// What [`start_cluster`] starts once the cluster's files are written.
+struct Launch<'a> {
+    dir: &'a Path,
+    config: &'a ClusterConfig,
+    claim: &'a Claim,
+    nodes: u64,
+    port: u16,
+    /// drift nodes run (not beside ZooKeeper when ClickHouse or nothing
+    /// needs them)
+    drift_nodes: bool,
+    /// A ZooKeeper ensemble, with its JVMs' heap.
+    zookeeper: Option<Option<u32>>,
+    clickhouse: Option<&'a ClickHouseUp>,
+}
+
+impl Launch<'_> {
+    /// Starts every process and waits until the cluster serves: a leader,
+    /// every table replica writable, ClickHouse answering, kv answering.
+    fn run(&self) -> Result<(), Failure> {
+        let Launch {
+            dir,
+            config,
+            claim,
+            nodes,
+            port,
+            ..
+        } = *self;
+        spawn_holder(dir, claim)?;
+        if let Some(heap) = self.zookeeper {
+            start_zookeeper(dir, config, claim.block, nodes, port, claim, heap)?;
+        }
+        // each pid is recorded as soon as its node runs, so that `down`
+        // ends whatever started even if a later node fails to
+        let mut pids = Vec::new();
+        for i in (1..=nodes).filter(|_| self.drift_nodes) {
+            let pid = spawn_node(dir, i, true, Some(claim))?.id();
+            pids.push((i, pid));
+            write_pids(dir, &pids)?;
+        }
+        let deadline = Instant::now() + UP_TIMEOUT;
+        wait_until(deadline, "no leader", || {
+            config
+                .peers
+                .iter()
+                .filter(|p| four_letter(p.client, "srvr").is_some_and(|s| s.contains("Mode: leader")))
+                .count()
+                == 1
         })?;
+        if !config.tables.is_empty() {
+            // every replica registered and out of read-only mode
+            let https: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.http).collect();
+            wait_until(deadline, "the tables' replicas were not all ready", || {
+                tables_writable(&https)
+            })?;
+        }
+        if let Some(ch) = self.clickhouse {
+            start_clickhouse(dir, config, ch, claim, deadline)?;
+        }
+        let kvs: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.kv).collect();
+        if !kvs.is_empty() {
+            wait_until(deadline, "the kv service did not answer on every node", || {
+                kvs.iter()
+                    .all(|a| http_get(*a, "/ping").is_some_and(|(code, _)| code == 200))
+            })?;
+        }
+        Ok(())
     }
-    if let Some(ch) = clickhouse {
-        start_clickhouse(&dir, &config, ch, &claim, deadline)?;
-    }
-    let kvs: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.kv).collect();
-    if !kvs.is_empty() {
-        wait_until(deadline, &dir, "the kv service did not answer on every node", || {
-            kvs.iter()
-                .all(|a| http_get(*a, "/ping").is_some_and(|(code, _)| code == 200))
-        })?;
-    }
-    Ok(config)
 }
 
 /// Polls `ready` every 100 ms until it holds; after `deadline`, fails
-/// with `what` and where the logs are.
-fn wait_until(deadline: Instant, dir: &Path, what: &str, mut ready: impl FnMut() -> bool) -> Result<(), Failure> {
+/// with `what`.
+fn wait_until(deadline: Instant, what: &str, mut ready: impl FnMut() -> bool) -> Result<(), Failure> {
     while !ready() {
         if Instant::now() > deadline {
-            return Err(Failure::new(format!(
-                "{what} within {}s; see the logs in {} (drift cluster down --dir {} to stop)",
-                UP_TIMEOUT.as_secs(),
-                dir.display(),
-                dir.display()
-            )));
+            return Err(Failure::new(format!("{what} within {}s", UP_TIMEOUT.as_secs())));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -570,16 +622,41 @@ fn start_clickhouse(
     for (i, http) in &https {
         wait_until(
             deadline,
-            dir,
             &format!("ClickHouse server {i} did not answer on {http}"),
             || http_get(*http, "/ping").is_some_and(|(c, _)| c == 200),
         )?;
     }
     for (i, http) in &https {
-        crate::clickhouse::query(*http, CLICKHOUSE_EVENTS_DDL)
-            .map_err(|e| Failure::new(format!("creating the table on ClickHouse server {i}: {e}")))?;
+        // a coordinator may drop its clients while this runs (a server
+        // that lost its leader does, as ZooKeeper's do): ClickHouse then
+        // fails the statement with a coordination error, and the statement,
+        // which makes the table or finds it made, is asked again
+        loop {
+            match crate::clickhouse::query(*http, CLICKHOUSE_EVENTS_DDL) {
+                Ok(_) => break,
+                Err(e) if coordination_lost(&e) && Instant::now() < deadline => {
+                    noteln!("ClickHouse server {i}: creating the table: {e}; asking again");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => {
+                    return Err(Failure::new(format!(
+                        "creating the table on ClickHouse server {i}: {e}"
+                    )))
+                }
+            }
+        }
     }
     Ok(())
+}
+
+/// Whether a ClickHouse error is its session with the coordinator lost
+/// (connection loss, an operation timed out, the session expired), not
+/// the statement refused: `Code: 999` with one of those.
+fn coordination_lost(error: &str) -> bool {
+    error.contains("Code: 999")
+        && ["Connection loss", "Operation timeout", "Session expired"]
+            .iter()
+            .any(|w| error.contains(w))
 }
 
 /// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
@@ -1249,4 +1326,30 @@ pub enum ClusterAction {
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coordination_lost;
+
+    #[test]
+    fn a_lost_coordinator_session_is_told_from_a_refused_statement() {
+        // as ClickHouse 18.16 answers over HTTP
+        let lost = "127.0.1.11:8123: HTTP 500: Code: 999, e.displayText() = Coordination::Exception: Connection loss, path: /clickhouse, e.what() = Coordination::Exception";
+        let expired = "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception";
+        let timeout =
+            "Code: 999, e.displayText() = Coordination::Exception: Operation timeout, path: /clickhouse/tables/events";
+        for e in [lost, expired, timeout] {
+            assert!(coordination_lost(e), "{e}");
+        }
+        let refused = [
+            "Code: 253, e.displayText() = DB::Exception: Replica /clickhouse/tables/events/replicas/r1 already exists., e.what() = DB::Exception",
+            "Code: 62, e.displayText() = DB::Exception: Syntax error: failed at position 1, e.what() = DB::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Node exists, path: /clickhouse/tables/events",
+            "127.0.1.11:8123: no answer",
+        ];
+        for e in refused {
+            assert!(!coordination_lost(e), "{e}");
+        }
+    }
 }

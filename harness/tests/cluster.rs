@@ -727,6 +727,59 @@ fn a_cluster_whose_servers_all_stopped_keeps_its_block() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A cluster that fails to come up ends what it had started. Here its
+/// nodes elect a leader, then its ClickHouse servers cannot start (the
+/// binary given is not executable): `up` fails naming that, no process of
+/// the cluster stays, its logs do, and `up` in the same directory works at
+/// once (no "already up", the address block free).
+#[test]
+fn a_cluster_that_fails_to_come_up_leaves_nothing_running() {
+    let root = common::fresh_path("failed-up");
+    let dir = root.join("cluster");
+    std::fs::create_dir_all(&root).unwrap();
+    let bin = root.join("clickhouse-server");
+    std::fs::write(&bin, "not a program\n").unwrap();
+    let up = |extra: &[&str]| {
+        common::drift()
+            .args(["cluster", "up", "--port", "21560", "--no-kv", "--dir"])
+            .arg(&dir)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = up(&["--target", "clickhouse", "--clickhouse-bin", bin.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    // the nodes had run: the leader came before the ClickHouse servers
+    assert!(stderr.contains("starting ClickHouse server 1"), "{stderr}");
+    assert!(
+        stderr.contains("what had started is stopped (3 process(es))"),
+        "{stderr}"
+    );
+    let needle = dir.display().to_string();
+    let left: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(&needle).then(|| format!("{pid} {cmd}"))
+        })
+        .collect();
+    assert!(left.is_empty(), "still running: {left:?}");
+    assert!(dir.join("node-1.log").exists(), "the logs stay");
+    assert!(!dir.join("pids").exists() && !dir.join("holder-pid").exists());
+    let again = up(&["--nodes", "1", "--no-table"]);
+    assert!(again.status.success(), "{}", String::from_utf8_lossy(&again.stderr));
+    let down = common::drift()
+        .args(["cluster", "down", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// The next node event a persistent watcher hears (session events, as
 /// while it reconnects, are passed over), within 10 s.
 async fn next_node_event(w: &mut zk::PersistentWatcher) -> (zk::EventType, String) {
