@@ -894,10 +894,6 @@ fn admin_conn(mut s: TcpStream, answer: &(dyn Fn(String) -> String + Send + Sync
 mod tests {
     use super::*;
 
-    /// The server's effects wait for its flush (or, while the loop handles
-    /// a batch of events, for the batch's end), then go out together: the
-    /// clients' frames as one hand-off to their I/O thread, in order, and
-    /// each peer's messages in one write.
     /// The sync thread answers each round with the highest number asked,
     /// in order, treats a segment the log removed meanwhile as synced, and
     /// reports a failure with its number (the server then stops).
@@ -936,6 +932,10 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// The server's effects wait for its flush (or, while the loop handles
+    /// a batch of events, for the batch's end), then go out together: the
+    /// clients' frames as one hand-off to their I/O thread, in order, and
+    /// each peer's messages in one write.
     #[test]
     fn effects_go_out_at_the_servers_flush_each_destination_in_one_write() {
         let secret = Arc::new(vec![5u8; 32]);
