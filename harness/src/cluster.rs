@@ -461,72 +461,21 @@ pub fn start_cluster(spec: &UpSpec<'_>) -> Result<ClusterConfig, Failure> {
     // had started (with `stop_cluster`, as `down` would), so that a
     // cluster that did not come up holds no process, port or address block
     write_pids(&dir, &[])?;
-    let launch = Launch {
-        dir: &dir,
-        config: &config,
-        claim: &claim,
-        nodes,
-        port,
-        drift_nodes: !(zookeeper && (clickhouse.is_some() || table.is_none())),
-        zookeeper: zookeeper.then_some(zookeeper_heap_mb),
-        clickhouse,
-    };
-    match launch.run() {
-        Ok(()) => Ok(config),
-        Err(e) => {
-            let cleanup = match stop_cluster(&dir) {
-                Ok(n) => format!(
-                    "what had started is stopped ({n} process(es)); the logs stay in {}",
-                    dir.display()
-                ),
-                Err(s) => format!("stopping what had started failed too: {}", s.message),
-            };
-            Err(Failure {
-                code: e.code,
-                message: format!("{}; {cleanup}", e.message),
-            })
+    // beside ZooKeeper, ClickHouse servers need no drift node, and a bare
+    // ensemble (a benchmark's peer) none either
+    let drift_nodes = !(zookeeper && (clickhouse.is_some() || table.is_none()));
+    let launch = || -> Result<(), Failure> {
+        spawn_holder(&dir, &claim)?;
+        if zookeeper {
+            start_zookeeper(&dir, &config, claim.block, nodes, port, &claim, zookeeper_heap_mb)?;
         }
-    }
-}
-
-/// What [`start_cluster`] starts once the cluster's files are written.
-struct Launch<'a> {
-    dir: &'a Path,
-    config: &'a ClusterConfig,
-    claim: &'a Claim,
-    nodes: u64,
-    port: u16,
-    /// drift nodes run (not beside ZooKeeper when ClickHouse or nothing
-    /// needs them)
-    drift_nodes: bool,
-    /// A ZooKeeper ensemble, with its JVMs' heap.
-    zookeeper: Option<Option<u32>>,
-    clickhouse: Option<&'a ClickHouseUp>,
-}
-
-impl Launch<'_> {
-    /// Starts every process and waits until the cluster serves: a leader,
-    /// every table replica writable, ClickHouse answering, kv answering.
-    fn run(&self) -> Result<(), Failure> {
-        let Launch {
-            dir,
-            config,
-            claim,
-            nodes,
-            port,
-            ..
-        } = *self;
-        spawn_holder(dir, claim)?;
-        if let Some(heap) = self.zookeeper {
-            start_zookeeper(dir, config, claim.block, nodes, port, claim, heap)?;
-        }
-        // each pid is recorded as soon as its node runs, so that `down`
-        // ends whatever started even if a later node fails to
+        // each pid is recorded as soon as its node runs, so that a failure
+        // later ends whatever started
         let mut pids = Vec::new();
-        for i in (1..=nodes).filter(|_| self.drift_nodes) {
-            let pid = spawn_node(dir, i, true, Some(claim))?.id();
+        for i in (1..=nodes).filter(|_| drift_nodes) {
+            let pid = spawn_node(&dir, i, true, Some(&claim))?.id();
             pids.push((i, pid));
-            write_pids(dir, &pids)?;
+            write_pids(&dir, &pids)?;
         }
         let deadline = Instant::now() + UP_TIMEOUT;
         wait_until(deadline, "no leader", || {
@@ -544,8 +493,8 @@ impl Launch<'_> {
                 tables_writable(&https)
             })?;
         }
-        if let Some(ch) = self.clickhouse {
-            start_clickhouse(dir, config, ch, claim, deadline)?;
+        if let Some(ch) = clickhouse {
+            start_clickhouse(&dir, &config, ch, &claim, deadline)?;
         }
         let kvs: Vec<SocketAddr> = config.peers.iter().filter_map(|p| p.kv).collect();
         if !kvs.is_empty() {
@@ -555,6 +504,22 @@ impl Launch<'_> {
             })?;
         }
         Ok(())
+    };
+    match launch() {
+        Ok(()) => Ok(config),
+        Err(e) => {
+            let cleanup = match stop_cluster(&dir) {
+                Ok(n) => format!(
+                    "what had started is stopped ({n} process(es)); the logs stay in {}",
+                    dir.display()
+                ),
+                Err(s) => format!("stopping what had started failed too: {}", s.message),
+            };
+            Err(Failure {
+                code: e.code,
+                message: format!("{}; {cleanup}", e.message),
+            })
+        }
     }
 }
 
@@ -649,14 +614,20 @@ fn start_clickhouse(
     Ok(())
 }
 
-/// Whether a ClickHouse error is its session with the coordinator lost
+/// Whether a ClickHouse error ([`crate::clickhouse::query`]'s: `<addr>:
+/// HTTP <status>: <body>`) is its session with the coordinator lost
 /// (connection loss, an operation timed out, the session expired), not
-/// the statement refused: `Code: 999` with one of those.
+/// the statement refused: the body's code 999 (`KEEPER_EXCEPTION`) with
+/// one of those.
 fn coordination_lost(error: &str) -> bool {
-    error.contains("Code: 999")
+    let body = error
+        .split_once(": HTTP ")
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .map_or(error, |(_, body)| body);
+    drift_workloads::table::error_code(body) == Some(999)
         && ["Connection loss", "Operation timeout", "Session expired"]
             .iter()
-            .any(|w| error.contains(w))
+            .any(|w| body.contains(w))
 }
 
 /// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
@@ -1334,12 +1305,16 @@ mod tests {
 
     #[test]
     fn a_lost_coordinator_session_is_told_from_a_refused_statement() {
-        // as ClickHouse 18.16 answers over HTTP
+        // as ClickHouse 18.16 answers over HTTP; the first is its answer
+        // to a CREATE TABLE whose multi the keeper committed and whose
+        // connection it then dropped (the `lose-multi` hook), after which
+        // CREATE TABLE IF NOT EXISTS found the table made
+        let dropped = "127.0.0.11:8123: HTTP 500: Code: 999, e.displayText() = Coordination::Exception: Connection loss, e.what() = Coordination::Exception";
         let lost = "127.0.1.11:8123: HTTP 500: Code: 999, e.displayText() = Coordination::Exception: Connection loss, path: /clickhouse, e.what() = Coordination::Exception";
         let expired = "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception";
         let timeout =
             "Code: 999, e.displayText() = Coordination::Exception: Operation timeout, path: /clickhouse/tables/events";
-        for e in [lost, expired, timeout] {
+        for e in [dropped, lost, expired, timeout] {
             assert!(coordination_lost(e), "{e}");
         }
         let refused = [
@@ -1347,6 +1322,8 @@ mod tests {
             "Code: 62, e.displayText() = DB::Exception: Syntax error: failed at position 1, e.what() = DB::Exception",
             "Code: 999, e.displayText() = Coordination::Exception: Node exists, path: /clickhouse/tables/events",
             "127.0.1.11:8123: no answer",
+            // the words in another code's message
+            "127.0.1.11:8123: HTTP 500: Code: 60, e.displayText() = DB::Exception: Table default.Code: 999 Connection loss doesn't exist., e.what() = DB::Exception",
         ];
         for e in refused {
             assert!(!coordination_lost(e), "{e}");
