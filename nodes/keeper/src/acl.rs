@@ -13,6 +13,7 @@
 use crate::error::ZkError;
 use base64::Engine;
 use sha1::{Digest, Sha1};
+use std::sync::Arc;
 
 pub const PERM_READ: u32 = 1;
 pub const PERM_WRITE: u32 = 2;
@@ -109,6 +110,18 @@ pub fn resolve(acl: &[Acl], session_ids: &[Id]) -> Result<Vec<Acl>, ZkError> {
         return Err(ZkError::InvalidAcl);
     }
     Ok(out)
+}
+
+/// `acl` as a shared list: the first of `like` that holds the same
+/// entries, else a new one. Nodes almost always carry their parent's ACL
+/// (every ClickHouse znode, for one); sharing its list keeps a node's ACL
+/// at a pointer rather than a list and two strings of its own, about 100
+/// bytes a node. A snapshot's ACL table shares them the same way on load.
+pub fn shared(acl: Vec<Acl>, like: &[&Arc<[Acl]>]) -> Arc<[Acl]> {
+    match like.iter().find(|l| l[..] == acl[..]) {
+        Some(l) => Arc::clone(l),
+        None => acl.into(),
+    }
 }
 
 fn valid_digest_id(id: &str) -> bool {

@@ -257,7 +257,8 @@ impl<'a, O: Overlay> Planner<'a, O> {
             num_children: 0,
             pzxid: self.zxid,
         };
-        let node = self.node_value(&path, Arc::from(&c.data[..]), stat, acl.into(), 0);
+        let acl = acl::shared(acl, &[&parent.acl]);
+        let node = self.node_value(&path, Arc::from(&c.data[..]), stat, acl, 0);
         let zxid = self.zxid;
         self.update(&parent_path, parent, |st, seq| {
             st.cversion = st.cversion.wrapping_add(1);
@@ -324,7 +325,9 @@ impl<'a, O: Overlay> Planner<'a, O> {
             aversion: node.stat.aversion.wrapping_add(1),
             ..node.stat
         };
-        let new = node.restat(stat, acl.into(), node.seq, self.state.digest_on());
+        let parent_acl = self.node(path::parent(path)).map(|p| p.acl.clone());
+        let like: Vec<&Arc<[Acl]>> = std::iter::once(&node.acl).chain(parent_acl.as_ref()).collect();
+        let new = node.restat(stat, acl::shared(acl, &like), node.seq, self.state.digest_on());
         self.put_node(path, Some(node), Some(new));
         Ok(Response::SetAcl { stat })
     }
