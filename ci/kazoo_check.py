@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A real ZooKeeper client no one here wrote (kazoo) against a drift keeper
 cluster: create/get/set/delete/children, versions, sequential nodes, multi,
-watches, an ephemeral node that disappears once its session expires, and a
-session resumed on another server with the id and password kazoo was given
-(one with a wrong password is not).
+watches, ACLs (a parent's change reaching that node alone, a digest ACL),
+an ephemeral node that disappears once its session expires, and a session
+resumed on another server with the id and password kazoo was given (one
+with a wrong password is not).
 
 usage: kazoo_check.py HOST:PORT[,HOST:PORT...]
 Exits 0 when every check holds; prints the first failure and exits 1.
@@ -14,7 +15,8 @@ import threading
 import time
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 # A session owner in its own process, so it can die without closing.
 OWNER = """
@@ -109,11 +111,57 @@ def main(hosts):
     wait_gone(zk, root + "/eph", 20, "ephemeral gone after its session expired")
 
     resumes_on_another_server(zk, hosts, root)
+    acls_are_each_nodes_own(zk, hosts, root)
 
     zk.delete(root, recursive=True)
     check(zk.exists(root) is None, "recursive delete")
     zk.stop()
     zk.close()
+
+
+def acls_are_each_nodes_own(zk, hosts, root):
+    """Nodes made with their parent's ACL, then the parent's ACL changed:
+    each child keeps the ACL it was made with (the keeper shares one list
+    between nodes whose entries are equal; a change must reach the node
+    it was made on, and no other). A digest ACL set on one child guards
+    that child only, until a session authenticates as its user."""
+    top = root + "/acl"
+    zk.create(top, b"")
+    for name in ("a", "b"):
+        zk.create(f"{top}/{name}", name.encode())
+    no_create = [make_acl("world", "anyone", read=True, write=True, delete=True, admin=True)]
+    zk.set_acls(top, no_create)
+    check(zk.get_acls(top)[0] == no_create, "setACL changes the parent's ACL")
+    check(
+        all(zk.get_acls(f"{top}/{n}")[0] == OPEN_ACL_UNSAFE for n in ("a", "b")),
+        "the children keep the ACL they were made with",
+    )
+    try:
+        zk.create(top + "/c", b"")
+        check(False, "a create under a parent without CREATE is refused")
+    except NoAuthError:
+        check(True, "a create under a parent without CREATE is refused")
+    zk.set(top + "/a", b"a2")
+    check(zk.get(top + "/a")[0] == b"a2", "a child of that parent is still writable")
+
+    guarded = [make_digest_acl("drift", "secret", all=True)]
+    zk.set_acls(top + "/b", guarded)
+    other = KazooClient(hosts=hosts, timeout=4)
+    other.start(timeout=15)
+    try:
+        other.set(top + "/b", b"x")
+        check(False, "a digest ACL refuses a session without its user")
+    except NoAuthError:
+        check(True, "a digest ACL refuses a session without its user")
+    check(other.get_acls(top + "/a")[0] == OPEN_ACL_UNSAFE, "its sibling's ACL is unchanged")
+    other.set(top + "/a", b"a3")
+    other.add_auth("digest", "drift:secret")
+    other.set(top + "/b", b"b2")
+    check(other.get(top + "/b")[0] == b"b2", "the same session, authenticated as its user, may write")
+    other.stop()
+    other.close()
+    zk.set_acls(top, OPEN_ACL_UNSAFE)
+    zk.add_auth("digest", "drift:secret")
 
 
 def resumes_on_another_server(zk, hosts, root):

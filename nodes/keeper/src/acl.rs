@@ -115,7 +115,7 @@ pub fn resolve(acl: &[Acl], session_ids: &[Id]) -> Result<Vec<Acl>, ZkError> {
 /// `acl` as a shared list: the first of `like` that holds the same
 /// entries, else a new one. Nodes almost always carry their parent's ACL
 /// (every ClickHouse znode, for one); sharing its list keeps a node's ACL
-/// at a pointer rather than a list and two strings of its own, about 100
+/// at a pointer rather than a list and two strings of its own, about 90
 /// bytes a node. A snapshot's ACL table shares them the same way on load.
 pub fn shared(acl: Vec<Acl>, like: &[&Arc<[Acl]>]) -> Arc<[Acl]> {
     match like.iter().find(|l| l[..] == acl[..]) {
