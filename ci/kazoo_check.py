@@ -125,6 +125,8 @@ def acls_are_each_nodes_own(zk, hosts, root):
     between nodes whose entries are equal; a change must reach the node
     it was made on, and no other). A digest ACL set on one child guards
     that child only, until a session authenticates as its user."""
+    zk.set_acls("/", OPEN_ACL_UNSAFE)
+    check(zk.get_acls("/")[0] == OPEN_ACL_UNSAFE, "setACL on the root is taken")
     top = root + "/acl"
     zk.create(top, b"")
     for name in ("a", "b"):

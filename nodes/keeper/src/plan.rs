@@ -325,7 +325,9 @@ impl<'a, O: Overlay> Planner<'a, O> {
             aversion: node.stat.aversion.wrapping_add(1),
             ..node.stat
         };
-        let parent_acl = self.node(path::parent(path)).map(|p| p.acl.clone());
+        let parent_acl = (path != "/")
+            .then(|| self.node(path::parent(path)).map(|p| p.acl.clone()))
+            .flatten();
         let like: Vec<&Arc<[Acl]>> = std::iter::once(&node.acl).chain(parent_acl.as_ref()).collect();
         let new = node.restat(stat, acl::shared(acl, &like), node.seq, self.state.digest_on());
         self.put_node(path, Some(node), Some(new));

@@ -466,6 +466,35 @@ fn set_acl_is_versioned_on_aversion_and_needs_admin() {
     assert_eq!(err(k.write(w)), ZkError::NoAuth);
 }
 
+/// setACL on the root is a request like any other (ZooKeeper takes it).
+/// A node given back a list equal to its parent's shares the parent's
+/// (the tree keeps one list for equal entries); a later change of either
+/// reaches that node alone.
+#[test]
+fn set_acl_works_on_the_root_and_an_acl_equal_to_the_parents_is_the_parents() {
+    let mut k = K::new();
+    let set = |path: &str, acl: Vec<Acl>| Write::SetAcl {
+        path: path.into(),
+        acl,
+        version: -1,
+    };
+    let Response::SetAcl { stat } = k.write(set("/", Acl::open())) else {
+        panic!()
+    };
+    assert_eq!(stat.aversion, 1);
+    k.create("/p");
+    k.create("/p/c");
+    let acl_of = |k: &K, p: &str| k.s.state().get(p).unwrap().acl.clone();
+    assert!(std::sync::Arc::ptr_eq(&acl_of(&k, "/p"), &acl_of(&k, "/p/c")));
+    k.write(set("/p/c", vec![Acl::world(PERM_ALL & !PERM_READ)]));
+    assert!(!std::sync::Arc::ptr_eq(&acl_of(&k, "/p"), &acl_of(&k, "/p/c")));
+    k.write(set("/p/c", Acl::open()));
+    assert!(std::sync::Arc::ptr_eq(&acl_of(&k, "/p"), &acl_of(&k, "/p/c")));
+    k.write(set("/p", vec![Acl::world(PERM_ALL & !PERM_READ)]));
+    assert_eq!(*acl_of(&k, "/p/c"), *Acl::open(), "the child keeps its own entries");
+    assert_eq!(*acl_of(&k, "/p"), [Acl::world(PERM_ALL & !PERM_READ)]);
+}
+
 #[test]
 fn empty_container_is_reaped_only_after_it_had_children() {
     let mut k = K::new();
