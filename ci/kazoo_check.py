@@ -121,9 +121,9 @@ def main(hosts):
 
 def acls_are_each_nodes_own(zk, hosts, root):
     """Nodes made with their parent's ACL, then the parent's ACL changed:
-    each child keeps the ACL it was made with (the keeper shares one list
-    between nodes whose entries are equal; a change must reach the node
-    it was made on, and no other). A digest ACL set on one child guards
+    each child keeps the ACL it was made with (the keeper shares the
+    parent's list with a child made with the same entries; a change must
+    reach the node it was made on, and no other). A digest ACL set on one child guards
     that child only, until a session authenticates as its user."""
     zk.set_acls("/", OPEN_ACL_UNSAFE)
     check(zk.get_acls("/")[0] == OPEN_ACL_UNSAFE, "setACL on the root is taken")

@@ -294,11 +294,51 @@ pub fn server_command(bin: &Path, dir: &Path) -> Command {
 const USERS_XML: &str = "<?xml version=\"1.0\"?>\n<yandex>\n  <profiles>\n    <default>\n      <max_memory_usage>4000000000</max_memory_usage>\n    </default>\n  </profiles>\n  <users>\n    <default>\n      <password></password>\n      <networks><ip>127.0.0.0/8</ip></networks>\n      <profile>default</profile>\n      <quota>default</quota>\n    </default>\n  </users>\n  <quotas>\n    <default></default>\n  </quotas>\n</yandex>\n";
 
 /// One query over HTTP: the answer's body, or the server's error.
-pub fn query(addr: SocketAddr, sql: &str) -> Result<String, String> {
+pub fn query(addr: SocketAddr, sql: &str) -> Result<String, QueryError> {
     match crate::servers::http_request(addr, "POST", "/", sql.as_bytes(), QUERY_TIMEOUT) {
         Some((200, body)) => Ok(body),
-        Some((code, body)) => Err(format!("{addr}: HTTP {code}: {}", body.trim())),
-        None => Err(format!("{addr}: no answer")),
+        Some((status, body)) => Err(QueryError {
+            addr,
+            refused: Some((status, body.trim().to_string())),
+        }),
+        None => Err(QueryError { addr, refused: None }),
+    }
+}
+
+/// A query without a result: the server's error status and body, or no
+/// answer at all.
+#[derive(Debug)]
+pub struct QueryError {
+    pub addr: SocketAddr,
+    pub refused: Option<(u16, String)>,
+}
+
+impl QueryError {
+    /// ClickHouse's error code, when it answered with one.
+    pub fn code(&self) -> Option<u64> {
+        self.refused
+            .as_ref()
+            .and_then(|(_, body)| drift_workloads::table::error_code(body))
+    }
+
+    /// The error's text ("" when there was no answer).
+    pub fn body(&self) -> &str {
+        self.refused.as_ref().map_or("", |(_, body)| body)
+    }
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.refused {
+            Some((status, body)) => write!(f, "{}: HTTP {status}: {body}", self.addr),
+            None => write!(f, "{}: no answer", self.addr),
+        }
+    }
+}
+
+impl From<QueryError> for String {
+    fn from(e: QueryError) -> String {
+        e.to_string()
     }
 }
 

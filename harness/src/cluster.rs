@@ -614,20 +614,14 @@ fn start_clickhouse(
     Ok(())
 }
 
-/// Whether a ClickHouse error ([`crate::clickhouse::query`]'s: `<addr>:
-/// HTTP <status>: <body>`) is its session with the coordinator lost
+/// Whether a ClickHouse error is its session with the coordinator lost
 /// (connection loss, an operation timed out, the session expired), not
-/// the statement refused: the body's code 999 (`KEEPER_EXCEPTION`) with
-/// one of those.
-fn coordination_lost(error: &str) -> bool {
-    let body = error
-        .split_once(": HTTP ")
-        .and_then(|(_, rest)| rest.split_once(": "))
-        .map_or(error, |(_, body)| body);
-    drift_workloads::table::error_code(body) == Some(999)
+/// the statement refused: code 999 (`KEEPER_EXCEPTION`) with one of those.
+fn coordination_lost(error: &crate::clickhouse::QueryError) -> bool {
+    error.code() == Some(999)
         && ["Connection loss", "Operation timeout", "Session expired"]
             .iter()
-            .any(|w| body.contains(w))
+            .any(|w| error.body().contains(w))
 }
 
 /// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
@@ -1302,31 +1296,41 @@ pub enum ClusterAction {
 #[cfg(test)]
 mod tests {
     use super::coordination_lost;
+    use crate::clickhouse::QueryError;
 
     #[test]
     fn a_lost_coordinator_session_is_told_from_a_refused_statement() {
+        let answer = |body: &str| QueryError {
+            addr: "127.0.0.11:8123".parse().unwrap(),
+            refused: Some((500, body.to_string())),
+        };
         // as ClickHouse 18.16 answers over HTTP; the first is its answer
         // to a CREATE TABLE whose multi the keeper committed and whose
         // connection it then dropped (the `lose-multi` hook), after which
         // CREATE TABLE IF NOT EXISTS found the table made
-        let dropped = "127.0.0.11:8123: HTTP 500: Code: 999, e.displayText() = Coordination::Exception: Connection loss, e.what() = Coordination::Exception";
-        let lost = "127.0.1.11:8123: HTTP 500: Code: 999, e.displayText() = Coordination::Exception: Connection loss, path: /clickhouse, e.what() = Coordination::Exception";
-        let expired = "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception";
-        let timeout =
-            "Code: 999, e.displayText() = Coordination::Exception: Operation timeout, path: /clickhouse/tables/events";
-        for e in [dropped, lost, expired, timeout] {
-            assert!(coordination_lost(e), "{e}");
+        let lost = [
+            "Code: 999, e.displayText() = Coordination::Exception: Connection loss, e.what() = Coordination::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Connection loss, path: /clickhouse, e.what() = Coordination::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Operation timeout, path: /clickhouse/tables/events",
+        ];
+        for e in lost {
+            assert!(coordination_lost(&answer(e)), "{e}");
         }
         let refused = [
             "Code: 253, e.displayText() = DB::Exception: Replica /clickhouse/tables/events/replicas/r1 already exists., e.what() = DB::Exception",
             "Code: 62, e.displayText() = DB::Exception: Syntax error: failed at position 1, e.what() = DB::Exception",
             "Code: 999, e.displayText() = Coordination::Exception: Node exists, path: /clickhouse/tables/events",
-            "127.0.1.11:8123: no answer",
             // the words in another code's message
-            "127.0.1.11:8123: HTTP 500: Code: 60, e.displayText() = DB::Exception: Table default.Code: 999 Connection loss doesn't exist., e.what() = DB::Exception",
+            "Code: 60, e.displayText() = DB::Exception: Table default.Code: 999 Connection loss doesn't exist., e.what() = DB::Exception",
         ];
         for e in refused {
-            assert!(!coordination_lost(e), "{e}");
+            assert!(!coordination_lost(&answer(e)), "{e}");
         }
+        let silent = QueryError {
+            addr: "127.0.0.11:8123".parse().unwrap(),
+            refused: None,
+        };
+        assert!(!coordination_lost(&silent), "no answer");
     }
 }

@@ -257,7 +257,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             num_children: 0,
             pzxid: self.zxid,
         };
-        let acl = acl::shared(acl, &[&parent.acl]);
+        let acl = acl::shared(acl, &parent.acl);
         let node = self.node_value(&path, Arc::from(&c.data[..]), stat, acl, 0);
         let zxid = self.zxid;
         self.update(&parent_path, parent, |st, seq| {
@@ -325,11 +325,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             aversion: node.stat.aversion.wrapping_add(1),
             ..node.stat
         };
-        let parent_acl = (path != "/")
-            .then(|| self.node(path::parent(path)).map(|p| p.acl.clone()))
-            .flatten();
-        let like: Vec<&Arc<[Acl]>> = std::iter::once(&node.acl).chain(parent_acl.as_ref()).collect();
-        let new = node.restat(stat, acl::shared(acl, &like), node.seq, self.state.digest_on());
+        let new = node.restat(stat, acl.into(), node.seq, self.state.digest_on());
         self.put_node(path, Some(node), Some(new));
         Ok(Response::SetAcl { stat })
     }
