@@ -293,13 +293,17 @@ struct Tally {
 
 /// Threads the load's sessions run on. Each is a single-threaded runtime
 /// of its own holding every task of its sessions (the client library's
-/// connection task and the loop issuing requests), so a reply wakes its
-/// request on the thread that read it: no wake-up crosses threads. On a
-/// work-stealing runtime a request and its connection task land on
-/// different threads about half the time, and each such wake-up costs a
-/// futex and a switch on both. Measured (BENCHMARKS.md, "The bench's
-/// client on a thread per runtime"): get at 64 sessions went from 85,000–
-/// 89,000 to 106,000 gets/s on the keeper, ZooKeeper's unchanged.
+/// connection task and the loop issuing requests), so a reply's read
+/// wakes its request on the same thread. On a work-stealing runtime a
+/// request and its connection task land on different threads about half
+/// the time, and each such wake-up costs a futex and a switch on both.
+/// Measured (BENCHMARKS.md, "The bench's client on a thread per
+/// runtime"): get at 64 sessions went from 85,000–89,000 to 106,000
+/// gets/s on the keeper, ZooKeeper's unchanged. One wake-up still
+/// crosses threads: the client library's sockets belong to the
+/// `async-io` crate's reactor, which runs on a thread of its own and
+/// wakes a connection task when its socket turns readable (BENCHMARKS.md,
+/// "A slow machine: every cell at 2×, and what the client costs").
 const CLIENT_THREADS: usize = 2;
 
 /// One cell: `concurrency` closed-loop clients for the warm-up and the
