@@ -39,6 +39,16 @@ def check(cond, what):
     print(f"ok: {what}")
 
 
+def refused(error, what, call, *args, **kwargs):
+    """Checks that call(*args, **kwargs) raises `error`."""
+    try:
+        call(*args, **kwargs)
+    except error:
+        check(True, what)
+        return
+    check(False, what)
+
+
 def main(hosts):
     zk = KazooClient(hosts=hosts, timeout=4)
     zk.start(timeout=15)
@@ -50,31 +60,15 @@ def main(hosts):
     check(data == b"v0" and stat.version == 0, "create then get returns data and version 0")
     zk.set(root, b"v1")
     check(zk.get(root)[0] == b"v1", "set changes the data")
-    try:
-        zk.set(root, b"x", version=0)
-        check(False, "stale version is refused")
-    except BadVersionError:
-        check(True, "stale version is refused")
-    try:
-        zk.create(root, b"")
-        check(False, "create of an existing node fails")
-    except NodeExistsError:
-        check(True, "create of an existing node fails")
-    try:
-        zk.get(root + "/missing")
-        check(False, "get of a missing node fails")
-    except NoNodeError:
-        check(True, "get of a missing node fails")
+    refused(BadVersionError, "stale version is refused", zk.set, root, b"x", version=0)
+    refused(NodeExistsError, "create of an existing node fails", zk.create, root, b"")
+    refused(NoNodeError, "get of a missing node fails", zk.get, root + "/missing")
     seq = [zk.create(root + "/s-", b"", sequence=True) for _ in range(3)]
     check(seq == sorted(seq) and seq[0].endswith("0000000000"), f"sequential names increase: {seq}")
     zk.create(root + "/c", b"")
     names = sorted(["c"] + [s.rsplit("/", 1)[1] for s in seq])
     check(sorted(zk.get_children(root)) == names, "children are listed")
-    try:
-        zk.delete(root)
-        check(False, "delete of a non-empty node fails")
-    except NotEmptyError:
-        check(True, "delete of a non-empty node fails")
+    refused(NotEmptyError, "delete of a non-empty node fails", zk.delete, root)
 
     t = zk.transaction()
     t.create(root + "/t1", b"1")
@@ -123,8 +117,9 @@ def acls_are_each_nodes_own(zk, hosts, root):
     """Nodes made with their parent's ACL, then the parent's ACL changed:
     each child keeps the ACL it was made with (the keeper shares the
     parent's list with a child made with the same entries; a change must
-    reach the node it was made on, and no other). A digest ACL set on one child guards
-    that child only, until a session authenticates as its user."""
+    reach the node it was made on, and no other). A digest ACL set on one
+    child guards that child only, until a session authenticates as its
+    user."""
     zk.set_acls("/", OPEN_ACL_UNSAFE)
     check(zk.get_acls("/")[0] == OPEN_ACL_UNSAFE, "setACL on the root is taken")
     top = root + "/acl"
@@ -138,11 +133,7 @@ def acls_are_each_nodes_own(zk, hosts, root):
         all(zk.get_acls(f"{top}/{n}")[0] == OPEN_ACL_UNSAFE for n in ("a", "b")),
         "the children keep the ACL they were made with",
     )
-    try:
-        zk.create(top + "/c", b"")
-        check(False, "a create under a parent without CREATE is refused")
-    except NoAuthError:
-        check(True, "a create under a parent without CREATE is refused")
+    refused(NoAuthError, "a create under a parent without CREATE is refused", zk.create, top + "/c", b"")
     zk.set(top + "/a", b"a2")
     check(zk.get(top + "/a")[0] == b"a2", "a child of that parent is still writable")
 
@@ -150,11 +141,7 @@ def acls_are_each_nodes_own(zk, hosts, root):
     zk.set_acls(top + "/b", guarded)
     other = KazooClient(hosts=hosts, timeout=4)
     other.start(timeout=15)
-    try:
-        other.set(top + "/b", b"x")
-        check(False, "a digest ACL refuses a session without its user")
-    except NoAuthError:
-        check(True, "a digest ACL refuses a session without its user")
+    refused(NoAuthError, "a digest ACL refuses a session without its user", other.set, top + "/b", b"x")
     check(other.get_acls(top + "/a")[0] == OPEN_ACL_UNSAFE, "its sibling's ACL is unchanged")
     other.set(top + "/a", b"a3")
     other.add_auth("digest", "drift:secret")

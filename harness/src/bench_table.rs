@@ -298,8 +298,9 @@ pub fn table(mut args: BenchTableArgs) -> Result<i32, Failure> {
                     .iter()
                     .map(|p| std::net::SocketAddr::new(p.client.ip(), ch.http_port))
                     .collect();
+                let deadline = Instant::now() + Duration::from_secs(30);
                 for a in &addrs {
-                    crate::clickhouse::query(*a, CH_TABLE_DDL).map_err(Failure::new)?;
+                    crate::clickhouse::create_table_on(*a, CH_TABLE_DDL, deadline).map_err(Failure::new)?;
                 }
                 addrs.iter().map(|a| format!("http://{a}/")).collect()
             }

@@ -325,6 +325,35 @@ impl QueryError {
     pub fn body(&self) -> &str {
         self.refused.as_ref().map_or("", |(_, body)| body)
     }
+
+    /// Whether ClickHouse lost its session with the coordinator
+    /// (connection loss, an operation timed out, the session expired),
+    /// not the statement refused: code 999 (`KEEPER_EXCEPTION`) with one
+    /// of those.
+    pub fn coordination_lost(&self) -> bool {
+        self.code() == Some(999)
+            && ["Connection loss", "Operation timeout", "Session expired"]
+                .iter()
+                .any(|w| self.body().contains(w))
+    }
+}
+
+/// Runs `ddl`, a `CREATE TABLE IF NOT EXISTS`, on the server at `addr`.
+/// A coordinator may drop its clients while this runs (a server that lost
+/// its leader does, as ZooKeeper's do): ClickHouse then fails the
+/// statement with a coordination error, and the statement, which makes
+/// the table or finds it made, is asked again until `deadline`.
+pub fn create_table_on(addr: SocketAddr, ddl: &str, deadline: Instant) -> Result<(), QueryError> {
+    loop {
+        match query(addr, ddl) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.coordination_lost() && Instant::now() < deadline => {
+                noteln!("{e}; asking again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 impl std::fmt::Display for QueryError {
@@ -520,7 +549,8 @@ impl ClickHouseCluster {
     /// server's table metadata aside (to restore a wiped replica).
     pub fn create_table(&mut self, ddl: &str) -> Result<(), String> {
         for i in self.ids() {
-            query(self.http(i), ddl).map_err(|e| format!("creating the table on server {i}: {e}"))?;
+            create_table_on(self.http(i), ddl, Instant::now() + START_TIMEOUT)
+                .map_err(|e| format!("creating the table on server {i}: {e}"))?;
             let s = &self.servers[(i - 1) as usize];
             let meta = s.data().join("metadata/default");
             let saved = s.saved_metadata();
@@ -1202,6 +1232,42 @@ impl ClickHouseCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_coordinator_session_is_told_from_a_refused_statement() {
+        let answer = |body: &str| QueryError {
+            addr: "127.0.0.11:8123".parse().unwrap(),
+            refused: Some((500, body.to_string())),
+        };
+        // as ClickHouse 18.16 answers over HTTP; the first is its answer
+        // to a CREATE TABLE whose multi the keeper committed and whose
+        // connection it then dropped (the `lose-multi` hook), after which
+        // CREATE TABLE IF NOT EXISTS found the table made
+        let lost = [
+            "Code: 999, e.displayText() = Coordination::Exception: Connection loss, e.what() = Coordination::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Connection loss, path: /clickhouse, e.what() = Coordination::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Operation timeout, path: /clickhouse/tables/events",
+        ];
+        for e in lost {
+            assert!(answer(e).coordination_lost(), "{e}");
+        }
+        let refused = [
+            "Code: 253, e.displayText() = DB::Exception: Replica /clickhouse/tables/events/replicas/r1 already exists., e.what() = DB::Exception",
+            "Code: 62, e.displayText() = DB::Exception: Syntax error: failed at position 1, e.what() = DB::Exception",
+            "Code: 999, e.displayText() = Coordination::Exception: Node exists, path: /clickhouse/tables/events",
+            // the words in another code's message
+            "Code: 60, e.displayText() = DB::Exception: Table default.Code: 999 Connection loss doesn't exist., e.what() = DB::Exception",
+        ];
+        for e in refused {
+            assert!(!answer(e).coordination_lost(), "{e}");
+        }
+        let silent = QueryError {
+            addr: "127.0.0.11:8123".parse().unwrap(),
+            refused: None,
+        };
+        assert!(!silent.coordination_lost(), "no answer");
+    }
 
     #[test]
     fn block_ids_are_read_from_the_servers_log_under_their_query_id() {

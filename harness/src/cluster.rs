@@ -592,36 +592,10 @@ fn start_clickhouse(
         )?;
     }
     for (i, http) in &https {
-        // a coordinator may drop its clients while this runs (a server
-        // that lost its leader does, as ZooKeeper's do): ClickHouse then
-        // fails the statement with a coordination error, and the statement,
-        // which makes the table or finds it made, is asked again
-        loop {
-            match crate::clickhouse::query(*http, CLICKHOUSE_EVENTS_DDL) {
-                Ok(_) => break,
-                Err(e) if coordination_lost(&e) && Instant::now() < deadline => {
-                    noteln!("ClickHouse server {i}: creating the table: {e}; asking again");
-                    std::thread::sleep(Duration::from_millis(500));
-                }
-                Err(e) => {
-                    return Err(Failure::new(format!(
-                        "creating the table on ClickHouse server {i}: {e}"
-                    )))
-                }
-            }
-        }
+        crate::clickhouse::create_table_on(*http, CLICKHOUSE_EVENTS_DDL, deadline)
+            .map_err(|e| Failure::new(format!("creating the table on ClickHouse server {i}: {e}")))?;
     }
     Ok(())
-}
-
-/// Whether a ClickHouse error is its session with the coordinator lost
-/// (connection loss, an operation timed out, the session expired), not
-/// the statement refused: code 999 (`KEEPER_EXCEPTION`) with one of those.
-fn coordination_lost(error: &crate::clickhouse::QueryError) -> bool {
-    error.code() == Some(999)
-        && ["Connection loss", "Operation timeout", "Session expired"]
-            .iter()
-            .any(|w| error.body().contains(w))
 }
 
 /// The ZooKeeper ensemble of a `--coordinator zookeeper` cluster: one JVM
@@ -1291,46 +1265,4 @@ pub enum ClusterAction {
         #[arg(long, default_value = "drift-cluster")]
         dir: PathBuf,
     },
-}
-
-#[cfg(test)]
-mod tests {
-    use super::coordination_lost;
-    use crate::clickhouse::QueryError;
-
-    #[test]
-    fn a_lost_coordinator_session_is_told_from_a_refused_statement() {
-        let answer = |body: &str| QueryError {
-            addr: "127.0.0.11:8123".parse().unwrap(),
-            refused: Some((500, body.to_string())),
-        };
-        // as ClickHouse 18.16 answers over HTTP; the first is its answer
-        // to a CREATE TABLE whose multi the keeper committed and whose
-        // connection it then dropped (the `lose-multi` hook), after which
-        // CREATE TABLE IF NOT EXISTS found the table made
-        let lost = [
-            "Code: 999, e.displayText() = Coordination::Exception: Connection loss, e.what() = Coordination::Exception",
-            "Code: 999, e.displayText() = Coordination::Exception: Connection loss, path: /clickhouse, e.what() = Coordination::Exception",
-            "Code: 999, e.displayText() = Coordination::Exception: Session expired (Session expired), e.what() = Coordination::Exception",
-            "Code: 999, e.displayText() = Coordination::Exception: Operation timeout, path: /clickhouse/tables/events",
-        ];
-        for e in lost {
-            assert!(coordination_lost(&answer(e)), "{e}");
-        }
-        let refused = [
-            "Code: 253, e.displayText() = DB::Exception: Replica /clickhouse/tables/events/replicas/r1 already exists., e.what() = DB::Exception",
-            "Code: 62, e.displayText() = DB::Exception: Syntax error: failed at position 1, e.what() = DB::Exception",
-            "Code: 999, e.displayText() = Coordination::Exception: Node exists, path: /clickhouse/tables/events",
-            // the words in another code's message
-            "Code: 60, e.displayText() = DB::Exception: Table default.Code: 999 Connection loss doesn't exist., e.what() = DB::Exception",
-        ];
-        for e in refused {
-            assert!(!coordination_lost(&answer(e)), "{e}");
-        }
-        let silent = QueryError {
-            addr: "127.0.0.11:8123".parse().unwrap(),
-            refused: None,
-        };
-        assert!(!coordination_lost(&silent), "no answer");
-    }
 }
