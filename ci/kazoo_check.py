@@ -2,9 +2,10 @@
 """A real ZooKeeper client no one here wrote (kazoo) against a drift keeper
 cluster: create/get/set/delete/children, versions, sequential nodes, multi,
 watches, ACLs (a parent's change reaching that node alone, a digest ACL),
-an ephemeral node that disappears once its session expires, and a session
+an ephemeral node that disappears once its session expires, a session
 resumed on another server with the id and password kazoo was given (one
-with a wrong password is not).
+with a wrong password is not), and a whoAmI pipelined right behind an
+addauth, on every server.
 
 usage: kazoo_check.py HOST:PORT[,HOST:PORT...]
 Exits 0 when every check holds; prints the first failure and exits 1.
@@ -15,6 +16,7 @@ import threading
 import time
 
 from kazoo.client import KazooClient
+from kazoo.protocol.serialization import int_struct, read_string
 from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
@@ -30,6 +32,27 @@ sid, passwd = zk.client_id
 print(sid, passwd.hex(), flush=True)
 time.sleep(600)
 """
+
+
+class WhoAmI:
+    """ZooKeeper's whoAmI (3.7+), which kazoo has no call for: its list of
+    (scheme, user) pairs."""
+
+    type = 107
+
+    def serialize(self):
+        return b""
+
+    @classmethod
+    def deserialize(cls, data, offset):
+        count = int_struct.unpack_from(data, offset)[0]
+        offset += 4
+        users = []
+        for _ in range(count):
+            scheme, offset = read_string(data, offset)
+            user, offset = read_string(data, offset)
+            users.append((scheme, user))
+        return users
 
 
 def check(cond, what):
@@ -106,6 +129,7 @@ def main(hosts):
 
     resumes_on_another_server(zk, hosts, root)
     acls_are_each_nodes_own(zk, hosts, root)
+    whoami_follows_the_addauth_before_it(hosts)
 
     zk.delete(root, recursive=True)
     check(zk.exists(root) is None, "recursive delete")
@@ -151,6 +175,26 @@ def acls_are_each_nodes_own(zk, hosts, root):
     other.close()
     zk.set_acls(top, OPEN_ACL_UNSAFE)
     zk.add_auth("digest", "drift:secret")
+
+
+def whoami_follows_the_addauth_before_it(hosts):
+    """On each server, a session's addauth and a whoAmI sent right behind
+    it, before the addauth's answer: requests are answered in the
+    session's order, so the whoAmI names the identity just added."""
+    for host in hosts.split(","):
+        for attempt in range(5):
+            c = KazooClient(hosts=host, timeout=4)
+            c.start(timeout=15)
+            added = c.add_auth_async("digest", f"who{attempt}:pw")
+            asked = c.handler.async_result()
+            c._call(WhoAmI(), asked)
+            users = asked.get(timeout=10)
+            added.get(timeout=10)
+            c.stop()
+            c.close()
+            if ("digest", f"who{attempt}") not in users:
+                check(False, f"whoAmI right after addauth on {host} names the new user (got {users})")
+    check(True, "whoAmI right after addauth names the new user, on every server")
 
 
 def resumes_on_another_server(zk, hosts, root):

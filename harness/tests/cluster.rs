@@ -108,6 +108,10 @@ fn kazoo_client_passes_its_checks() {
         text.contains("ok: a wrong password does not resume the session"),
         "{text}"
     );
+    assert!(
+        text.contains("ok: whoAmI right after addauth names the new user, on every server"),
+        "{text}"
+    );
 }
 
 /// kazoo's pipelined async calls on one session, against every server of
@@ -838,6 +842,19 @@ async fn zkcli_extras_get_ephemerals_add_watch_config_and_whoami_behave_as_on_zo
         .await
         .unwrap()
         .contains(&"config".to_string()));
+    // read-only for everyone, with no children, as on ZooKeeper 3.8
+    let (acl, _) = client.get_acl("/zookeeper/config").await.unwrap();
+    assert_eq!(
+        acl.iter()
+            .map(|a| (a.scheme().to_string(), a.id().to_string(), a.permission()))
+            .collect::<Vec<_>>(),
+        [("world".to_string(), "anyone".to_string(), zk::Permission::READ)]
+    );
+    assert!(client.list_children("/zookeeper/config").await.unwrap().is_empty());
+    assert_eq!(
+        client.set_data("/zookeeper/config", b"x", None).await.unwrap_err(),
+        zk::Error::NoAuth
+    );
 
     // addWatch PERSISTENT: every event on its path, and it stays
     let mut w = client.watch("/p", zk::AddWatchMode::Persistent).await.unwrap();
@@ -880,7 +897,24 @@ async fn zkcli_extras_get_ephemerals_add_watch_config_and_whoami_behave_as_on_zo
         next_node_event(&mut r).await,
         (zk::EventType::NodeDeleted, "/r/a/b".into())
     );
-    drop((w, r));
+    // removeWatches, which the crate sends for a watcher dropped: each
+    // server's watch count falls back to none
+    let watches = || -> u64 {
+        (1..=3)
+            .map(|i| c.field(i, "mntr", "zk_watch_count").unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(watches(), 2, "the persistent and the recursive watch");
+    drop(w);
+    assert!(
+        wait_for(Duration::from_secs(10), || (watches() == 1).then_some(())).is_some(),
+        "the persistent watch is removed"
+    );
+    drop(r);
+    assert!(
+        wait_for(Duration::from_secs(10), || (watches() == 0).then_some(())).is_some(),
+        "the recursive watch is removed"
+    );
 
     // `stat` lists the clients, with their sessions, and the latencies
     let sid = format!("sid={:#x}", client.session_id().0);

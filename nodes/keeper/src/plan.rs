@@ -14,7 +14,7 @@ use crate::error::ZkError;
 use crate::node::{Kind, Node, Stat, DATA_BYTES_MAX, TTL_MS_MAX};
 use crate::path;
 use crate::request::{Create, Op, OpResult, Response, Write, MULTI_OPS_MAX};
-use crate::state::{make_node, Delta, Session, State};
+use crate::state::{make_node, Delta, Session, State, CONFIG_PATH};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -187,6 +187,11 @@ impl<'a, O: Overlay> Planner<'a, O> {
             Op::SetData { path, data, version } => self.set_data(path, data, *version),
             Op::Check { path, version } => {
                 valid(path)?;
+                if path == CONFIG_PATH {
+                    // readable by everyone, at version 0
+                    version_matches(*version, 0)?;
+                    return Ok(OpResult::Check);
+                }
                 let node = self.node(path).ok_or(ZkError::NoNode)?;
                 self.check_acl(node, PERM_READ)?;
                 version_matches(*version, node.stat.version)?;
@@ -222,6 +227,10 @@ impl<'a, O: Overlay> Planner<'a, O> {
             (false, _) => Kind::Persistent,
         };
         let parent_path = path::parent(&c.path).to_string();
+        if parent_path == CONFIG_PATH {
+            // its ACL grants no CREATE
+            return Err(ZkError::NoAuth);
+        }
         let parent = self.node(&parent_path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&parent, PERM_CREATE)?;
         if parent.is_ephemeral() {
@@ -240,7 +249,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if path.len() > path::PATH_BYTES_MAX {
             return Err(ZkError::BadArguments);
         }
-        if self.node(&path).is_some() {
+        if path == CONFIG_PATH || self.node(&path).is_some() {
             return Err(ZkError::NodeExists);
         }
         let acl = acl::resolve(&c.acl, self.auth_ids())?;
@@ -272,7 +281,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn delete(&mut self, path: &str, version: i32, check_acl: bool) -> Planned<OpResult> {
         valid(path)?;
-        if crate::state::SYSTEM_PATHS.contains(&path) {
+        if crate::state::SYSTEM_PATHS.contains(&path) || path == CONFIG_PATH {
             return Err(ZkError::BadArguments);
         }
         let parent_path = path::parent(path).to_string();
@@ -300,6 +309,10 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if data.len() > DATA_BYTES_MAX {
             return Err(ZkError::BadArguments);
         }
+        if path == CONFIG_PATH {
+            // its ACL grants no WRITE
+            return Err(ZkError::NoAuth);
+        }
         let node = self.node(path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&node, PERM_WRITE)?;
         version_matches(version, node.stat.version)?;
@@ -317,6 +330,10 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn set_acl(&mut self, path: &str, acl_req: &[Acl], version: i32) -> Planned<Response> {
         valid(path)?;
+        if path == CONFIG_PATH {
+            // its ACL grants no ADMIN
+            return Err(ZkError::NoAuth);
+        }
         let node = self.node(path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&node, PERM_ADMIN)?;
         version_matches(version, node.stat.aversion)?;

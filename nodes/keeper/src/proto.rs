@@ -8,15 +8,14 @@
 //! use xid −1, pings −2.
 //!
 //! What is not supported answers `Unimplemented` for that request (the
-//! connection stays up): reconfig, removeWatches/checkWatches, SASL,
-//! getAllChildrenNumber.
+//! connection stays up): reconfig, SASL, getAllChildrenNumber.
 
 use crate::acl::Acl;
 use crate::error::ZkError;
 use crate::jute::{In, JuteError, Out, Result};
 use crate::node::Stat;
 use crate::request::{Create, CreateMode, Op, OpResult, Read, Response, Write};
-use crate::watch::WatchEvent;
+use crate::watch::{WatchEvent, WatchType};
 
 pub mod opcode {
     pub const NOTIFICATION: i32 = 0;
@@ -36,6 +35,8 @@ pub mod opcode {
     pub const CREATE2: i32 = 15;
     pub const CREATE_CONTAINER: i32 = 19;
     pub const CREATE_TTL: i32 = 21;
+    pub const CHECK_WATCHES: i32 = 17;
+    pub const REMOVE_WATCHES: i32 = 18;
     pub const MULTI_READ: i32 = 22;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
@@ -116,6 +117,13 @@ pub enum ClientRequest {
     },
     /// Who the session is authenticated as.
     WhoAmI,
+    /// removeWatches (or, with `check_only`, checkWatches): the session's
+    /// watches of `kind` on `path`.
+    RemoveWatches {
+        path: String,
+        kind: WatchType,
+        check_only: bool,
+    },
     /// A request this server does not implement; answered `Unimplemented`.
     Unsupported,
 }
@@ -357,6 +365,24 @@ impl Request {
                 ClientRequest::AddWatch { path, recursive }
             }
             opcode::WHO_AM_I => ClientRequest::WhoAmI,
+            opcode::REMOVE_WATCHES | opcode::CHECK_WATCHES => {
+                let path = r.string()?;
+                let kind = match r.int()? {
+                    1 => WatchType::Child,
+                    2 => WatchType::Data,
+                    3 => WatchType::Any,
+                    4 => WatchType::Persistent,
+                    5 => WatchType::PersistentRecursive,
+                    t => return r.fail(format!(
+                        "watcher type {t}: 1 (children), 2 (data), 3 (any), 4 (persistent) or 5 (persistent recursive)"
+                    )),
+                };
+                ClientRequest::RemoveWatches {
+                    path,
+                    kind,
+                    check_only: op == opcode::CHECK_WATCHES,
+                }
+            }
             _ => {
                 // unknown or unsupported: the body is skipped whole
                 return Ok(Request {

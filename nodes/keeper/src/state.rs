@@ -93,6 +93,13 @@ impl Delta {
 /// System nodes every tree starts with, as in ZooKeeper.
 pub const SYSTEM_PATHS: [&str; 3] = ["/", "/zookeeper", "/zookeeper/quota"];
 
+/// ZooKeeper's dynamic configuration node. Its data is what the cluster
+/// file says, the same on every server, so it lives outside the tree (the
+/// server answers its reads, and it changes no digest); writes meet it as
+/// ZooKeeper's do: its ACL is read-only for everyone and it can never be
+/// deleted.
+pub const CONFIG_PATH: &str = "/zookeeper/config";
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct State {
     /// Keys and nodes are shared, so a background snapshot's copy of the

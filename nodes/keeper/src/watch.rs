@@ -84,6 +84,35 @@ pub enum WatchKind {
     PersistentRecursive,
 }
 
+/// Which of a session's watches on a path removeWatches and checkWatches
+/// name (ZooKeeper's `WatcherType`): a one-shot children or data watch,
+/// any watch at all, or a persistent one of either mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchType {
+    Child,
+    Data,
+    Any,
+    Persistent,
+    PersistentRecursive,
+}
+
+impl WatchType {
+    fn kinds(self) -> &'static [WatchKind] {
+        match self {
+            WatchType::Child => &[WatchKind::Child],
+            WatchType::Data => &[WatchKind::Data],
+            WatchType::Any => &[
+                WatchKind::Data,
+                WatchKind::Child,
+                WatchKind::Persistent,
+                WatchKind::PersistentRecursive,
+            ],
+            WatchType::Persistent => &[WatchKind::Persistent],
+            WatchType::PersistentRecursive => &[WatchKind::PersistentRecursive],
+        }
+    }
+}
+
 /// The watches registered on one server.
 #[derive(Debug, Default, Clone)]
 pub struct WatchManager {
@@ -99,22 +128,54 @@ impl WatchManager {
         Self::default()
     }
 
-    /// Registers a watch; false when the session is at its limit.
-    pub fn register(&mut self, session: i64, path: &str, kind: WatchKind) -> bool {
-        let count = self.per_session.entry(session).or_default();
-        if *count >= WATCHES_PER_SESSION_MAX {
-            return false;
-        }
-        let map = match kind {
+    fn map(&mut self, kind: WatchKind) -> &mut BTreeMap<String, BTreeSet<i64>> {
+        match kind {
             WatchKind::Data => &mut self.data,
             WatchKind::Child => &mut self.child,
             WatchKind::Persistent => &mut self.persistent,
             WatchKind::PersistentRecursive => &mut self.recursive,
-        };
-        if map.entry(path.to_string()).or_default().insert(session) {
-            *count += 1;
+        }
+    }
+
+    /// Registers a watch; false when the session is at its limit.
+    pub fn register(&mut self, session: i64, path: &str, kind: WatchKind) -> bool {
+        if self
+            .per_session
+            .get(&session)
+            .is_some_and(|c| *c >= WATCHES_PER_SESSION_MAX)
+        {
+            return false;
+        }
+        if self.map(kind).entry(path.to_string()).or_default().insert(session) {
+            *self.per_session.entry(session).or_default() += 1;
         }
         true
+    }
+
+    /// Whether `session` has a watch of `which` on `path`; unless
+    /// `check_only`, those watches are removed (removeWatches).
+    pub fn remove(&mut self, session: i64, path: &str, which: WatchType, check_only: bool) -> bool {
+        let mut found = 0;
+        for &kind in which.kinds() {
+            let map = self.map(kind);
+            let Some(set) = map.get_mut(path) else { continue };
+            if check_only {
+                found += usize::from(set.contains(&session));
+                continue;
+            }
+            if set.remove(&session) {
+                found += 1;
+                if set.is_empty() {
+                    map.remove(path);
+                }
+            }
+        }
+        if !check_only && found > 0 {
+            if let Some(c) = self.per_session.get_mut(&session) {
+                *c = c.saturating_sub(found);
+            }
+        }
+        found > 0
     }
 
     /// Fires `events`: returns (session, event) once for every session a
@@ -245,5 +306,37 @@ mod tests {
         );
         w.remove_session(1);
         assert_eq!(w.count(), 0);
+    }
+
+    #[test]
+    fn remove_takes_only_the_named_kind_and_check_takes_nothing() {
+        let mut w = WatchManager::new();
+        for kind in [
+            WatchKind::Data,
+            WatchKind::Child,
+            WatchKind::Persistent,
+            WatchKind::PersistentRecursive,
+        ] {
+            w.register(1, "/a", kind);
+        }
+        w.register(2, "/a", WatchKind::Data);
+        assert!(w.remove(1, "/a", WatchType::Data, true), "checked");
+        assert!(w.remove(1, "/a", WatchType::Data, false), "removed");
+        assert!(!w.remove(1, "/a", WatchType::Data, true), "gone");
+        assert!(!w.remove(1, "/a", WatchType::Data, false), "nothing to remove");
+        assert!(!w.remove(1, "/b", WatchType::Any, false), "another path");
+        assert_eq!(w.count(), 4, "the other kinds and the other session's stay");
+        assert!(w.remove(1, "/a", WatchType::Persistent, false));
+        assert_eq!(
+            w.trigger(&[ev(EventType::NodeDataChanged, "/a")]),
+            vec![
+                (1, ev(EventType::NodeDataChanged, "/a")),
+                (2, ev(EventType::NodeDataChanged, "/a"))
+            ],
+            "session 1's recursive watch still fires, session 2's data watch fires"
+        );
+        assert!(w.remove(1, "/a", WatchType::Any, false), "the child and recursive ones");
+        assert_eq!(w.count(), 0);
+        assert_eq!(w.per_session.get(&1), Some(&0), "the session's count follows");
     }
 }

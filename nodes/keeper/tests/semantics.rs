@@ -253,6 +253,50 @@ fn delete_of_missing_node_is_no_node_and_of_non_empty_is_not_empty() {
     );
 }
 
+/// `/zookeeper/config` lives outside the tree, but writes meet it as
+/// ZooKeeper 3.8's do: read-only for everyone (no write, ACL change or
+/// child), never deleted, and there already.
+#[test]
+fn writes_meet_the_config_node_as_zookeepers_do() {
+    let mut k = K::new();
+    let config = "/zookeeper/config";
+    let digest = k.s.state().digest();
+    let set = Op::SetData {
+        path: config.into(),
+        data: b"x".to_vec(),
+        version: -1,
+    };
+    assert_eq!(err(k.write(Write::Op(set.clone()))), ZkError::NoAuth);
+    assert_eq!(
+        err(k.write(Write::SetAcl {
+            path: config.into(),
+            acl: Acl::open(),
+            version: -1
+        })),
+        ZkError::NoAuth
+    );
+    assert_eq!(
+        err(k.write(Write::Op(Op::Delete {
+            path: config.into(),
+            version: -1
+        }))),
+        ZkError::BadArguments
+    );
+    assert_eq!(err(k.create(config)), ZkError::NodeExists);
+    assert_eq!(err(k.create("/zookeeper/config/x")), ZkError::NoAuth);
+    let check = |version| Op::Check {
+        path: config.into(),
+        version,
+    };
+    assert_eq!(
+        err(k.write(Write::Multi(vec![check(0), check(-1)]))),
+        ZkError::Ok,
+        "a check at its version holds"
+    );
+    assert_eq!(err(k.write(Write::Multi(vec![check(1), set]))), ZkError::BadVersion);
+    assert_eq!(k.s.state().digest(), digest, "nothing changed the tree");
+}
+
 #[test]
 fn multi_is_all_or_nothing_with_zookeepers_per_op_results() {
     let mut k = K::new();

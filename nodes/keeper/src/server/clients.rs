@@ -281,26 +281,19 @@ impl<D: Disk> KeeperServer<D> {
                 }
                 SlotState::Answer(proto::encode_error(XID_SET_WATCHES, zxid, ZkError::Ok))
             }
-            ClientRequest::AddWatch { path, recursive } => {
-                let err = if crate::path::validate(&path).is_err() {
-                    ZkError::BadArguments
-                } else {
-                    let kind = if recursive {
-                        WatchKind::PersistentRecursive
-                    } else {
-                        WatchKind::Persistent
-                    };
-                    if self.watches.register(session, &path, kind) {
-                        ZkError::Ok
-                    } else {
-                        ZkError::BadArguments
-                    }
-                };
-                SlotState::Answer(proto::encode_error_response(req.xid, zxid, err))
-            }
-            ClientRequest::WhoAmI => {
-                let users = self.who_am_i(conn, session);
-                SlotState::Answer(proto::encode_who_am_i(req.xid, zxid, &users))
+            // answered from this server's own state in the session's
+            // order, once every request before it is answered: a whoAmI
+            // right after an addauth names the new identity, and a watch
+            // added right after a write does not fire for it
+            body @ (ClientRequest::WhoAmI | ClientRequest::AddWatch { .. } | ClientRequest::RemoveWatches { .. }) => {
+                SlotState::Read(ParkedRead {
+                    xid: req.xid,
+                    opcode: req.opcode,
+                    body,
+                    until_zxid: 0,
+                    until_index: 0,
+                    since_us: self.env.now_us,
+                })
             }
             ClientRequest::Unsupported => SlotState::Answer(proto::encode_error(req.xid, zxid, ZkError::Unimplemented)),
         };
@@ -374,7 +367,7 @@ impl<D: Disk> KeeperServer<D> {
                         ..
                     }) = c.queue.pop_front()
                     {
-                        if let Some(frame) = self.serve(session, r) {
+                        if let Some(frame) = self.serve(conn, session, r) {
                             self.send_raw(conn, frame);
                         }
                     }
@@ -466,7 +459,11 @@ impl<D: Disk> KeeperServer<D> {
             }),
             Read::Exists { path } if path == CONFIG_NODE => Some(Response::Exists { stat: config_stat() }),
             Read::GetAcl { path } if path == CONFIG_NODE => Some(Response::GetAcl {
-                acl: crate::acl::Acl::open(),
+                acl: vec![crate::acl::Acl::world(crate::acl::PERM_READ)],
+                stat: config_stat(),
+            }),
+            Read::GetChildren { path } if path == CONFIG_NODE => Some(Response::GetChildren {
+                children: Vec::new(),
                 stat: config_stat(),
             }),
             Read::GetChildren { path } if path == "/zookeeper" => match self.ks.read(session, read) {
@@ -483,10 +480,38 @@ impl<D: Disk> KeeperServer<D> {
     }
 
     /// The answer to a read, from the tree as it is now.
-    fn serve(&mut self, session: i64, r: ParkedRead) -> Option<Vec<u8>> {
+    fn serve(&mut self, conn: u64, session: i64, r: ParkedRead) -> Option<Vec<u8>> {
         let zxid = self.last_zxid();
         self.latency.record(r.since_us, self.env.now_us);
         let frame = match &r.body {
+            ClientRequest::WhoAmI => proto::encode_who_am_i(r.xid, zxid, &self.who_am_i(conn, session)),
+            ClientRequest::AddWatch { path, recursive } => {
+                let err = if crate::path::validate(path).is_err() {
+                    ZkError::BadArguments
+                } else {
+                    let kind = if *recursive {
+                        WatchKind::PersistentRecursive
+                    } else {
+                        WatchKind::Persistent
+                    };
+                    if self.watches.register(session, path, kind) {
+                        ZkError::Ok
+                    } else {
+                        ZkError::BadArguments
+                    }
+                };
+                proto::encode_error_response(r.xid, zxid, err)
+            }
+            ClientRequest::RemoveWatches { path, kind, check_only } => {
+                // ZooKeeper answers NoWatcher when the session has none
+                // of that kind there
+                let err = if self.watches.remove(session, path, *kind, *check_only) {
+                    ZkError::Ok
+                } else {
+                    ZkError::NoWatcher
+                };
+                proto::encode_error(r.xid, zxid, err)
+            }
             ClientRequest::GetEphemerals { prefix } => {
                 let ephemerals: Vec<String> = self
                     .ks

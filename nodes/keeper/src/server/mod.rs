@@ -97,7 +97,7 @@ struct ReadBatch {
 }
 
 /// ZooKeeper's dynamic configuration node.
-const CONFIG_NODE: &str = "/zookeeper/config";
+const CONFIG_NODE: &str = crate::state::CONFIG_PATH;
 /// Most containers / TTL nodes reaped per scan.
 const REAP_PER_SCAN_MAX: usize = 64;
 /// What the `undecodable` fault hook proposes: an entry no replica can
