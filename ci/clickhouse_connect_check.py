@@ -66,6 +66,9 @@ def main():
     check("RowBinary", raw == (1).to_bytes(8, "little") + (-1).to_bytes(8, "little", signed=True), repr(raw))
     tsv = c.raw_query("SELECT key FROM events WHERE id = 2", fmt="TabSeparated")
     check("TabSeparated escapes", tsv == b"b\\tc\n", repr(tsv))
+    # its last column without an alias: the FORMAT the client adds is no alias
+    constant = c.query("SELECT 1").result_rows
+    check("a select with no FROM", constant == [(1,)], repr(constant))
     typed = c.query("SELECT id - 5 AS d, version() AS v FROM events WHERE id = 1")
     check(
         "expression columns are typed",

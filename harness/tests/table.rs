@@ -711,7 +711,7 @@ fn clickhouse_connect_connects_inserts_and_queries_unchanged() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "clickhouse-connect checks failed:\n{text}");
-    assert_eq!(text.matches("ok: ").count(), 15, "every check ran:\n{text}");
+    assert_eq!(text.matches("ok: ").count(), 16, "every check ran:\n{text}");
     // what the client sent was stored as written: read it back by hand
     t.assert_rows_everywhere(
         &[1, 2, 3],

@@ -373,9 +373,11 @@ impl Request {
                     3 => WatchType::Any,
                     4 => WatchType::Persistent,
                     5 => WatchType::PersistentRecursive,
-                    t => return r.fail(format!(
+                    t => {
+                        return r.fail(format!(
                         "watcher type {t}: 1 (children), 2 (data), 3 (any), 4 (persistent) or 5 (persistent recursive)"
-                    )),
+                    ))
+                    }
                 };
                 ClientRequest::RemoveWatches {
                     path,

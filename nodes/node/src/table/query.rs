@@ -332,6 +332,13 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
     if sql.len() > QUERY_BYTES_MAX {
         return Err(syntax(format!("query of {} bytes (most {QUERY_BYTES_MAX})", sql.len())));
     }
+    // a select's closing `FORMAT <name>`, which sqlparser reads only after
+    // a FROM (`SELECT 1 FORMAT JSON` would be `1 AS FORMAT`, then a stray
+    // word): taken off here, for every select alike
+    let (sql, trailing) = match trailing_format(sql) {
+        Some((start, name)) if first == "SELECT" => (&sql[..start], Some(Format::parse(name)?)),
+        _ => (sql, None),
+    };
     let mut statements = Parser::parse_sql(&ClickHouseDialect {}, sql).map_err(syntax)?;
     if statements.len() != 1 {
         return Err(syntax(format!(
@@ -346,7 +353,14 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
         }
         Statement::Query(mut q) => {
             let settings = settings_of(q.settings.take())?;
-            Ok((Command::Select(Box::new(select(*q)?)), settings))
+            let mut query = select(*q)?;
+            if let Some(format) = trailing {
+                if query.format.is_some() {
+                    return Err(syntax("two FORMAT clauses in one query"));
+                }
+                query.format = Some(format);
+            }
+            Ok((Command::Select(Box::new(query)), settings))
         }
         Statement::OptimizeTable {
             name,
@@ -370,6 +384,47 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
             "`{}`",
             other.to_string().chars().take(60).collect::<String>()
         ))),
+    }
+}
+
+/// Where a query's closing `FORMAT <name>` starts, and the name: the last
+/// two tokens before any trailing whitespace, comments and semicolons are
+/// the word `FORMAT` and an unquoted name (so neither may be inside a
+/// string or a comment).
+fn trailing_format(sql: &str) -> Option<(usize, &str)> {
+    let end = sql.trim_end_matches(|c: char| c.is_whitespace() || c == ';');
+    let name_len = end
+        .bytes()
+        .rev()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        .count();
+    let (before, name) = end.split_at(end.len() - name_len);
+    let keyword = before.trim_end();
+    if name.is_empty() || keyword.len() == before.len() || keyword.len() < 6 {
+        return None;
+    }
+    let start = keyword.len() - 6;
+    if !keyword.is_char_boundary(start)
+        || !keyword[start..].eq_ignore_ascii_case("FORMAT")
+        || keyword[..start].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    {
+        return None;
+    }
+    let tokens = Tokenizer::new(&ClickHouseDialect {}, sql).tokenize().ok()?;
+    let mut words = tokens
+        .iter()
+        .rev()
+        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon));
+    match (words.next(), words.next()) {
+        (Some(Token::Word(n)), Some(Token::Word(f)))
+            if n.quote_style.is_none()
+                && n.value == name
+                && f.quote_style.is_none()
+                && f.value.eq_ignore_ascii_case("FORMAT") =>
+        {
+            Some((start, name))
+        }
+        _ => None,
     }
 }
 
@@ -509,6 +564,7 @@ pub fn bool_setting(name: &str, v: &str) -> TResult<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::error::UNKNOWN_FORMAT;
 
     #[test]
     fn inserts_split_the_data_off_at_the_format() {
@@ -531,6 +587,29 @@ mod tests {
             panic!()
         };
         assert!(matches!(i.data, InsertData::Values(ref r) if r.len() == 2));
+    }
+
+    #[test]
+    fn a_closing_format_is_read_with_or_without_a_from() {
+        let format = |q: &str| match parse(q) {
+            Ok(Command::Select(s)) => Ok(s.format),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e.code),
+        };
+        // as clickhouse-connect asks a server: a newline before FORMAT
+        assert_eq!(format("SELECT 1\n FORMAT Native"), Ok(Some(Format::Native)));
+        assert_eq!(format("SELECT version() format JSON;"), Ok(Some(Format::Json)));
+        assert_eq!(
+            format("SELECT 1 FROM t FORMAT JSON -- a comment"),
+            Ok(Some(Format::Json))
+        );
+        assert_eq!(format("SELECT 1"), Ok(None));
+        // a FORMAT inside a string, a comment or a longer word is no clause
+        assert_eq!(format("SELECT 'x FORMAT JSON'"), Ok(None));
+        assert_eq!(format("SELECT 1 -- FORMAT JSON"), Ok(None));
+        assert_eq!(format("SELECT 1 AS myformat"), Ok(None));
+        assert_eq!(format("SELECT 1 FORMAT Bogus"), Err(UNKNOWN_FORMAT));
+        assert_eq!(format("SELECT 1 FROM t FORMAT JSON FORMAT CSV"), Err(SYNTAX_ERROR));
     }
 
     #[test]
