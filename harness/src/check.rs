@@ -123,13 +123,18 @@ fn dedup(kinds: &[CheckerKind]) -> Vec<CheckerKind> {
 }
 
 /// The history file to read and, when the input is a run, its directory.
+/// Both by their real paths: what the results record must not go through
+/// a link that moves (`store/latest` names the newest run, not this one).
 fn resolve_input(input: &Path) -> Result<(PathBuf, Option<RunDir>), Failure> {
+    if !input.exists() {
+        return Err(Failure::new(format!("{}: no such file or directory", input.display())));
+    }
+    let input = &input
+        .canonicalize()
+        .map_err(|e| Failure::new(format!("{}: {e}", input.display())))?;
     if input.is_dir() {
         let run = RunDir::open(input).map_err(Failure::new)?;
         return Ok((run.history(), Some(run)));
-    }
-    if !input.exists() {
-        return Err(Failure::new(format!("{}: no such file or directory", input.display())));
     }
     let parent = input
         .parent()

@@ -858,8 +858,15 @@ fn cmdline_has(pid: u32, marker: &str) -> bool {
         .unwrap_or(false)
 }
 
+fn no_such_node(node: u64, config_path: &Path) -> Failure {
+    Failure::new(format!("--node {node}: no such node in {}", config_path.display()))
+}
+
 fn stop_node(dir: &Path, node: u64) -> Result<i32, Failure> {
     let (dir, config_path) = cluster_dir(dir)?;
+    if ClusterConfig::load(&config_path)?.peer(node).is_none() {
+        return Err(no_such_node(node, &config_path));
+    }
     let mut pids = read_pids(&dir)?;
     let Some(at) = pids.iter().position(|(id, _)| *id == node) else {
         out!("node {node} is not running");
@@ -881,7 +888,7 @@ fn start_node(dir: &Path, node: u64) -> Result<i32, Failure> {
     let addr = config
         .peer(node)
         .map(|p| p.client)
-        .ok_or_else(|| Failure::new(format!("--node {node}: no such node in {}", config_path.display())))?;
+        .ok_or_else(|| no_such_node(node, &config_path))?;
     let mut pids = read_pids(&dir)?;
     if let Some((_, pid)) = pids.iter().find(|(id, _)| *id == node) {
         if is_our_node(*pid, &config_path) {

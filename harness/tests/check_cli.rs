@@ -359,6 +359,18 @@ fn a_run_directory_is_checked_in_place() {
     assert_eq!(code, 0, "{stdout}{stderr}");
     assert!(stdout.contains("verdict  VALID"), "{stdout}");
     assert!(run_dir.join("results.json").is_file());
+    // through a link that moves, as `store/latest` does: the results name
+    // the run's own history, not the link's
+    let link = run_dir.with_extension("latest");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&run_dir, &link).unwrap();
+    let (code, stdout, stderr) = run(drift().arg("check").arg(&link));
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    let results: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("results.json")).unwrap()).unwrap();
+    let real = run_dir.canonicalize().unwrap().join("history.jsonl");
+    assert_eq!(results["history"], real.display().to_string());
+    std::fs::remove_file(&link).unwrap();
     std::fs::remove_dir_all(&run_dir).unwrap();
 }
 
