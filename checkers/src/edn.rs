@@ -19,8 +19,9 @@
 //!   pair, is keyed: `[k v]` becomes `key` k and `value` v;
 //! * keywords become strings without their colon; `:error` becomes a
 //!   string (a keyword's name, a string, or the EDN as printed);
-//! * a tag other than `#jepsen.history.Op` is an error, as is anything
-//!   that is not EDN: every error names the file and the line.
+//! * EDN's `#inst` and `#uuid` in a value become their strings; any other
+//!   tag but `#jepsen.history.Op` is an error, as is anything that is not
+//!   EDN: every error names the file and the line.
 //!
 //! Parsing is `clojure-reader`'s (a maintained EDN reader that reports
 //! line and column); this module maps its values onto [`Op`].
@@ -278,6 +279,11 @@ fn json_of(v: &Edn<'_>) -> Result<Value, String> {
             }
             Value::Object(out)
         }
+        // EDN's two built-in tags: an instant and a UUID, each a string
+        Edn::Tagged(tag, inner) if *tag == "inst" || *tag == "uuid" => match inner.as_ref() {
+            Edn::Str(s) => Value::String(s.to_string()),
+            other => return Err(format!("#{tag} must tag a string, not {}", short(other))),
+        },
         Edn::Tagged(tag, _) => return Err(format!("unknown tag #{tag} in a value")),
         other => return Err(format!("a value drift cannot read: {}", short(other))),
     })
@@ -387,6 +393,19 @@ mod tests {
         let e = read_str("({:type :invoke :f :read :value nil :process 0})\n{:x 1}").unwrap_err();
         assert!(e.reason.contains("text after the history's closing `)`"), "{e}");
         assert!(is_edn(Path::new("h"), b"({:type :invoke"));
+    }
+
+    #[test]
+    fn builtin_tags_in_a_value_read_as_their_strings() {
+        let (ops, _) = read_str(concat!(
+            "{:type :invoke :f :write :value #uuid \"f81d4fae-7dec-11d0-a765-00a0c91e6bf6\" :process 0}\n",
+            "{:type :ok :f :write :value #inst \"1985-04-12T23:20:50.52Z\" :process 0}\n",
+        ))
+        .unwrap();
+        assert_eq!(ops[0].value, serde_json::json!("f81d4fae-7dec-11d0-a765-00a0c91e6bf6"));
+        assert_eq!(ops[1].value, serde_json::json!("1985-04-12T23:20:50.52Z"));
+        let e = read_str("{:type :invoke :f :write :value #inst 5 :process 0}\n").unwrap_err();
+        assert!(e.reason.contains("#inst must tag a string"), "{e}");
     }
 
     #[test]

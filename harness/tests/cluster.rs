@@ -842,6 +842,19 @@ async fn zkcli_extras_get_ephemerals_add_watch_config_and_whoami_behave_as_on_zo
         .await
         .unwrap()
         .contains(&"config".to_string()));
+    // getAllChildrenNumber: every node below, at any depth (the config
+    // node under /zookeeper counts, as on ZooKeeper 3.8)
+    client.create("/p/a", b"", &persistent()).await.unwrap();
+    client.create("/p/a/b", b"", &persistent()).await.unwrap();
+    assert_eq!(client.count_descendants_number("/p").await.unwrap(), 2);
+    assert_eq!(client.count_descendants_number("/p/a/b").await.unwrap(), 0);
+    assert_eq!(client.count_descendants_number("/zookeeper").await.unwrap(), 2);
+    assert_eq!(
+        client.count_descendants_number("/nope").await.unwrap_err(),
+        zk::Error::NoNode
+    );
+    client.delete("/p/a/b", None).await.unwrap();
+    client.delete("/p/a", None).await.unwrap();
     // read-only for everyone, with no children, as on ZooKeeper 3.8
     let (acl, _) = client.get_acl("/zookeeper/config").await.unwrap();
     assert_eq!(

@@ -8,7 +8,7 @@
 //! use xid −1, pings −2.
 //!
 //! What is not supported answers `Unimplemented` for that request (the
-//! connection stays up): reconfig, SASL, getAllChildrenNumber.
+//! connection stays up): reconfig, SASL.
 
 use crate::acl::Acl;
 use crate::error::ZkError;
@@ -41,6 +41,7 @@ pub mod opcode {
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
     pub const GET_EPHEMERALS: i32 = 103;
+    pub const GET_ALL_CHILDREN_NUMBER: i32 = 104;
     pub const SET_WATCHES2: i32 = 105;
     pub const ADD_WATCH: i32 = 106;
     pub const WHO_AM_I: i32 = 107;
@@ -109,6 +110,10 @@ pub enum ClientRequest {
     /// The session's ephemeral znodes whose paths start with `prefix`.
     GetEphemerals {
         prefix: String,
+    },
+    /// How many nodes are below `path`, at any depth.
+    GetAllChildrenNumber {
+        path: String,
     },
     /// A persistent watch on `path` (with `recursive`, on its subtree).
     AddWatch {
@@ -355,6 +360,7 @@ impl Request {
                 }
             }
             opcode::GET_EPHEMERALS => ClientRequest::GetEphemerals { prefix: r.string()? },
+            opcode::GET_ALL_CHILDREN_NUMBER => ClientRequest::GetAllChildrenNumber { path: r.string()? },
             opcode::ADD_WATCH => {
                 let path = r.string()?;
                 let recursive = match r.int()? {
@@ -545,6 +551,16 @@ pub fn encode_strings_reply(xid: i32, zxid: i64, items: &[String]) -> Vec<u8> {
     o.long(zxid);
     o.int(0);
     o.strings(items);
+    o.finish()
+}
+
+/// getAllChildrenNumber's reply.
+pub fn encode_count_reply(xid: i32, zxid: i64, count: i32) -> Vec<u8> {
+    let mut o = Out::frame();
+    o.int(xid);
+    o.long(zxid);
+    o.int(0);
+    o.int(count);
     o.finish()
 }
 

@@ -197,6 +197,20 @@ impl State {
         self.next_session_id
     }
 
+    /// How many nodes are below `path`, at any depth: the keys that start
+    /// with `path/` are one range of the map.
+    pub fn descendants(&self, path: &str) -> usize {
+        let prefix = if path == "/" {
+            "/".to_string()
+        } else {
+            format!("{path}/")
+        };
+        self.nodes
+            .range::<str, _>((Bound::Excluded(prefix.as_str()), Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix.as_str()))
+            .count()
+    }
+
     pub fn get(&self, path: &str) -> Option<&Node> {
         self.nodes.get(path).map(|n| &**n)
     }

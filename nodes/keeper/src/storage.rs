@@ -291,6 +291,20 @@ impl Storage {
     }
 
     /// Serves a read from the committed tree for `session`.
+    /// getAllChildrenNumber: how many nodes are below `path` at any depth,
+    /// for a session that may read it.
+    pub fn all_children_number(&self, session: i64, path: &str) -> Result<usize, ZkError> {
+        let ids: &[crate::acl::Id] = self.state.session(session).map_or(&[], |s| &s.auth);
+        if crate::path::validate(path).is_err() {
+            return Err(ZkError::BadArguments);
+        }
+        let node = self.state.get(path).ok_or(ZkError::NoNode)?;
+        if !acl::allowed(&node.acl, PERM_READ, ids) {
+            return Err(ZkError::NoAuth);
+        }
+        Ok(self.state.descendants(path))
+    }
+
     pub fn read(&self, session: i64, req: &Read) -> Response {
         let ids: &[crate::acl::Id] = self.state.session(session).map_or(&[], |s| &s.auth);
         let path = match req {

@@ -239,7 +239,10 @@ impl<D: Disk> KeeperServer<D> {
                     self.write_slot(conn, session, w, kind, behind_read)
                 }
             }
-            body @ (ClientRequest::Read(_) | ClientRequest::MultiRead(_) | ClientRequest::GetEphemerals { .. }) => {
+            body @ (ClientRequest::Read(_)
+            | ClientRequest::MultiRead(_)
+            | ClientRequest::GetEphemerals { .. }
+            | ClientRequest::GetAllChildrenNumber { .. }) => {
                 let last = self.conns.get(&conn).map_or(0, |c| c.last_zxid);
                 let mut read = ParkedRead {
                     xid: req.xid,
@@ -512,6 +515,15 @@ impl<D: Disk> KeeperServer<D> {
                 };
                 proto::encode_error(r.xid, zxid, err)
             }
+            ClientRequest::GetAllChildrenNumber { path } => match self.ks.all_children_number(session, path) {
+                // the config node is below both, outside the tree
+                Ok(n) => {
+                    let config = usize::from(path == "/" || path == "/zookeeper");
+                    proto::encode_count_reply(r.xid, zxid, (n + config).min(i32::MAX as usize) as i32)
+                }
+                Err(e) if path == CONFIG_NODE && e == ZkError::NoNode => proto::encode_count_reply(r.xid, zxid, 0),
+                Err(e) => proto::encode_error(r.xid, zxid, e),
+            },
             ClientRequest::GetEphemerals { prefix } => {
                 let ephemerals: Vec<String> = self
                     .ks
