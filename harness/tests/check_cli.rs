@@ -860,9 +860,17 @@ fn jepsen_edn_histories_check_and_convert_as_they_are() {
     let results: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(results["keys"], 2, "independent keys :a and :b");
     // a stale read makes it invalid: the reader keeps values and keys
-    std::fs::write(&edn, JEPSEN_EDN.replace("[:a 2], :process 0}", "[:a 1], :process 0}")).unwrap();
+    let stale = JEPSEN_EDN.replace("[:a 2], :process 0}", "[:a 1], :process 0}");
+    std::fs::write(&edn, &stale).unwrap();
     let (code, stdout, _) = run(drift().arg("check").arg(&edn).args(["--out"]).arg(dir.join("out2")));
     assert_eq!(code, 1, "{stdout}");
+    // the read is named by its completion's line and its invoke's
+    let line_of = |part: &str| stale.lines().position(|l| l.contains(part)).unwrap() + 1;
+    let (invoked, returned) = (line_of(":invoke, :f :read"), line_of(":ok, :f :read"));
+    assert!(
+        stdout.contains(&format!("ok at line {returned}, invoked at line {invoked}")),
+        "{stdout}"
+    );
     // drift convert writes the JSON Lines, which check the same way
     std::fs::write(&edn, JEPSEN_EDN).unwrap();
     let jsonl = dir.join("history.jsonl");

@@ -490,6 +490,7 @@ mod tests {
             complete_index: Some(complete),
             complete_time: Some(complete as i64 * 1_000_000),
             line: invoke + 1,
+            complete_line: Some(complete + 1),
         }
     }
 

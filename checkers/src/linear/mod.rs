@@ -157,7 +157,11 @@ pub struct OpRef {
     pub complete_index: Option<u64>,
     #[serde(default)]
     pub complete_time: Option<i64>,
+    /// The invoke's line in the history file.
     pub line: u64,
+    /// The completion's line, if it has one.
+    #[serde(default)]
+    pub complete_line: Option<u64>,
 }
 
 /// Why one key is not linearizable.
@@ -390,11 +394,12 @@ impl Linearizable {
         let (verdict, reason) = if report.keys_invalid > 0 {
             let first = match report.violations.first() {
                 Some(v) => format!(
-                    "; the first: key {}, {} {} ({}, line {}) returns what no order of the ops before it allows",
+                    "; the first: key {}, {} {} ({} at line {}, invoked at line {}) returns what no order of the ops before it allows",
                     v.key.as_deref().unwrap_or("unkeyed"),
                     v.failing.process,
                     v.failing.desc,
                     v.failing.outcome,
+                    v.failing.complete_line.unwrap_or(v.failing.line),
                     v.failing.line
                 ),
                 None => report
@@ -602,6 +607,7 @@ fn op_ref(history: &History, operation: usize, desc: String) -> OpRef {
         complete_index: comp.map(|c| c.index),
         complete_time: comp.map(|c| c.time),
         line: history.lines[o.invoke],
+        complete_line: o.complete.map(|c| history.lines[c]),
     }
 }
 
@@ -854,7 +860,7 @@ fn proof_violation<M: Model>(
         op.desc,
         op.process,
         op.complete_index.unwrap_or(op.invoke_index),
-        op.line,
+        op.complete_line.unwrap_or(op.line),
         proof.kind.name(),
     );
     if writers.is_empty() {
