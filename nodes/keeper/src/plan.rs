@@ -180,6 +180,13 @@ impl<'a, O: Overlay> Planner<'a, O> {
         }
     }
 
+    /// Whether `path` is the configuration node, which stands outside the
+    /// tree ([`CONFIG_PATH`]) — unless a tree made before it was refused
+    /// there holds a znode of that name, which then is an ordinary node.
+    fn is_config(&self, path: &str) -> bool {
+        path == CONFIG_PATH && self.node(CONFIG_PATH).is_none()
+    }
+
     fn op(&mut self, op: &Op) -> Planned<OpResult> {
         match op {
             Op::Create(c) => self.create(c),
@@ -187,9 +194,10 @@ impl<'a, O: Overlay> Planner<'a, O> {
             Op::SetData { path, data, version } => self.set_data(path, data, *version),
             Op::Check { path, version } => {
                 valid(path)?;
-                if path == CONFIG_PATH {
-                    // readable by everyone, at version 0
-                    version_matches(*version, 0)?;
+                if self.is_config(path) {
+                    // readable by everyone, at version -1 (as ZooKeeper
+                    // writes it: a setData at version -1)
+                    version_matches(*version, -1)?;
                     return Ok(OpResult::Check);
                 }
                 let node = self.node(path).ok_or(ZkError::NoNode)?;
@@ -227,7 +235,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
             (false, _) => Kind::Persistent,
         };
         let parent_path = path::parent(&c.path).to_string();
-        if parent_path == CONFIG_PATH {
+        if self.is_config(&parent_path) {
             // its ACL grants no CREATE
             return Err(ZkError::NoAuth);
         }
@@ -249,7 +257,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if path.len() > path::PATH_BYTES_MAX {
             return Err(ZkError::BadArguments);
         }
-        if path == CONFIG_PATH || self.node(&path).is_some() {
+        if self.is_config(&path) || self.node(&path).is_some() {
             return Err(ZkError::NodeExists);
         }
         let acl = acl::resolve(&c.acl, self.auth_ids())?;
@@ -281,7 +289,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn delete(&mut self, path: &str, version: i32, check_acl: bool) -> Planned<OpResult> {
         valid(path)?;
-        if crate::state::SYSTEM_PATHS.contains(&path) || path == CONFIG_PATH {
+        if crate::state::SYSTEM_PATHS.contains(&path) || self.is_config(path) {
             return Err(ZkError::BadArguments);
         }
         let parent_path = path::parent(path).to_string();
@@ -309,7 +317,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if data.len() > DATA_BYTES_MAX {
             return Err(ZkError::BadArguments);
         }
-        if path == CONFIG_PATH {
+        if self.is_config(path) {
             // its ACL grants no WRITE
             return Err(ZkError::NoAuth);
         }
@@ -330,7 +338,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn set_acl(&mut self, path: &str, acl_req: &[Acl], version: i32) -> Planned<Response> {
         valid(path)?;
-        if path == CONFIG_PATH {
+        if self.is_config(path) {
             // its ACL grants no ADMIN
             return Err(ZkError::NoAuth);
         }

@@ -123,10 +123,11 @@ pub enum ClientRequest {
     /// Who the session is authenticated as.
     WhoAmI,
     /// removeWatches (or, with `check_only`, checkWatches): the session's
-    /// watches of `kind` on `path`.
+    /// watches of `kind` on `path` (`None`: a watcher type ZooKeeper does
+    /// not know, answered MarshallingError as ZooKeeper answers it).
     RemoveWatches {
         path: String,
-        kind: WatchType,
+        kind: Option<WatchType>,
         check_only: bool,
     },
     /// A request this server does not implement; answered `Unimplemented`.
@@ -374,16 +375,12 @@ impl Request {
             opcode::REMOVE_WATCHES | opcode::CHECK_WATCHES => {
                 let path = r.string()?;
                 let kind = match r.int()? {
-                    1 => WatchType::Child,
-                    2 => WatchType::Data,
-                    3 => WatchType::Any,
-                    4 => WatchType::Persistent,
-                    5 => WatchType::PersistentRecursive,
-                    t => {
-                        return r.fail(format!(
-                        "watcher type {t}: 1 (children), 2 (data), 3 (any), 4 (persistent) or 5 (persistent recursive)"
-                    ))
-                    }
+                    1 => Some(WatchType::Child),
+                    2 => Some(WatchType::Data),
+                    3 => Some(WatchType::Any),
+                    4 => Some(WatchType::Persistent),
+                    5 => Some(WatchType::PersistentRecursive),
+                    _ => None,
                 };
                 ClientRequest::RemoveWatches {
                     path,
@@ -658,6 +655,31 @@ mod tests {
             panic!()
         };
         assert_eq!((c.path.as_str(), c.mode), ("/a", CreateMode::EphemeralSequential));
+    }
+
+    #[test]
+    fn remove_watches_reads_its_type_and_keeps_an_unknown_one_to_answer() {
+        for (opcode, check_only) in [(opcode::REMOVE_WATCHES, false), (opcode::CHECK_WATCHES, true)] {
+            for (t, kind) in [
+                (1, Some(WatchType::Child)),
+                (5, Some(WatchType::PersistentRecursive)),
+                (9, None),
+            ] {
+                let mut o = Out::default();
+                o.int(3);
+                o.int(opcode);
+                o.string("/w");
+                o.int(t);
+                assert_eq!(
+                    Request::decode(&o.buf).unwrap().body,
+                    ClientRequest::RemoveWatches {
+                        path: "/w".into(),
+                        kind,
+                        check_only
+                    }
+                );
+            }
+        }
     }
 
     #[test]

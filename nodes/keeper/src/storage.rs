@@ -290,7 +290,6 @@ impl Storage {
         self.last_preprocessed = self.pending.back().map_or(self.state.last_zxid, |p| p.zxid);
     }
 
-    /// Serves a read from the committed tree for `session`.
     /// getAllChildrenNumber: how many nodes are below `path` at any depth,
     /// for a session that may read it.
     pub fn all_children_number(&self, session: i64, path: &str) -> Result<usize, ZkError> {
@@ -305,6 +304,7 @@ impl Storage {
         Ok(self.state.descendants(path))
     }
 
+    /// Serves a read from the committed tree for `session`.
     pub fn read(&self, session: i64, req: &Read) -> Response {
         let ids: &[crate::acl::Id] = self.state.session(session).map_or(&[], |s| &s.auth);
         let path = match req {

@@ -85,8 +85,10 @@ pub enum WatchKind {
 }
 
 /// Which of a session's watches on a path removeWatches and checkWatches
-/// name (ZooKeeper's `WatcherType`): a one-shot children or data watch,
-/// any watch at all, or a persistent one of either mode.
+/// name (ZooKeeper's `WatcherType`, as 3.9 reads it): a one-shot children
+/// or data watch, any watch at all, or a persistent one of either mode.
+/// (3.8 knows the first three only, and its children or data type takes a
+/// persistent watch on the path as well.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchType {
     Child,

@@ -197,7 +197,7 @@ impl<D: Disk> KeeperServer<D> {
         // servable as soon as it reaches the head — when the write before
         // it applies, so before any later write of its session does — and
         // writes go on behind it at once, as ZooKeeper pipelines them.
-        let behind_read = self.cfg.quorum_reads && c.queue.iter().any(|s| matches!(s.state, SlotState::Read(_)));
+        let behind_read = self.cfg.quorum_reads && c.queue.iter().any(|s| s.holds_writes());
         let state = match req.body {
             ClientRequest::Ping => unreachable!("answered above"),
             ClientRequest::Write(Write::CloseSession) => self.write_slot(
@@ -251,6 +251,7 @@ impl<D: Disk> KeeperServer<D> {
                     until_zxid: last,
                     until_index: 0,
                     since_us: self.env.now_us,
+                    holds_writes: self.cfg.quorum_reads,
                 };
                 if self.cfg.quorum_reads && !self.bugs.local_read_in_quorum_round {
                     read.until_index = u64::MAX;
@@ -296,6 +297,9 @@ impl<D: Disk> KeeperServer<D> {
                     until_zxid: 0,
                     until_index: 0,
                     since_us: self.env.now_us,
+                    // answered as soon as it reaches the head, before a
+                    // later write of its session can apply
+                    holds_writes: false,
                 })
             }
             ClientRequest::Unsupported => SlotState::Answer(proto::encode_error(req.xid, zxid, ZkError::Unimplemented)),
@@ -398,7 +402,7 @@ impl<D: Disk> KeeperServer<D> {
             let Some(slot) = c
                 .queue
                 .iter_mut()
-                .take_while(|s| !matches!(s.state, SlotState::Read(_)))
+                .take_while(|s| !s.holds_writes())
                 .find(|s| matches!(s.state, SlotState::Held { .. }))
             else {
                 return;
@@ -449,10 +453,17 @@ impl<D: Disk> KeeperServer<D> {
     }
 
     /// A read of the config node, or `/zookeeper`'s children (which list
-    /// it); `None` for any other read.
+    /// it); `None` for any other read, and for every read when a tree made
+    /// by an older build holds a znode of that name (an ordinary node, see
+    /// `plan.rs`).
     fn read_config(&self, session: i64, read: &Read) -> Option<Response> {
+        if self.ks.state().get(CONFIG_NODE).is_some() {
+            return None;
+        }
+        // version -1, as ZooKeeper's setData at -1 leaves it
         let config_stat = || crate::node::Stat {
             data_length: self.config_node().len() as i32,
+            version: -1,
             ..Default::default()
         };
         match read {
@@ -507,21 +518,23 @@ impl<D: Disk> KeeperServer<D> {
             }
             ClientRequest::RemoveWatches { path, kind, check_only } => {
                 // ZooKeeper answers NoWatcher when the session has none
-                // of that kind there
-                let err = if self.watches.remove(session, path, *kind, *check_only) {
-                    ZkError::Ok
-                } else {
-                    ZkError::NoWatcher
+                // of that kind there, and MarshallingError for a watcher
+                // type it does not know
+                let err = match kind {
+                    None => ZkError::MarshallingError,
+                    Some(kind) if self.watches.remove(session, path, *kind, *check_only) => ZkError::Ok,
+                    Some(_) => ZkError::NoWatcher,
                 };
                 proto::encode_error(r.xid, zxid, err)
             }
             ClientRequest::GetAllChildrenNumber { path } => match self.ks.all_children_number(session, path) {
                 // the config node is below both, outside the tree
                 Ok(n) => {
-                    let config = usize::from(path == "/" || path == "/zookeeper");
+                    let virtual_config = self.ks.state().get(CONFIG_NODE).is_none();
+                    let config = usize::from(virtual_config && (path == "/" || path == "/zookeeper"));
                     proto::encode_count_reply(r.xid, zxid, (n + config).min(i32::MAX as usize) as i32)
                 }
-                Err(e) if path == CONFIG_NODE && e == ZkError::NoNode => proto::encode_count_reply(r.xid, zxid, 0),
+                Err(ZkError::NoNode) if path == CONFIG_NODE => proto::encode_count_reply(r.xid, zxid, 0),
                 Err(e) => proto::encode_error(r.xid, zxid, e),
             },
             ClientRequest::GetEphemerals { prefix } => {
@@ -566,7 +579,10 @@ impl<D: Disk> KeeperServer<D> {
                     .collect();
                 proto::encode_multi_read(r.xid, zxid, &answers)
             }
-            _ => return None,
+            ClientRequest::Ping
+            | ClientRequest::Write(_)
+            | ClientRequest::SetWatches { .. }
+            | ClientRequest::Unsupported => return None,
         };
         Some(frame)
     }

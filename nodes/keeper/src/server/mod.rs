@@ -387,6 +387,13 @@ struct Slot {
     state: SlotState,
 }
 
+impl Slot {
+    /// A read that, with quorum reads, holds the writes behind it.
+    fn holds_writes(&self) -> bool {
+        matches!(&self.state, SlotState::Read(r) if r.holds_writes)
+    }
+}
+
 enum SlotState {
     /// Answered: leaves once everything before it has.
     Answer(Vec<u8>),
@@ -461,6 +468,11 @@ struct ParkedRead {
     until_index: u64,
     /// When it arrived (a read-index round that never answers times out).
     since_us: u64,
+    /// With quorum reads, a write behind it waits until it is answered
+    /// (it may be servable only after that write applied); a request the
+    /// server answers from its own state (whoAmI, addWatch,
+    /// removeWatches) holds nothing.
+    holds_writes: bool,
 }
 
 /// An entry this server preprocessed and has not committed yet.

@@ -335,8 +335,10 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
     // a select's closing `FORMAT <name>`, which sqlparser reads only after
     // a FROM (`SELECT 1 FORMAT JSON` would be `1 AS FORMAT`, then a stray
     // word): taken off here, for every select alike
-    let (sql, trailing) = match trailing_format(sql) {
-        Some((start, name)) if first == "SELECT" => (&sql[..start], Some(Format::parse(name)?)),
+    let (sql, trailing) = match trailing_format(sql).map(|(start, name)| (start, Format::parse(name))) {
+        // a name that is no format is left to sqlparser: `ORDER BY format
+        // DESC` ends in the same two words
+        Some((start, Ok(format))) if first == "SELECT" => (&sql[..start], Some(format)),
         _ => (sql, None),
     };
     let mut statements = Parser::parse_sql(&ClickHouseDialect {}, sql).map_err(syntax)?;
@@ -388,9 +390,9 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
 }
 
 /// Where a query's closing `FORMAT <name>` starts, and the name: the last
-/// two tokens before any trailing whitespace, comments and semicolons are
-/// the word `FORMAT` and an unquoted name (so neither may be inside a
-/// string or a comment).
+/// two words before any trailing whitespace and semicolons are `FORMAT`
+/// and a name, and sqlparser's tokens agree they are two unquoted words
+/// (so neither is inside a string or a comment).
 fn trailing_format(sql: &str) -> Option<(usize, &str)> {
     let end = sql.trim_end_matches(|c: char| c.is_whitespace() || c == ';');
     let name_len = end
@@ -599,16 +601,18 @@ mod tests {
         // as clickhouse-connect asks a server: a newline before FORMAT
         assert_eq!(format("SELECT 1\n FORMAT Native"), Ok(Some(Format::Native)));
         assert_eq!(format("SELECT version() format JSON;"), Ok(Some(Format::Json)));
+        // after a FROM sqlparser reads the clause itself
         assert_eq!(
             format("SELECT 1 FROM t FORMAT JSON -- a comment"),
             Ok(Some(Format::Json))
         );
+        assert_eq!(format("SELECT id FROM t ORDER BY format DESC"), Ok(None));
         assert_eq!(format("SELECT 1"), Ok(None));
         // a FORMAT inside a string, a comment or a longer word is no clause
         assert_eq!(format("SELECT 'x FORMAT JSON'"), Ok(None));
         assert_eq!(format("SELECT 1 -- FORMAT JSON"), Ok(None));
         assert_eq!(format("SELECT 1 AS myformat"), Ok(None));
-        assert_eq!(format("SELECT 1 FORMAT Bogus"), Err(UNKNOWN_FORMAT));
+        assert_eq!(format("SELECT 1 FROM t FORMAT Bogus"), Err(UNKNOWN_FORMAT));
         assert_eq!(format("SELECT 1 FROM t FORMAT JSON FORMAT CSV"), Err(SYNTAX_ERROR));
     }
 
