@@ -382,6 +382,7 @@ async fn malformed_frames_close_only_that_connection() {
     let client = connect(&c.connect).await;
     client.create("/still-serving", b"", &persistent()).await.unwrap();
     assert_eq!(c.four(1, "ruok").as_deref(), Some("imok"));
+    assert_eq!(c.four(1, "isro").as_deref(), Some("rw"));
 }
 
 /// A ConnectRequest frame (protocol 0, new session, 4 s), as clients send it.

@@ -56,7 +56,7 @@ pub const XID_AUTH: i32 = -4;
 pub const XID_SET_WATCHES: i32 = -8;
 
 /// The four-letter words a server answers.
-pub const FOUR_LETTER_WORDS: [&[u8; 4]; 7] = [b"ruok", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif"];
+pub const FOUR_LETTER_WORDS: [&[u8; 4]; 8] = [b"ruok", b"isro", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRequest {

@@ -136,6 +136,9 @@ impl<D: Disk> KeeperServer<D> {
         };
         match word {
             b"ruok" => "imok".into(),
+            // a client that may take a read-only server asks this first
+            // (ZooKeeper's answer for a server of a quorum: read-write)
+            b"isro" => "rw".into(),
             b"dgst" => {
                 let d = digest();
                 format!(
