@@ -126,22 +126,19 @@ fn dedup(kinds: &[CheckerKind]) -> Vec<CheckerKind> {
 /// Both by their real paths: what the results record must not go through
 /// a link that moves (`store/latest` names the newest run, not this one).
 fn resolve_input(input: &Path) -> Result<(PathBuf, Option<RunDir>), Failure> {
-    if !input.exists() {
-        return Err(Failure::new(format!("{}: no such file or directory", input.display())));
-    }
-    let input = &input
-        .canonicalize()
-        .map_err(|e| Failure::new(format!("{}: {e}", input.display())))?;
+    let input = &input.canonicalize().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Failure::new(format!("{}: no such file or directory", input.display())),
+        _ => Failure::new(format!("{}: {e}", input.display())),
+    })?;
     if input.is_dir() {
         let run = RunDir::open(input).map_err(Failure::new)?;
         return Ok((run.history(), Some(run)));
     }
-    let parent = input
+    // an absolute path now: a file has a parent
+    let run = input
         .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let in_run = input.file_name() == Some(store::HISTORY.as_ref()) && parent.join(store::RUN_JSON).is_file();
-    let run = if in_run { RunDir::open(parent).ok() } else { None };
+        .filter(|p| input.file_name() == Some(store::HISTORY.as_ref()) && p.join(store::RUN_JSON).is_file())
+        .and_then(|p| RunDir::open(p).ok());
     Ok((input.to_path_buf(), run))
 }
 

@@ -533,17 +533,9 @@ fn a_node_restarted_through_drift_cluster_is_seen_by_status_and_stopped_by_down(
     assert!(!again.status.success());
     // a node the cluster does not have is refused by name, before anything
     for action in ["stop", "restart"] {
-        let out = drift()
-            .args(["cluster", action, "--node", "9", "--dir"])
-            .arg(&c.dir)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(out.status.code(), Some(3), "{action}: {text}");
+        let (code, stdout, stderr) = common::run(drift().args(["cluster", action, "--node", "9", "--dir"]).arg(&c.dir));
+        let text = stdout + &stderr;
+        assert_eq!(code, 3, "{action}: {text}");
         assert!(
             text.contains("--node 9: no such node") && !text.contains("not running"),
             "{action}: {text}"

@@ -72,6 +72,12 @@ impl<'a, O: Overlay> Planner<'a, O> {
         (self.deltas, response)
     }
 
+    /// `path`'s node as this plan sees it. The configuration node, which
+    /// lives outside the tree, is seen as ZooKeeper keeps it: read-only
+    /// for everyone at version -1, so every write to it or under it is
+    /// refused by the checks any node gets (deleting it is refused by
+    /// name); a tree made by a build that let a client create a znode
+    /// there keeps that znode.
     fn node(&self, path: &str) -> Option<&Node> {
         if let Some(v) = self.local.get(path) {
             return v.as_ref();
@@ -79,7 +85,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if let Some(v) = self.overlay.node(path) {
             return v.as_ref();
         }
-        self.state.get(path)
+        self.state.get(path).or_else(|| (path == CONFIG_PATH).then(config_node))
     }
 
     fn session(&self, id: i64) -> Option<&Session> {
@@ -180,13 +186,6 @@ impl<'a, O: Overlay> Planner<'a, O> {
         }
     }
 
-    /// Whether `path` is the configuration node, which stands outside the
-    /// tree ([`CONFIG_PATH`]) — unless a tree made before it was refused
-    /// there holds a znode of that name, which then is an ordinary node.
-    fn is_config(&self, path: &str) -> bool {
-        path == CONFIG_PATH && self.node(CONFIG_PATH).is_none()
-    }
-
     fn op(&mut self, op: &Op) -> Planned<OpResult> {
         match op {
             Op::Create(c) => self.create(c),
@@ -194,12 +193,6 @@ impl<'a, O: Overlay> Planner<'a, O> {
             Op::SetData { path, data, version } => self.set_data(path, data, *version),
             Op::Check { path, version } => {
                 valid(path)?;
-                if self.is_config(path) {
-                    // readable by everyone, at version -1 (as ZooKeeper
-                    // writes it: a setData at version -1)
-                    version_matches(*version, -1)?;
-                    return Ok(OpResult::Check);
-                }
                 let node = self.node(path).ok_or(ZkError::NoNode)?;
                 self.check_acl(node, PERM_READ)?;
                 version_matches(*version, node.stat.version)?;
@@ -235,10 +228,6 @@ impl<'a, O: Overlay> Planner<'a, O> {
             (false, _) => Kind::Persistent,
         };
         let parent_path = path::parent(&c.path).to_string();
-        if self.is_config(&parent_path) {
-            // its ACL grants no CREATE
-            return Err(ZkError::NoAuth);
-        }
         let parent = self.node(&parent_path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&parent, PERM_CREATE)?;
         if parent.is_ephemeral() {
@@ -257,7 +246,7 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if path.len() > path::PATH_BYTES_MAX {
             return Err(ZkError::BadArguments);
         }
-        if self.is_config(&path) || self.node(&path).is_some() {
+        if self.node(&path).is_some() {
             return Err(ZkError::NodeExists);
         }
         let acl = acl::resolve(&c.acl, self.auth_ids())?;
@@ -289,7 +278,8 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn delete(&mut self, path: &str, version: i32, check_acl: bool) -> Planned<OpResult> {
         valid(path)?;
-        if crate::state::SYSTEM_PATHS.contains(&path) || self.is_config(path) {
+        let virtual_config = self.node(path).is_some_and(|n| std::ptr::eq(n, config_node()));
+        if crate::state::SYSTEM_PATHS.contains(&path) || virtual_config {
             return Err(ZkError::BadArguments);
         }
         let parent_path = path::parent(path).to_string();
@@ -317,10 +307,6 @@ impl<'a, O: Overlay> Planner<'a, O> {
         if data.len() > DATA_BYTES_MAX {
             return Err(ZkError::BadArguments);
         }
-        if self.is_config(path) {
-            // its ACL grants no WRITE
-            return Err(ZkError::NoAuth);
-        }
         let node = self.node(path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&node, PERM_WRITE)?;
         version_matches(version, node.stat.version)?;
@@ -338,10 +324,6 @@ impl<'a, O: Overlay> Planner<'a, O> {
 
     fn set_acl(&mut self, path: &str, acl_req: &[Acl], version: i32) -> Planned<Response> {
         valid(path)?;
-        if self.is_config(path) {
-            // its ACL grants no ADMIN
-            return Err(ZkError::NoAuth);
-        }
         let node = self.node(path).ok_or(ZkError::NoNode)?.clone();
         self.check_acl(&node, PERM_ADMIN)?;
         version_matches(version, node.stat.aversion)?;
@@ -467,6 +449,22 @@ impl<'a, O: Overlay> Planner<'a, O> {
         self.delete(path, -1, false)?;
         Ok(Response::Reap { deleted: true })
     }
+}
+
+/// The configuration node as writes see it (see `Planner::node`).
+fn config_node() -> &'static Node {
+    static NODE: std::sync::OnceLock<Node> = std::sync::OnceLock::new();
+    NODE.get_or_init(|| Node {
+        data: Arc::from(&b""[..]),
+        stat: Stat {
+            version: -1,
+            ..Stat::default()
+        },
+        acl: Arc::from(vec![Acl::world(PERM_READ)]),
+        seq: 0,
+        content: 0,
+        digest: 0,
+    })
 }
 
 fn valid(path: &str) -> Planned<()> {

@@ -452,12 +452,18 @@ impl<D: Disk> KeeperServer<D> {
         text.into_bytes()
     }
 
+    /// Whether the config node is the one outside the tree (not a znode
+    /// of that name an older build let a client create).
+    fn config_is_virtual(&self) -> bool {
+        self.ks.state().get(CONFIG_NODE).is_none()
+    }
+
     /// A read of the config node, or `/zookeeper`'s children (which list
     /// it); `None` for any other read, and for every read when a tree made
     /// by an older build holds a znode of that name (an ordinary node, see
     /// `plan.rs`).
     fn read_config(&self, session: i64, read: &Read) -> Option<Response> {
-        if self.ks.state().get(CONFIG_NODE).is_some() {
+        if !self.config_is_virtual() {
             return None;
         }
         // version -1, as ZooKeeper's setData at -1 leaves it
@@ -530,8 +536,7 @@ impl<D: Disk> KeeperServer<D> {
             ClientRequest::GetAllChildrenNumber { path } => match self.ks.all_children_number(session, path) {
                 // the config node is below both, outside the tree
                 Ok(n) => {
-                    let virtual_config = self.ks.state().get(CONFIG_NODE).is_none();
-                    let config = usize::from(virtual_config && (path == "/" || path == "/zookeeper"));
+                    let config = usize::from(self.config_is_virtual() && (path == "/" || path == "/zookeeper"));
                     proto::encode_count_reply(r.xid, zxid, (n + config).min(i32::MAX as usize) as i32)
                 }
                 Err(ZkError::NoNode) if path == CONFIG_NODE => proto::encode_count_reply(r.xid, zxid, 0),

@@ -335,10 +335,8 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
     // a select's closing `FORMAT <name>`, which sqlparser reads only after
     // a FROM (`SELECT 1 FORMAT JSON` would be `1 AS FORMAT`, then a stray
     // word): taken off here, for every select alike
-    let (sql, trailing) = match trailing_format(sql).map(|(start, name)| (start, Format::parse(name))) {
-        // a name that is no format is left to sqlparser: `ORDER BY format
-        // DESC` ends in the same two words
-        Some((start, Ok(format))) if first == "SELECT" => (&sql[..start], Some(format)),
+    let (sql, trailing) = match trailing_format(sql) {
+        Some((start, format)) if first == "SELECT" => (&sql[..start], Some(format)),
         _ => (sql, None),
     };
     let mut statements = Parser::parse_sql(&ClickHouseDialect {}, sql).map_err(syntax)?;
@@ -389,45 +387,43 @@ pub fn parse_with_settings(q: &str) -> TResult<(Command, Vec<(String, String)>)>
     }
 }
 
-/// Where a query's closing `FORMAT <name>` starts, and the name: the last
-/// two words before any trailing whitespace and semicolons are `FORMAT`
-/// and a name, and sqlparser's tokens agree they are two unquoted words
-/// (so neither is inside a string or a comment).
-fn trailing_format(sql: &str) -> Option<(usize, &str)> {
-    let end = sql.trim_end_matches(|c: char| c.is_whitespace() || c == ';');
-    let name_len = end
-        .bytes()
-        .rev()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_')
-        .count();
-    let (before, name) = end.split_at(end.len() - name_len);
-    let keyword = before.trim_end();
-    if name.is_empty() || keyword.len() == before.len() || keyword.len() < 6 {
+/// A query's closing `FORMAT <name>`: where it starts, and the format.
+/// Its last two tokens, past whitespace, comments and semicolons, must be
+/// the unquoted word `FORMAT` and a format's name (a name that is none is
+/// left to sqlparser: `ORDER BY format DESC` ends in two such words).
+fn trailing_format(sql: &str) -> Option<(usize, Format)> {
+    if !sql.to_ascii_uppercase().contains("FORMAT") {
         return None;
     }
-    let start = keyword.len() - 6;
-    if !keyword.is_char_boundary(start)
-        || !keyword[start..].eq_ignore_ascii_case("FORMAT")
-        || keyword[..start].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
-    {
-        return None;
-    }
-    let tokens = Tokenizer::new(&ClickHouseDialect {}, sql).tokenize().ok()?;
+    let tokens = Tokenizer::new(&ClickHouseDialect {}, sql)
+        .tokenize_with_location()
+        .ok()?;
     let mut words = tokens
         .iter()
         .rev()
-        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon));
-    match (words.next(), words.next()) {
-        (Some(Token::Word(n)), Some(Token::Word(f)))
-            if n.quote_style.is_none()
-                && n.value == name
-                && f.quote_style.is_none()
-                && f.value.eq_ignore_ascii_case("FORMAT") =>
-        {
-            Some((start, name))
-        }
-        _ => None,
+        .filter(|t| !matches!(t.token, Token::Whitespace(_) | Token::SemiColon));
+    let (Some(name), Some(keyword)) = (words.next(), words.next()) else {
+        return None;
+    };
+    let (Token::Word(n), Token::Word(k)) = (&name.token, &keyword.token) else {
+        return None;
+    };
+    if n.quote_style.is_some() || k.quote_style.is_some() || !k.value.eq_ignore_ascii_case("FORMAT") {
+        return None;
     }
+    let format = Format::parse(&n.value).ok()?;
+    // the keyword's line and column (1-based, in characters) as a byte offset
+    let at = keyword.span.start;
+    let line_start: usize = sql
+        .split_inclusive('\n')
+        .take((at.line as usize).checked_sub(1)?)
+        .map(str::len)
+        .sum();
+    let column = sql[line_start..]
+        .char_indices()
+        .nth((at.column as usize).checked_sub(1)?)?
+        .0;
+    Some((line_start + column, format))
 }
 
 /// A `SETTINGS` clause's settings as text: a number, a string or a
@@ -601,11 +597,8 @@ mod tests {
         // as clickhouse-connect asks a server: a newline before FORMAT
         assert_eq!(format("SELECT 1\n FORMAT Native"), Ok(Some(Format::Native)));
         assert_eq!(format("SELECT version() format JSON;"), Ok(Some(Format::Json)));
-        // after a FROM sqlparser reads the clause itself
-        assert_eq!(
-            format("SELECT 1 FROM t FORMAT JSON -- a comment"),
-            Ok(Some(Format::Json))
-        );
+        assert_eq!(format("SELECT 1 FORMAT JSON -- a comment"), Ok(Some(Format::Json)));
+        assert_eq!(format("SELECT 'it''s', 'a\\tb' FORMAT CSV"), Ok(Some(Format::Csv)));
         assert_eq!(format("SELECT id FROM t ORDER BY format DESC"), Ok(None));
         assert_eq!(format("SELECT 1"), Ok(None));
         // a FORMAT inside a string, a comment or a longer word is no clause
