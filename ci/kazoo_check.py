@@ -5,7 +5,8 @@ watches, ACLs (a parent's change reaching that node alone, a digest ACL),
 an ephemeral node that disappears once its session expires, a session
 resumed on another server with the id and password kazoo was given (one
 with a wrong password is not), and a whoAmI pipelined right behind an
-addauth, on every server.
+addauth, on every server; a reconfig refused as a ZooKeeper with
+reconfig disabled refuses it.
 
 usage: kazoo_check.py HOST:PORT[,HOST:PORT...]
 Exits 0 when every check holds; prints the first failure and exits 1.
@@ -17,7 +18,14 @@ import time
 
 from kazoo.client import KazooClient
 from kazoo.protocol.serialization import int_struct, read_string
-from kazoo.exceptions import BadVersionError, NoAuthError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import (
+    BadVersionError,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    ReconfigDisabledError,
+)
 from kazoo.security import OPEN_ACL_UNSAFE, make_acl, make_digest_acl
 
 # A session owner in its own process, so it can die without closing.
@@ -92,6 +100,9 @@ def main(hosts):
     names = sorted(["c"] + [s.rsplit("/", 1)[1] for s in seq])
     check(sorted(zk.get_children(root)) == names, "children are listed")
     refused(NotEmptyError, "delete of a non-empty node fails", zk.delete, root)
+    # membership comes from the cluster file: a reconfig is refused as a
+    # ZooKeeper with reconfigEnabled=false (its default) refuses it
+    refused(ReconfigDisabledError, "reconfig is refused as disabled", zk.reconfig, None, "3", None)
 
     t = zk.transaction()
     t.create(root + "/t1", b"1")

@@ -385,6 +385,45 @@ async fn malformed_frames_close_only_that_connection() {
     assert_eq!(c.four(1, "isro").as_deref(), Some("rw"));
 }
 
+/// What clients read a server's standing from: `envi` names a version in
+/// the `x.y.z-…` form kazoo's `server_version` parses (kazoo's lock-free
+/// transactions and locking queue ask it first), and `isro` says `rw`
+/// while the server knows a leader and `null`, as a ZooKeeper server out
+/// of its quorum does, once its peers are stopped.
+#[test]
+fn envi_names_a_version_and_isro_says_null_without_a_quorum() {
+    let c = Cluster::up("standing", 21710, &[]);
+    c.wait_leader(Duration::from_secs(10));
+    let envi = c.four(1, "envi").expect("envi is answered");
+    let version = envi
+        .lines()
+        .find_map(|l| l.strip_prefix("zookeeper.version="))
+        .unwrap_or_else(|| panic!("no zookeeper.version line in {envi:?}"));
+    let number: Vec<u32> = version
+        .split('-')
+        .next()
+        .unwrap()
+        .split('.')
+        .map(|d| d.parse().expect("a number"))
+        .collect();
+    assert!(
+        envi.starts_with("Environment:\n") && number >= vec![3, 5, 0],
+        "{envi:?}"
+    );
+    assert_eq!(c.four(1, "isro").as_deref(), Some("rw"));
+    c.stop(2);
+    c.stop(3);
+    wait_for(Duration::from_secs(20), || {
+        (c.four(1, "isro").as_deref() == Some("null")).then_some(())
+    })
+    .expect("a server alone says null to isro");
+    c.start(2);
+    wait_for(Duration::from_secs(20), || {
+        (c.four(1, "isro").as_deref() == Some("rw")).then_some(())
+    })
+    .expect("back in a quorum, it says rw");
+}
+
 /// A ConnectRequest frame (protocol 0, new session, 4 s), as clients send it.
 fn drift_keeper_connect_request() -> Vec<u8> {
     let mut b = Vec::new();

@@ -29,10 +29,11 @@ pub enum ZkError {
     SessionMoved,
     NotReadOnly,
     NoWatcher,
+    ReconfigDisabled,
 }
 
 /// Every code with its protocol number.
-const CODES: [(ZkError, i32); 24] = [
+const CODES: [(ZkError, i32); 25] = [
     (ZkError::Ok, 0),
     (ZkError::SystemError, -1),
     (ZkError::RuntimeInconsistency, -2),
@@ -57,6 +58,7 @@ const CODES: [(ZkError, i32); 24] = [
     (ZkError::SessionMoved, -118),
     (ZkError::NotReadOnly, -119),
     (ZkError::NoWatcher, -121),
+    (ZkError::ReconfigDisabled, -123),
 ];
 
 impl ZkError {

@@ -7,8 +7,8 @@
 //! every reply a ReplyHeader (xid, zxid, err) and a body. Watch events
 //! use xid −1, pings −2.
 //!
-//! What is not supported answers `Unimplemented` for that request (the
-//! connection stays up): reconfig, SASL.
+//! What is not supported answers an error for that request (the
+//! connection stays up): reconfig `ReconfigDisabled`, SASL `Unimplemented`.
 
 use crate::acl::Acl;
 use crate::error::ZkError;
@@ -37,6 +37,7 @@ pub mod opcode {
     pub const CREATE_TTL: i32 = 21;
     pub const CHECK_WATCHES: i32 = 17;
     pub const REMOVE_WATCHES: i32 = 18;
+    pub const RECONFIG: i32 = 16;
     pub const MULTI_READ: i32 = 22;
     pub const AUTH: i32 = 100;
     pub const SET_WATCHES: i32 = 101;
@@ -56,7 +57,9 @@ pub const XID_AUTH: i32 = -4;
 pub const XID_SET_WATCHES: i32 = -8;
 
 /// The four-letter words a server answers.
-pub const FOUR_LETTER_WORDS: [&[u8; 4]; 8] = [b"ruok", b"isro", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif"];
+pub const FOUR_LETTER_WORDS: [&[u8; 4]; 9] = [
+    b"ruok", b"isro", b"envi", b"mntr", b"srvr", b"stat", b"conf", b"dgst", b"lgif",
+];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectRequest {
@@ -130,8 +133,13 @@ pub enum ClientRequest {
         kind: Option<WatchType>,
         check_only: bool,
     },
-    /// A request this server does not implement; answered `Unimplemented`.
-    Unsupported,
+    /// A request this server does not serve, answered with `code`:
+    /// `ReconfigDisabled` for reconfig (membership comes from the cluster
+    /// file, as on a ZooKeeper whose `reconfigEnabled` is false, its
+    /// default), `Unimplemented` for any other.
+    Unsupported {
+        code: ZkError,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -390,10 +398,15 @@ impl Request {
             }
             _ => {
                 // unknown or unsupported: the body is skipped whole
+                let code = if op == opcode::RECONFIG {
+                    ZkError::ReconfigDisabled
+                } else {
+                    ZkError::Unimplemented
+                };
                 return Ok(Request {
                     xid,
                     opcode: op,
-                    body: ClientRequest::Unsupported,
+                    body: ClientRequest::Unsupported { code },
                     multi_opcodes: Vec::new(),
                 });
             }
@@ -686,9 +699,24 @@ mod tests {
     fn unknown_opcodes_are_unsupported_not_errors() {
         let mut o = Out::default();
         o.int(9);
-        o.int(16); // reconfig
+        o.int(opcode::RECONFIG);
         o.string("whatever");
-        assert_eq!(Request::decode(&o.buf).unwrap().body, ClientRequest::Unsupported);
+        assert_eq!(
+            Request::decode(&o.buf).unwrap().body,
+            ClientRequest::Unsupported {
+                code: ZkError::ReconfigDisabled
+            }
+        );
+        let mut o = Out::default();
+        o.int(9);
+        o.int(102); // sasl
+        o.buffer(b"token");
+        assert_eq!(
+            Request::decode(&o.buf).unwrap().body,
+            ClientRequest::Unsupported {
+                code: ZkError::Unimplemented
+            }
+        );
     }
 
     #[test]

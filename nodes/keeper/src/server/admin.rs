@@ -5,6 +5,12 @@ use crate::disk::Disk;
 use raft::StateRole;
 use std::collections::BTreeSet;
 
+/// The version the four-letter words report: the ZooKeeper release whose
+/// client protocol the keeper speaks (its baseline, 3.8; the 3.9 requests
+/// it answers too are in the README), then what serves it, in the
+/// `x.y.z-…` form clients parse the number from.
+pub const ZOOKEEPER_VERSION: &str = concat!("3.8.0-drift-keeper-", env!("CARGO_PKG_VERSION"));
+
 /// What an admin command line comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminAnswer {
@@ -136,9 +142,19 @@ impl<D: Disk> KeeperServer<D> {
         };
         match word {
             b"ruok" => "imok".into(),
-            // a client that may take a read-only server asks this first
-            // (ZooKeeper's answer for a server of a quorum: read-write)
-            b"isro" => "rw".into(),
+            // a client that may take a read-only server asks this first:
+            // read-write while this server knows a leader; without one it
+            // serves no new session, and says "null" as a ZooKeeper server
+            // out of its quorum does (drift has no read-only mode)
+            b"isro" => if self.leader() == 0 { "null" } else { "rw" }.into(),
+            // clients read the server's version from here (kazoo's
+            // server_version picks the protocol features it may use)
+            b"envi" => format!(
+                "Environment:\nzookeeper.version={ZOOKEEPER_VERSION}\nserver.id={}\nos.name={}\nos.arch={}\n",
+                self.id,
+                std::env::consts::OS,
+                std::env::consts::ARCH
+            ),
             b"dgst" => {
                 let d = digest();
                 format!(
@@ -166,8 +182,8 @@ impl<D: Disk> KeeperServer<D> {
                 let ephemerals = st.nodes().filter(|(_, n)| n.is_ephemeral()).count();
                 let d = digest();
                 format!(
-                "zk_version\tdrift-keeper {}\nzk_server_state\t{role}\nzk_znode_count\t{}\nzk_ephemerals_count\t{ephemerals}\nzk_watch_count\t{}\nzk_num_alive_connections\t{}\nzk_outstanding_requests\t{}\nzk_packets_received\t{}\nzk_packets_sent\t{}\nzk_last_zxid\t{}\nzk_digest\t{:#018x}\n",
-                env!("CARGO_PKG_VERSION"), st.node_count(), self.watches.count(), self.conns.len(), self.pending.len(),
+                "zk_version\t{ZOOKEEPER_VERSION}\nzk_server_state\t{role}\nzk_znode_count\t{}\nzk_ephemerals_count\t{ephemerals}\nzk_watch_count\t{}\nzk_num_alive_connections\t{}\nzk_outstanding_requests\t{}\nzk_packets_received\t{}\nzk_packets_sent\t{}\nzk_last_zxid\t{}\nzk_digest\t{:#018x}\n",
+                st.node_count(), self.watches.count(), self.conns.len(), self.pending.len(),
                 self.received, self.sent, st.last_zxid(), d.value
                 )
             }
@@ -193,8 +209,8 @@ impl<D: Disk> KeeperServer<D> {
                     clients.push('\n');
                 }
                 format!(
-                    "Zookeeper version: drift-keeper {}\n{clients}{}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {role}\nNode count: {}\n",
-                    env!("CARGO_PKG_VERSION"), self.latency.line(), self.received, self.sent, self.conns.len(), self.pending.len(), st.last_zxid(), st.node_count()
+                    "Zookeeper version: {ZOOKEEPER_VERSION}\n{clients}{}\nReceived: {}\nSent: {}\nConnections: {}\nOutstanding: {}\nZxid: {:#x}\nMode: {role}\nNode count: {}\n",
+                    self.latency.line(), self.received, self.sent, self.conns.len(), self.pending.len(), st.last_zxid(), st.node_count()
                 )
             }
             b"conf" => format!(

@@ -302,7 +302,7 @@ impl<D: Disk> KeeperServer<D> {
                     holds_writes: false,
                 })
             }
-            ClientRequest::Unsupported => SlotState::Answer(proto::encode_error(req.xid, zxid, ZkError::Unimplemented)),
+            ClientRequest::Unsupported { code } => SlotState::Answer(proto::encode_error(req.xid, zxid, code)),
         };
         // a submit that found no leader dropped the connection
         let Some(c) = self.conns.get_mut(&conn) else {
@@ -587,7 +587,7 @@ impl<D: Disk> KeeperServer<D> {
             ClientRequest::Ping
             | ClientRequest::Write(_)
             | ClientRequest::SetWatches { .. }
-            | ClientRequest::Unsupported => return None,
+            | ClientRequest::Unsupported { .. } => return None,
         };
         Some(frame)
     }
