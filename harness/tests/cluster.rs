@@ -1181,6 +1181,13 @@ fn an_interrupted_benchmark_stops_its_clusters() {
         .args(["bench", "table", "--setups", "keeper", "--clients", "1"])
         .args(["--seconds", "60", "--rounds", "1", "--port", "23700"])
         .env("TMPDIR", &*tmp)
+        // the address blocks stay claimed where every other run claims
+        // them: a private lock directory would hand out a block a
+        // concurrent cluster holds (its table on the same ports)
+        .env(
+            "DRIFT_LOCK_DIR",
+            std::env::var_os("DRIFT_LOCK_DIR").unwrap_or_else(|| std::env::temp_dir().join("drift-blocks").into()),
+        )
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
     let child = bench.spawn().unwrap();
