@@ -9,8 +9,9 @@
 //! carrying `w` decodes on every replica (tested in `tests/props.rs`).
 //!
 //! A client's request over a limit is answered with ZooKeeper's
-//! `MarshallingError`, as Apache ZooKeeper answers a request whose field
-//! exceeds `jute.maxbuffer`; nothing is proposed.
+//! `MarshallingError`, the connection kept; nothing is proposed. (Apache
+//! ZooKeeper bounds the whole frame by `jute.maxbuffer` instead and
+//! closes the connection unanswered.)
 
 use crate::acl::{Acl, ACL_ENTRIES_MAX, ACL_ID_BYTES_MAX};
 use crate::node::DATA_BYTES_MAX;

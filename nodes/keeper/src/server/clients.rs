@@ -223,7 +223,8 @@ impl<D: Disk> KeeperServer<D> {
                 // counter (and match the answer by it)
                 let xid = req.xid;
                 if let Err(over) = crate::limit::check(&w) {
-                    // as ZooKeeper answers a field over jute.maxbuffer
+                    // refused by field, the connection kept (ZooKeeper bounds
+                    // the whole frame by jute.maxbuffer and hangs up)
                     self.log(
                         "request_refused",
                         serde_json::json!({"session": session, "request": w.name(), "why": over.to_string()}),
