@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 /// client protocol the keeper speaks (its baseline, 3.8; the 3.9 requests
 /// it answers too are in the README), then what serves it, in the
 /// `x.y.z-…` form clients parse the number from.
-pub const ZOOKEEPER_VERSION: &str = concat!("3.8.0-drift-keeper-", env!("CARGO_PKG_VERSION"));
+const ZOOKEEPER_VERSION: &str = concat!("3.8.0-drift-keeper-", env!("CARGO_PKG_VERSION"));
 
 /// What an admin command line comes to.
 #[derive(Debug, Clone, PartialEq, Eq)]
